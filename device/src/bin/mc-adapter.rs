@@ -1,0 +1,61 @@
+//! `mc-adapter`: one emulated MEMORY CHANNEL adapter, served over vfio-user.
+
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use mc_adapter::adapter::{Adapter, AdapterConfig};
+use mc_adapter::vfio_user;
+use mc_hub::link::ANY_NODE;
+
+/// A MEMORY CHANNEL for PCI adapter for one QEMU guest.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// vfio-user socket QEMU connects to (created; a stale one is replaced).
+    #[arg(long)]
+    socket: PathBuf,
+    /// Hub socket to join.
+    #[arg(long)]
+    hub: PathBuf,
+    /// Node id to ask the hub for (default: any free port).
+    #[arg(long)]
+    node: Option<u16>,
+    /// Name announced to the hub.
+    #[arg(long, default_value = "adapter")]
+    name: String,
+    /// MEMORY CHANNEL address space in MiB (power of two, 1 to 4096).
+    #[arg(long, default_value_t = 512)]
+    aspace_mib: u64,
+    /// Seconds to keep trying to reach the hub at start.
+    #[arg(long, default_value_t = 10)]
+    hub_wait: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MC_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let cfg = AdapterConfig {
+        aspace: args.aspace_mib << 20,
+        hub: args.hub,
+        want_node: args.node.unwrap_or(ANY_NODE),
+        name: args.name,
+        hub_wait: Duration::from_secs(args.hub_wait),
+    };
+    let mut adapter = Adapter::new(cfg.aspace)?;
+    adapter.connect(&cfg)?;
+    if args.socket.exists() {
+        std::fs::remove_file(&args.socket)?;
+    }
+    let listener = UnixListener::bind(&args.socket)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.socket.display()))?;
+    tracing::info!(socket = %args.socket.display(), "vfio-user server listening");
+    vfio_user::serve(&listener, &mut adapter)?;
+    Ok(())
+}

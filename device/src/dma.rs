@@ -1,0 +1,384 @@
+//! Guest memory as the adapter sees it: the DMA maps QEMU sent.
+//!
+//! QEMU sends one `DMA_MAP` per mapped range, with the fd of the guest RAM
+//! backend (a memfd) and the range's offset in it. While the guest's IOMMU
+//! switches domains that is hundreds of 4 KiB maps, so the maps live in an
+//! interval map (a `BTreeMap` keyed by start IOVA) and every distinct backing
+//! file is mmapped once, whatever the number of maps into it.
+//!
+//! Owns: the mmaps of guest RAM. Must not: write outside a mapped range or
+//! into a read-only one — [`DmaSpace::write`] validates the whole span first
+//! and touches nothing when any byte of it is unmapped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, RwLock, Weak};
+
+use thiserror::Error;
+
+/// Most distinct maps kept; advertised to QEMU as `max_dma_maps`.
+pub const MAX_DMA_MAPS: usize = 65535;
+
+/// Why a DMA map or access failed.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum DmaError {
+    /// No map covers this address.
+    #[error("DMA address {0:#x} is not mapped")]
+    Unmapped(u64),
+    /// The map covering this address is read-only for the device.
+    #[error("DMA address {0:#x} is mapped read-only")]
+    ReadOnly(u64),
+    /// The map exists but has no fd: QEMU could not give us its memory.
+    #[error("DMA address {0:#x} has no shared backing")]
+    NoBacking(u64),
+    /// A map request is malformed (zero size, wraps, overlaps, beyond the file).
+    #[error("bad DMA map: {0}")]
+    BadMap(String),
+    /// Too many maps.
+    #[error("more than {MAX_DMA_MAPS} DMA maps")]
+    TooMany,
+}
+
+/// One mmap of a backing file, shared by every range that points into it.
+struct Backing {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; concurrent access from several
+// threads is the same as DMA from several engines and is synchronised by the
+// guest protocol, not by Rust references (we only copy through raw pointers).
+unsafe impl Send for Backing {}
+// SAFETY: see `Send`; no `&`/`&mut` references into the mapping are ever made.
+unsafe impl Sync for Backing {}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` come from a successful mmap in `Backing::map`
+        // and are unmapped exactly once, here.
+        unsafe {
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+impl Backing {
+    fn map(fd: &OwnedFd, len: usize) -> Result<Backing, DmaError> {
+        // SAFETY: mapping a file we were handed with MAP_SHARED; the result is
+        // checked and only ever accessed through raw-pointer copies.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(DmaError::BadMap(format!(
+                "mmap of {len} bytes failed: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(Backing {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+}
+
+#[derive(Clone)]
+struct Range {
+    end: u64,
+    /// `None` for maps QEMU sent without an fd (ROMs and the like).
+    backing: Option<(Arc<Backing>, u64)>,
+    writable: bool,
+}
+
+#[derive(Default)]
+struct Maps {
+    ranges: BTreeMap<u64, Range>,
+    /// Backing files by (device, inode, size), so each is mmapped once.
+    files: HashMap<(u64, u64, u64), Weak<Backing>>,
+}
+
+/// The device's view of guest memory.
+#[derive(Default)]
+pub struct DmaSpace {
+    maps: RwLock<Maps>,
+}
+
+impl DmaSpace {
+    /// Creates an empty space: every access fails until QEMU maps memory.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a map of `[iova, iova+size)` to `fd` at `offset` (no fd: recorded,
+    /// but not accessible).
+    pub fn map(
+        &self,
+        iova: u64,
+        size: u64,
+        fd: Option<OwnedFd>,
+        offset: u64,
+        writable: bool,
+    ) -> Result<(), DmaError> {
+        let end = iova
+            .checked_add(size)
+            .filter(|_| size > 0)
+            .ok_or_else(|| DmaError::BadMap(format!("iova {iova:#x} size {size:#x}")))?;
+        let mut maps = self.maps.write().unwrap();
+        if maps.ranges.len() >= MAX_DMA_MAPS {
+            return Err(DmaError::TooMany);
+        }
+        if let Some((s, r)) = maps.ranges.range(..end).next_back() {
+            if r.end > iova {
+                return Err(DmaError::BadMap(format!(
+                    "[{iova:#x}, {end:#x}) overlaps [{s:#x}, {:#x})",
+                    r.end
+                )));
+            }
+        }
+        let backing = match fd {
+            None => None,
+            Some(fd) => {
+                let st = nix::sys::stat::fstat(fd.as_raw_fd())
+                    .map_err(|e| DmaError::BadMap(format!("fstat: {e}")))?;
+                let file_len = st.st_size as u64;
+                if offset.checked_add(size).is_none_or(|e| e > file_len) {
+                    return Err(DmaError::BadMap(format!(
+                        "offset {offset:#x} + size {size:#x} beyond the {file_len:#x}-byte file"
+                    )));
+                }
+                let key = (st.st_dev, st.st_ino, file_len);
+                let b = match maps.files.get(&key).and_then(Weak::upgrade) {
+                    Some(b) => b,
+                    None => {
+                        let b = Arc::new(Backing::map(&fd, file_len as usize)?);
+                        maps.files.insert(key, Arc::downgrade(&b));
+                        b
+                    }
+                };
+                Some((b, offset))
+            }
+        };
+        maps.ranges.insert(
+            iova,
+            Range {
+                end,
+                backing,
+                writable,
+            },
+        );
+        Ok(())
+    }
+
+    /// Removes every map inside `[iova, iova+size)`, trimming maps that
+    /// straddle its edges. Returns the number of bytes unmapped.
+    pub fn unmap(&self, iova: u64, size: u64) -> u64 {
+        let end = iova.saturating_add(size);
+        let mut maps = self.maps.write().unwrap();
+        let mut removed = 0;
+        let starts: Vec<u64> = maps
+            .ranges
+            .range(..end)
+            .rev()
+            .take_while(|(_, r)| r.end > iova)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in starts {
+            let r = maps.ranges.remove(&s).unwrap();
+            if s < iova {
+                let mut left = r.clone();
+                left.end = iova;
+                maps.ranges.insert(s, left);
+            }
+            if r.end > end {
+                let mut right = r.clone();
+                if let Some((_, off)) = right.backing.as_mut() {
+                    *off += end - s;
+                }
+                maps.ranges.insert(end, right);
+            }
+            removed += r.end.min(end) - s.max(iova);
+        }
+        maps.files.retain(|_, w| w.strong_count() > 0);
+        removed
+    }
+
+    /// Drops every map (device reset, client gone).
+    pub fn clear(&self) {
+        let mut maps = self.maps.write().unwrap();
+        maps.ranges.clear();
+        maps.files.clear();
+    }
+
+    /// Number of maps held.
+    pub fn len(&self) -> usize {
+        self.maps.read().unwrap().ranges.len()
+    }
+
+    /// True when nothing is mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Resolves `[iova, iova+len)` into host pointers, or fails without side effects.
+    fn resolve(
+        maps: &Maps,
+        iova: u64,
+        len: usize,
+        write: bool,
+    ) -> Result<Vec<(*mut u8, usize)>, DmaError> {
+        let mut out = Vec::with_capacity(2);
+        let mut at = iova;
+        let mut left = len as u64;
+        while left > 0 {
+            let (start, r) = maps
+                .ranges
+                .range(..=at)
+                .next_back()
+                .filter(|(_, r)| r.end > at)
+                .ok_or(DmaError::Unmapped(at))?;
+            if write && !r.writable {
+                return Err(DmaError::ReadOnly(at));
+            }
+            let (b, off) = r.backing.as_ref().ok_or(DmaError::NoBacking(at))?;
+            let n = left.min(r.end - at);
+            let file_off = off + (at - start);
+            debug_assert!(file_off + n <= b.len as u64);
+            // SAFETY: file_off + n is within the mapping: checked against the
+            // file size when the map was added, and ranges never grow.
+            out.push((unsafe { b.ptr.add(file_off as usize) }, n as usize));
+            at += n;
+            left -= n;
+        }
+        Ok(out)
+    }
+
+    /// Copies `data` into guest memory at `iova`. Either every byte is written
+    /// or none is.
+    pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), DmaError> {
+        if iova.checked_add(data.len() as u64).is_none() {
+            return Err(DmaError::Unmapped(iova));
+        }
+        let maps = self.maps.read().unwrap();
+        let chunks = Self::resolve(&maps, iova, data.len(), true)?;
+        let mut src = data;
+        for (dst, n) in chunks {
+            // SAFETY: `dst..dst+n` lies in a live mapping (we hold the read
+            // lock, so no unmap can run) and does not overlap `src`, which is
+            // host heap memory.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
+            src = &src[n..];
+        }
+        Ok(())
+    }
+
+    /// Copies guest memory at `iova` into `buf`.
+    pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+        if iova.checked_add(buf.len() as u64).is_none() {
+            return Err(DmaError::Unmapped(iova));
+        }
+        let maps = self.maps.read().unwrap();
+        let chunks = Self::resolve(&maps, iova, buf.len(), false)?;
+        let mut at = 0;
+        for (src, n) in chunks {
+            // SAFETY: as in `write`, the source is a live mapping and the
+            // destination is our own buffer.
+            unsafe { std::ptr::copy_nonoverlapping(src, buf[at..].as_mut_ptr(), n) };
+            at += n;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd;
+
+    fn memfd(len: u64) -> OwnedFd {
+        let fd =
+            nix::sys::memfd::memfd_create(c"dma-test", nix::sys::memfd::MemFdCreateFlag::empty())
+                .unwrap();
+        nix::unistd::ftruncate(&fd, len as i64).unwrap();
+        fd
+    }
+
+    fn dup(fd: &OwnedFd) -> OwnedFd {
+        // SAFETY: dup returns a fresh fd that we own.
+        unsafe { OwnedFd::from_raw_fd(libc::dup(fd.as_raw_fd())) }
+    }
+
+    #[test]
+    fn per_page_maps_share_one_backing_and_split_writes() {
+        let ram = memfd(1 << 20);
+        let dma = DmaSpace::new();
+        // IOVA pages mapped out of order onto RAM pages, like a guest IOMMU does.
+        dma.map(0x1000_0000, 4096, Some(dup(&ram)), 0x5000, true)
+            .unwrap();
+        dma.map(0x1000_1000, 4096, Some(dup(&ram)), 0x2000, true)
+            .unwrap();
+        assert_eq!(dma.maps.read().unwrap().files.len(), 1);
+        let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+        dma.write(0x1000_0000, &data).unwrap();
+        let mut back = vec![0u8; 8192];
+        dma.read(0x1000_0000, &mut back).unwrap();
+        assert_eq!(back, data);
+        // bytes landed at the two file offsets
+        let file = std::fs::File::from(dup(&ram));
+        let mut page = vec![0u8; 4096];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut page, 0x2000).unwrap();
+        assert_eq!(&page[..], &data[4096..]);
+    }
+
+    #[test]
+    fn write_outside_maps_touches_nothing() {
+        let ram = memfd(1 << 16);
+        let dma = DmaSpace::new();
+        dma.map(0x10000, 4096, Some(dup(&ram)), 0, true).unwrap();
+        // straddles the end of the map: refused as a whole
+        assert_eq!(
+            dma.write(0x10000 + 4000, &[0xAA; 200]),
+            Err(DmaError::Unmapped(0x11000))
+        );
+        let mut b = vec![0u8; 4096];
+        dma.read(0x10000, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 0));
+        assert_eq!(
+            dma.write(u64::MAX - 3, &[1; 8]),
+            Err(DmaError::Unmapped(u64::MAX - 3))
+        );
+    }
+
+    #[test]
+    fn unmap_trims_and_readonly_is_enforced() {
+        let ram = memfd(1 << 16);
+        let dma = DmaSpace::new();
+        dma.map(0, 0x4000, Some(dup(&ram)), 0, true).unwrap();
+        assert_eq!(dma.unmap(0x1000, 0x1000), 0x1000);
+        assert_eq!(dma.len(), 2);
+        assert!(dma.write(0x1800, &[1]).is_err());
+        dma.write(0x2000, &[7]).unwrap();
+        let mut b = [0u8];
+        dma.read(0x2000, &mut b).unwrap();
+        assert_eq!(b[0], 7);
+        dma.map(0x8000, 0x1000, Some(dup(&ram)), 0x8000, false)
+            .unwrap();
+        assert_eq!(dma.write(0x8000, &[1]), Err(DmaError::ReadOnly(0x8000)));
+        assert!(matches!(
+            dma.map(0x3000, 0x2000, None, 0, true),
+            Err(DmaError::BadMap(_))
+        ));
+        assert!(matches!(
+            dma.map(0x10000, 0x1000, Some(dup(&ram)), 0xF800, true),
+            Err(DmaError::BadMap(_))
+        ));
+        dma.map(0x20000, 0x1000, None, 0, true).unwrap();
+        assert_eq!(dma.write(0x20000, &[1]), Err(DmaError::NoBacking(0x20000)));
+    }
+}

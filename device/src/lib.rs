@@ -1,0 +1,18 @@
+//! `mc-adapter`: the MEMORY CHANNEL for PCI adapter, emulated as a vfio-user
+//! server that QEMU's `vfio-user-pci` device connects to.
+//!
+//! # Layout
+//! - [`regs`] (crate `mc-regs`, `device/regs/`): BARs, register offsets and bits, the page control table entry
+//!   format — the adapter's datasheet in code (`docs/adapter.md` in prose).
+//! - [`adapter`]: the device: registers, PCT, transmit window, receive DMA.
+//! - [`dma`]: guest memory through QEMU's DMA maps (interval map over memfds).
+//! - [`pci`]: PCI configuration space.
+//! - [`vfio_user`]: the vfio-user protocol server (socket, framing, dispatch).
+#![warn(missing_docs)]
+
+pub mod adapter;
+pub mod dma;
+pub mod pci;
+/// The register map, shared with the driver (crate `mc-regs`).
+pub use mc_regs as regs;
+pub mod vfio_user;

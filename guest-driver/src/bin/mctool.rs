@@ -1,0 +1,492 @@
+//! `mctool`: drive the MEMORY CHANNEL adapter from a guest shell.
+//!
+//! One process at a time can own the adapter (VFIO groups are exclusive):
+//! `mctool rx` keeps it (and the receive buffer's DMA map) until `mctool stop`;
+//! `dump` and `wait` read the receive buffer file and need no device.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use mc_guest::regs::{err, pct, reg, PAGE_SIZE};
+use mc_guest::{pattern, Adapter, RxBuffer, RX_IOVA_BASE};
+
+const DEFAULT_BUFFER: &str = "/dev/shm/mc-rx";
+const PID_FILE: &str = "/run/mctool-rx.pid";
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Drive the MEMORY CHANNEL adapter from inside a guest"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Show the adapter's identity, node id, link, members and error registers.
+    Info,
+    /// Map a receive buffer and enable receive on pages; keeps running (in the
+    /// background unless --foreground) so the DMA map stays in place.
+    Rx {
+        /// Pages to receive, e.g. "0,2,4-7".
+        #[arg(long)]
+        pages: String,
+        /// Receive buffer file; MEMORY CHANNEL page p lands at offset p*8192.
+        #[arg(long, default_value = DEFAULT_BUFFER)]
+        buffer: PathBuf,
+        /// Stay in the foreground.
+        #[arg(long)]
+        foreground: bool,
+    },
+    /// Stop a background `mctool rx`.
+    Stop,
+    /// Enable transmit on a page and store the test pattern into it (8-byte stores).
+    Fill {
+        /// Page to fill.
+        #[arg(long)]
+        page: u64,
+        /// Pattern seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// One 8-byte store of VALUE at PAGE+OFFSET (enables transmit on the page).
+    Poke {
+        /// Page.
+        #[arg(long)]
+        page: u64,
+        /// Byte offset in the page (multiple of 8).
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Value stored.
+        #[arg(long)]
+        value: u64,
+    },
+    /// Wait until the receive buffer holds VALUE at PAGE+OFFSET.
+    Wait {
+        /// Page.
+        #[arg(long)]
+        page: u64,
+        /// Byte offset in the page (multiple of 8).
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Value awaited.
+        #[arg(long)]
+        value: u64,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 10)]
+        timeout: u64,
+        /// Receive buffer file.
+        #[arg(long, default_value = DEFAULT_BUFFER)]
+        buffer: PathBuf,
+    },
+    /// Write one page of the receive buffer to stdout, raw.
+    Dump {
+        /// Page.
+        #[arg(long)]
+        page: u64,
+        /// Receive buffer file.
+        #[arg(long, default_value = DEFAULT_BUFFER)]
+        buffer: PathBuf,
+    },
+    /// Measure 8-byte stores per second into the transmit window.
+    BenchTx {
+        /// Page to store into (transmit is enabled on it).
+        #[arg(long, default_value_t = 16)]
+        page: u64,
+        /// Number of stores.
+        #[arg(long, default_value_t = 100_000)]
+        stores: u64,
+    },
+    /// Round trips between two nodes: `pong` on one, then `ping` on the other.
+    Pingpong {
+        /// ping (measures) or pong (echoes).
+        #[arg(long)]
+        role: String,
+        /// Round trips.
+        #[arg(long, default_value_t = 200)]
+        rounds: u64,
+        /// Page ping writes and pong reads.
+        #[arg(long, default_value_t = 32)]
+        ping_page: u64,
+        /// Page pong writes and ping reads.
+        #[arg(long, default_value_t = 33)]
+        pong_page: u64,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+}
+
+fn parse_pages(s: &str) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u64, u64) = (
+                    a.parse().context("page range")?,
+                    b.parse().context("page range")?,
+                );
+                if a > b {
+                    bail!("page range {part} is backwards");
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(
+                part.parse()
+                    .with_context(|| format!("'{part}' is not a page number"))?,
+            ),
+        }
+    }
+    if out.is_empty() {
+        bail!("no pages given");
+    }
+    Ok(out)
+}
+
+fn check_page(a: &Adapter, page: u64) -> Result<()> {
+    if page >= a.pages() {
+        bail!(
+            "page {page} is outside the {}-page address space",
+            a.pages()
+        );
+    }
+    Ok(())
+}
+
+fn info() -> Result<()> {
+    let a = Adapter::open()?;
+    let node = a.reg(reg::NODE);
+    println!("pci        {}", a.dev.bdf);
+    println!("id         {:#010x}", a.reg(reg::ID));
+    match a.node() {
+        Some(n) => println!("node       {n} of {} ports", node >> 16),
+        None => println!("node       none (not joined)"),
+    }
+    println!(
+        "link       {}",
+        if a.reg(reg::LINK) & 1 != 0 {
+            "up"
+        } else {
+            "down"
+        }
+    );
+    let members = (a.reg(reg::MEMBERS_HI) as u64) << 32 | a.reg(reg::MEMBERS_LO) as u64;
+    let list: Vec<String> = (0..64)
+        .filter(|i| members & (1 << i) != 0)
+        .map(|i| i.to_string())
+        .collect();
+    println!("members    {}", list.join(","));
+    println!("pages      {} x {} bytes", a.pages(), PAGE_SIZE);
+    let es = a.reg(reg::ERR_STATUS);
+    let names = [
+        (err::TX_DISABLED, "tx-disabled"),
+        (err::TX_READ, "tx-read"),
+        (err::RX_DMA, "rx-dma"),
+        (err::LINK_DOWN, "link-down"),
+        (err::CRC, "crc"),
+        (err::RX_RANGE, "rx-range"),
+    ];
+    let set: Vec<&str> = names
+        .iter()
+        .filter(|(b, _)| es & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    println!(
+        "errors     {es:#x} [{}] count {}",
+        set.join(" "),
+        a.reg(reg::ERR_COUNT)
+    );
+    println!(
+        "packets    tx {} rx {} rx-dropped {}",
+        a.reg(reg::TX_PACKETS),
+        a.reg(reg::RX_PACKETS),
+        a.reg(reg::RX_DROPPED)
+    );
+    Ok(())
+}
+
+fn setup_rx(pages: &[u64], buffer: &Path) -> Result<(Adapter, RxBuffer)> {
+    let a = Adapter::open()?;
+    for &p in pages {
+        check_page(&a, p)?;
+    }
+    let n = pages.iter().max().unwrap() + 1;
+    let buf = RxBuffer::create(buffer, n)
+        .with_context(|| format!("creating receive buffer {}", buffer.display()))?;
+    buf.clear();
+    buf.map_for_dma(&a.dev)?;
+    for &p in pages {
+        let (bits, _) = a.page(p);
+        a.set_page(p, bits | pct::RX, RX_IOVA_BASE + p * PAGE_SIZE);
+    }
+    Ok((a, buf))
+}
+
+fn rx(pages: &str, buffer: &Path, foreground: bool) -> Result<()> {
+    let pages = parse_pages(pages)?;
+    if foreground {
+        let _held = setup_rx(&pages, buffer)?;
+        println!("receiving pages {pages:?} into {}", buffer.display());
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills two fds.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: single-threaded at this point; the child only continues our code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    if pid > 0 {
+        // Parent: wait for the child's verdict.
+        // SAFETY: closing our copy of the write end.
+        unsafe { libc::close(fds[1]) };
+        let mut msg = Vec::new();
+        let mut b = [0u8; 512];
+        loop {
+            // SAFETY: reading into a local buffer.
+            let n = unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), b.len()) };
+            if n <= 0 {
+                break;
+            }
+            msg.extend_from_slice(&b[..n as usize]);
+        }
+        let msg = String::from_utf8_lossy(&msg);
+        if let Some(err) = msg.strip_prefix("err:") {
+            bail!("{err}");
+        }
+        if !msg.starts_with("ok") {
+            bail!("receiver exited during setup");
+        }
+        println!(
+            "receiving pages {pages:?} into {} (pid {pid}; stop with 'mctool stop')",
+            buffer.display()
+        );
+        return Ok(());
+    }
+    // Child.
+    // SAFETY: plain syscalls on our own fds.
+    unsafe {
+        libc::close(fds[0]);
+        libc::setsid();
+    }
+    let report = |s: &str| {
+        // SAFETY: writing a local buffer to our pipe end.
+        unsafe { libc::write(fds[1], s.as_ptr().cast(), s.len()) };
+    };
+    match setup_rx(&pages, buffer) {
+        Ok(held) => {
+            let _ = std::fs::write(PID_FILE, format!("{}\n", std::process::id()));
+            let null = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")?;
+            // SAFETY: redirecting our stdio to /dev/null so the caller's pipes close.
+            unsafe {
+                use std::os::fd::AsRawFd;
+                libc::dup2(null.as_raw_fd(), 0);
+                libc::dup2(null.as_raw_fd(), 1);
+                libc::dup2(null.as_raw_fd(), 2);
+            }
+            report("ok");
+            // SAFETY: closing the pipe end tells the parent we are done.
+            unsafe { libc::close(fds[1]) };
+            let _held = held;
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+        Err(e) => {
+            report(&format!("err:{e:#}"));
+            std::process::exit(1);
+        }
+    }
+}
+
+fn stop() -> Result<()> {
+    let pid: i32 = std::fs::read_to_string(PID_FILE)
+        .context("no background receiver (no pid file)")?
+        .trim()
+        .parse()
+        .context("bad pid file")?;
+    // SAFETY: kill(2), no memory.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        bail!("cannot stop pid {pid}: {}", std::io::Error::last_os_error());
+    }
+    // Wait for it to go so the device is free when we return.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // SAFETY: signal 0 only checks existence.
+    while unsafe { libc::kill(pid, 0) } == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_file(PID_FILE);
+    Ok(())
+}
+
+fn tx_page(a: &Adapter, page: u64) -> Result<()> {
+    check_page(a, page)?;
+    let (bits, iova) = a.page(page);
+    a.set_page(page, bits | pct::TX, iova);
+    Ok(())
+}
+
+fn wait_value(buf: &RxBuffer, off: usize, value: u64, timeout: Duration) -> Result<Duration> {
+    let t0 = Instant::now();
+    while buf.read64(off) != value {
+        if t0.elapsed() > timeout {
+            bail!(
+                "timed out after {timeout:?}: offset {off:#x} holds {:#x}, not {value:#x}",
+                buf.read64(off)
+            );
+        }
+        std::hint::spin_loop();
+    }
+    Ok(t0.elapsed())
+}
+
+fn pingpong(role: &str, rounds: u64, ping_page: u64, pong_page: u64, timeout: u64) -> Result<()> {
+    let (rx_page, tx_page_no) = match role {
+        "ping" => (pong_page, ping_page),
+        "pong" => (ping_page, pong_page),
+        other => bail!("--role must be ping or pong, not '{other}'"),
+    };
+    let buffer = PathBuf::from(format!("/dev/shm/mc-pingpong-{role}"));
+    let (a, buf) = setup_rx(&[rx_page], &buffer)?;
+    tx_page(&a, tx_page_no)?;
+    let tx_addr = tx_page_no * PAGE_SIZE;
+    let rx_off = (rx_page * PAGE_SIZE) as usize;
+    let limit = Duration::from_secs(timeout);
+    if role == "pong" {
+        println!("pong ready");
+        let mut last = 0;
+        for _ in 0..rounds {
+            let t0 = Instant::now();
+            let v = loop {
+                let v = buf.read64(rx_off);
+                if v != 0 && v != last {
+                    break v;
+                }
+                if t0.elapsed() > limit {
+                    bail!("no ping within {limit:?}");
+                }
+                std::hint::spin_loop();
+            };
+            last = v;
+            a.store64(tx_addr, v);
+        }
+        return Ok(());
+    }
+    let nonce = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos() as u64)
+        << 16;
+    let mut rtts = Vec::with_capacity(rounds as usize);
+    for i in 1..=rounds {
+        let v = nonce | i;
+        let t0 = Instant::now();
+        a.store64(tx_addr, v);
+        wait_value(&buf, rx_off, v, limit)?;
+        rtts.push(t0.elapsed());
+    }
+    rtts.sort();
+    let q = |p: f64| rtts[((rtts.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
+    println!("rounds={rounds} rtt_p50_us={:.1} rtt_p99_us={:.1} one_way_p50_us={:.1} one_way_p99_us={:.1}", q(0.5), q(0.99), q(0.5) / 2.0, q(0.99) / 2.0);
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Info => info(),
+        Cmd::Rx {
+            pages,
+            buffer,
+            foreground,
+        } => rx(&pages, &buffer, foreground),
+        Cmd::Stop => stop(),
+        Cmd::Fill { page, seed } => {
+            let a = Adapter::open()?;
+            tx_page(&a, page)?;
+            a.store(page * PAGE_SIZE, &pattern(seed, page, PAGE_SIZE as usize));
+            Ok(())
+        }
+        Cmd::Poke {
+            page,
+            offset,
+            value,
+        } => {
+            if offset % 8 != 0 || offset >= PAGE_SIZE {
+                bail!("--offset must be a multiple of 8 below {PAGE_SIZE}");
+            }
+            let a = Adapter::open()?;
+            tx_page(&a, page)?;
+            a.store64(page * PAGE_SIZE + offset, value);
+            Ok(())
+        }
+        Cmd::Wait {
+            page,
+            offset,
+            value,
+            timeout,
+            buffer,
+        } => {
+            if offset % 8 != 0 || offset >= PAGE_SIZE {
+                bail!("--offset must be a multiple of 8 below {PAGE_SIZE}");
+            }
+            let buf = RxBuffer::open_ro(&buffer).with_context(|| {
+                format!("opening {} (is 'mctool rx' running?)", buffer.display())
+            })?;
+            let off = (page * PAGE_SIZE + offset) as usize;
+            if off + 8 > buf.len() {
+                bail!("page {page} is beyond the receive buffer");
+            }
+            let waited = wait_value(&buf, off, value, Duration::from_secs(timeout))?;
+            println!("seen after {:.3} ms", waited.as_secs_f64() * 1e3);
+            Ok(())
+        }
+        Cmd::Dump { page, buffer } => {
+            let buf = RxBuffer::open_ro(&buffer).with_context(|| {
+                format!("opening {} (is 'mctool rx' running?)", buffer.display())
+            })?;
+            let off = (page * PAGE_SIZE) as usize;
+            if off + PAGE_SIZE as usize > buf.len() {
+                bail!("page {page} is beyond the receive buffer");
+            }
+            std::io::stdout().write_all(&buf.read(off, PAGE_SIZE as usize))?;
+            Ok(())
+        }
+        Cmd::BenchTx { page, stores } => {
+            let a = Adapter::open()?;
+            tx_page(&a, page)?;
+            let base = page * PAGE_SIZE;
+            let t0 = Instant::now();
+            for i in 0..stores {
+                a.store64(base + (i * 8) % PAGE_SIZE, i);
+            }
+            // A register read completes after every posted store before it.
+            let _ = a.reg(reg::TX_PACKETS);
+            let s = t0.elapsed().as_secs_f64();
+            println!(
+                "stores={stores} seconds={s:.3} stores_per_sec={:.0} bytes_per_sec={:.0}",
+                stores as f64 / s,
+                stores as f64 * 8.0 / s
+            );
+            Ok(())
+        }
+        Cmd::Pingpong {
+            role,
+            rounds,
+            ping_page,
+            pong_page,
+            timeout,
+        } => pingpong(&role, rounds, ping_page, pong_page, timeout),
+    }
+}

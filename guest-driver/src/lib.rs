@@ -1,0 +1,255 @@
+//! `mc-guest`: the MEMORY CHANNEL adapter driver for Linux guests (userspace,
+//! over VFIO) and the `mctool` utility built on it.
+//!
+//! # Layout
+//! - [`vfio`]: binding to vfio-pci, BAR mmaps, DMA maps through the IOMMU.
+//! - [`Adapter`]: a safe API over the registers and the page control table
+//!   documented in `docs/adapter.md` (constants from `mc-regs`).
+//! - [`RxBuffer`]: pinned receive memory, backed by a file in `/dev/shm` so
+//!   other processes (and `mctool dump`) can read what the adapter wrote.
+//! - [`pattern`]: the test pattern `mctool fill` writes and tests check.
+#![warn(missing_docs)]
+
+pub mod vfio;
+
+use std::fs::OpenOptions;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+pub use mc_regs as regs;
+use mc_regs::{pct, reg, PAGE_SIZE};
+use vfio::{Bar, VfioDevice, VfioError};
+
+/// IOVA where receive buffers are mapped: MEMORY CHANNEL page `p` of the
+/// buffer lands at `RX_IOVA_BASE + p * PAGE_SIZE`.
+pub const RX_IOVA_BASE: u64 = 0x1000_0000;
+
+/// The adapter, opened and mapped.
+pub struct Adapter {
+    /// The VFIO device (kept open: closing it releases the DMA maps).
+    pub dev: VfioDevice,
+    regs: Bar,
+    pct: Bar,
+    tx: Bar,
+}
+
+impl Adapter {
+    /// Finds the adapter, binds it to vfio-pci and maps its BARs.
+    pub fn open() -> Result<Adapter, VfioError> {
+        let bdf = vfio::find_pci(regs::VENDOR_ID, regs::DEVICE_ID)?;
+        vfio::bind_vfio_pci(&bdf)?;
+        let dev = VfioDevice::open(&bdf)?;
+        let regs_bar = dev.map_bar(regs::BAR_REGS)?;
+        let id = regs_bar.read32(reg::ID as usize);
+        if id != regs::ID_VALUE {
+            return Err(VfioError::Unexpected(format!(
+                "adapter ID register reads {id:#x}, expected {:#x}",
+                regs::ID_VALUE
+            )));
+        }
+        let pct = dev.map_bar(regs::BAR_PCT)?;
+        let tx = dev.map_bar(regs::BAR_TX)?;
+        Ok(Adapter {
+            dev,
+            regs: regs_bar,
+            pct,
+            tx,
+        })
+    }
+
+    /// Reads a 32-bit register (`regs::reg::*`).
+    pub fn reg(&self, off: u64) -> u32 {
+        self.regs.read32(off as usize)
+    }
+
+    /// Writes a 32-bit register.
+    pub fn set_reg(&self, off: u64, v: u32) {
+        self.regs.write32(off as usize, v)
+    }
+
+    /// This node's id, or `None` while the link is down.
+    pub fn node(&self) -> Option<u16> {
+        let n = self.reg(reg::NODE) & 0xFFFF;
+        (n != 0xFFFF).then_some(n as u16)
+    }
+
+    /// Pages in the address space.
+    pub fn pages(&self) -> u64 {
+        self.reg(reg::ASPACE_PAGES) as u64
+    }
+
+    /// Programs page `page`'s PCT entry: control bits (`regs::pct::*`) and
+    /// receive DMA address. The address is written first, so the page is
+    /// never receive-enabled with a stale address.
+    pub fn set_page(&self, page: u64, bits: u64, rx_iova: u64) {
+        assert!(page < self.pages(), "page {page} outside the address space");
+        let off = (page * pct::ENTRY) as usize;
+        self.pct.write64(off + 8, rx_iova);
+        self.pct.write64(off, bits);
+    }
+
+    /// Reads back page `page`'s PCT entry (bits, receive address).
+    pub fn page(&self, page: u64) -> (u64, u64) {
+        let off = (page * pct::ENTRY) as usize;
+        (self.pct.read64(off), self.pct.read64(off + 8))
+    }
+
+    /// One 8-byte store into the transmit window at global address `addr`.
+    pub fn store64(&self, addr: u64, v: u64) {
+        self.tx.write64(addr as usize, v)
+    }
+
+    /// Copies `data` (a multiple of 8 bytes) into the transmit window at `addr`
+    /// with 8-byte stores, in address order.
+    pub fn store(&self, addr: u64, data: &[u8]) {
+        assert!(data.len() % 8 == 0, "transmit stores are 8-byte words");
+        for (i, w) in data.chunks_exact(8).enumerate() {
+            self.store64(
+                addr + 8 * i as u64,
+                u64::from_le_bytes(w.try_into().unwrap()),
+            );
+        }
+    }
+}
+
+/// Receive memory: a `/dev/shm` file mapped shared, pinned and mapped for
+/// DMA at [`RX_IOVA_BASE`].
+pub struct RxBuffer {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl RxBuffer {
+    /// Creates (or reuses) `path` with `pages` MEMORY CHANNEL pages and maps it.
+    pub fn create(path: &Path, pages: u64) -> std::io::Result<RxBuffer> {
+        let len = (pages * PAGE_SIZE) as usize;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        f.set_len(len as u64)?;
+        Self::map(&f, len, true)
+    }
+
+    /// Opens an existing buffer read-only (for `dump` and `wait`).
+    pub fn open_ro(path: &Path) -> std::io::Result<RxBuffer> {
+        let f = OpenOptions::new().read(true).open(path)?;
+        let len = f.metadata()?.len() as usize;
+        Self::map(&f, len, false)
+    }
+
+    fn map(f: &std::fs::File, len: usize, write: bool) -> std::io::Result<RxBuffer> {
+        if len == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "empty receive buffer",
+            ));
+        }
+        let prot = if write {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: shared mapping of a file we opened; checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(RxBuffer {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    /// Pins the buffer and maps it for the adapter's DMA.
+    pub fn map_for_dma(&self, dev: &VfioDevice) -> Result<(), VfioError> {
+        dev.map_dma(self.ptr, RX_IOVA_BASE, self.len as u64)
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty (never, once created).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies out `len` bytes at `off` (volatile: the adapter writes concurrently).
+    pub fn read(&self, off: usize, len: usize) -> Vec<u8> {
+        assert!(off + len <= self.len, "read past the receive buffer");
+        (0..len)
+            .map(|i| {
+                // SAFETY: in bounds (asserted); the mapping lives as long as self.
+                unsafe { std::ptr::read_volatile(self.ptr.add(off + i)) }
+            })
+            .collect()
+    }
+
+    /// Volatile 8-byte read at `off` (8-byte aligned).
+    pub fn read64(&self, off: usize) -> u64 {
+        assert!(
+            off % 8 == 0 && off + 8 <= self.len,
+            "bad 8-byte read at {off}"
+        );
+        // SAFETY: in bounds and aligned (asserted).
+        unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u64>()) }
+    }
+
+    /// Zeroes the buffer.
+    pub fn clear(&self) {
+        // SAFETY: the whole mapping, writable when created by `create`.
+        unsafe { std::ptr::write_bytes(self.ptr, 0, self.len) }
+    }
+}
+
+impl Drop for RxBuffer {
+    fn drop(&mut self) {
+        // SAFETY: from the mmap in `map`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// A non-repeating test pattern: `len` bytes for `page` with `seed`
+/// (xorshift64*, 8 bytes per step, never all zero).
+pub fn pattern(seed: u64, page: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ page.wrapping_add(1).wrapping_mul(0xD1B5_4A32_D192_ED03)
+        | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_is_deterministic_and_does_not_repeat() {
+        let a = pattern(7, 0, 8192);
+        assert_eq!(a, pattern(7, 0, 8192));
+        assert_ne!(a, pattern(7, 1, 8192));
+        assert_ne!(a, pattern(8, 0, 8192));
+        let words: std::collections::HashSet<&[u8]> = a.chunks(8).collect();
+        assert_eq!(words.len(), 1024, "every 8-byte word differs");
+    }
+}

@@ -1,0 +1,427 @@
+//! The adapter's driver over Linux VFIO (type 1 IOMMU), from inside a guest.
+//!
+//! Binding, BAR mapping and DMA setup, in the order a driver does them:
+//! 1. [`bind_vfio_pci`]: hand the PCI function to `vfio-pci`.
+//! 2. [`VfioDevice::open`]: container, group, IOMMU type, device fd.
+//! 3. [`VfioDevice::map_bar`]: mmap a BAR through the device fd.
+//! 4. [`VfioDevice::map_dma`]: pin a buffer and map it at an IOVA, so the
+//!    adapter's receive DMA lands in it.
+//!
+//! `unsafe` is confined to the ioctls and mmaps here, each with its SAFETY note.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+use vfio_bindings::bindings::vfio::{
+    vfio_group_status, vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_region_info,
+    VFIO_TYPE1v2_IOMMU, VFIO_API_VERSION, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ,
+    VFIO_DMA_MAP_FLAG_WRITE, VFIO_GROUP_FLAGS_VIABLE, VFIO_REGION_INFO_FLAG_MMAP, VFIO_TYPE,
+    VFIO_TYPE1_IOMMU,
+};
+
+/// Errors of the VFIO driver, each saying what to check.
+#[derive(Debug, Error)]
+pub enum VfioError {
+    /// No PCI function with the adapter's ids.
+    #[error("no MEMORY CHANNEL adapter (PCI {0}) found in /sys/bus/pci/devices")]
+    NotFound(String),
+    /// The device has no IOMMU group: the guest IOMMU is off.
+    #[error(
+        "{0} has no IOMMU group: boot the guest with intel_iommu=on and an intel-iommu device"
+    )]
+    NoGroup(String),
+    /// The group is held by another process.
+    #[error("the adapter is in use by another process (VFIO group {0} busy); stop it first")]
+    Busy(u32),
+    /// A sysfs or ioctl step failed.
+    #[error("{what}: {err}")]
+    Os {
+        /// The step.
+        what: String,
+        /// The OS error.
+        err: io::Error,
+    },
+    /// Something about the device is not what the driver expects.
+    #[error("{0}")]
+    Unexpected(String),
+}
+
+type Result<T> = std::result::Result<T, VfioError>;
+
+fn os(what: impl Into<String>) -> impl FnOnce(io::Error) -> VfioError {
+    let what = what.into();
+    move |err| VfioError::Os { what, err }
+}
+
+const fn io_nr(nr: u32) -> libc::c_ulong {
+    ((VFIO_TYPE << 8) | (VFIO_BASE + nr)) as libc::c_ulong
+}
+const VFIO_GET_API_VERSION: libc::c_ulong = io_nr(0);
+const VFIO_CHECK_EXTENSION: libc::c_ulong = io_nr(1);
+const VFIO_SET_IOMMU: libc::c_ulong = io_nr(2);
+const VFIO_GROUP_GET_STATUS: libc::c_ulong = io_nr(3);
+const VFIO_GROUP_SET_CONTAINER: libc::c_ulong = io_nr(4);
+const VFIO_GROUP_GET_DEVICE_FD: libc::c_ulong = io_nr(6);
+const VFIO_DEVICE_GET_REGION_INFO: libc::c_ulong = io_nr(8);
+const VFIO_DEVICE_RESET: libc::c_ulong = io_nr(11);
+const VFIO_IOMMU_MAP_DMA: libc::c_ulong = io_nr(13);
+const VFIO_IOMMU_UNMAP_DMA: libc::c_ulong = io_nr(14);
+
+/// Finds the PCI address of the first function with `vendor:device`.
+pub fn find_pci(vendor: u16, device: u16) -> Result<String> {
+    let ids = format!("{vendor:04x}:{device:04x}");
+    let mut found: Vec<String> = Vec::new();
+    for e in fs::read_dir("/sys/bus/pci/devices")
+        .map_err(os("reading /sys/bus/pci/devices"))?
+        .flatten()
+    {
+        let rd = |f: &str| fs::read_to_string(e.path().join(f)).unwrap_or_default();
+        if rd("vendor").trim() == format!("0x{vendor:04x}")
+            && rd("device").trim() == format!("0x{device:04x}")
+        {
+            found.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found.sort();
+    found.into_iter().next().ok_or(VfioError::NotFound(ids))
+}
+
+fn sysfs(bdf: &str) -> PathBuf {
+    Path::new("/sys/bus/pci/devices").join(bdf)
+}
+
+/// Binds `bdf` to `vfio-pci` (no-op when it already is).
+pub fn bind_vfio_pci(bdf: &str) -> Result<()> {
+    let dev = sysfs(bdf);
+    let driver = fs::read_link(dev.join("driver"))
+        .ok()
+        .and_then(|p| p.file_name().map(|s| s.to_string_lossy().into_owned()));
+    if driver.as_deref() == Some("vfio-pci") {
+        return Ok(());
+    }
+    if !Path::new("/sys/bus/pci/drivers/vfio-pci").exists() {
+        return Err(VfioError::Unexpected(
+            "vfio-pci driver not loaded: modprobe vfio-pci".into(),
+        ));
+    }
+    fs::write(dev.join("driver_override"), "vfio-pci")
+        .map_err(os(format!("setting driver_override of {bdf}")))?;
+    if driver.is_some() {
+        fs::write(dev.join("driver/unbind"), bdf).map_err(os(format!("unbinding {bdf}")))?;
+    }
+    fs::write("/sys/bus/pci/drivers_probe", bdf).map_err(os(format!("probing {bdf}")))?;
+    Ok(())
+}
+
+/// A region (BAR) of the device.
+#[derive(Debug, Clone, Copy)]
+pub struct Region {
+    /// Offset of the region in the device fd.
+    pub offset: u64,
+    /// Size.
+    pub size: u64,
+    /// VFIO region flags.
+    pub flags: u32,
+}
+
+/// A mapped BAR. Accesses are volatile; the mapping lives as long as this value.
+pub struct Bar {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Bar {
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the BAR has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, off: usize, n: usize) {
+        assert!(
+            off % n == 0 && off + n <= self.len,
+            "BAR access at {off:#x} (+{n}) outside {:#x} bytes or unaligned",
+            self.len
+        );
+    }
+
+    /// 32-bit read.
+    pub fn read32(&self, off: usize) -> u32 {
+        self.check(off, 4);
+        // SAFETY: in bounds and aligned (checked); the mapping is live.
+        unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u32>()) }
+    }
+
+    /// 32-bit write.
+    pub fn write32(&self, off: usize, v: u32) {
+        self.check(off, 4);
+        // SAFETY: as in `read32`.
+        unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u32>(), v) }
+    }
+
+    /// 64-bit read.
+    pub fn read64(&self, off: usize) -> u64 {
+        self.check(off, 8);
+        // SAFETY: as in `read32`.
+        unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u64>()) }
+    }
+
+    /// 64-bit write.
+    pub fn write64(&self, off: usize, v: u64) {
+        self.check(off, 8);
+        // SAFETY: as in `read32`.
+        unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u64>(), v) }
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len come from the mmap in `map_bar`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// An open VFIO device with its own container.
+pub struct VfioDevice {
+    container: File,
+    _group: File,
+    device: OwnedFd,
+    /// PCI address.
+    pub bdf: String,
+}
+
+fn ioctl_ptr<T>(
+    fd: &impl AsRawFd,
+    req: libc::c_ulong,
+    arg: &mut T,
+    what: &str,
+) -> Result<libc::c_int> {
+    // SAFETY: `arg` is a properly sized, initialised struct of the type the
+    // ioctl expects (callers pair each request with its struct).
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), req, arg as *mut T) };
+    if rc < 0 {
+        return Err(VfioError::Os {
+            what: what.into(),
+            err: io::Error::last_os_error(),
+        });
+    }
+    Ok(rc)
+}
+
+fn ioctl_val(
+    fd: &impl AsRawFd,
+    req: libc::c_ulong,
+    arg: libc::c_ulong,
+    what: &str,
+) -> Result<libc::c_int> {
+    // SAFETY: ioctls that take an integer argument, no memory.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), req, arg) };
+    if rc < 0 {
+        return Err(VfioError::Os {
+            what: what.into(),
+            err: io::Error::last_os_error(),
+        });
+    }
+    Ok(rc)
+}
+
+impl VfioDevice {
+    /// Opens `bdf` (already bound to vfio-pci) in a fresh container.
+    pub fn open(bdf: &str) -> Result<VfioDevice> {
+        let group_link = fs::read_link(sysfs(bdf).join("iommu_group"))
+            .map_err(|_| VfioError::NoGroup(bdf.into()))?;
+        let group_no: u32 = group_link
+            .file_name()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| {
+                VfioError::Unexpected(format!("odd iommu_group link {}", group_link.display()))
+            })?;
+        let container = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/vfio/vfio")
+            .map_err(os("opening /dev/vfio/vfio"))?;
+        let api = ioctl_val(&container, VFIO_GET_API_VERSION, 0, "VFIO_GET_API_VERSION")?;
+        if api != VFIO_API_VERSION as i32 {
+            return Err(VfioError::Unexpected(format!(
+                "VFIO API version {api}, expected {VFIO_API_VERSION}"
+            )));
+        }
+        let group = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/dev/vfio/{group_no}"))
+        {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                return Err(VfioError::Busy(group_no))
+            }
+            Err(e) => {
+                return Err(VfioError::Os {
+                    what: format!("opening /dev/vfio/{group_no}"),
+                    err: e,
+                })
+            }
+        };
+        let mut status = vfio_group_status {
+            argsz: std::mem::size_of::<vfio_group_status>() as u32,
+            flags: 0,
+        };
+        ioctl_ptr(
+            &group,
+            VFIO_GROUP_GET_STATUS,
+            &mut status,
+            "VFIO_GROUP_GET_STATUS",
+        )?;
+        if status.flags & VFIO_GROUP_FLAGS_VIABLE == 0 {
+            return Err(VfioError::Unexpected(format!(
+                "IOMMU group {group_no} is not viable: bind every device in it to vfio-pci"
+            )));
+        }
+        let mut cfd = container.as_raw_fd();
+        ioctl_ptr(
+            &group,
+            VFIO_GROUP_SET_CONTAINER,
+            &mut cfd,
+            "VFIO_GROUP_SET_CONTAINER",
+        )?;
+        let iommu = if ioctl_val(
+            &container,
+            VFIO_CHECK_EXTENSION,
+            VFIO_TYPE1v2_IOMMU as _,
+            "VFIO_CHECK_EXTENSION",
+        )? > 0
+        {
+            VFIO_TYPE1v2_IOMMU
+        } else {
+            VFIO_TYPE1_IOMMU
+        };
+        ioctl_val(&container, VFIO_SET_IOMMU, iommu as _, "VFIO_SET_IOMMU")?;
+        let name = std::ffi::CString::new(bdf)
+            .map_err(|_| VfioError::Unexpected("bad PCI address".into()))?;
+        // SAFETY: the ioctl reads a NUL-terminated string and returns a new fd.
+        let fd = unsafe { libc::ioctl(group.as_raw_fd(), VFIO_GROUP_GET_DEVICE_FD, name.as_ptr()) };
+        if fd < 0 {
+            return Err(VfioError::Os {
+                what: format!("VFIO_GROUP_GET_DEVICE_FD {bdf}"),
+                err: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: `fd` is a fresh descriptor we own.
+        let device = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(VfioDevice {
+            container,
+            _group: group,
+            device,
+            bdf: bdf.into(),
+        })
+    }
+
+    /// Region `index` (BAR n is index n).
+    pub fn region(&self, index: u32) -> Result<Region> {
+        let mut info = vfio_region_info {
+            argsz: std::mem::size_of::<vfio_region_info>() as u32,
+            index,
+            ..Default::default()
+        };
+        ioctl_ptr(
+            &self.device,
+            VFIO_DEVICE_GET_REGION_INFO,
+            &mut info,
+            "VFIO_DEVICE_GET_REGION_INFO",
+        )?;
+        Ok(Region {
+            offset: info.offset,
+            size: info.size,
+            flags: info.flags,
+        })
+    }
+
+    /// Maps BAR `index` into this process.
+    pub fn map_bar(&self, index: u32) -> Result<Bar> {
+        let r = self.region(index)?;
+        if r.size == 0 {
+            return Err(VfioError::Unexpected(format!(
+                "BAR {index} is not implemented by the device"
+            )));
+        }
+        if r.flags & VFIO_REGION_INFO_FLAG_MMAP == 0 {
+            return Err(VfioError::Unexpected(format!(
+                "BAR {index} cannot be mmapped (region flags {:#x})",
+                r.flags
+            )));
+        }
+        // SAFETY: mapping a device region through its fd at the offset VFIO
+        // gave; the result is checked and owned by `Bar`.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                r.size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.device.as_raw_fd(),
+                r.offset as libc::off_t,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(VfioError::Os {
+                what: format!("mmap of BAR {index}"),
+                err: io::Error::last_os_error(),
+            });
+        }
+        Ok(Bar {
+            ptr: ptr.cast(),
+            len: r.size as usize,
+        })
+    }
+
+    /// Maps `[vaddr, vaddr+size)` of this process at `iova` for device DMA
+    /// (read and write). The pages are pinned until unmapped or closed.
+    pub fn map_dma(&self, vaddr: *mut u8, iova: u64, size: u64) -> Result<()> {
+        let mut m = vfio_iommu_type1_dma_map {
+            argsz: std::mem::size_of::<vfio_iommu_type1_dma_map>() as u32,
+            flags: VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE,
+            vaddr: vaddr as u64,
+            iova,
+            size,
+        };
+        ioctl_ptr(
+            &self.container,
+            VFIO_IOMMU_MAP_DMA,
+            &mut m,
+            "VFIO_IOMMU_MAP_DMA",
+        )?;
+        Ok(())
+    }
+
+    /// Undoes [`VfioDevice::map_dma`].
+    pub fn unmap_dma(&self, iova: u64, size: u64) -> Result<()> {
+        let mut m = vfio_iommu_type1_dma_unmap {
+            argsz: std::mem::size_of::<vfio_iommu_type1_dma_unmap>() as u32,
+            flags: 0,
+            iova,
+            size,
+            ..Default::default()
+        };
+        ioctl_ptr(
+            &self.container,
+            VFIO_IOMMU_UNMAP_DMA,
+            &mut m,
+            "VFIO_IOMMU_UNMAP_DMA",
+        )?;
+        Ok(())
+    }
+
+    /// Function-level reset through VFIO.
+    pub fn reset(&self) -> Result<()> {
+        ioctl_val(&self.device, VFIO_DEVICE_RESET, 0, "VFIO_DEVICE_RESET").map(|_| ())
+    }
+}

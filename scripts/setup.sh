@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Installs everything the virtual cluster needs on a Debian bookworm machine
+# and builds what Debian does not ship:
+#   - Debian packages (build deps, firmware, busybox, kernel tools)
+#   - a QEMU >= 10.1 with vfio-user-pci (the system one if new enough, else
+#     built from Debian's source package into the cache)
+#   - the guest kernel and modules (Debian's linux-image-*-amd64-unsigned)
+#   - the host tools (mc-hub, mc-adapter, mc-cluster) and the guest initramfs
+#
+# Idempotent: every step checks its own result and skips work already done.
+# Cache folder: $MC_CACHE (default: <repo>/.cache, ignored by git).
+#
+# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust image"]
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MC_CACHE=${MC_CACHE:-$REPO/.cache}
+NO_APT=0
+ONLY=""
+while [ $# -gt 0 ]; do
+    arg=$1; shift
+    case "$arg" in
+        --no-apt) NO_APT=1 ;;
+        --only) ONLY="${1:?--only needs a list of steps}"; shift ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+    esac
+done
+mkdir -p "$MC_CACHE"
+export DEBIAN_FRONTEND=noninteractive
+
+T0=$(date +%s)
+step() { printf '\n==> [%4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+need_root() { [ "$(id -u)" = 0 ] || die "$1 needs root (run as root or with sudo)"; }
+
+# ---------------------------------------------------------------- apt -------
+APT_LIST=/etc/apt/sources.list.d/mc-cluster.sources
+APT_PKGS=(
+    # QEMU build dependencies (minimal configure, see DESIGN.md)
+    build-essential ninja-build pkg-config libglib2.0-dev libpixman-1-dev
+    libslirp-dev libfdt-dev flex bison device-tree-compiler python3-venv
+    dpkg-dev
+    # guest image
+    busybox-static cpio xz-utils zstd kmod
+    # QEMU firmware at run time
+    seabios ipxe-qemu
+)
+setup_apt() {
+    if [ "$NO_APT" = 1 ]; then step "apt: skipped (--no-apt)"; return; fi
+    need_root "installing Debian packages"
+    if [ ! -f "$APT_LIST" ]; then
+        step "apt: adding bookworm-backports (binaries) and sid (sources only)"
+        cat >"$APT_LIST" <<'EOF'
+# Added by mc-cluster scripts/setup.sh
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: sid
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+        rm -f "$MC_CACHE/.apt-updated"
+    fi
+    if [ ! -f "$MC_CACHE/.apt-updated" ] || [ -n "$(find "$MC_CACHE/.apt-updated" -mmin +1440 2>/dev/null)" ]; then
+        step "apt: updating package lists"
+        apt-get update -q >"$MC_CACHE/apt-update.log" 2>&1 || { tail -20 "$MC_CACHE/apt-update.log"; die "apt-get update failed (see $MC_CACHE/apt-update.log)"; }
+        touch "$MC_CACHE/.apt-updated"
+    fi
+    local missing=()
+    for p in "${APT_PKGS[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        step "apt: installing ${missing[*]}"
+        apt-get install -y -q --no-install-recommends "${missing[@]}" >"$MC_CACHE/apt-install.log" 2>&1 \
+            || { tail -20 "$MC_CACHE/apt-install.log"; die "apt-get install failed (see $MC_CACHE/apt-install.log)"; }
+    else
+        step "apt: all packages present"
+    fi
+    # QEMU's data files (option ROMs, keymaps): the backports package matches
+    # QEMU 10.x; bookworm's own is 7.2.
+    if ! dpkg-query -W -f='${Version}' qemu-system-data 2>/dev/null | grep -q '^1:1[0-9]'; then
+        step "apt: installing qemu-system-data from bookworm-backports"
+        apt-get install -y -q --no-install-recommends -t bookworm-backports qemu-system-data >>"$MC_CACHE/apt-install.log" 2>&1 \
+            || die "could not install qemu-system-data from bookworm-backports (see $MC_CACHE/apt-install.log)"
+    fi
+}
+
+# ---------------------------------------------------------------- QEMU ------
+QEMU_MIN=10.1
+qemu_ok() { # $1 = binary; true when >= QEMU_MIN and it has vfio-user-pci
+    local bin=$1 v
+    [ -x "$bin" ] || return 1
+    v=$("$bin" --version 2>/dev/null | sed -n 's/^QEMU emulator version \([0-9.]*\).*/\1/p')
+    [ -n "$v" ] || return 1
+    dpkg --compare-versions "$v" ge "$QEMU_MIN" || return 1
+    "$bin" -device help 2>/dev/null | grep -q '"vfio-user-pci"'
+}
+setup_qemu() {
+    local sys
+    sys=$(command -v qemu-system-x86_64 || true)
+    if [ -n "$sys" ] && qemu_ok "$sys"; then
+        step "qemu: using system $sys ($("$sys" --version | head -1))"
+        ln -sfn "$sys" "$MC_CACHE/qemu-system-x86_64"
+        return
+    fi
+    if [ -L "$MC_CACHE/qemu-system-x86_64" ] && qemu_ok "$MC_CACHE/qemu-system-x86_64"; then
+        step "qemu: cached $(readlink "$MC_CACHE/qemu-system-x86_64")"
+        return
+    fi
+    step "qemu: no QEMU >= $QEMU_MIN with vfio-user-pci on this system; building one from Debian's source package"
+    command -v apt-get >/dev/null || die "apt-get not found: install QEMU >= $QEMU_MIN by hand and put qemu-system-x86_64 on PATH"
+    # Candidate source versions >= QEMU_MIN, newest first. The archive can
+    # list a version whose files are already gone, so fall back in order.
+    local ver candidates=() best="" src="" upstream=""
+    for ver in $(apt-cache showsrc qemu 2>/dev/null | sed -n 's/^Version: //p' | sort -u); do
+        dpkg --compare-versions "${ver#*:}" ge "$QEMU_MIN" && candidates+=("$ver")
+    done
+    [ ${#candidates[@]} -gt 0 ] || die "no qemu source package >= $QEMU_MIN in the configured deb-src suites (check $APT_LIST and run apt-get update)"
+    mapfile -t candidates < <(printf '%s\n' "${candidates[@]}" | sort -rV)
+    # a source already fetched into the cache wins
+    for ver in "${candidates[@]}"; do
+        upstream=${ver#*:}; upstream=${upstream%%+*}; upstream=${upstream%%-*}
+        if [ -f "$MC_CACHE/qemu-src/$upstream/.fetched" ]; then best=$ver; break; fi
+    done
+    if [ -z "$best" ]; then
+        for ver in "${candidates[@]}"; do
+            upstream=${ver#*:}; upstream=${upstream%%+*}; upstream=${upstream%%-*}
+            src=$MC_CACHE/qemu-src/$upstream
+            step "qemu: fetching source package qemu=$ver"
+            rm -rf "$src"; mkdir -p "$src"
+            if (cd "$src" && apt-get source -q --download-only "qemu=$ver" >"$MC_CACHE/qemu-fetch.log" 2>&1); then
+                local orig
+                orig=$(ls "$src"/qemu_*.orig.tar.* | head -1)
+                step "qemu: unpacking $(basename "$orig")"
+                tar -C "$src" -xf "$orig"
+                rm -f "$src"/*.tar.* "$src"/*.dsc
+                touch "$src/.fetched"
+                best=$ver
+                break
+            fi
+            echo "    qemu=$ver could not be fetched (not in the archive any more); trying an older one"
+            rm -rf "$src"
+        done
+    fi
+    [ -n "$best" ] || die "none of the qemu source packages (${candidates[*]}) could be fetched (see $MC_CACHE/qemu-fetch.log)"
+    upstream=${best#*:}; upstream=${upstream%%+*}; upstream=${upstream%%-*}
+    src=$MC_CACHE/qemu-src/$upstream
+    local build=$MC_CACHE/qemu-build/$upstream
+    step "qemu: using source qemu=$best (upstream $upstream)"
+    local tree
+    tree=$(find "$src" -mindepth 1 -maxdepth 1 -type d -name 'qemu*' | head -1)
+    [ -n "$tree" ] || die "unpacked qemu source not found under $src"
+    # The +ds tarball ships no firmware blobs: never try to unpack edk2.
+    sed -i 's/^if unpack_edk2_blobs$/if false # mc-cluster: +ds tarball has no edk2 blobs/' "$tree/pc-bios/meson.build"
+    # meson from PyPI (QEMU 10.x needs a newer one than bookworm has)
+    local venv=$MC_CACHE/venv
+    if [ ! -x "$venv/bin/meson" ]; then
+        step "qemu: installing meson 1.9 from PyPI into $venv"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install -q 'meson>=1.9,<1.10' 'pycotap>=1.1.0' || die "pip install meson failed"
+    fi
+    mkdir -p "$build"
+    if [ ! -f "$build/build.ninja" ]; then
+        step "qemu: configure (log: $build/configure.log)"
+        (cd "$build" && PATH="$venv/bin:$PATH" "$tree/configure" \
+            --target-list=x86_64-softmmu --disable-download --disable-install-blobs \
+            --python="$venv/bin/python3" --disable-docs --disable-werror \
+            --disable-gtk --disable-sdl --disable-vnc --disable-opengl --disable-spice \
+            >"$build/configure.log" 2>&1) || { tail -30 "$build/configure.log"; die "QEMU configure failed"; }
+    fi
+    step "qemu: ninja (about 4 to 5 minutes on 2 cores; log: $build/ninja.log)"
+    (cd "$build" && PATH="$venv/bin:$PATH" ninja qemu-system-x86_64 >"$build/ninja.log" 2>&1) \
+        || { tail -30 "$build/ninja.log"; die "QEMU build failed"; }
+    qemu_ok "$build/qemu-system-x86_64" || die "built QEMU at $build has no vfio-user-pci"
+    ln -sfn "$build/qemu-system-x86_64" "$MC_CACHE/qemu-system-x86_64"
+    step "qemu: built $("$build/qemu-system-x86_64" --version | head -1)"
+}
+
+# ---------------------------------------------------------------- kernel ----
+setup_kernel() {
+    local kdir=$MC_CACHE/kernel
+    if [ -f "$kdir/.done" ] && [ -f "$kdir/vmlinuz" ]; then
+        step "kernel: cached $(cat "$kdir/.done")"
+        return
+    fi
+    local pkg
+    # Debian's generic kernel (not -rt or -cloud, not backports): the one checked in DESIGN.md
+    pkg=$(apt-cache search --names-only '^linux-image-[0-9.]+-[0-9]+-amd64-unsigned$' 2>/dev/null \
+        | awk '{print $1}' | sort -V | tail -1)
+    [ -n "$pkg" ] || die "no linux-image-*-amd64-unsigned package found (run apt-get update)"
+    step "kernel: fetching $pkg"
+    rm -rf "$kdir"; mkdir -p "$kdir/pkg"
+    (cd "$kdir" && apt-get download -q "$pkg" >"$MC_CACHE/kernel-fetch.log" 2>&1) \
+        || { tail "$MC_CACHE/kernel-fetch.log"; die "apt-get download $pkg failed"; }
+    dpkg-deb -x "$kdir"/"$pkg"_*.deb "$kdir/pkg"
+    rm -f "$kdir"/*.deb
+    local vmlinuz
+    vmlinuz=$(ls "$kdir"/pkg/boot/vmlinuz-* | head -1)
+    cp "$vmlinuz" "$kdir/vmlinuz"
+    basename "$vmlinuz" | sed 's/^vmlinuz-//' >"$kdir/version"
+    echo "$pkg" >"$kdir/.done"
+}
+
+# ---------------------------------------------------------------- rust ------
+setup_rust() {
+    command -v cargo >/dev/null || die "cargo not found: install Rust (rustup) first"
+    step "rust: building host tools (mc-hub, mc-adapter, mc-cluster)"
+    (cd "$REPO" && cargo build --release -q --bins) || die "cargo build failed"
+    step "rust: building static guest binaries (mc-agent, mctool)"
+    (cd "$REPO" && RUSTFLAGS="-C target-feature=+crt-static" \
+        cargo build --release -q --target x86_64-unknown-linux-gnu \
+        --target-dir "$REPO/target/guest" -p mc-agent -p mc-guest) || die "guest build failed"
+}
+
+# ---------------------------------------------------------------- image -----
+setup_image() {
+    step "image: building the guest initramfs"
+    "$REPO/firmware/build-initramfs.sh" "$MC_CACHE" || die "initramfs build failed"
+}
+
+for s in ${ONLY:-apt qemu kernel rust image}; do
+    case "$s" in
+        apt|qemu|kernel|rust|image) "setup_$s" ;;
+        *) die "unknown step '$s' (steps: apt qemu kernel rust image)" ;;
+    esac
+done
+step "setup complete (cache: $MC_CACHE)"
