@@ -107,9 +107,7 @@ impl Shared {
     /// Latches error bits and counts one error.
     pub fn raise_error(&self, bits: u32) {
         self.err_status.fetch_or(bits, Ordering::SeqCst);
-        let _ = self
-            .err_count
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_add(1));
+        let _ = self.err_count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_add(1));
     }
 
     /// Current error status bits.
@@ -175,10 +173,7 @@ impl Shared {
                 self.rx_dropped.fetch_add(1, Ordering::Relaxed);
             } else {
                 let base = self.pct_word(page, 1);
-                match base
-                    .checked_add(in_page)
-                    .map(|iova| self.dma.write(iova, &rest[..n]))
-                {
+                match base.checked_add(in_page).map(|iova| self.dma.write(iova, &rest[..n])) {
                     Some(Ok(())) => {
                         self.rx_packets.fetch_add(1, Ordering::Relaxed);
                     }
@@ -198,14 +193,7 @@ impl Shared {
         for w in self.pct.iter() {
             w.store(0, Ordering::Release);
         }
-        self.err_status.store(
-            if self.link_up.load(Ordering::SeqCst) {
-                0
-            } else {
-                err::LINK_DOWN
-            },
-            Ordering::SeqCst,
-        );
+        self.err_status.store(if self.link_up.load(Ordering::SeqCst) { 0 } else { err::LINK_DOWN }, Ordering::SeqCst);
         self.err_count.store(0, Ordering::SeqCst);
         self.tx_packets.store(0, Ordering::Relaxed);
         self.rx_packets.store(0, Ordering::Relaxed);
@@ -238,18 +226,17 @@ impl Adapter {
         {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("address space must be a power of two between {} MiB and {} MiB, not {aspace} bytes", regs::MIN_ASPACE >> 20, regs::MAX_ASPACE >> 20),
+                format!(
+                    "address space must be a power of two between {} MiB and {} MiB, not {aspace} bytes",
+                    regs::MIN_ASPACE >> 20,
+                    regs::MAX_ASPACE >> 20
+                ),
             ));
         }
         let pages = aspace / PAGE_SIZE;
         let shared = Arc::new(Shared::new(pages));
         shared.err_status.store(err::LINK_DOWN, Ordering::SeqCst);
-        Ok(Adapter {
-            config: ConfigSpace::new(Self::pct_bar_size(pages), aspace),
-            shared,
-            link: None,
-            pending: None,
-        })
+        Ok(Adapter { config: ConfigSpace::new(Self::pct_bar_size(pages), aspace), shared, link: None, pending: None })
     }
 
     fn pct_bar_size(pages: u64) -> u64 {
@@ -265,18 +252,9 @@ impl Adapter {
     pub fn connect(&mut self, cfg: &AdapterConfig) -> io::Result<()> {
         let deadline = Instant::now() + cfg.hub_wait;
         let (joined, reader, writer) = loop {
-            match client::join(
-                &cfg.hub,
-                cfg.want_node,
-                PAGE_SIZE as u32,
-                self.shared.pages as u32,
-                &cfg.name,
-            ) {
+            match client::join(&cfg.hub, cfg.want_node, PAGE_SIZE as u32, self.shared.pages as u32, &cfg.name) {
                 Ok(j) => break j,
-                Err(e)
-                    if e.kind() == io::ErrorKind::ConnectionRefused
-                        && e.to_string().starts_with("hub refused") =>
-                {
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && e.to_string().starts_with("hub refused") => {
                     return Err(e)
                 }
                 Err(e) if Instant::now() < deadline => {
@@ -284,10 +262,7 @@ impl Adapter {
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 Err(e) => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!("cannot reach hub at {}: {e}", cfg.hub.display()),
-                    ))
+                    return Err(io::Error::new(e.kind(), format!("cannot reach hub at {}: {e}", cfg.hub.display())))
                 }
             }
         };
@@ -297,17 +272,9 @@ impl Adapter {
     }
 
     /// Uses an already-joined link (from [`client::join`]).
-    pub fn attach_link(
-        &mut self,
-        joined: client::Joined,
-        reader: UnixStream,
-        writer: BufWriter<UnixStream>,
-    ) {
+    pub fn attach_link(&mut self, joined: client::Joined, reader: UnixStream, writer: BufWriter<UnixStream>) {
         let s = &self.shared;
-        s.node.store(
-            joined.node as u32 | (joined.max_nodes as u32) << 16,
-            Ordering::SeqCst,
-        );
+        s.node.store(joined.node as u32 | (joined.max_nodes as u32) << 16, Ordering::SeqCst);
         s.members.store(0, Ordering::SeqCst);
         for m in &joined.members {
             s.set_member(*m, true);
@@ -329,13 +296,7 @@ impl Adapter {
             self.shared.raise_error(err::LINK_DOWN);
             return;
         };
-        let frame = Msg::Write {
-            dest: p.dest,
-            flags: p.flags,
-            addr: p.addr,
-            data: &p.data,
-        }
-        .encode();
+        let frame = Msg::Write { dest: p.dest, flags: p.flags, addr: p.addr, data: &p.data }.encode();
         if let Err(e) = w.write_all(&frame) {
             self.link_lost(e);
             return;
@@ -361,16 +322,9 @@ impl Adapter {
             if w0 & pct::TX == 0 {
                 self.shared.raise_error(err::TX_DISABLED);
             } else {
-                let dest = if w0 & pct::P2P != 0 {
-                    ((w0 >> pct::DEST_SHIFT) & pct::DEST_MASK) as u16
-                } else {
-                    BROADCAST
-                };
-                let flags = if w0 & pct::LOOPBACK != 0 {
-                    FLAG_LOOPBACK
-                } else {
-                    0
-                };
+                let dest =
+                    if w0 & pct::P2P != 0 { ((w0 >> pct::DEST_SHIFT) & pct::DEST_MASK) as u16 } else { BROADCAST };
+                let flags = if w0 & pct::LOOPBACK != 0 { FLAG_LOOPBACK } else { 0 };
                 let chunk = &rest[..n];
                 match self.pending.as_mut() {
                     Some(p)
@@ -384,12 +338,7 @@ impl Adapter {
                     }
                     _ => {
                         self.flush_pending();
-                        self.pending = Some(Pending {
-                            addr: at,
-                            dest,
-                            flags,
-                            data: chunk.to_vec(),
-                        });
+                        self.pending = Some(Pending { addr: at, dest, flags, data: chunk.to_vec() });
                     }
                 }
             }
@@ -407,25 +356,15 @@ impl Adapter {
 
     fn regs_write(&mut self, off: u64, data: &[u8]) {
         if off % 4 != 0 || data.len() != 4 {
-            debug!(
-                off,
-                len = data.len(),
-                "register write ignored: registers take aligned 32-bit writes"
-            );
+            debug!(off, len = data.len(), "register write ignored: registers take aligned 32-bit writes");
             return;
         }
         let v = u32::from_le_bytes(data.try_into().unwrap());
         match off {
             reg::ERR_STATUS => {
                 // LINK_DOWN stays set while the link is down.
-                let keep = if self.shared.link_up.load(Ordering::SeqCst) {
-                    0
-                } else {
-                    err::LINK_DOWN
-                };
-                self.shared
-                    .err_status
-                    .fetch_and(!(v & err::ALL) | keep, Ordering::SeqCst);
+                let keep = if self.shared.link_up.load(Ordering::SeqCst) { 0 } else { err::LINK_DOWN };
+                self.shared.err_status.fetch_and(!(v & err::ALL) | keep, Ordering::SeqCst);
             }
             reg::CTRL if v & regs::ctrl::RESET != 0 => self.reset(),
             _ => debug!(off, v, "write to read-only register ignored"),
@@ -437,9 +376,7 @@ impl Adapter {
             let o = off + i as u64;
             let word = o / 8;
             *b = if word < self.shared.pages * 2 {
-                self.shared.pct[word as usize]
-                    .load(Ordering::Acquire)
-                    .to_le_bytes()[(o % 8) as usize]
+                self.shared.pct[word as usize].load(Ordering::Acquire).to_le_bytes()[(o % 8) as usize]
             } else {
                 0
             };
@@ -475,9 +412,7 @@ fn receive_loop(shared: Arc<Shared>, mut reader: UnixStream) {
             Err(e) => break e.to_string(),
         };
         match Msg::parse(&hdr, &buf) {
-            Ok(Msg::Deliver {
-                seq, addr, data, ..
-            }) => {
+            Ok(Msg::Deliver { seq, addr, data, .. }) => {
                 let expect = shared.next_seq.swap(seq + 1, Ordering::SeqCst);
                 if seq < expect {
                     warn!(seq, expect, "sequence went backwards");
@@ -507,22 +442,10 @@ impl Device for Adapter {
     fn region_info(&self, index: u32) -> RegionInfo {
         let rw = region_flags::READ | region_flags::WRITE;
         match index {
-            regs::BAR_REGS => RegionInfo {
-                size: regs::REGS_SIZE,
-                flags: rw,
-            },
-            regs::BAR_PCT => RegionInfo {
-                size: Self::pct_bar_size(self.shared.pages),
-                flags: rw,
-            },
-            regs::BAR_TX => RegionInfo {
-                size: self.shared.pages * PAGE_SIZE,
-                flags: rw,
-            },
-            region::CONFIG => RegionInfo {
-                size: CONFIG_SIZE,
-                flags: rw,
-            },
+            regs::BAR_REGS => RegionInfo { size: regs::REGS_SIZE, flags: rw },
+            regs::BAR_PCT => RegionInfo { size: Self::pct_bar_size(self.shared.pages), flags: rw },
+            regs::BAR_TX => RegionInfo { size: self.shared.pages * PAGE_SIZE, flags: rw },
+            region::CONFIG => RegionInfo { size: CONFIG_SIZE, flags: rw },
             _ => RegionInfo::default(),
         }
     }
@@ -560,22 +483,12 @@ impl Device for Adapter {
         Ok(())
     }
 
-    fn dma_map(
-        &mut self,
-        iova: u64,
-        size: u64,
-        fd: Option<OwnedFd>,
-        offset: u64,
-        flags: u32,
-    ) -> Result<(), Errno> {
+    fn dma_map(&mut self, iova: u64, size: u64, fd: Option<OwnedFd>, offset: u64, flags: u32) -> Result<(), Errno> {
         let writable = flags & vfio_user::dma_flags::WRITE != 0;
-        self.shared
-            .dma
-            .map(iova, size, fd, offset, writable)
-            .map_err(|e| {
-                warn!("DMA_MAP refused: {e}");
-                Errno(libc::EINVAL)
-            })
+        self.shared.dma.map(iova, size, fd, offset, writable).map_err(|e| {
+            warn!("DMA_MAP refused: {e}");
+            Errno(libc::EINVAL)
+        })
     }
 
     fn dma_unmap(&mut self, iova: u64, size: u64, all: bool) -> Result<(), Errno> {
@@ -590,10 +503,7 @@ impl Device for Adapter {
     fn set_irqs(&mut self, req: IrqSet) -> Result<(), Errno> {
         use vfio_user::irq::*;
         let mut irqs = self.shared.irqs.lock().unwrap();
-        match (
-            req.index,
-            req.flags & (ACTION_MASK | ACTION_UNMASK | ACTION_TRIGGER),
-        ) {
+        match (req.index, req.flags & (ACTION_MASK | ACTION_UNMASK | ACTION_TRIGGER)) {
             (INTX, ACTION_TRIGGER) if req.flags & DATA_EVENTFD != 0 => {
                 irqs.intx = req.fds.into_iter().next();
             }

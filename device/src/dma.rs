@@ -77,15 +77,9 @@ impl Backing {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(DmaError::BadMap(format!(
-                "mmap of {len} bytes failed: {}",
-                std::io::Error::last_os_error()
-            )));
+            return Err(DmaError::BadMap(format!("mmap of {len} bytes failed: {}", std::io::Error::last_os_error())));
         }
-        Ok(Backing {
-            ptr: ptr.cast(),
-            len,
-        })
+        Ok(Backing { ptr: ptr.cast(), len })
     }
 }
 
@@ -118,14 +112,7 @@ impl DmaSpace {
 
     /// Adds a map of `[iova, iova+size)` to `fd` at `offset` (no fd: recorded,
     /// but not accessible).
-    pub fn map(
-        &self,
-        iova: u64,
-        size: u64,
-        fd: Option<OwnedFd>,
-        offset: u64,
-        writable: bool,
-    ) -> Result<(), DmaError> {
+    pub fn map(&self, iova: u64, size: u64, fd: Option<OwnedFd>, offset: u64, writable: bool) -> Result<(), DmaError> {
         let end = iova
             .checked_add(size)
             .filter(|_| size > 0)
@@ -136,17 +123,13 @@ impl DmaSpace {
         }
         if let Some((s, r)) = maps.ranges.range(..end).next_back() {
             if r.end > iova {
-                return Err(DmaError::BadMap(format!(
-                    "[{iova:#x}, {end:#x}) overlaps [{s:#x}, {:#x})",
-                    r.end
-                )));
+                return Err(DmaError::BadMap(format!("[{iova:#x}, {end:#x}) overlaps [{s:#x}, {:#x})", r.end)));
             }
         }
         let backing = match fd {
             None => None,
             Some(fd) => {
-                let st = nix::sys::stat::fstat(fd.as_raw_fd())
-                    .map_err(|e| DmaError::BadMap(format!("fstat: {e}")))?;
+                let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| DmaError::BadMap(format!("fstat: {e}")))?;
                 let file_len = st.st_size as u64;
                 if offset.checked_add(size).is_none_or(|e| e > file_len) {
                     return Err(DmaError::BadMap(format!(
@@ -165,14 +148,7 @@ impl DmaSpace {
                 Some((b, offset))
             }
         };
-        maps.ranges.insert(
-            iova,
-            Range {
-                end,
-                backing,
-                writable,
-            },
-        );
+        maps.ranges.insert(iova, Range { end, backing, writable });
         Ok(())
     }
 
@@ -182,13 +158,8 @@ impl DmaSpace {
         let end = iova.saturating_add(size);
         let mut maps = self.maps.write().unwrap();
         let mut removed = 0;
-        let starts: Vec<u64> = maps
-            .ranges
-            .range(..end)
-            .rev()
-            .take_while(|(_, r)| r.end > iova)
-            .map(|(s, _)| *s)
-            .collect();
+        let starts: Vec<u64> =
+            maps.ranges.range(..end).rev().take_while(|(_, r)| r.end > iova).map(|(s, _)| *s).collect();
         for s in starts {
             let r = maps.ranges.remove(&s).unwrap();
             if s < iova {
@@ -227,22 +198,13 @@ impl DmaSpace {
     }
 
     /// Resolves `[iova, iova+len)` into host pointers, or fails without side effects.
-    fn resolve(
-        maps: &Maps,
-        iova: u64,
-        len: usize,
-        write: bool,
-    ) -> Result<Vec<(*mut u8, usize)>, DmaError> {
+    fn resolve(maps: &Maps, iova: u64, len: usize, write: bool) -> Result<Vec<(*mut u8, usize)>, DmaError> {
         let mut out = Vec::with_capacity(2);
         let mut at = iova;
         let mut left = len as u64;
         while left > 0 {
-            let (start, r) = maps
-                .ranges
-                .range(..=at)
-                .next_back()
-                .filter(|(_, r)| r.end > at)
-                .ok_or(DmaError::Unmapped(at))?;
+            let (start, r) =
+                maps.ranges.range(..=at).next_back().filter(|(_, r)| r.end > at).ok_or(DmaError::Unmapped(at))?;
             if write && !r.writable {
                 return Err(DmaError::ReadOnly(at));
             }
@@ -302,9 +264,7 @@ mod tests {
     use std::os::fd::FromRawFd;
 
     fn memfd(len: u64) -> OwnedFd {
-        let fd =
-            nix::sys::memfd::memfd_create(c"dma-test", nix::sys::memfd::MemFdCreateFlag::empty())
-                .unwrap();
+        let fd = nix::sys::memfd::memfd_create(c"dma-test", nix::sys::memfd::MemFdCreateFlag::empty()).unwrap();
         nix::unistd::ftruncate(&fd, len as i64).unwrap();
         fd
     }
@@ -319,10 +279,8 @@ mod tests {
         let ram = memfd(1 << 20);
         let dma = DmaSpace::new();
         // IOVA pages mapped out of order onto RAM pages, like a guest IOMMU does.
-        dma.map(0x1000_0000, 4096, Some(dup(&ram)), 0x5000, true)
-            .unwrap();
-        dma.map(0x1000_1000, 4096, Some(dup(&ram)), 0x2000, true)
-            .unwrap();
+        dma.map(0x1000_0000, 4096, Some(dup(&ram)), 0x5000, true).unwrap();
+        dma.map(0x1000_1000, 4096, Some(dup(&ram)), 0x2000, true).unwrap();
         assert_eq!(dma.maps.read().unwrap().files.len(), 1);
         let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
         dma.write(0x1000_0000, &data).unwrap();
@@ -342,17 +300,11 @@ mod tests {
         let dma = DmaSpace::new();
         dma.map(0x10000, 4096, Some(dup(&ram)), 0, true).unwrap();
         // straddles the end of the map: refused as a whole
-        assert_eq!(
-            dma.write(0x10000 + 4000, &[0xAA; 200]),
-            Err(DmaError::Unmapped(0x11000))
-        );
+        assert_eq!(dma.write(0x10000 + 4000, &[0xAA; 200]), Err(DmaError::Unmapped(0x11000)));
         let mut b = vec![0u8; 4096];
         dma.read(0x10000, &mut b).unwrap();
         assert!(b.iter().all(|&x| x == 0));
-        assert_eq!(
-            dma.write(u64::MAX - 3, &[1; 8]),
-            Err(DmaError::Unmapped(u64::MAX - 3))
-        );
+        assert_eq!(dma.write(u64::MAX - 3, &[1; 8]), Err(DmaError::Unmapped(u64::MAX - 3)));
     }
 
     #[test]
@@ -367,17 +319,10 @@ mod tests {
         let mut b = [0u8];
         dma.read(0x2000, &mut b).unwrap();
         assert_eq!(b[0], 7);
-        dma.map(0x8000, 0x1000, Some(dup(&ram)), 0x8000, false)
-            .unwrap();
+        dma.map(0x8000, 0x1000, Some(dup(&ram)), 0x8000, false).unwrap();
         assert_eq!(dma.write(0x8000, &[1]), Err(DmaError::ReadOnly(0x8000)));
-        assert!(matches!(
-            dma.map(0x3000, 0x2000, None, 0, true),
-            Err(DmaError::BadMap(_))
-        ));
-        assert!(matches!(
-            dma.map(0x10000, 0x1000, Some(dup(&ram)), 0xF800, true),
-            Err(DmaError::BadMap(_))
-        ));
+        assert!(matches!(dma.map(0x3000, 0x2000, None, 0, true), Err(DmaError::BadMap(_))));
+        assert!(matches!(dma.map(0x10000, 0x1000, Some(dup(&ram)), 0xF800, true), Err(DmaError::BadMap(_))));
         dma.map(0x20000, 0x1000, None, 0, true).unwrap();
         assert_eq!(dma.write(0x20000, &[1]), Err(DmaError::NoBacking(0x20000)));
     }

@@ -35,10 +35,7 @@ pub struct ConfigSpace {
 impl ConfigSpace {
     /// Builds the reset state for an adapter with `pct_size` and `tx_size` BARs.
     pub fn new(pct_size: u64, tx_size: u64) -> Self {
-        let mut c = ConfigSpace {
-            bytes: [0; CONFIG_SIZE as usize],
-            bar_sizes: [0; 6],
-        };
+        let mut c = ConfigSpace { bytes: [0; CONFIG_SIZE as usize], bar_sizes: [0; 6] };
         c.put16(0x00, regs::VENDOR_ID);
         c.put16(0x02, regs::DEVICE_ID);
         c.bytes[0x08] = 0x01; // revision
@@ -80,8 +77,7 @@ impl ConfigSpace {
             let o = offset as usize + i;
             match o {
                 COMMAND | 0x05 => {
-                    let mut cmd =
-                        u16::from_le_bytes([self.bytes[COMMAND], self.bytes[COMMAND + 1]]);
+                    let mut cmd = u16::from_le_bytes([self.bytes[COMMAND], self.bytes[COMMAND + 1]]);
                     let shift = (o - COMMAND) * 8;
                     cmd = (cmd & !(0xFF << shift)) | ((b as u16) << shift);
                     self.put16(COMMAND, cmd & COMMAND_RW);
@@ -121,14 +117,7 @@ impl ConfigSpace {
     /// Sets or clears the INTx status bit.
     pub fn set_intx_status(&mut self, on: bool) {
         let s = u16::from_le_bytes([self.bytes[STATUS], self.bytes[STATUS + 1]]);
-        self.put16(
-            STATUS,
-            if on {
-                s | STATUS_INTX
-            } else {
-                s & !STATUS_INTX
-            },
-        );
+        self.put16(STATUS, if on { s | STATUS_INTX } else { s & !STATUS_INTX });
     }
 
     /// True when the guest enabled memory decoding.

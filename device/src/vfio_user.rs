@@ -234,14 +234,7 @@ pub trait Device {
     /// Writes region `index` at `offset` (bounds already checked).
     fn region_write(&mut self, index: u32, offset: u64, data: &[u8]) -> Result<(), Errno>;
     /// Maps guest memory.
-    fn dma_map(
-        &mut self,
-        iova: u64,
-        size: u64,
-        fd: Option<OwnedFd>,
-        offset: u64,
-        flags: u32,
-    ) -> Result<(), Errno>;
+    fn dma_map(&mut self, iova: u64, size: u64, fd: Option<OwnedFd>, offset: u64, flags: u32) -> Result<(), Errno>;
     /// Unmaps guest memory (`all`: everything).
     fn dma_unmap(&mut self, iova: u64, size: u64, all: bool) -> Result<(), Errno>;
     /// Interrupt setup (bounds of `start..start+count` already checked).
@@ -345,13 +338,7 @@ pub struct Connection<'d, D: Device> {
 impl<'d, D: Device> Connection<'d, D> {
     /// Wraps an accepted stream.
     pub fn new(stream: UnixStream, dev: &'d mut D) -> Self {
-        Connection {
-            stream,
-            dev,
-            body: Vec::with_capacity(4096),
-            out: Vec::with_capacity(4096),
-            idle_pending: false,
-        }
+        Connection { stream, dev, body: Vec::with_capacity(4096), out: Vec::with_capacity(4096), idle_pending: false }
     }
 
     /// Runs until the client closes (Ok) or breaks the protocol (Err).
@@ -384,16 +371,12 @@ impl<'d, D: Device> Connection<'d, D> {
         while got < HDR_LEN {
             let mut iov = [IoSliceMut::new(&mut hb[got..])];
             let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; MAX_FDS]);
-            let msg = match recvmsg::<()>(
-                self.stream.as_raw_fd(),
-                &mut iov,
-                Some(&mut cmsg),
-                MsgFlags::MSG_CMSG_CLOEXEC,
-            ) {
-                Ok(m) => m,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(ServeError::Io(e.into())),
-            };
+            let msg =
+                match recvmsg::<()>(self.stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
+                    Ok(m) => m,
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => return Err(ServeError::Io(e.into())),
+                };
             let n = msg.bytes;
             if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
                 warn!("client sent more than {MAX_FDS} fds with one message; extra fds dropped");
@@ -401,19 +384,14 @@ impl<'d, D: Device> Connection<'d, D> {
             for c in msg.cmsgs().map_err(|e| ServeError::Io(e.into()))? {
                 if let ControlMessageOwned::ScmRights(raw) = c {
                     // SAFETY: the kernel just installed these fds for us.
-                    fds.extend(
-                        raw.into_iter()
-                            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                    );
+                    fds.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
                 }
             }
             if n == 0 {
                 if got == 0 {
                     return Ok(None);
                 }
-                return Err(ServeError::Protocol(
-                    "connection closed inside a header".into(),
-                ));
+                return Err(ServeError::Protocol("connection closed inside a header".into()));
             }
             got += n;
         }
@@ -431,9 +409,7 @@ impl<'d, D: Device> Connection<'d, D> {
         };
         let size = hdr.size as usize;
         if size < HDR_LEN {
-            return Err(ServeError::Protocol(format!(
-                "message size {size} is smaller than a header"
-            )));
+            return Err(ServeError::Protocol(format!("message size {size} is smaller than a header")));
         }
         if hdr.flags & flags::TYPE_MASK != flags::REQUEST {
             return Err(ServeError::Protocol(format!(
@@ -443,16 +419,8 @@ impl<'d, D: Device> Connection<'d, D> {
         }
         if size > MAX_MSG {
             // Too big to take, but still framed: drain it and say so.
-            warn!(
-                id = hdr.id,
-                command = hdr.command,
-                size,
-                "message over {MAX_MSG} bytes refused"
-            );
-            io::copy(
-                &mut (&self.stream).take((size - HDR_LEN) as u64),
-                &mut io::sink(),
-            )?;
+            warn!(id = hdr.id, command = hdr.command, size, "message over {MAX_MSG} bytes refused");
+            io::copy(&mut (&self.stream).take((size - HDR_LEN) as u64), &mut io::sink())?;
             self.reply(&hdr, Reply::Err(libc::E2BIG))?;
             return Ok(true);
         }
@@ -462,12 +430,7 @@ impl<'d, D: Device> Connection<'d, D> {
         self.idle_pending = true;
         if hdr.flags & flags::NO_REPLY != 0 {
             if let Reply::Err(e) = reply {
-                debug!(
-                    id = hdr.id,
-                    command = hdr.command,
-                    errno = e,
-                    "posted request failed"
-                );
+                debug!(id = hdr.id, command = hdr.command, errno = e, "posted request failed");
             }
         } else {
             self.reply(&hdr, reply)?;
@@ -480,13 +443,7 @@ impl<'d, D: Device> Connection<'d, D> {
             Reply::Ok(b) => (b, flags::REPLY, 0),
             Reply::Err(e) => (Vec::new(), flags::REPLY | flags::ERROR, e as u32),
         };
-        let h = Header {
-            id: req.id,
-            command: req.command,
-            size: (HDR_LEN + body.len()) as u32,
-            flags,
-            error,
-        };
+        let h = Header { id: req.id, command: req.command, size: (HDR_LEN + body.len()) as u32, flags, error };
         self.out.clear();
         self.out.extend_from_slice(&h.encode());
         self.out.extend_from_slice(&body);
@@ -519,9 +476,7 @@ impl<'d, D: Device> Connection<'d, D> {
         if index >= region::COUNT
             || count == 0
             || count > MAX_XFER
-            || offset
-                .checked_add(count as u64)
-                .is_none_or(|e| e > info.size)
+            || offset.checked_add(count as u64).is_none_or(|e| e > info.size)
         {
             return Err(Errno(libc::EINVAL));
         }
@@ -539,10 +494,7 @@ impl<'d, D: Device> Connection<'d, D> {
         match cmd {
             Command::Version => {
                 need(4)?;
-                let (major, _minor) = (
-                    u16::from_le_bytes([b[0], b[1]]),
-                    u16::from_le_bytes([b[2], b[3]]),
-                );
+                let (major, _minor) = (u16::from_le_bytes([b[0], b[1]]), u16::from_le_bytes([b[2], b[3]]));
                 if major != 0 {
                     return Err(Errno(libc::ENOTSUP));
                 }
@@ -557,15 +509,13 @@ impl<'d, D: Device> Connection<'d, D> {
                 if fds.len() > 1 {
                     return Err(Errno(libc::EINVAL));
                 }
-                self.dev
-                    .dma_map(iova, size, fds.into_iter().next(), offset, fl)?;
+                self.dev.dma_map(iova, size, fds.into_iter().next(), offset, fl)?;
                 Ok(Vec::new())
             }
             Command::DmaUnmap => {
                 need(24)?;
                 let (fl, iova, size) = (le32(b, 4), le64(b, 8), le64(b, 16));
-                self.dev
-                    .dma_unmap(iova, size, fl & dma_flags::UNMAP_ALL != 0)?;
+                self.dev.dma_unmap(iova, size, fl & dma_flags::UNMAP_ALL != 0)?;
                 Ok(b[..24].to_vec())
             }
             Command::DeviceGetInfo => {
@@ -616,10 +566,7 @@ impl<'d, D: Device> Connection<'d, D> {
                 need(20)?;
                 let (fl, index, start, count) = (le32(b, 4), le32(b, 8), le32(b, 12), le32(b, 16));
                 if index >= irq::COUNT
-                    || start
-                        .checked_add(count)
-                        .is_none_or(|e| e > self.dev.irq_count(index))
-                        && count != 0
+                    || start.checked_add(count).is_none_or(|e| e > self.dev.irq_count(index)) && count != 0
                 {
                     return Err(Errno(libc::EINVAL));
                 }
@@ -636,14 +583,7 @@ impl<'d, D: Device> Connection<'d, D> {
                 if data == irq::DATA_EVENTFD && !fds.is_empty() && fds.len() != count as usize {
                     return Err(Errno(libc::EINVAL));
                 }
-                self.dev.set_irqs(IrqSet {
-                    index,
-                    flags: fl,
-                    start,
-                    count,
-                    fds,
-                    bools,
-                })?;
+                self.dev.set_irqs(IrqSet { index, flags: fl, start, count, fds, bools })?;
                 Ok(Vec::new())
             }
             Command::RegionRead => {
@@ -686,10 +626,9 @@ impl<'d, D: Device> Connection<'d, D> {
                 self.dev.reset();
                 Ok(Vec::new())
             }
-            Command::DeviceGetRegionIoFds
-            | Command::DmaRead
-            | Command::DmaWrite
-            | Command::DirtyPages => Err(Errno(libc::ENOTSUP)),
+            Command::DeviceGetRegionIoFds | Command::DmaRead | Command::DmaWrite | Command::DirtyPages => {
+                Err(Errno(libc::ENOTSUP))
+            }
         }
     }
 }

@@ -49,12 +49,7 @@ impl Adapter {
         }
         let pct = dev.map_bar(regs::BAR_PCT)?;
         let tx = dev.map_bar(regs::BAR_TX)?;
-        Ok(Adapter {
-            dev,
-            regs: regs_bar,
-            pct,
-            tx,
-        })
+        Ok(Adapter { dev, regs: regs_bar, pct, tx })
     }
 
     /// Reads a 32-bit register (`regs::reg::*`).
@@ -104,10 +99,7 @@ impl Adapter {
     pub fn store(&self, addr: u64, data: &[u8]) {
         assert!(data.len() % 8 == 0, "transmit stores are 8-byte words");
         for (i, w) in data.chunks_exact(8).enumerate() {
-            self.store64(
-                addr + 8 * i as u64,
-                u64::from_le_bytes(w.try_into().unwrap()),
-            );
+            self.store64(addr + 8 * i as u64, u64::from_le_bytes(w.try_into().unwrap()));
         }
     }
 }
@@ -123,12 +115,7 @@ impl RxBuffer {
     /// Creates (or reuses) `path` with `pages` MEMORY CHANNEL pages and maps it.
     pub fn create(path: &Path, pages: u64) -> std::io::Result<RxBuffer> {
         let len = (pages * PAGE_SIZE) as usize;
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
         f.set_len(len as u64)?;
         Self::map(&f, len, true)
     }
@@ -142,34 +129,15 @@ impl RxBuffer {
 
     fn map(f: &std::fs::File, len: usize, write: bool) -> std::io::Result<RxBuffer> {
         if len == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "empty receive buffer",
-            ));
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty receive buffer"));
         }
-        let prot = if write {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
-        };
+        let prot = if write { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
         // SAFETY: shared mapping of a file we opened; checked below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                prot,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, f.as_raw_fd(), 0) };
         if ptr == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(RxBuffer {
-            ptr: ptr.cast(),
-            len,
-        })
+        Ok(RxBuffer { ptr: ptr.cast(), len })
     }
 
     /// Pins the buffer and maps it for the adapter's DMA.
@@ -200,10 +168,7 @@ impl RxBuffer {
 
     /// Volatile 8-byte read at `off` (8-byte aligned).
     pub fn read64(&self, off: usize) -> u64 {
-        assert!(
-            off % 8 == 0 && off + 8 <= self.len,
-            "bad 8-byte read at {off}"
-        );
+        assert!(off % 8 == 0 && off + 8 <= self.len, "bad 8-byte read at {off}");
         // SAFETY: in bounds and aligned (asserted).
         unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u64>()) }
     }
@@ -225,9 +190,7 @@ impl Drop for RxBuffer {
 /// A non-repeating test pattern: `len` bytes for `page` with `seed`
 /// (xorshift64*, 8 bytes per step, never all zero).
 pub fn pattern(seed: u64, page: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ page.wrapping_add(1).wrapping_mul(0xD1B5_4A32_D192_ED03)
-        | 1;
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ page.wrapping_add(1).wrapping_mul(0xD1B5_4A32_D192_ED03) | 1;
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {
         x ^= x >> 12;

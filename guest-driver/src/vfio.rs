@@ -16,10 +16,9 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 use vfio_bindings::bindings::vfio::{
-    vfio_group_status, vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_region_info,
-    VFIO_TYPE1v2_IOMMU, VFIO_API_VERSION, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ,
-    VFIO_DMA_MAP_FLAG_WRITE, VFIO_GROUP_FLAGS_VIABLE, VFIO_REGION_INFO_FLAG_MMAP, VFIO_TYPE,
-    VFIO_TYPE1_IOMMU,
+    vfio_group_status, vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_region_info, VFIO_TYPE1v2_IOMMU,
+    VFIO_API_VERSION, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_GROUP_FLAGS_VIABLE,
+    VFIO_REGION_INFO_FLAG_MMAP, VFIO_TYPE, VFIO_TYPE1_IOMMU,
 };
 
 /// Errors of the VFIO driver, each saying what to check.
@@ -29,9 +28,7 @@ pub enum VfioError {
     #[error("no MEMORY CHANNEL adapter (PCI {0}) found in /sys/bus/pci/devices")]
     NotFound(String),
     /// The device has no IOMMU group: the guest IOMMU is off.
-    #[error(
-        "{0} has no IOMMU group: boot the guest with intel_iommu=on and an intel-iommu device"
-    )]
+    #[error("{0} has no IOMMU group: boot the guest with intel_iommu=on and an intel-iommu device")]
     NoGroup(String),
     /// The group is held by another process.
     #[error("the adapter is in use by another process (VFIO group {0} busy); stop it first")]
@@ -74,14 +71,9 @@ const VFIO_IOMMU_UNMAP_DMA: libc::c_ulong = io_nr(14);
 pub fn find_pci(vendor: u16, device: u16) -> Result<String> {
     let ids = format!("{vendor:04x}:{device:04x}");
     let mut found: Vec<String> = Vec::new();
-    for e in fs::read_dir("/sys/bus/pci/devices")
-        .map_err(os("reading /sys/bus/pci/devices"))?
-        .flatten()
-    {
+    for e in fs::read_dir("/sys/bus/pci/devices").map_err(os("reading /sys/bus/pci/devices"))?.flatten() {
         let rd = |f: &str| fs::read_to_string(e.path().join(f)).unwrap_or_default();
-        if rd("vendor").trim() == format!("0x{vendor:04x}")
-            && rd("device").trim() == format!("0x{device:04x}")
-        {
+        if rd("vendor").trim() == format!("0x{vendor:04x}") && rd("device").trim() == format!("0x{device:04x}") {
             found.push(e.file_name().to_string_lossy().into_owned());
         }
     }
@@ -96,19 +88,15 @@ fn sysfs(bdf: &str) -> PathBuf {
 /// Binds `bdf` to `vfio-pci` (no-op when it already is).
 pub fn bind_vfio_pci(bdf: &str) -> Result<()> {
     let dev = sysfs(bdf);
-    let driver = fs::read_link(dev.join("driver"))
-        .ok()
-        .and_then(|p| p.file_name().map(|s| s.to_string_lossy().into_owned()));
+    let driver =
+        fs::read_link(dev.join("driver")).ok().and_then(|p| p.file_name().map(|s| s.to_string_lossy().into_owned()));
     if driver.as_deref() == Some("vfio-pci") {
         return Ok(());
     }
     if !Path::new("/sys/bus/pci/drivers/vfio-pci").exists() {
-        return Err(VfioError::Unexpected(
-            "vfio-pci driver not loaded: modprobe vfio-pci".into(),
-        ));
+        return Err(VfioError::Unexpected("vfio-pci driver not loaded: modprobe vfio-pci".into()));
     }
-    fs::write(dev.join("driver_override"), "vfio-pci")
-        .map_err(os(format!("setting driver_override of {bdf}")))?;
+    fs::write(dev.join("driver_override"), "vfio-pci").map_err(os(format!("setting driver_override of {bdf}")))?;
     if driver.is_some() {
         fs::write(dev.join("driver/unbind"), bdf).map_err(os(format!("unbinding {bdf}")))?;
     }
@@ -197,37 +185,21 @@ pub struct VfioDevice {
     pub bdf: String,
 }
 
-fn ioctl_ptr<T>(
-    fd: &impl AsRawFd,
-    req: libc::c_ulong,
-    arg: &mut T,
-    what: &str,
-) -> Result<libc::c_int> {
+fn ioctl_ptr<T>(fd: &impl AsRawFd, req: libc::c_ulong, arg: &mut T, what: &str) -> Result<libc::c_int> {
     // SAFETY: `arg` is a properly sized, initialised struct of the type the
     // ioctl expects (callers pair each request with its struct).
     let rc = unsafe { libc::ioctl(fd.as_raw_fd(), req, arg as *mut T) };
     if rc < 0 {
-        return Err(VfioError::Os {
-            what: what.into(),
-            err: io::Error::last_os_error(),
-        });
+        return Err(VfioError::Os { what: what.into(), err: io::Error::last_os_error() });
     }
     Ok(rc)
 }
 
-fn ioctl_val(
-    fd: &impl AsRawFd,
-    req: libc::c_ulong,
-    arg: libc::c_ulong,
-    what: &str,
-) -> Result<libc::c_int> {
+fn ioctl_val(fd: &impl AsRawFd, req: libc::c_ulong, arg: libc::c_ulong, what: &str) -> Result<libc::c_int> {
     // SAFETY: ioctls that take an integer argument, no memory.
     let rc = unsafe { libc::ioctl(fd.as_raw_fd(), req, arg) };
     if rc < 0 {
-        return Err(VfioError::Os {
-            what: what.into(),
-            err: io::Error::last_os_error(),
-        });
+        return Err(VfioError::Os { what: what.into(), err: io::Error::last_os_error() });
     }
     Ok(rc)
 }
@@ -235,78 +207,40 @@ fn ioctl_val(
 impl VfioDevice {
     /// Opens `bdf` (already bound to vfio-pci) in a fresh container.
     pub fn open(bdf: &str) -> Result<VfioDevice> {
-        let group_link = fs::read_link(sysfs(bdf).join("iommu_group"))
-            .map_err(|_| VfioError::NoGroup(bdf.into()))?;
+        let group_link = fs::read_link(sysfs(bdf).join("iommu_group")).map_err(|_| VfioError::NoGroup(bdf.into()))?;
         let group_no: u32 = group_link
             .file_name()
             .and_then(|s| s.to_str())
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| {
-                VfioError::Unexpected(format!("odd iommu_group link {}", group_link.display()))
-            })?;
-        let container = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/vfio/vfio")
-            .map_err(os("opening /dev/vfio/vfio"))?;
+            .ok_or_else(|| VfioError::Unexpected(format!("odd iommu_group link {}", group_link.display())))?;
+        let container =
+            OpenOptions::new().read(true).write(true).open("/dev/vfio/vfio").map_err(os("opening /dev/vfio/vfio"))?;
         let api = ioctl_val(&container, VFIO_GET_API_VERSION, 0, "VFIO_GET_API_VERSION")?;
         if api != VFIO_API_VERSION as i32 {
-            return Err(VfioError::Unexpected(format!(
-                "VFIO API version {api}, expected {VFIO_API_VERSION}"
-            )));
+            return Err(VfioError::Unexpected(format!("VFIO API version {api}, expected {VFIO_API_VERSION}")));
         }
-        let group = match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/dev/vfio/{group_no}"))
-        {
+        let group = match OpenOptions::new().read(true).write(true).open(format!("/dev/vfio/{group_no}")) {
             Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                return Err(VfioError::Busy(group_no))
-            }
-            Err(e) => {
-                return Err(VfioError::Os {
-                    what: format!("opening /dev/vfio/{group_no}"),
-                    err: e,
-                })
-            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Err(VfioError::Busy(group_no)),
+            Err(e) => return Err(VfioError::Os { what: format!("opening /dev/vfio/{group_no}"), err: e }),
         };
-        let mut status = vfio_group_status {
-            argsz: std::mem::size_of::<vfio_group_status>() as u32,
-            flags: 0,
-        };
-        ioctl_ptr(
-            &group,
-            VFIO_GROUP_GET_STATUS,
-            &mut status,
-            "VFIO_GROUP_GET_STATUS",
-        )?;
+        let mut status = vfio_group_status { argsz: std::mem::size_of::<vfio_group_status>() as u32, flags: 0 };
+        ioctl_ptr(&group, VFIO_GROUP_GET_STATUS, &mut status, "VFIO_GROUP_GET_STATUS")?;
         if status.flags & VFIO_GROUP_FLAGS_VIABLE == 0 {
             return Err(VfioError::Unexpected(format!(
                 "IOMMU group {group_no} is not viable: bind every device in it to vfio-pci"
             )));
         }
         let mut cfd = container.as_raw_fd();
-        ioctl_ptr(
-            &group,
-            VFIO_GROUP_SET_CONTAINER,
-            &mut cfd,
-            "VFIO_GROUP_SET_CONTAINER",
-        )?;
-        let iommu = if ioctl_val(
-            &container,
-            VFIO_CHECK_EXTENSION,
-            VFIO_TYPE1v2_IOMMU as _,
-            "VFIO_CHECK_EXTENSION",
-        )? > 0
+        ioctl_ptr(&group, VFIO_GROUP_SET_CONTAINER, &mut cfd, "VFIO_GROUP_SET_CONTAINER")?;
+        let iommu = if ioctl_val(&container, VFIO_CHECK_EXTENSION, VFIO_TYPE1v2_IOMMU as _, "VFIO_CHECK_EXTENSION")? > 0
         {
             VFIO_TYPE1v2_IOMMU
         } else {
             VFIO_TYPE1_IOMMU
         };
         ioctl_val(&container, VFIO_SET_IOMMU, iommu as _, "VFIO_SET_IOMMU")?;
-        let name = std::ffi::CString::new(bdf)
-            .map_err(|_| VfioError::Unexpected("bad PCI address".into()))?;
+        let name = std::ffi::CString::new(bdf).map_err(|_| VfioError::Unexpected("bad PCI address".into()))?;
         // SAFETY: the ioctl reads a NUL-terminated string and returns a new fd.
         let fd = unsafe { libc::ioctl(group.as_raw_fd(), VFIO_GROUP_GET_DEVICE_FD, name.as_ptr()) };
         if fd < 0 {
@@ -317,47 +251,25 @@ impl VfioDevice {
         }
         // SAFETY: `fd` is a fresh descriptor we own.
         let device = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(VfioDevice {
-            container,
-            _group: group,
-            device,
-            bdf: bdf.into(),
-        })
+        Ok(VfioDevice { container, _group: group, device, bdf: bdf.into() })
     }
 
     /// Region `index` (BAR n is index n).
     pub fn region(&self, index: u32) -> Result<Region> {
-        let mut info = vfio_region_info {
-            argsz: std::mem::size_of::<vfio_region_info>() as u32,
-            index,
-            ..Default::default()
-        };
-        ioctl_ptr(
-            &self.device,
-            VFIO_DEVICE_GET_REGION_INFO,
-            &mut info,
-            "VFIO_DEVICE_GET_REGION_INFO",
-        )?;
-        Ok(Region {
-            offset: info.offset,
-            size: info.size,
-            flags: info.flags,
-        })
+        let mut info =
+            vfio_region_info { argsz: std::mem::size_of::<vfio_region_info>() as u32, index, ..Default::default() };
+        ioctl_ptr(&self.device, VFIO_DEVICE_GET_REGION_INFO, &mut info, "VFIO_DEVICE_GET_REGION_INFO")?;
+        Ok(Region { offset: info.offset, size: info.size, flags: info.flags })
     }
 
     /// Maps BAR `index` into this process.
     pub fn map_bar(&self, index: u32) -> Result<Bar> {
         let r = self.region(index)?;
         if r.size == 0 {
-            return Err(VfioError::Unexpected(format!(
-                "BAR {index} is not implemented by the device"
-            )));
+            return Err(VfioError::Unexpected(format!("BAR {index} is not implemented by the device")));
         }
         if r.flags & VFIO_REGION_INFO_FLAG_MMAP == 0 {
-            return Err(VfioError::Unexpected(format!(
-                "BAR {index} cannot be mmapped (region flags {:#x})",
-                r.flags
-            )));
+            return Err(VfioError::Unexpected(format!("BAR {index} cannot be mmapped (region flags {:#x})", r.flags)));
         }
         // SAFETY: mapping a device region through its fd at the offset VFIO
         // gave; the result is checked and owned by `Bar`.
@@ -372,15 +284,9 @@ impl VfioDevice {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(VfioError::Os {
-                what: format!("mmap of BAR {index}"),
-                err: io::Error::last_os_error(),
-            });
+            return Err(VfioError::Os { what: format!("mmap of BAR {index}"), err: io::Error::last_os_error() });
         }
-        Ok(Bar {
-            ptr: ptr.cast(),
-            len: r.size as usize,
-        })
+        Ok(Bar { ptr: ptr.cast(), len: r.size as usize })
     }
 
     /// Maps `[vaddr, vaddr+size)` of this process at `iova` for device DMA
@@ -393,12 +299,7 @@ impl VfioDevice {
             iova,
             size,
         };
-        ioctl_ptr(
-            &self.container,
-            VFIO_IOMMU_MAP_DMA,
-            &mut m,
-            "VFIO_IOMMU_MAP_DMA",
-        )?;
+        ioctl_ptr(&self.container, VFIO_IOMMU_MAP_DMA, &mut m, "VFIO_IOMMU_MAP_DMA")?;
         Ok(())
     }
 
@@ -411,12 +312,7 @@ impl VfioDevice {
             size,
             ..Default::default()
         };
-        ioctl_ptr(
-            &self.container,
-            VFIO_IOMMU_UNMAP_DMA,
-            &mut m,
-            "VFIO_IOMMU_UNMAP_DMA",
-        )?;
+        ioctl_ptr(&self.container, VFIO_IOMMU_UNMAP_DMA, &mut m, "VFIO_IOMMU_UNMAP_DMA")?;
         Ok(())
     }
 

@@ -31,43 +31,16 @@ pub fn join(
     name: &str,
 ) -> io::Result<(Joined, UnixStream, BufWriter<UnixStream>)> {
     let mut stream = UnixStream::connect(path)?;
-    stream.write_all(
-        &Msg::Hello {
-            want_node,
-            page_size,
-            aspace_pages,
-            name,
-        }
-        .encode(),
-    )?;
+    stream.write_all(&Msg::Hello { want_node, page_size, aspace_pages, name }.encode())?;
     let mut buf = Vec::new();
     let hdr = link::read_frame(&mut stream, &mut buf)?;
-    let joined =
-        match Msg::parse(&hdr, &buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))? {
-            Msg::Welcome {
-                node,
-                max_nodes,
-                next_seq,
-                members,
-            } => Joined {
-                node,
-                max_nodes,
-                next_seq,
-                members,
-            },
-            Msg::Refuse { reason } => {
-                return Err(io::Error::new(
-                    io::ErrorKind::ConnectionRefused,
-                    format!("hub refused: {reason}"),
-                ))
-            }
-            other => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("hub answered Hello with {other:?}"),
-                ))
-            }
-        };
+    let joined = match Msg::parse(&hdr, &buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))? {
+        Msg::Welcome { node, max_nodes, next_seq, members } => Joined { node, max_nodes, next_seq, members },
+        Msg::Refuse { reason } => {
+            return Err(io::Error::new(io::ErrorKind::ConnectionRefused, format!("hub refused: {reason}")))
+        }
+        other => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("hub answered Hello with {other:?}"))),
+    };
     let writer = BufWriter::with_capacity(64 * 1024, stream.try_clone()?);
     Ok((joined, stream, writer))
 }

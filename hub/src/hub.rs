@@ -42,10 +42,7 @@ pub struct HubConfig {
 
 impl Default for HubConfig {
     fn default() -> Self {
-        HubConfig {
-            max_nodes: 8,
-            queue_depth: 4096,
-        }
+        HubConfig { max_nodes: 8, queue_depth: 4096 }
     }
 }
 
@@ -87,11 +84,7 @@ impl Shared {
         for (id, port) in st.ports.iter().enumerate() {
             let Some(port) = port else { continue };
             let id = id as u16;
-            let wanted = if id == src {
-                loopback
-            } else {
-                dest == BROADCAST || dest == id
-            };
+            let wanted = if id == src { loopback } else { dest == BROADCAST || dest == id };
             if !wanted {
                 continue;
             }
@@ -118,16 +111,9 @@ impl Shared {
 }
 
 /// Runs the hub on `listener` until `shutdown` completes.
-pub async fn serve(
-    listener: UnixListener,
-    cfg: HubConfig,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
+pub async fn serve(listener: UnixListener, cfg: HubConfig, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
     let shared = Arc::new(Shared {
-        state: Mutex::new(State {
-            next_seq: 0,
-            ports: (0..cfg.max_nodes).map(|_| None).collect(),
-        }),
+        state: Mutex::new(State { next_seq: 0, ports: (0..cfg.max_nodes).map(|_| None).collect() }),
         cfg,
     });
     tokio::pin!(shutdown);
@@ -154,8 +140,7 @@ pub async fn serve(
 async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<Header> {
     let mut h = [0u8; HEADER_LEN];
     r.read_exact(&mut h).await?;
-    let hdr =
-        Header::parse(&h).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let hdr = Header::parse(&h).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     buf.resize(hdr.len, 0);
     r.read_exact(buf).await?;
     Ok(hdr)
@@ -180,14 +165,9 @@ where
         }
     };
     let (want, name) = match Msg::parse(&hdr, &buf) {
-        Ok(Msg::Hello {
-            want_node, name, ..
-        }) => (want_node, name.to_string()),
+        Ok(Msg::Hello { want_node, name, .. }) => (want_node, name.to_string()),
         Ok(other) => {
-            warn!(
-                "peer opened with {:?} instead of Hello; closing",
-                kind_of(&other)
-            );
+            warn!("peer opened with {:?} instead of Hello; closing", kind_of(&other));
             return Ok(());
         }
         Err(e) => {
@@ -218,8 +198,7 @@ where
             Err(reason) => {
                 drop(st);
                 warn!(%name, "refusing adapter: {reason}");
-                w.write_all(&Msg::Refuse { reason: &reason }.encode())
-                    .await?;
+                w.write_all(&Msg::Refuse { reason: &reason }.encode()).await?;
                 w.flush().await?;
                 return Ok(());
             }
@@ -227,29 +206,13 @@ where
         let (tx, rx) = mpsc::channel(shared.cfg.queue_depth.max(2));
         let stats = Arc::new(PortStats::default());
         Shared::announce(&mut st, node, true);
-        let mut members: Vec<u16> = st
-            .ports
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.is_some())
-            .map(|(i, _)| i as u16)
-            .collect();
+        let mut members: Vec<u16> =
+            st.ports.iter().enumerate().filter(|(_, p)| p.is_some()).map(|(i, _)| i as u16).collect();
         members.push(node);
         members.sort_unstable();
-        let welcome = Msg::Welcome {
-            node,
-            max_nodes: max as u16,
-            next_seq: st.next_seq,
-            members,
-        }
-        .encode();
-        tx.try_send(Arc::new(welcome))
-            .expect("fresh channel has room");
-        st.ports[node as usize] = Some(Port {
-            name: name.clone(),
-            tx,
-            stats: stats.clone(),
-        });
+        let welcome = Msg::Welcome { node, max_nodes: max as u16, next_seq: st.next_seq, members }.encode();
+        tx.try_send(Arc::new(welcome)).expect("fresh channel has room");
+        st.ports[node as usize] = Some(Port { name: name.clone(), tx, stats: stats.clone() });
         (node, rx, stats)
     };
     info!(node, %name, "adapter joined");
@@ -269,26 +232,14 @@ where
         loop {
             let hdr = read_frame(&mut r, &mut buf).await?;
             match Msg::parse(&hdr, &buf).map_err(invalid)? {
-                Msg::Write {
-                    dest,
-                    flags,
-                    addr,
-                    data,
-                } => {
+                Msg::Write { dest, flags, addr, data } => {
                     if dest != BROADCAST && dest as usize >= shared.cfg.max_nodes {
-                        return Err(invalid(format!(
-                            "write to node {dest} outside the hub's ports"
-                        )));
+                        return Err(invalid(format!("write to node {dest} outside the hub's ports")));
                     }
                     stats.writes_in.fetch_add(1, Ordering::Relaxed);
                     shared.order(node, dest, flags, addr, data).await;
                 }
-                other => {
-                    return Err(invalid(format!(
-                        "unexpected {:?} from an adapter",
-                        kind_of(&other)
-                    )))
-                }
+                other => return Err(invalid(format!("unexpected {:?} from an adapter", kind_of(&other)))),
             }
         }
     }

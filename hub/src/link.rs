@@ -152,10 +152,7 @@ impl Header {
         }
         let len = u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize;
         if len > MAX_PAYLOAD {
-            return Err(LinkError::BadLength {
-                kind: kind.name(),
-                len,
-            });
+            return Err(LinkError::BadLength { kind: kind.name(), len });
         }
         let crc = u32::from_le_bytes(b[12..16].try_into().unwrap());
         Ok(Header { kind, len, crc })
@@ -255,10 +252,7 @@ impl<'a> Msg<'a> {
     /// Validates `payload` against `hdr` (length, CRC, field ranges) and decodes it.
     pub fn parse(hdr: &Header, payload: &'a [u8]) -> Result<Msg<'a>, LinkError> {
         let len = payload.len();
-        let bad_len = || LinkError::BadLength {
-            kind: hdr.kind.name(),
-            len,
-        };
+        let bad_len = || LinkError::BadLength { kind: hdr.kind.name(), len };
         if len != hdr.len {
             return Err(bad_len());
         }
@@ -271,44 +265,25 @@ impl<'a> Msg<'a> {
                 if !(12..=12 + MAX_NAME).contains(&len) {
                     return Err(bad_len());
                 }
-                let name = std::str::from_utf8(&p[12..])
-                    .map_err(|_| LinkError::BadField("node name is not UTF-8"))?;
+                let name = std::str::from_utf8(&p[12..]).map_err(|_| LinkError::BadField("node name is not UTF-8"))?;
                 let page_size = u32_at(p, 4);
                 if !page_size.is_power_of_two() || page_size < 4096 {
                     return Err(LinkError::BadField("page size"));
                 }
-                Msg::Hello {
-                    want_node: u16_at(p, 0),
-                    page_size,
-                    aspace_pages: u32_at(p, 8),
-                    name,
-                }
+                Msg::Hello { want_node: u16_at(p, 0), page_size, aspace_pages: u32_at(p, 8), name }
             }
             Kind::Welcome => {
                 if len < 16 || (len - 16) % 2 != 0 || (len - 16) / 2 > MAX_NODES {
                     return Err(bad_len());
                 }
-                let members = p[16..]
-                    .chunks_exact(2)
-                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                    .collect();
-                Msg::Welcome {
-                    node: u16_at(p, 0),
-                    max_nodes: u16_at(p, 2),
-                    next_seq: u64_at(p, 8),
-                    members,
-                }
+                let members = p[16..].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+                Msg::Welcome { node: u16_at(p, 0), max_nodes: u16_at(p, 2), next_seq: u64_at(p, 8), members }
             }
             Kind::Write => {
                 if len <= 16 || len - 16 > MAX_DATA {
                     return Err(bad_len());
                 }
-                Msg::Write {
-                    dest: u16_at(p, 0),
-                    flags: u16_at(p, 2),
-                    addr: u64_at(p, 8),
-                    data: &p[16..],
-                }
+                Msg::Write { dest: u16_at(p, 0), flags: u16_at(p, 2), addr: u64_at(p, 8), data: &p[16..] }
             }
             Kind::Deliver => {
                 if len <= 24 || len - 24 > MAX_DATA {
@@ -331,19 +306,13 @@ impl<'a> Msg<'a> {
                     1 => true,
                     _ => return Err(LinkError::BadField("member state")),
                 };
-                Msg::Member {
-                    seq: u64_at(p, 0),
-                    node: u16_at(p, 8),
-                    up,
-                }
+                Msg::Member { seq: u64_at(p, 0), node: u16_at(p, 8), up }
             }
             Kind::Refuse => {
                 if len > 512 {
                     return Err(bad_len());
                 }
-                Msg::Refuse {
-                    reason: std::str::from_utf8(p).unwrap_or("(reason not UTF-8)"),
-                }
+                Msg::Refuse { reason: std::str::from_utf8(p).unwrap_or("(reason not UTF-8)") }
             }
         })
     }
@@ -353,12 +322,7 @@ impl<'a> Msg<'a> {
         let mut out = Vec::with_capacity(HEADER_LEN + 32);
         out.extend_from_slice(&[0u8; HEADER_LEN]);
         let kind = match self {
-            Msg::Hello {
-                want_node,
-                page_size,
-                aspace_pages,
-                name,
-            } => {
+            Msg::Hello { want_node, page_size, aspace_pages, name } => {
                 out.extend_from_slice(&want_node.to_le_bytes());
                 out.extend_from_slice(&[0, 0]);
                 out.extend_from_slice(&page_size.to_le_bytes());
@@ -367,12 +331,7 @@ impl<'a> Msg<'a> {
                 out.extend_from_slice(&n[..n.len().min(MAX_NAME)]);
                 Kind::Hello
             }
-            Msg::Welcome {
-                node,
-                max_nodes,
-                next_seq,
-                members,
-            } => {
+            Msg::Welcome { node, max_nodes, next_seq, members } => {
                 out.extend_from_slice(&node.to_le_bytes());
                 out.extend_from_slice(&max_nodes.to_le_bytes());
                 out.extend_from_slice(&[0; 4]);
@@ -382,12 +341,7 @@ impl<'a> Msg<'a> {
                 }
                 Kind::Welcome
             }
-            Msg::Write {
-                dest,
-                flags,
-                addr,
-                data,
-            } => {
+            Msg::Write { dest, flags, addr, data } => {
                 out.extend_from_slice(&dest.to_le_bytes());
                 out.extend_from_slice(&flags.to_le_bytes());
                 out.extend_from_slice(&[0; 4]);
@@ -395,13 +349,7 @@ impl<'a> Msg<'a> {
                 out.extend_from_slice(data);
                 Kind::Write
             }
-            Msg::Deliver {
-                seq,
-                src,
-                flags,
-                addr,
-                data,
-            } => {
+            Msg::Deliver { seq, src, flags, addr, data } => {
                 out.extend_from_slice(&seq.to_le_bytes());
                 out.extend_from_slice(&src.to_le_bytes());
                 out.extend_from_slice(&flags.to_le_bytes());
@@ -461,8 +409,7 @@ pub fn deliver_from_write(seq: u64, src: u16, flags: u16, addr: u64, data: &[u8]
 pub fn read_frame<R: std::io::Read>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<Header> {
     let mut h = [0u8; HEADER_LEN];
     r.read_exact(&mut h)?;
-    let hdr =
-        Header::parse(&h).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let hdr = Header::parse(&h).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     buf.resize(hdr.len, 0);
     r.read_exact(buf)?;
     Ok(hdr)
@@ -480,62 +427,24 @@ mod tests {
 
     #[test]
     fn every_kind_roundtrips() {
-        roundtrip(Msg::Hello {
-            want_node: 3,
-            page_size: 8192,
-            aspace_pages: 65536,
-            name: "node3",
-        });
-        roundtrip(Msg::Welcome {
-            node: 2,
-            max_nodes: 8,
-            next_seq: 77,
-            members: vec![0, 2, 5],
-        });
-        roundtrip(Msg::Write {
-            dest: BROADCAST,
-            flags: FLAG_LOOPBACK,
-            addr: 0x1234,
-            data: &[1, 2, 3, 4],
-        });
-        roundtrip(Msg::Deliver {
-            seq: 9,
-            src: 1,
-            flags: 0,
-            addr: 0x2000,
-            data: &[9; 100],
-        });
-        roundtrip(Msg::Member {
-            seq: 10,
-            node: 4,
-            up: false,
-        });
+        roundtrip(Msg::Hello { want_node: 3, page_size: 8192, aspace_pages: 65536, name: "node3" });
+        roundtrip(Msg::Welcome { node: 2, max_nodes: 8, next_seq: 77, members: vec![0, 2, 5] });
+        roundtrip(Msg::Write { dest: BROADCAST, flags: FLAG_LOOPBACK, addr: 0x1234, data: &[1, 2, 3, 4] });
+        roundtrip(Msg::Deliver { seq: 9, src: 1, flags: 0, addr: 0x2000, data: &[9; 100] });
+        roundtrip(Msg::Member { seq: 10, node: 4, up: false });
         roundtrip(Msg::Refuse { reason: "full" });
     }
 
     #[test]
     fn deliver_from_write_matches_encode() {
         let a = deliver_from_write(5, 1, 0, 0x40, &[7; 8]);
-        let b = Msg::Deliver {
-            seq: 5,
-            src: 1,
-            flags: 0,
-            addr: 0x40,
-            data: &[7; 8],
-        }
-        .encode();
+        let b = Msg::Deliver { seq: 5, src: 1, flags: 0, addr: 0x40, data: &[7; 8] }.encode();
         assert_eq!(a, b);
     }
 
     #[test]
     fn garbage_is_rejected() {
-        let mut f = Msg::Write {
-            dest: 0,
-            flags: 0,
-            addr: 0,
-            data: &[1; 8],
-        }
-        .encode();
+        let mut f = Msg::Write { dest: 0, flags: 0, addr: 0, data: &[1; 8] }.encode();
         let mut h: [u8; HEADER_LEN] = f[..HEADER_LEN].try_into().unwrap();
         h[0] ^= 1;
         assert!(matches!(Header::parse(&h), Err(LinkError::BadMagic(_))));
@@ -547,10 +456,7 @@ mod tests {
         assert_eq!(Header::parse(&h), Err(LinkError::BadKind(42)));
         h[5] = Kind::Write as u8;
         h[8..12].copy_from_slice(&(MAX_PAYLOAD as u32 + 1).to_le_bytes());
-        assert!(matches!(
-            Header::parse(&h),
-            Err(LinkError::BadLength { .. })
-        ));
+        assert!(matches!(Header::parse(&h), Err(LinkError::BadLength { .. })));
         // corrupt payload: CRC catches it
         let hdr = Header::parse(f[..HEADER_LEN].try_into().unwrap()).unwrap();
         f[HEADER_LEN + 20] ^= 0x80;
@@ -562,16 +468,10 @@ mod tests {
         let mut f = vec![0u8; HEADER_LEN + 16];
         seal(&mut f, Kind::Write);
         let h = Header::parse(f[..HEADER_LEN].try_into().unwrap()).unwrap();
-        assert!(matches!(
-            Msg::parse(&h, &f[HEADER_LEN..]),
-            Err(LinkError::BadLength { .. })
-        ));
+        assert!(matches!(Msg::parse(&h, &f[HEADER_LEN..]), Err(LinkError::BadLength { .. })));
         let mut f = vec![0u8; HEADER_LEN + 16 + MAX_DATA + 1];
         seal(&mut f, Kind::Write);
         let h = Header::parse(f[..HEADER_LEN].try_into().unwrap()).unwrap();
-        assert!(matches!(
-            Msg::parse(&h, &f[HEADER_LEN..]),
-            Err(LinkError::BadLength { .. })
-        ));
+        assert!(matches!(Msg::parse(&h, &f[HEADER_LEN..]), Err(LinkError::BadLength { .. })));
     }
 }

@@ -35,9 +35,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MC_LOG").unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("MC_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();

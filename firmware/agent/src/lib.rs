@@ -67,6 +67,18 @@ pub enum Response {
     },
 }
 
+/// A request or response with the id that pairs them: the agent echoes the
+/// request's id, so a client can skip an answer left over from a client that
+/// went away before reading it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Envelope<T> {
+    /// Request id chosen by the host.
+    pub id: u64,
+    /// The message.
+    #[serde(flatten)]
+    pub body: T,
+}
+
 /// Base64 for binary fields.
 pub fn b64_encode(b: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(b)
@@ -74,9 +86,7 @@ pub fn b64_encode(b: &[u8]) -> String {
 
 /// Base64 decoding for binary fields.
 pub fn b64_decode(s: &str) -> io::Result<Vec<u8>> {
-    base64::engine::general_purpose::STANDARD
-        .decode(s)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    base64::engine::general_purpose::STANDARD.decode(s).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Writes one frame.
@@ -111,9 +121,7 @@ pub fn read_frame<R: Read, T: for<'de> Deserialize<'de>>(r: &mut R) -> io::Resul
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body)?;
-    serde_json::from_slice(&body)
-        .map(Some)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    serde_json::from_slice(&body).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]
@@ -122,11 +130,7 @@ mod tests {
 
     #[test]
     fn frames_roundtrip_and_oversize_is_refused() {
-        let req = Request::Exec {
-            argv: vec!["echo".into(), "hi".into()],
-            stdin: b64_encode(b"x"),
-            timeout_s: 3,
-        };
+        let req = Request::Exec { argv: vec!["echo".into(), "hi".into()], stdin: b64_encode(b"x"), timeout_s: 3 };
         let mut buf = Vec::new();
         write_frame(&mut buf, &req).unwrap();
         let back: Request = read_frame(&mut &buf[..]).unwrap().unwrap();

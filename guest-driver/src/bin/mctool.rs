@@ -17,10 +17,7 @@ const DEFAULT_BUFFER: &str = "/dev/shm/mc-rx";
 const PID_FILE: &str = "/run/mctool-rx.pid";
 
 #[derive(Parser)]
-#[command(
-    version,
-    about = "Drive the MEMORY CHANNEL adapter from inside a guest"
-)]
+#[command(version, about = "Drive the MEMORY CHANNEL adapter from inside a guest")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -127,19 +124,13 @@ fn parse_pages(s: &str) -> Result<Vec<u64>> {
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         match part.split_once('-') {
             Some((a, b)) => {
-                let (a, b): (u64, u64) = (
-                    a.parse().context("page range")?,
-                    b.parse().context("page range")?,
-                );
+                let (a, b): (u64, u64) = (a.parse().context("page range")?, b.parse().context("page range")?);
                 if a > b {
                     bail!("page range {part} is backwards");
                 }
                 out.extend(a..=b);
             }
-            None => out.push(
-                part.parse()
-                    .with_context(|| format!("'{part}' is not a page number"))?,
-            ),
+            None => out.push(part.parse().with_context(|| format!("'{part}' is not a page number"))?),
         }
     }
     if out.is_empty() {
@@ -150,10 +141,7 @@ fn parse_pages(s: &str) -> Result<Vec<u64>> {
 
 fn check_page(a: &Adapter, page: u64) -> Result<()> {
     if page >= a.pages() {
-        bail!(
-            "page {page} is outside the {}-page address space",
-            a.pages()
-        );
+        bail!("page {page} is outside the {}-page address space", a.pages());
     }
     Ok(())
 }
@@ -167,19 +155,9 @@ fn info() -> Result<()> {
         Some(n) => println!("node       {n} of {} ports", node >> 16),
         None => println!("node       none (not joined)"),
     }
-    println!(
-        "link       {}",
-        if a.reg(reg::LINK) & 1 != 0 {
-            "up"
-        } else {
-            "down"
-        }
-    );
+    println!("link       {}", if a.reg(reg::LINK) & 1 != 0 { "up" } else { "down" });
     let members = (a.reg(reg::MEMBERS_HI) as u64) << 32 | a.reg(reg::MEMBERS_LO) as u64;
-    let list: Vec<String> = (0..64)
-        .filter(|i| members & (1 << i) != 0)
-        .map(|i| i.to_string())
-        .collect();
+    let list: Vec<String> = (0..64).filter(|i| members & (1 << i) != 0).map(|i| i.to_string()).collect();
     println!("members    {}", list.join(","));
     println!("pages      {} x {} bytes", a.pages(), PAGE_SIZE);
     let es = a.reg(reg::ERR_STATUS);
@@ -191,16 +169,8 @@ fn info() -> Result<()> {
         (err::CRC, "crc"),
         (err::RX_RANGE, "rx-range"),
     ];
-    let set: Vec<&str> = names
-        .iter()
-        .filter(|(b, _)| es & b != 0)
-        .map(|(_, n)| *n)
-        .collect();
-    println!(
-        "errors     {es:#x} [{}] count {}",
-        set.join(" "),
-        a.reg(reg::ERR_COUNT)
-    );
+    let set: Vec<&str> = names.iter().filter(|(b, _)| es & b != 0).map(|(_, n)| *n).collect();
+    println!("errors     {es:#x} [{}] count {}", set.join(" "), a.reg(reg::ERR_COUNT));
     println!(
         "packets    tx {} rx {} rx-dropped {}",
         a.reg(reg::TX_PACKETS),
@@ -216,8 +186,7 @@ fn setup_rx(pages: &[u64], buffer: &Path) -> Result<(Adapter, RxBuffer)> {
         check_page(&a, p)?;
     }
     let n = pages.iter().max().unwrap() + 1;
-    let buf = RxBuffer::create(buffer, n)
-        .with_context(|| format!("creating receive buffer {}", buffer.display()))?;
+    let buf = RxBuffer::create(buffer, n).with_context(|| format!("creating receive buffer {}", buffer.display()))?;
     buf.clear();
     buf.map_for_dma(&a.dev)?;
     for &p in pages {
@@ -267,10 +236,7 @@ fn rx(pages: &str, buffer: &Path, foreground: bool) -> Result<()> {
         if !msg.starts_with("ok") {
             bail!("receiver exited during setup");
         }
-        println!(
-            "receiving pages {pages:?} into {} (pid {pid}; stop with 'mctool stop')",
-            buffer.display()
-        );
+        println!("receiving pages {pages:?} into {} (pid {pid}; stop with 'mctool stop')", buffer.display());
         return Ok(());
     }
     // Child.
@@ -286,10 +252,7 @@ fn rx(pages: &str, buffer: &Path, foreground: bool) -> Result<()> {
     match setup_rx(&pages, buffer) {
         Ok(held) => {
             let _ = std::fs::write(PID_FILE, format!("{}\n", std::process::id()));
-            let null = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open("/dev/null")?;
+            let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
             // SAFETY: redirecting our stdio to /dev/null so the caller's pipes close.
             unsafe {
                 use std::os::fd::AsRawFd;
@@ -343,10 +306,7 @@ fn wait_value(buf: &RxBuffer, off: usize, value: u64, timeout: Duration) -> Resu
     let t0 = Instant::now();
     while buf.read64(off) != value {
         if t0.elapsed() > timeout {
-            bail!(
-                "timed out after {timeout:?}: offset {off:#x} holds {:#x}, not {value:#x}",
-                buf.read64(off)
-            );
+            bail!("timed out after {timeout:?}: offset {off:#x} holds {:#x}, not {value:#x}", buf.read64(off));
         }
         std::hint::spin_loop();
     }
@@ -385,10 +345,7 @@ fn pingpong(role: &str, rounds: u64, ping_page: u64, pong_page: u64, timeout: u6
         }
         return Ok(());
     }
-    let nonce = (std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_nanos() as u64)
-        << 16;
+    let nonce = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64) << 16;
     let mut rtts = Vec::with_capacity(rounds as usize);
     for i in 1..=rounds {
         let v = nonce | i;
@@ -399,18 +356,20 @@ fn pingpong(role: &str, rounds: u64, ping_page: u64, pong_page: u64, timeout: u6
     }
     rtts.sort();
     let q = |p: f64| rtts[((rtts.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
-    println!("rounds={rounds} rtt_p50_us={:.1} rtt_p99_us={:.1} one_way_p50_us={:.1} one_way_p99_us={:.1}", q(0.5), q(0.99), q(0.5) / 2.0, q(0.99) / 2.0);
+    println!(
+        "rounds={rounds} rtt_p50_us={:.1} rtt_p99_us={:.1} one_way_p50_us={:.1} one_way_p99_us={:.1}",
+        q(0.5),
+        q(0.99),
+        q(0.5) / 2.0,
+        q(0.99) / 2.0
+    );
     Ok(())
 }
 
 fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Info => info(),
-        Cmd::Rx {
-            pages,
-            buffer,
-            foreground,
-        } => rx(&pages, &buffer, foreground),
+        Cmd::Rx { pages, buffer, foreground } => rx(&pages, &buffer, foreground),
         Cmd::Stop => stop(),
         Cmd::Fill { page, seed } => {
             let a = Adapter::open()?;
@@ -418,11 +377,7 @@ fn main() -> Result<()> {
             a.store(page * PAGE_SIZE, &pattern(seed, page, PAGE_SIZE as usize));
             Ok(())
         }
-        Cmd::Poke {
-            page,
-            offset,
-            value,
-        } => {
+        Cmd::Poke { page, offset, value } => {
             if offset % 8 != 0 || offset >= PAGE_SIZE {
                 bail!("--offset must be a multiple of 8 below {PAGE_SIZE}");
             }
@@ -431,19 +386,12 @@ fn main() -> Result<()> {
             a.store64(page * PAGE_SIZE + offset, value);
             Ok(())
         }
-        Cmd::Wait {
-            page,
-            offset,
-            value,
-            timeout,
-            buffer,
-        } => {
+        Cmd::Wait { page, offset, value, timeout, buffer } => {
             if offset % 8 != 0 || offset >= PAGE_SIZE {
                 bail!("--offset must be a multiple of 8 below {PAGE_SIZE}");
             }
-            let buf = RxBuffer::open_ro(&buffer).with_context(|| {
-                format!("opening {} (is 'mctool rx' running?)", buffer.display())
-            })?;
+            let buf = RxBuffer::open_ro(&buffer)
+                .with_context(|| format!("opening {} (is 'mctool rx' running?)", buffer.display()))?;
             let off = (page * PAGE_SIZE + offset) as usize;
             if off + 8 > buf.len() {
                 bail!("page {page} is beyond the receive buffer");
@@ -453,9 +401,8 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Dump { page, buffer } => {
-            let buf = RxBuffer::open_ro(&buffer).with_context(|| {
-                format!("opening {} (is 'mctool rx' running?)", buffer.display())
-            })?;
+            let buf = RxBuffer::open_ro(&buffer)
+                .with_context(|| format!("opening {} (is 'mctool rx' running?)", buffer.display()))?;
             let off = (page * PAGE_SIZE) as usize;
             if off + PAGE_SIZE as usize > buf.len() {
                 bail!("page {page} is beyond the receive buffer");
@@ -481,12 +428,8 @@ fn main() -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Pingpong {
-            role,
-            rounds,
-            ping_page,
-            pong_page,
-            timeout,
-        } => pingpong(&role, rounds, ping_page, pong_page, timeout),
+        Cmd::Pingpong { role, rounds, ping_page, pong_page, timeout } => {
+            pingpong(&role, rounds, ping_page, pong_page, timeout)
+        }
     }
 }

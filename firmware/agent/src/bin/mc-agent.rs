@@ -12,9 +12,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use mc_agent::{
-    b64_decode, b64_encode, read_frame, write_frame, Request, Response, MAX_OUTPUT, PORT_NAME,
-};
+use mc_agent::{b64_decode, b64_encode, read_frame, write_frame, Envelope, Request, Response, MAX_OUTPUT, PORT_NAME};
 
 /// How long output readers get after the command exits (background children
 /// that keep the pipes open must not hold the answer forever).
@@ -31,10 +29,7 @@ fn find_port() -> Option<PathBuf> {
 }
 
 fn uptime() -> f64 {
-    fs::read_to_string("/proc/uptime")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0)
+    fs::read_to_string("/proc/uptime").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(0.0)
 }
 
 fn reader(mut r: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
@@ -60,36 +55,22 @@ fn reader(mut r: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
 
 fn exec(argv: &[String], stdin: &str, timeout_s: u64) -> Response {
     let Some((prog, args)) = argv.split_first() else {
-        return Response::Error {
-            message: "empty command".into(),
-        };
+        return Response::Error { message: "empty command".into() };
     };
     let input = match b64_decode(stdin) {
         Ok(b) => b,
-        Err(e) => {
-            return Response::Error {
-                message: format!("stdin is not base64: {e}"),
-            }
-        }
+        Err(e) => return Response::Error { message: format!("stdin is not base64: {e}") },
     };
     let mut child = match Command::new(prog)
         .args(args)
-        .stdin(if input.is_empty() {
-            Stdio::null()
-        } else {
-            Stdio::piped()
-        })
+        .stdin(if input.is_empty() { Stdio::null() } else { Stdio::piped() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
     {
         Ok(c) => c,
-        Err(e) => {
-            return Response::Error {
-                message: format!("cannot run {prog}: {e}"),
-            }
-        }
+        Err(e) => return Response::Error { message: format!("cannot run {prog}: {e}") },
     };
     if let Some(mut si) = child.stdin.take() {
         thread::spawn(move || {
@@ -104,11 +85,7 @@ fn exec(argv: &[String], stdin: &str, timeout_s: u64) -> Response {
         match child.try_wait() {
             Ok(Some(s)) => break s,
             Ok(None) => {}
-            Err(e) => {
-                return Response::Error {
-                    message: format!("wait failed: {e}"),
-                }
-            }
+            Err(e) => return Response::Error { message: format!("wait failed: {e}") },
         }
         if deadline.is_some_and(|d| Instant::now() > d) {
             timed_out = true;
@@ -117,27 +94,17 @@ fn exec(argv: &[String], stdin: &str, timeout_s: u64) -> Response {
         }
         thread::sleep(Duration::from_millis(5));
     };
-    let code = status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     let stdout = out.recv_timeout(OUTPUT_GRACE).unwrap_or_default();
     let stderr = err.recv_timeout(OUTPUT_GRACE).unwrap_or_default();
-    Response::Exited {
-        code,
-        stdout: b64_encode(&stdout),
-        stderr: b64_encode(&stderr),
-        timed_out,
-    }
+    Response::Exited { code, stdout: b64_encode(&stdout), stderr: b64_encode(&stderr), timed_out }
 }
 
 fn serve(port: &PathBuf) -> io::Result<()> {
     let mut f: File = OpenOptions::new().read(true).write(true).open(port)?;
-    let hostname = fs::read_to_string("/proc/sys/kernel/hostname")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
+    let hostname = fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
     loop {
-        let req: Request = match read_frame(&mut f) {
+        let req: Envelope<Request> = match read_frame(&mut f) {
             Ok(Some(r)) => r,
             // No host connected: the port reads as end of file. Wait for one.
             Ok(None) => {
@@ -145,28 +112,18 @@ fn serve(port: &PathBuf) -> io::Result<()> {
                 continue;
             }
             Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                let _ = write_frame(
-                    &mut f,
-                    &Response::Error {
-                        message: format!("bad request: {e}"),
-                    },
-                );
+                let body = Response::Error { message: format!("bad request: {e}") };
+                let _ = write_frame(&mut f, &Envelope { id: 0, body });
                 continue;
             }
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => continue,
             Err(e) => return Err(e),
         };
-        let resp = match req {
-            Request::Ping => Response::Pong {
-                hostname: hostname.clone(),
-                uptime_s: uptime(),
-            },
-            Request::Exec {
-                argv,
-                stdin,
-                timeout_s,
-            } => exec(&argv, &stdin, timeout_s),
+        let body = match req.body {
+            Request::Ping => Response::Pong { hostname: hostname.clone(), uptime_s: uptime() },
+            Request::Exec { argv, stdin, timeout_s } => exec(&argv, &stdin, timeout_s),
         };
+        let resp = Envelope { id: req.id, body };
         // The host may have gone away meanwhile; the next request starts afresh.
         let _ = write_frame(&mut f, &resp);
     }

@@ -1,0 +1,230 @@
+//! Cluster definitions (`qemu-configs/*.toml`) and where things live on disk.
+//!
+//! A config file names the cluster's shape and the QEMU arguments; unknown
+//! keys are errors, so a typo never silently falls back to a default.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// A cluster definition.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Shape of the cluster.
+    pub cluster: ClusterSection,
+    /// The guests.
+    pub guest: GuestSection,
+    /// QEMU binary and extra arguments.
+    pub qemu: QemuSection,
+}
+
+/// `[cluster]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSection {
+    /// Nodes started by `up` when `--nodes` is not given.
+    pub nodes: usize,
+    /// Ports on the hub: the most nodes this cluster can have.
+    pub hub_ports: usize,
+    /// MEMORY CHANNEL address space in MiB (power of two).
+    pub aspace_mib: u64,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        ClusterSection { nodes: 2, hub_ports: 8, aspace_mib: 512 }
+    }
+}
+
+/// `[guest]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GuestSection {
+    /// RAM per guest in MiB.
+    pub memory_mib: u64,
+    /// vCPUs per guest.
+    pub cpus: u32,
+    /// Kernel command line (the launcher appends `mc.node=N`).
+    pub cmdline: String,
+    /// Kernel image; empty: the one `scripts/setup.sh` fetched.
+    pub kernel: String,
+    /// Initramfs; empty: the one `scripts/setup.sh` built.
+    pub initrd: String,
+}
+
+impl Default for GuestSection {
+    fn default() -> Self {
+        GuestSection {
+            memory_mib: 256,
+            cpus: 1,
+            cmdline: "console=ttyS0 intel_iommu=on panic=-1 quiet".into(),
+            kernel: String::new(),
+            initrd: String::new(),
+        }
+    }
+}
+
+/// `[qemu]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QemuSection {
+    /// QEMU binary; empty: the cached build, then `qemu-system-x86_64` on PATH.
+    pub binary: String,
+    /// `auto` (KVM when it works, else TCG), `kvm` or `tcg`.
+    pub accel: String,
+    /// Firmware search directories (`-L`).
+    pub firmware_dirs: Vec<String>,
+    /// Appended to every guest's command line.
+    pub extra_args: Vec<String>,
+    /// Seconds to wait for every guest agent to answer.
+    pub boot_timeout_s: u64,
+}
+
+impl Default for QemuSection {
+    fn default() -> Self {
+        QemuSection {
+            binary: String::new(),
+            accel: "auto".into(),
+            firmware_dirs: vec!["/usr/share/qemu".into(), "/usr/share/seabios".into()],
+            extra_args: Vec::new(),
+            boot_timeout_s: 180,
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+        Self::parse(&text).map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))
+    }
+
+    /// Parses and validates config text. Errors are one line.
+    pub fn parse(text: &str) -> Result<Config> {
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            let msg = e.message().replace('\n', " ");
+            match e.span() {
+                Some(span) => {
+                    let line = text[..span.start.min(text.len())].lines().count().max(1);
+                    anyhow::anyhow!("line {line}: {msg}")
+                }
+                None => anyhow::anyhow!("{msg}"),
+            }
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let c = &self.cluster;
+        if c.hub_ports == 0 || c.hub_ports > mc_hub::link::MAX_NODES {
+            bail!("cluster.hub_ports must be between 1 and {}, not {}", mc_hub::link::MAX_NODES, c.hub_ports);
+        }
+        if !c.aspace_mib.is_power_of_two() || !(1..=4096).contains(&c.aspace_mib) {
+            bail!("cluster.aspace_mib must be a power of two from 1 to 4096, not {}", c.aspace_mib);
+        }
+        if self.guest.memory_mib < 64 {
+            bail!("guest.memory_mib must be at least 64, not {}", self.guest.memory_mib);
+        }
+        if self.guest.cpus == 0 {
+            bail!("guest.cpus must be at least 1");
+        }
+        if !["auto", "kvm", "tcg"].contains(&self.qemu.accel.as_str()) {
+            bail!("qemu.accel must be auto, kvm or tcg, not '{}'", self.qemu.accel);
+        }
+        Ok(())
+    }
+
+    /// Checks a node count against this cluster's hub.
+    pub fn check_nodes(&self, nodes: usize) -> Result<()> {
+        if nodes == 0 {
+            bail!("--nodes must be at least 1");
+        }
+        if nodes > self.cluster.hub_ports {
+            bail!(
+                "--nodes {nodes} is more than the hub's {} ports: raise cluster.hub_ports in the config (up to {})",
+                self.cluster.hub_ports,
+                mc_hub::link::MAX_NODES
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Where the project's files are.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// Repository root (has `qemu-configs/`).
+    pub root: PathBuf,
+    /// Cache of built artifacts (`$MC_CACHE`, default `<root>/.cache`).
+    pub cache: PathBuf,
+    /// Folder of the `mc-hub` and `mc-adapter` binaries (ours).
+    pub bin_dir: PathBuf,
+}
+
+impl Paths {
+    /// Finds the repository from `$MC_HOME` or from this executable's location.
+    pub fn discover() -> Result<Paths> {
+        let exe = std::env::current_exe().context("cannot find the mc-cluster executable")?;
+        let bin_dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+        let root = match std::env::var_os("MC_HOME") {
+            Some(h) => PathBuf::from(h),
+            None => exe
+                .ancestors()
+                .find(|p| p.join("qemu-configs").is_dir())
+                .map(Path::to_path_buf)
+                .or_else(|| std::env::current_dir().ok().filter(|d| d.join("qemu-configs").is_dir()))
+                .context("cannot find the repository (no qemu-configs/ above the executable): set MC_HOME")?,
+        };
+        let cache = std::env::var_os("MC_CACHE").map(PathBuf::from).unwrap_or_else(|| root.join(".cache"));
+        Ok(Paths { root, cache, bin_dir })
+    }
+
+    /// The default config file.
+    pub fn default_config(&self) -> PathBuf {
+        self.root.join("qemu-configs/default.toml")
+    }
+
+    /// Run folder of cluster `name` (`$MC_RUN_DIR` overrides).
+    pub fn run_dir(&self, name: &str) -> PathBuf {
+        match std::env::var_os("MC_RUN_DIR") {
+            Some(d) => PathBuf::from(d).join(name),
+            None => self.root.join(".run").join(name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_checked_files() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c.cluster.hub_ports, 8);
+        let shipped =
+            Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../qemu-configs/default.toml")).unwrap();
+        assert_eq!(shipped.cluster.hub_ports, 8);
+    }
+
+    #[test]
+    fn unknown_key_is_one_line_error() {
+        let e = Config::parse("[cluster]\nnodes = 2\nnodez = 3\n").unwrap_err().to_string();
+        assert!(e.contains("nodez") && e.contains("line 3") && !e.contains('\n'), "{e}");
+        let e = Config::parse("[clusterr]\n").unwrap_err().to_string();
+        assert!(e.contains("clusterr"), "{e}");
+    }
+
+    #[test]
+    fn node_counts_are_checked() {
+        let c = Config::parse("").unwrap();
+        assert!(c.check_nodes(0).unwrap_err().to_string().contains("at least 1"));
+        assert!(c.check_nodes(9).unwrap_err().to_string().contains("hub_ports"));
+        c.check_nodes(8).unwrap();
+        assert!(Config::parse("[cluster]\nhub_ports = 0").is_err());
+        assert!(Config::parse("[qemu]\naccel = \"fast\"").is_err());
+        assert!(Config::parse("[cluster]\naspace_mib = 3").is_err());
+    }
+}

@@ -1,0 +1,315 @@
+//! `mc-cluster`: brings up a virtual MEMORY CHANNEL cluster (hub, one
+//! adapter and one QEMU guest per node), runs commands in its guests and
+//! tears it down without leaving a process or a socket behind.
+//!
+//! # Layout
+//! - [`config`]: cluster definitions (`qemu-configs/*.toml`) and paths.
+//! - [`supervisor`]: the background process that owns a running cluster.
+//! - [`agent`]: talking to the guest agents.
+//! - [`kvm`]: whether KVM really runs guests here.
+//! - this file: the `up`, `down`, `status` and `exec` operations.
+#![warn(missing_docs)]
+
+pub mod agent;
+pub mod config;
+pub mod kvm;
+pub mod supervisor;
+
+use std::fs;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use config::{Config, Paths};
+use supervisor::{Plan, State, Status};
+
+/// Options of `up`.
+#[derive(Debug, Clone)]
+pub struct UpOptions {
+    /// Cluster name (run folder `.run/<name>`).
+    pub name: String,
+    /// Node count (default: the config's).
+    pub nodes: Option<usize>,
+    /// Config file (default: `qemu-configs/default.toml`).
+    pub config: Option<PathBuf>,
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks for existence.
+    pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0
+}
+
+/// Pids of every process whose command line mentions `dir` (our children all
+/// take their sockets under the run folder, so this finds them all).
+pub fn processes_mentioning(dir: &Path) -> Vec<u32> {
+    let needle = dir.as_os_str().as_encoded_bytes();
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(cmd) = fs::read(e.path().join("cmdline")) else { continue };
+        if cmd.windows(needle.len()).any(|w| w == needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Sockets left in a run folder.
+pub fn sockets_in(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "sock") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn find_qemu(cfg: &Config, paths: &Paths) -> Result<PathBuf> {
+    if !cfg.qemu.binary.is_empty() {
+        let p = PathBuf::from(&cfg.qemu.binary);
+        if !p.exists() {
+            bail!("QEMU not found at {} (qemu.binary in the config): fix the path or leave it empty", p.display());
+        }
+        return Ok(p);
+    }
+    let cached = paths.cache.join("qemu-system-x86_64");
+    if cached.exists() {
+        return Ok(cached);
+    }
+    if let Some(p) = std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).map(|d| d.join("qemu-system-x86_64")).find(|p| p.exists()))
+    {
+        return Ok(p);
+    }
+    bail!("QEMU not found (no {} and no qemu-system-x86_64 on PATH): run scripts/setup.sh", cached.display())
+}
+
+/// Whether KVM runs our guest kernel here; the answer is cached in
+/// `<cache>/kvm-probe` per QEMU and kernel, since finding out takes seconds.
+fn kvm_works(paths: &Paths, cfg: &Config, qemu: &Path, kernel: &Path) -> Result<(), String> {
+    kvm::probe()?;
+    let key = format!("{} {}", qemu.display(), kernel.display());
+    let cache = paths.cache.join("kvm-probe");
+    if let Ok(text) = fs::read_to_string(&cache) {
+        if let Some(verdict) = text.strip_prefix(&format!("{key}\n")) {
+            return if verdict.trim() == "ok" { Ok(()) } else { Err(verdict.trim().to_string()) };
+        }
+    }
+    eprintln!("checking whether KVM can run the guest kernel (once, up to {:?})...", kvm::BOOT_PROBE_TIMEOUT);
+    let r = kvm::probe_boot(qemu, kernel, &cfg.qemu.firmware_dirs);
+    let verdict = match &r {
+        Ok(()) => "ok".to_string(),
+        Err(e) => e.clone(),
+    };
+    let _ = fs::create_dir_all(&paths.cache);
+    let _ = fs::write(&cache, format!("{key}\n{verdict}\n"));
+    r
+}
+
+fn choose_accel(paths: &Paths, cfg: &Config, qemu: &Path, kernel: &Path) -> Result<String> {
+    match cfg.qemu.accel.as_str() {
+        "tcg" => Ok("tcg".into()),
+        "kvm" => match kvm_works(paths, cfg, qemu, kernel) {
+            Ok(()) => Ok("kvm".into()),
+            Err(e) => bail!("qemu.accel is kvm but KVM does not work here: {e}; use accel = \"auto\" or \"tcg\""),
+        },
+        _ => Ok(if kvm_works(paths, cfg, qemu, kernel).is_ok() { "kvm".into() } else { "tcg".into() }),
+    }
+}
+
+/// Builds the plan for `up` and checks every input before anything starts.
+pub fn plan(paths: &Paths, opts: &UpOptions) -> Result<Plan> {
+    let cfg_path = opts.config.clone().unwrap_or_else(|| paths.default_config());
+    let cfg = Config::load(&cfg_path)?;
+    let nodes = opts.nodes.unwrap_or(cfg.cluster.nodes);
+    cfg.check_nodes(nodes)?;
+    let qemu = find_qemu(&cfg, paths)?;
+    let pick = |configured: &str, default: PathBuf, what: &str| -> Result<PathBuf> {
+        let p = if configured.is_empty() { default } else { PathBuf::from(configured) };
+        if !p.exists() {
+            bail!("guest {what} not found at {}: run scripts/setup.sh", p.display());
+        }
+        Ok(p)
+    };
+    let kernel = pick(&cfg.guest.kernel, paths.cache.join("kernel/vmlinuz"), "kernel")?;
+    let initrd = pick(&cfg.guest.initrd, paths.cache.join("initramfs.cpio.gz"), "initramfs")?;
+    let bin = |name: &str| -> Result<PathBuf> {
+        let p = paths.bin_dir.join(name);
+        if !p.exists() {
+            bail!("{name} not found next to mc-cluster ({}): run scripts/setup.sh", p.display());
+        }
+        Ok(p)
+    };
+    Ok(Plan {
+        name: opts.name.clone(),
+        nodes,
+        run_dir: paths.run_dir(&opts.name),
+        hub_bin: bin("mc-hub")?,
+        adapter_bin: bin("mc-adapter")?,
+        accel: choose_accel(paths, &cfg, &qemu, &kernel)?,
+        qemu,
+        kernel,
+        initrd,
+        config: cfg,
+    })
+}
+
+/// Brings a cluster up and returns once every guest answers (printing
+/// progress), or tears it down and fails.
+pub fn up(paths: &Paths, opts: &UpOptions) -> Result<State> {
+    let plan = plan(paths, opts)?;
+    let rd = plan.run_dir.clone();
+    if let Ok(st) = State::load(&rd) {
+        if pid_alive(st.supervisor_pid) && matches!(st.status, Status::Starting | Status::Up) {
+            bail!("cluster '{}' is already up (run 'mc-cluster down' first)", opts.name);
+        }
+    }
+    // Anything left from an earlier run that died hard goes first.
+    down_dir(&rd)?;
+    if rd.exists() {
+        fs::remove_dir_all(&rd).with_context(|| format!("cannot clear {}", rd.display()))?;
+    }
+    fs::create_dir_all(&rd).with_context(|| format!("cannot create {}", rd.display()))?;
+    fs::write(rd.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
+    fs::write(rd.join("events.log"), b"")?;
+    println!("starting cluster '{}': {} nodes, {} ({})", plan.name, plan.nodes, plan.accel, rd.display());
+
+    let exe = std::env::current_exe()?;
+    let log = fs::File::create(rd.join("supervisor.log"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("supervise").arg("--run-dir").arg(&rd).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    // SAFETY: setsid(2) between fork and exec: the supervisor gets its own
+    // session so a Ctrl-C in this terminal reaches it only through us.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut sup = cmd.spawn().context("cannot start the supervisor")?;
+
+    let interrupted = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, interrupted.clone())?;
+    let mut events = BufReader::new(fs::File::open(rd.join("events.log"))?);
+    let mut line = String::new();
+    let t0 = Instant::now();
+    loop {
+        line.clear();
+        let pos = events.stream_position()?;
+        if events.read_line(&mut line)? > 0 && line.ends_with('\n') {
+            let l = line.trim_end();
+            println!("  [{:5.1}s] {l}", t0.elapsed().as_secs_f64());
+            if l == "up" {
+                return State::load(&rd);
+            }
+            if l.starts_with("failed:") {
+                let _ = sup.wait();
+                bail!("cluster '{}' failed to start: {}", plan.name, l.trim_start_matches("failed: "));
+            }
+            continue;
+        }
+        events.seek(SeekFrom::Start(pos))?;
+        if interrupted.load(Ordering::SeqCst) {
+            eprintln!("interrupted: tearing the cluster down");
+            down_dir(&rd)?;
+            bail!("interrupted");
+        }
+        if let Some(st) = sup.try_wait()? {
+            let _ = down_dir(&rd);
+            bail!(
+                "the supervisor exited ({st}) before the cluster was up: {}",
+                supervisor::tail(&rd.join("supervisor.log"), 5)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What `down` found and did.
+#[derive(Debug, Default)]
+pub struct DownReport {
+    /// The supervisor was running and stopped.
+    pub stopped_supervisor: bool,
+    /// Processes killed by force.
+    pub killed: Vec<u32>,
+    /// Sockets removed.
+    pub removed_sockets: usize,
+}
+
+/// Tears down whatever runs under `rd`: asks the supervisor, then kills
+/// stragglers and removes sockets. Safe to run on a dead or absent cluster.
+pub fn down_dir(rd: &Path) -> Result<DownReport> {
+    let mut rep = DownReport::default();
+    if !rd.exists() {
+        return Ok(rep);
+    }
+    if let Ok(st) = State::load(rd) {
+        if pid_alive(st.supervisor_pid) && processes_mentioning(rd).contains(&st.supervisor_pid) {
+            // SAFETY: kill(2) on the supervisor we started (checked by its command line).
+            unsafe { libc::kill(st.supervisor_pid as i32, libc::SIGTERM) };
+            let t0 = Instant::now();
+            while pid_alive(st.supervisor_pid) && t0.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            rep.stopped_supervisor = true;
+        }
+    }
+    // Anything still mentioning the run folder is ours and must go.
+    for _ in 0..50 {
+        let left = processes_mentioning(rd);
+        if left.is_empty() {
+            break;
+        }
+        for pid in left {
+            // SAFETY: kill(2) on a process whose command line names our run folder.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            if !rep.killed.contains(&pid) {
+                rep.killed.push(pid);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for s in sockets_in(rd) {
+        if fs::remove_file(&s).is_ok() {
+            rep.removed_sockets += 1;
+        }
+    }
+    Ok(rep)
+}
+
+/// Runs `argv` on node `node` of cluster `name`.
+pub fn exec(paths: &Paths, name: &str, node: usize, argv: &[String], timeout_s: u64) -> Result<agent::ExecResult> {
+    let rd = paths.run_dir(name);
+    let st = State::load(&rd).map_err(|_| anyhow::anyhow!("cluster '{name}' is not up (run 'mc-cluster up' first)"))?;
+    if st.status != Status::Up || !pid_alive(st.supervisor_pid) {
+        bail!("cluster '{name}' is not up (status {:?}; run 'mc-cluster up')", st.status);
+    }
+    if node >= st.nodes.len() {
+        bail!("node {node} does not exist: cluster '{name}' has nodes 0 to {}", st.nodes.len() - 1);
+    }
+    if let Some(how) = &st.nodes[node].qemu_exit {
+        bail!("node {node} is down (its QEMU exited: {how})");
+    }
+    if argv.is_empty() {
+        bail!("no command given: mc-cluster exec NODE -- COMMAND [ARGS...]");
+    }
+    agent::exec(&supervisor::agent_sock(&rd, node), argv, &[], timeout_s).with_context(|| format!("node {node}"))
+}

@@ -1,0 +1,153 @@
+//! `mc-cluster`: up, exec, status, down for a virtual MEMORY CHANNEL cluster.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use mc_cluster::config::Paths;
+use mc_cluster::supervisor::{self, State, Status};
+use mc_cluster::{agent, down_dir, exec, up, UpOptions};
+
+#[derive(Parser)]
+#[command(version, about = "Run a virtual MEMORY CHANNEL cluster of QEMU guests")]
+struct Cli {
+    /// Cluster name: several clusters can run side by side.
+    #[arg(long, global = true, default_value = "default")]
+    name: String,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start the hub, the adapters and the guests; return when every guest answers.
+    Up {
+        /// Number of nodes (default: from the config).
+        #[arg(long)]
+        nodes: Option<usize>,
+        /// Cluster definition (default: qemu-configs/default.toml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Run a command in a guest; prints its output and exits with its code.
+    Exec {
+        /// Node id.
+        node: usize,
+        /// Kill the command after this many seconds (0: no limit).
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+        /// The command and its arguments (after --).
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
+    /// Show the cluster's processes and whether each guest answers.
+    Status,
+    /// Stop everything and remove the sockets.
+    Down,
+    /// (internal) The background process that owns a cluster.
+    #[command(hide = true)]
+    Supervise {
+        #[arg(long)]
+        run_dir: PathBuf,
+    },
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks for existence.
+    pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0
+}
+
+fn status(paths: &Paths, name: &str) -> Result<i32> {
+    let rd = paths.run_dir(name);
+    let Ok(st) = State::load(&rd) else {
+        println!("cluster '{name}': not running");
+        return Ok(3);
+    };
+    let up = st.status == Status::Up && alive(st.supervisor_pid);
+    println!(
+        "cluster '{name}': {} ({} nodes, {}, supervisor pid {})",
+        if up { "up".to_string() } else { format!("{:?}", st.status).to_lowercase() },
+        st.nodes.len(),
+        st.accel,
+        st.supervisor_pid
+    );
+    if !up {
+        return Ok(3);
+    }
+    println!("  hub      pid {:<8} {}", st.hub_pid, if alive(st.hub_pid) { "running" } else { "gone" });
+    let mut all = true;
+    for (n, ns) in st.nodes.iter().enumerate() {
+        let agent = match agent::ping(&supervisor::agent_sock(&rd, n), Duration::from_secs(2)) {
+            Ok(u) => format!("agent answers (uptime {u:.0} s)"),
+            Err(_) => {
+                all = false;
+                "agent does not answer".into()
+            }
+        };
+        let q = match &ns.qemu_exit {
+            Some(how) => format!("qemu exited ({how})"),
+            None => format!("qemu pid {}", ns.qemu_pid),
+        };
+        println!("  node {n:<3} {q}, adapter pid {}, {agent}", ns.adapter_pid);
+    }
+    Ok(if all { 0 } else { 1 })
+}
+
+fn run() -> Result<i32> {
+    let cli = Cli::parse();
+    if let Cmd::Supervise { run_dir } = &cli.cmd {
+        supervisor::run(run_dir)?;
+        return Ok(0);
+    }
+    let paths = Paths::discover()?;
+    match cli.cmd {
+        Cmd::Up { nodes, config } => {
+            let st = up(&paths, &UpOptions { name: cli.name.clone(), nodes, config })?;
+            println!("cluster '{}' is up: {} nodes ({})", cli.name, st.nodes.len(), st.accel);
+            Ok(0)
+        }
+        Cmd::Exec { node, timeout, argv } => {
+            let r = exec(&paths, &cli.name, node, &argv, timeout)?;
+            std::io::stdout().write_all(&r.stdout)?;
+            std::io::stderr().write_all(&r.stderr)?;
+            if r.timed_out {
+                eprintln!("mc-cluster: command killed after {timeout} s");
+            }
+            Ok(r.code)
+        }
+        Cmd::Status => status(&paths, &cli.name),
+        Cmd::Down => {
+            let rd = paths.run_dir(&cli.name);
+            let rep = down_dir(&rd)?;
+            let mut what = Vec::new();
+            if rep.stopped_supervisor {
+                what.push("stopped".to_string());
+            }
+            if !rep.killed.is_empty() {
+                what.push(format!("killed {} stray process(es)", rep.killed.len()));
+            }
+            if rep.removed_sockets > 0 {
+                what.push(format!("removed {} stale socket(s)", rep.removed_sockets));
+            }
+            if what.is_empty() {
+                println!("cluster '{}': nothing was running", cli.name);
+            } else {
+                println!("cluster '{}' is down ({})", cli.name, what.join(", "));
+            }
+            Ok(0)
+        }
+        Cmd::Supervise { .. } => unreachable!(),
+    }
+}
+
+fn main() {
+    match run() {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("mc-cluster: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

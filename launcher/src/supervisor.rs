@@ -1,0 +1,423 @@
+//! The supervisor: the one background process that owns a running cluster.
+//!
+//! `mc-cluster up` starts it detached (its own session) and returns once it
+//! reports the cluster up. It starts the hub, one adapter per node and one
+//! QEMU per node, every child with `PR_SET_PDEATHSIG`, so nothing outlives it;
+//! it waits for every guest agent, then watches the children until
+//! `mc-cluster down` (SIGTERM) tells it to tear everything down.
+//!
+//! Run folder (`.run/<name>/`): `plan.json` (what to start), `state.json`
+//! (status and pids), `events.log` (progress lines `up` prints),
+//! `supervisor.log`, `hub.log`, `hub.sock` and `node<N>/` with
+//! `adapter.{sock,log}`, `qemu.log`, `console.log`, `agent.sock`.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::agent;
+use crate::config::Config;
+
+/// Everything the supervisor needs, written by `up` into `plan.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    /// Cluster name.
+    pub name: String,
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Run folder.
+    pub run_dir: PathBuf,
+    /// `mc-hub` binary.
+    pub hub_bin: PathBuf,
+    /// `mc-adapter` binary.
+    pub adapter_bin: PathBuf,
+    /// QEMU binary.
+    pub qemu: PathBuf,
+    /// Guest kernel.
+    pub kernel: PathBuf,
+    /// Guest initramfs.
+    pub initrd: PathBuf,
+    /// `kvm` or `tcg`.
+    pub accel: String,
+    /// The cluster definition.
+    pub config: Config,
+}
+
+/// Cluster status in `state.json`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Children being started.
+    Starting,
+    /// Every guest agent answered.
+    Up,
+    /// Start-up failed; everything was torn down.
+    Failed,
+    /// Tearing down.
+    Stopping,
+    /// Torn down.
+    Down,
+}
+
+/// One node's processes.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct NodeState {
+    /// Adapter pid.
+    pub adapter_pid: u32,
+    /// QEMU pid.
+    pub qemu_pid: u32,
+    /// Set when QEMU exited on its own (with how).
+    pub qemu_exit: Option<String>,
+    /// Seconds from QEMU start to the agent's first answer.
+    pub ready_s: Option<f64>,
+}
+
+/// `state.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct State {
+    /// Where the cluster is.
+    pub status: Status,
+    /// Supervisor pid.
+    pub supervisor_pid: u32,
+    /// Hub pid.
+    pub hub_pid: u32,
+    /// Per node.
+    pub nodes: Vec<NodeState>,
+    /// Why start-up failed.
+    pub message: String,
+    /// Accelerator in use.
+    pub accel: String,
+}
+
+impl State {
+    /// Reads `state.json` from a run folder.
+    pub fn load(run_dir: &Path) -> Result<State> {
+        let p = run_dir.join("state.json");
+        let text = fs::read_to_string(&p).with_context(|| format!("no cluster state at {}", p.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("corrupt {}", p.display()))
+    }
+
+    fn save(&self, run_dir: &Path) -> Result<()> {
+        let tmp = run_dir.join("state.json.tmp");
+        fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        fs::rename(tmp, run_dir.join("state.json"))?;
+        Ok(())
+    }
+}
+
+/// Per-node paths.
+pub fn node_dir(run_dir: &Path, n: usize) -> PathBuf {
+    run_dir.join(format!("node{n}"))
+}
+
+/// The agent socket of node `n`.
+pub fn agent_sock(run_dir: &Path, n: usize) -> PathBuf {
+    node_dir(run_dir, n).join("agent.sock")
+}
+
+struct Events(File);
+
+impl Events {
+    fn say(&mut self, msg: &str) {
+        let _ = writeln!(self.0, "{msg}");
+        let _ = self.0.flush();
+    }
+}
+
+fn spawn(argv: &[String], log: &Path) -> Result<Child> {
+    let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
+    // SAFETY: prctl(2) only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().with_context(|| format!("cannot start {}", argv[0]))
+}
+
+fn wait_for_path(p: &Path, child: &mut Child, what: &str, timeout: Duration, log: &Path) -> Result<()> {
+    let t0 = Instant::now();
+    while !p.exists() {
+        if let Some(st) = child.try_wait()? {
+            bail!("{what} exited ({st}) before it was ready: {}", tail(log, 3));
+        }
+        if t0.elapsed() > timeout {
+            bail!("{what} not ready after {timeout:?}: {}", tail(log, 3));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Last `n` non-empty lines of a log, joined on one line.
+pub fn tail(log: &Path, n: usize) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let start = lines.len().saturating_sub(n);
+    let joined = lines[start..].join(" | ");
+    if joined.is_empty() {
+        format!("(nothing in {})", log.display())
+    } else {
+        format!("{joined} (see {})", log.display())
+    }
+}
+
+/// QEMU's argument list for node `n`.
+pub fn qemu_argv(plan: &Plan, n: usize) -> Vec<String> {
+    let c = &plan.config;
+    let nd = node_dir(&plan.run_dir, n);
+    let mut a: Vec<String> = vec![plan.qemu.display().to_string()];
+    let mut push = |s: &str| a.push(s.to_string());
+    push("-name");
+    push(&format!("mc-node{n},process=mc-node{n}"));
+    for d in &c.qemu.firmware_dirs {
+        push("-L");
+        push(d);
+    }
+    push("-machine");
+    push("q35,memory-backend=mem");
+    push("-accel");
+    push(&plan.accel);
+    push("-cpu");
+    push(if plan.accel == "kvm" { "host" } else { "max" });
+    push("-smp");
+    push(&c.guest.cpus.to_string());
+    push("-m");
+    push(&format!("{}M", c.guest.memory_mib));
+    push("-object");
+    push(&format!("memory-backend-memfd,id=mem,size={}M,share=on", c.guest.memory_mib));
+    push("-nodefaults");
+    push("-display");
+    push("none");
+    push("-no-reboot");
+    push("-device");
+    push("intel-iommu,caching-mode=on");
+    push("-device");
+    push(
+        &serde_json::json!({"driver": "vfio-user-pci", "socket": {"type": "unix", "path": nd.join("adapter.sock")}})
+            .to_string(),
+    );
+    push("-kernel");
+    push(&plan.kernel.display().to_string());
+    push("-initrd");
+    push(&plan.initrd.display().to_string());
+    push("-append");
+    push(&format!("{} mc.node={n}", c.guest.cmdline));
+    push("-serial");
+    push(&format!("file:{}", nd.join("console.log").display()));
+    push("-device");
+    push("virtio-serial-pci");
+    push("-chardev");
+    push(&format!("socket,id=agent,path={},server=on,wait=off", nd.join("agent.sock").display()));
+    push("-device");
+    push("virtserialport,chardev=agent,name=mc.agent");
+    for e in &c.qemu.extra_args {
+        push(e);
+    }
+    a
+}
+
+/// Runs the supervisor for the plan in `run_dir` until SIGTERM.
+pub fn run(run_dir: &Path) -> Result<()> {
+    let plan: Plan = serde_json::from_slice(&fs::read(run_dir.join("plan.json")).context("reading plan.json")?)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    let mut events = Events(OpenOptions::new().create(true).append(true).open(run_dir.join("events.log"))?);
+    let mut state = State {
+        status: Status::Starting,
+        supervisor_pid: std::process::id(),
+        hub_pid: 0,
+        nodes: vec![NodeState::default(); plan.nodes],
+        message: String::new(),
+        accel: plan.accel.clone(),
+    };
+    state.save(run_dir)?;
+    let mut children: Vec<(String, Child)> = Vec::new();
+    let result = start(&plan, &mut state, &mut children, &mut events, &stop);
+    match result {
+        Ok(()) => {
+            state.status = Status::Up;
+            state.save(run_dir)?;
+            events.say("up");
+            watch(&plan, &mut state, &mut children, &mut events, &stop)?;
+        }
+        Err(e) => {
+            state.message = format!("{e:#}");
+            events.say(&format!("failed: {}", state.message));
+        }
+    }
+    let failed = state.status != Status::Up;
+    state.status = Status::Stopping;
+    state.save(run_dir)?;
+    teardown(&mut children);
+    for n in 0..plan.nodes {
+        let nd = node_dir(run_dir, n);
+        let _ = fs::remove_file(nd.join("adapter.sock"));
+        let _ = fs::remove_file(nd.join("agent.sock"));
+    }
+    let _ = fs::remove_file(run_dir.join("hub.sock"));
+    state.status = if failed { Status::Failed } else { Status::Down };
+    state.save(run_dir)?;
+    events.say(if failed { "torn down after failure" } else { "down" });
+    Ok(())
+}
+
+fn start(
+    plan: &Plan,
+    state: &mut State,
+    children: &mut Vec<(String, Child)>,
+    ev: &mut Events,
+    stop: &AtomicBool,
+) -> Result<()> {
+    let rd = &plan.run_dir;
+    let c = &plan.config;
+    let hub_sock = rd.join("hub.sock");
+    let hub_log = rd.join("hub.log");
+    let argv = vec![
+        plan.hub_bin.display().to_string(),
+        "--socket".into(),
+        hub_sock.display().to_string(),
+        "--max-nodes".into(),
+        c.cluster.hub_ports.to_string(),
+    ];
+    let mut hub = spawn(&argv, &hub_log)?;
+    state.hub_pid = hub.id();
+    let r = wait_for_path(&hub_sock, &mut hub, "mc-hub", Duration::from_secs(10), &hub_log);
+    children.push(("hub".into(), hub));
+    r?;
+    ev.say(&format!("hub listening ({} ports)", c.cluster.hub_ports));
+
+    for n in 0..plan.nodes {
+        let nd = node_dir(rd, n);
+        fs::create_dir_all(&nd)?;
+        let sock = nd.join("adapter.sock");
+        let log = nd.join("adapter.log");
+        let argv = vec![
+            plan.adapter_bin.display().to_string(),
+            "--socket".into(),
+            sock.display().to_string(),
+            "--hub".into(),
+            hub_sock.display().to_string(),
+            "--node".into(),
+            n.to_string(),
+            "--name".into(),
+            format!("{}-node{n}", plan.name),
+            "--aspace-mib".into(),
+            c.cluster.aspace_mib.to_string(),
+        ];
+        let mut ad = spawn(&argv, &log)?;
+        state.nodes[n].adapter_pid = ad.id();
+        let r = wait_for_path(&sock, &mut ad, &format!("mc-adapter of node {n}"), Duration::from_secs(15), &log);
+        children.push((format!("adapter{n}"), ad));
+        r?;
+    }
+    ev.say(&format!("{} adapters joined the hub", plan.nodes));
+
+    let t0 = Instant::now();
+    let mut qemu_idx = Vec::new();
+    for n in 0..plan.nodes {
+        let log = node_dir(rd, n).join("qemu.log");
+        let q = spawn(&qemu_argv(plan, n), &log)?;
+        state.nodes[n].qemu_pid = q.id();
+        qemu_idx.push(children.len());
+        children.push((format!("qemu{n}"), q));
+    }
+    state.save(rd)?;
+    ev.say(&format!("{} guests booting ({})", plan.nodes, plan.accel));
+
+    let deadline = t0 + Duration::from_secs(c.qemu.boot_timeout_s);
+    let mut ready = vec![false; plan.nodes];
+    while ready.iter().any(|r| !r) {
+        if stop.load(Ordering::SeqCst) {
+            bail!("interrupted while guests were booting");
+        }
+        for n in 0..plan.nodes {
+            if ready[n] {
+                continue;
+            }
+            let log = node_dir(rd, n).join("qemu.log");
+            if let Some(st) = children[qemu_idx[n]].1.try_wait()? {
+                bail!("QEMU of node {n} exited ({st}) during boot: {}", tail(&log, 3));
+            }
+            if agent::ping(&agent_sock(rd, n), Duration::from_millis(500)).is_ok() {
+                ready[n] = true;
+                let s = t0.elapsed().as_secs_f64();
+                state.nodes[n].ready_s = Some(s);
+                ev.say(&format!("node {n} ready after {s:.1} s"));
+            }
+        }
+        if Instant::now() > deadline {
+            let late: Vec<String> = (0..plan.nodes).filter(|&n| !ready[n]).map(|n| n.to_string()).collect();
+            bail!(
+                "node(s) {} did not answer within {} s (console: {})",
+                late.join(","),
+                c.qemu.boot_timeout_s,
+                node_dir(rd, 0).join("console.log").display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+fn watch(
+    plan: &Plan,
+    state: &mut State,
+    children: &mut [(String, Child)],
+    ev: &mut Events,
+    stop: &AtomicBool,
+) -> Result<()> {
+    while !stop.load(Ordering::SeqCst) {
+        for (name, child) in children.iter_mut() {
+            if let Some(n) = name.strip_prefix("qemu").and_then(|s| s.parse::<usize>().ok()) {
+                if state.nodes[n].qemu_exit.is_none() {
+                    if let Some(st) = child.try_wait()? {
+                        state.nodes[n].qemu_exit = Some(st.to_string());
+                        state.save(&plan.run_dir)?;
+                        ev.say(&format!("node {n}: QEMU exited ({st})"));
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+fn teardown(children: &mut [(String, Child)]) {
+    // Guests first, then adapters, then the hub: each layer sees its peer go
+    // in the order a real cluster would be powered down.
+    for prefix in ["qemu", "adapter", "hub"] {
+        for (_, c) in children.iter_mut().filter(|(n, _)| n.starts_with(prefix)) {
+            if c.try_wait().ok().flatten().is_none() {
+                // SAFETY: kill(2) on our own child.
+                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            }
+        }
+        let t0 = Instant::now();
+        for (_, c) in children.iter_mut().filter(|(n, _)| n.starts_with(prefix)) {
+            while c.try_wait().ok().flatten().is_none() {
+                if t0.elapsed() > Duration::from_secs(5) {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
