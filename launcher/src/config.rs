@@ -107,7 +107,7 @@ impl Config {
             let msg = e.message().replace('\n', " ");
             match e.span() {
                 Some(span) => {
-                    let line = text[..span.start.min(text.len())].lines().count().max(1);
+                    let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
                     anyhow::anyhow!("line {line}: {msg}")
                 }
                 None => anyhow::anyhow!("{msg}"),

@@ -14,6 +14,30 @@ use mc_guest::regs::{err, pct, reg, PAGE_SIZE};
 use mc_guest::{pattern, Adapter, RxBuffer, RX_IOVA_BASE};
 
 const DEFAULT_BUFFER: &str = "/dev/shm/mc-rx";
+
+/// Set by SIGTERM/SIGINT: the receiver disables its pages, then exits.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Holds the receive setup until SIGTERM/SIGINT, then turns receive off on
+/// `pages` before the buffer's DMA map goes away with the process: a PCT
+/// entry must never point at memory that is no longer mapped.
+fn hold_until_stopped(a: &Adapter, pages: &[u64]) {
+    // SAFETY: installing an async-signal-safe handler (it only stores an atomic).
+    unsafe {
+        libc::signal(libc::SIGTERM, on_stop as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_stop as *const () as libc::sighandler_t);
+    }
+    while !STOP.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &p in pages {
+        disable_rx(a, p);
+    }
+}
 const PID_FILE: &str = "/run/mctool-rx.pid";
 
 #[derive(Parser)]
@@ -45,6 +69,15 @@ enum Cmd {
     /// Enable transmit on a page and store the test pattern into it (8-byte stores).
     Fill {
         /// Page to fill.
+        #[arg(long)]
+        page: u64,
+        /// Pattern seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Write the test pattern `fill` stores to stdout, raw (to compare with `dump`).
+    Pattern {
+        /// Page.
         #[arg(long)]
         page: u64,
         /// Pattern seed.
@@ -199,11 +232,10 @@ fn setup_rx(pages: &[u64], buffer: &Path) -> Result<(Adapter, RxBuffer)> {
 fn rx(pages: &str, buffer: &Path, foreground: bool) -> Result<()> {
     let pages = parse_pages(pages)?;
     if foreground {
-        let _held = setup_rx(&pages, buffer)?;
+        let (a, _buf) = setup_rx(&pages, buffer)?;
         println!("receiving pages {pages:?} into {}", buffer.display());
-        loop {
-            std::thread::sleep(Duration::from_secs(3600));
-        }
+        hold_until_stopped(&a, &pages);
+        return Ok(());
     }
     let mut fds = [0; 2];
     // SAFETY: pipe(2) fills two fds.
@@ -250,7 +282,7 @@ fn rx(pages: &str, buffer: &Path, foreground: bool) -> Result<()> {
         unsafe { libc::write(fds[1], s.as_ptr().cast(), s.len()) };
     };
     match setup_rx(&pages, buffer) {
-        Ok(held) => {
+        Ok((a, buf)) => {
             let _ = std::fs::write(PID_FILE, format!("{}\n", std::process::id()));
             let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
             // SAFETY: redirecting our stdio to /dev/null so the caller's pipes close.
@@ -263,10 +295,9 @@ fn rx(pages: &str, buffer: &Path, foreground: bool) -> Result<()> {
             report("ok");
             // SAFETY: closing the pipe end tells the parent we are done.
             unsafe { libc::close(fds[1]) };
-            let _held = held;
-            loop {
-                std::thread::sleep(Duration::from_secs(3600));
-            }
+            hold_until_stopped(&a, &pages);
+            drop(buf);
+            std::process::exit(0);
         }
         Err(e) => {
             report(&format!("err:{e:#}"));
@@ -293,6 +324,11 @@ fn stop() -> Result<()> {
     }
     let _ = std::fs::remove_file(PID_FILE);
     Ok(())
+}
+
+fn disable_rx(a: &Adapter, page: u64) {
+    let (bits, iova) = a.page(page);
+    a.set_page(page, bits & !pct::RX, iova);
 }
 
 fn tx_page(a: &Adapter, page: u64) -> Result<()> {
@@ -343,6 +379,7 @@ fn pingpong(role: &str, rounds: u64, ping_page: u64, pong_page: u64, timeout: u6
             last = v;
             a.store64(tx_addr, v);
         }
+        disable_rx(&a, rx_page);
         return Ok(());
     }
     let nonce = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64) << 16;
@@ -354,6 +391,7 @@ fn pingpong(role: &str, rounds: u64, ping_page: u64, pong_page: u64, timeout: u6
         wait_value(&buf, rx_off, v, limit)?;
         rtts.push(t0.elapsed());
     }
+    disable_rx(&a, rx_page);
     rtts.sort();
     let q = |p: f64| rtts[((rtts.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
     println!(
@@ -375,6 +413,10 @@ fn main() -> Result<()> {
             let a = Adapter::open()?;
             tx_page(&a, page)?;
             a.store(page * PAGE_SIZE, &pattern(seed, page, PAGE_SIZE as usize));
+            Ok(())
+        }
+        Cmd::Pattern { page, seed } => {
+            std::io::stdout().write_all(&pattern(seed, page, PAGE_SIZE as usize))?;
             Ok(())
         }
         Cmd::Poke { page, offset, value } => {

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite. Does the set-up first (idempotent: seconds when
+# everything is already built), then:
+#   fast tier  — unit and in-process tests (real sockets, memfd guest RAM, real hub)
+#   QEMU tier  — real guests booted by mc-cluster (tests/tests/*.rs, #[ignore]d
+#                in a plain `cargo test`, run here with --ignored)
+# Usage: scripts/test.sh [--fast]   (--fast: skip the QEMU tier)
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+FAST_ONLY=0
+[ "${1:-}" = "--fast" ] && FAST_ONLY=1
+
+if [ "$FAST_ONLY" = 1 ]; then
+    scripts/setup.sh --only "rust"
+else
+    scripts/setup.sh
+fi
+
+echo
+echo "==> fast tier"
+t0=$(date +%s)
+cargo test --workspace --release
+echo "fast tier: $(( $(date +%s) - t0 )) s"
+
+if [ "$FAST_ONLY" = 0 ]; then
+    echo
+    echo "==> QEMU tier (real guests, one cluster at a time)"
+    t0=$(date +%s)
+    cargo test --release -p mc-tests -- --ignored --test-threads=1
+    echo "QEMU tier: $(( $(date +%s) - t0 )) s"
+fi

@@ -1,0 +1,93 @@
+//! Helpers for the QEMU tier: a running cluster driven through the real
+//! `mc-cluster` binary, torn down when the test ends (even on panic).
+//!
+//! The binaries are the release builds `scripts/setup.sh` makes
+//! (`target/release`); `MC_BIN_DIR` points elsewhere.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+
+/// QEMU-tier tests boot guests: run them one at a time on this 2-core machine
+/// even when the harness runs tests in parallel.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The `mc-cluster` binary.
+pub fn mc_cluster() -> PathBuf {
+    let dir = std::env::var_os("MC_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target/release"));
+    let p = dir.join("mc-cluster");
+    assert!(p.exists(), "{} missing: run scripts/setup.sh (or scripts/test.sh)", p.display());
+    p
+}
+
+/// A cluster that is up; `down` runs on drop.
+pub struct Cluster {
+    /// Cluster name (its run folder is `.run/<name>`).
+    pub name: String,
+    /// Node count.
+    pub nodes: usize,
+    /// Output of `up` (progress lines).
+    pub up_output: String,
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Cluster {
+    /// Brings up `nodes` nodes under `name`; panics with the launcher's output on failure.
+    pub fn up(name: &str, nodes: usize) -> Cluster {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let out =
+            Command::new(mc_cluster()).args(["--name", name, "up", "--nodes", &nodes.to_string()]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        let c = Cluster { name: name.into(), nodes, up_output: text.clone(), _serial: serial };
+        assert!(out.status.success(), "mc-cluster up failed:\n{text}");
+        c
+    }
+
+    /// Run folder.
+    pub fn run_dir(&self) -> PathBuf {
+        let base = std::env::var_os("MC_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| root().join(".run"));
+        base.join(&self.name)
+    }
+
+    /// Runs a command in node `node` through `mc-cluster exec`.
+    pub fn exec(&self, node: usize, argv: &[&str]) -> Output {
+        let mut cmd = Command::new(mc_cluster());
+        cmd.args(["--name", &self.name, "exec", &node.to_string(), "--timeout", "120", "--"]).args(argv);
+        cmd.output().unwrap()
+    }
+
+    /// Runs a command and insists on success; returns stdout.
+    pub fn run(&self, node: usize, argv: &[&str]) -> Vec<u8> {
+        let out = self.exec(node, argv);
+        assert!(
+            out.status.success(),
+            "node {node}: {argv:?} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// `mc-cluster down`; returns its output.
+    pub fn down(&self) -> String {
+        let out = Command::new(mc_cluster()).args(["--name", &self.name, "down"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+
+    /// `state.json` of the running cluster.
+    pub fn state(&self) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(self.run_dir().join("state.json")).unwrap()).unwrap()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
