@@ -40,6 +40,10 @@ pub const MAX_XFER: usize = 1 << 20;
 pub const MAX_MSG: usize = MAX_XFER + 64;
 /// Most fds accepted with one message; advertised as `max_msg_fds`.
 pub const MAX_FDS: usize = 8;
+/// Most messages handled back to back before [`Device::idle`] runs anyway:
+/// bounds how long batched work (coalesced transmit stores) can wait behind a
+/// steady stream of other requests.
+pub const MAX_BATCH: u32 = 64;
 /// Entries in a `REGION_WRITE_MULTI` message, as QEMU defines it.
 pub const MULTI_MAX: usize = 200;
 /// Data bytes in one `REGION_WRITE_MULTI` entry.
@@ -333,12 +337,20 @@ pub struct Connection<'d, D: Device> {
     body: Vec<u8>,
     out: Vec<u8>,
     idle_pending: bool,
+    since_idle: u32,
 }
 
 impl<'d, D: Device> Connection<'d, D> {
     /// Wraps an accepted stream.
     pub fn new(stream: UnixStream, dev: &'d mut D) -> Self {
-        Connection { stream, dev, body: Vec::with_capacity(4096), out: Vec::with_capacity(4096), idle_pending: false }
+        Connection {
+            stream,
+            dev,
+            body: Vec::with_capacity(4096),
+            out: Vec::with_capacity(4096),
+            idle_pending: false,
+            since_idle: 0,
+        }
     }
 
     /// Runs until the client closes (Ok) or breaks the protocol (Err).
@@ -400,9 +412,10 @@ impl<'d, D: Device> Connection<'d, D> {
 
     /// Handles one message. Ok(false) when the client closed the connection.
     fn one(&mut self) -> Result<bool, ServeError> {
-        if self.idle_pending && !self.readable() {
+        if self.idle_pending && (self.since_idle >= MAX_BATCH || !self.readable()) {
             self.dev.idle();
             self.idle_pending = false;
+            self.since_idle = 0;
         }
         let Some((hdr, fds)) = self.recv_header()? else {
             return Ok(false);
@@ -421,13 +434,16 @@ impl<'d, D: Device> Connection<'d, D> {
             // Too big to take, but still framed: drain it and say so.
             warn!(id = hdr.id, command = hdr.command, size, "message over {MAX_MSG} bytes refused");
             io::copy(&mut (&self.stream).take((size - HDR_LEN) as u64), &mut io::sink())?;
-            self.reply(&hdr, Reply::Err(libc::E2BIG))?;
+            if hdr.flags & flags::NO_REPLY == 0 {
+                self.reply(&hdr, Reply::Err(libc::E2BIG))?;
+            }
             return Ok(true);
         }
         self.body.resize(size - HDR_LEN, 0);
         self.stream.read_exact(&mut self.body)?;
         let reply = self.dispatch(&hdr, fds);
         self.idle_pending = true;
+        self.since_idle += 1;
         if hdr.flags & flags::NO_REPLY != 0 {
             if let Reply::Err(e) = reply {
                 debug!(id = hdr.id, command = hdr.command, errno = e, "posted request failed");

@@ -1,0 +1,511 @@
+//! Test harness for driving `mc-adapter` in process the way QEMU does.
+//!
+//! - [`Hub`]: a real `mc-hub` on a Unix socket in a temporary directory,
+//!   served by a tokio runtime on its own thread, stopped on drop.
+//! - [`AdapterHandle`]: a real [`Adapter`] joined to that hub, serving
+//!   vfio-user on its own Unix socket from a background thread.
+//! - [`VfioClient`]: a minimal vfio-user client ("fake QEMU"): VERSION,
+//!   DMA_MAP with the guest RAM memfd passed by SCM_RIGHTS, REGION_READ,
+//!   REGION_WRITE (posted or not), REGION_WRITE_MULTI, and raw messages for
+//!   malformed-input tests.
+//! - [`GuestRam`]: guest memory in a real memfd, read back with `pread`.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mc_adapter::adapter::Adapter;
+use mc_adapter::regs::{self, PAGE_SIZE};
+use mc_hub::client;
+use mc_hub::hub::{self, HubConfig};
+use mc_hub::link::ANY_NODE;
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+
+/// vfio-user header length.
+pub const HDR: usize = 16;
+/// Command numbers.
+pub const CMD_VERSION: u16 = 1;
+pub const CMD_DMA_MAP: u16 = 2;
+pub const CMD_DEVICE_GET_REGION_INFO: u16 = 5;
+pub const CMD_REGION_READ: u16 = 9;
+pub const CMD_REGION_WRITE: u16 = 10;
+pub const CMD_DEVICE_RESET: u16 = 13;
+pub const CMD_REGION_WRITE_MULTI: u16 = 15;
+/// Header flag bits.
+pub const F_REQUEST: u32 = 0;
+pub const F_REPLY: u32 = 1;
+pub const F_TYPE_MASK: u32 = 0xF;
+pub const F_NO_REPLY: u32 = 0x10;
+pub const F_ERROR: u32 = 0x20;
+/// `VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE`.
+pub const DMA_RW: u32 = 1 | 2;
+
+/// How long any single blocking socket read in a test may take.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long tests poll for a delivery to show up.
+pub const POLL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Encodes a vfio-user header.
+pub fn header(id: u16, command: u16, size: u32, flags: u32, error: u32) -> [u8; HDR] {
+    let mut h = [0u8; HDR];
+    h[0..2].copy_from_slice(&id.to_le_bytes());
+    h[2..4].copy_from_slice(&command.to_le_bytes());
+    h[4..8].copy_from_slice(&size.to_le_bytes());
+    h[8..12].copy_from_slice(&flags.to_le_bytes());
+    h[12..16].copy_from_slice(&error.to_le_bytes());
+    h
+}
+
+/// A decoded reply.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub id: u16,
+    pub command: u16,
+    pub flags: u32,
+    pub error: u32,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn is_error(&self) -> bool {
+        self.flags & F_ERROR != 0
+    }
+}
+
+/// Body of a REGION_READ / REGION_WRITE request header part: offset u64, region u32, count u32.
+fn region_access(region: u32, offset: u64, count: u32) -> Vec<u8> {
+    let mut b = Vec::with_capacity(16);
+    b.extend_from_slice(&offset.to_le_bytes());
+    b.extend_from_slice(&region.to_le_bytes());
+    b.extend_from_slice(&count.to_le_bytes());
+    b
+}
+
+/// A vfio-user client speaking to the adapter like QEMU's `vfio-user-pci`.
+pub struct VfioClient {
+    pub stream: UnixStream,
+    next_id: u16,
+}
+
+impl VfioClient {
+    /// Connects without negotiating (for malformed-input tests).
+    pub fn connect_raw(path: &Path) -> VfioClient {
+        let stream = UnixStream::connect(path).unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
+        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        VfioClient { stream, next_id: 1 }
+    }
+
+    /// Connects and negotiates the version, like QEMU does first.
+    pub fn connect(path: &Path) -> VfioClient {
+        let mut c = Self::connect_raw(path);
+        c.version();
+        c
+    }
+
+    fn id(&mut self) -> u16 {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        id
+    }
+
+    /// Encodes one request message (header + body) with a fresh id.
+    pub fn encode(&mut self, command: u16, flags: u32, body: &[u8]) -> (u16, Vec<u8>) {
+        let id = self.id();
+        let mut m = Vec::with_capacity(HDR + body.len());
+        m.extend_from_slice(&header(id, command, (HDR + body.len()) as u32, flags, 0));
+        m.extend_from_slice(body);
+        (id, m)
+    }
+
+    /// Sends raw bytes.
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("send to adapter");
+    }
+
+    /// Sends a request; returns its id.
+    pub fn send(&mut self, command: u16, flags: u32, body: &[u8]) -> u16 {
+        let (id, m) = self.encode(command, flags, body);
+        self.send_bytes(&m);
+        id
+    }
+
+    /// Receives one reply message.
+    pub fn recv(&mut self) -> io::Result<Reply> {
+        let mut h = [0u8; HDR];
+        self.stream.read_exact(&mut h)?;
+        let size = u32::from_le_bytes(h[4..8].try_into().unwrap()) as usize;
+        assert!(size >= HDR, "reply size {size} smaller than a header");
+        let mut body = vec![0u8; size - HDR];
+        self.stream.read_exact(&mut body)?;
+        Ok(Reply {
+            id: u16::from_le_bytes([h[0], h[1]]),
+            command: u16::from_le_bytes([h[2], h[3]]),
+            flags: u32::from_le_bytes(h[8..12].try_into().unwrap()),
+            error: u32::from_le_bytes(h[12..16].try_into().unwrap()),
+            body,
+        })
+    }
+
+    /// Receives the reply to request `id`/`command` and checks it is one.
+    pub fn recv_reply(&mut self, id: u16, command: u16) -> Reply {
+        let r = self.recv().expect("reply from adapter");
+        assert_eq!(r.id, id, "reply id");
+        assert_eq!(r.command, command, "reply command");
+        assert_eq!(r.flags & F_TYPE_MASK, F_REPLY, "reply type");
+        assert_eq!(r.flags & F_NO_REPLY, 0);
+        r
+    }
+
+    /// Sends a request and waits for its reply (success or error).
+    pub fn request(&mut self, command: u16, body: &[u8]) -> Reply {
+        let id = self.send(command, F_REQUEST, body);
+        self.recv_reply(id, command)
+    }
+
+    /// Sends a request that must succeed; returns the reply body.
+    pub fn request_ok(&mut self, command: u16, body: &[u8]) -> Vec<u8> {
+        let r = self.request(command, body);
+        assert!(!r.is_error(), "command {command} failed with errno {}", r.error);
+        assert_eq!(r.error, 0);
+        r.body
+    }
+
+    /// VERSION: major 0, minor 0, JSON capabilities NUL-terminated.
+    pub fn version(&mut self) -> serde_json::Value {
+        let mut body = Vec::new();
+        body.extend_from_slice(&0u16.to_le_bytes());
+        body.extend_from_slice(&0u16.to_le_bytes());
+        body.extend_from_slice(br#"{"capabilities":{"max_msg_fds":8,"max_data_xfer_size":1048576}}"#);
+        body.push(0);
+        let r = self.request_ok(CMD_VERSION, &body);
+        assert!(r.len() > 5, "VERSION reply too short: {r:?}");
+        assert_eq!(&r[0..2], &0u16.to_le_bytes(), "server major version");
+        assert_eq!(*r.last().unwrap(), 0, "capabilities must be NUL-terminated");
+        let json: serde_json::Value = serde_json::from_slice(&r[4..r.len() - 1]).expect("capabilities are JSON");
+        let caps = &json["capabilities"];
+        assert!(caps["max_msg_fds"].as_u64().unwrap() >= 1, "{json}");
+        assert!(caps["max_data_xfer_size"].as_u64().unwrap() >= 8, "{json}");
+        json
+    }
+
+    /// DMA_MAP with `fd` passed as SCM_RIGHTS; must succeed.
+    pub fn dma_map(&mut self, iova: u64, size: u64, fd: &impl AsRawFd, offset: u64) {
+        let r = self.try_dma_map(iova, size, fd, offset);
+        assert!(!r.is_error(), "DMA_MAP iova {iova:#x} size {size:#x} failed with errno {}", r.error);
+    }
+
+    /// DMA_MAP, returning the reply whatever it is.
+    pub fn try_dma_map(&mut self, iova: u64, size: u64, fd: &impl AsRawFd, offset: u64) -> Reply {
+        let mut body = Vec::with_capacity(32);
+        body.extend_from_slice(&32u32.to_le_bytes()); // argsz
+        body.extend_from_slice(&DMA_RW.to_le_bytes());
+        body.extend_from_slice(&offset.to_le_bytes());
+        body.extend_from_slice(&iova.to_le_bytes());
+        body.extend_from_slice(&size.to_le_bytes());
+        let (id, m) = self.encode(CMD_DMA_MAP, F_REQUEST, &body);
+        let fds = [fd.as_raw_fd()];
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        let n = sendmsg::<()>(self.stream.as_raw_fd(), &[IoSlice::new(&m)], &cmsg, MsgFlags::empty(), None)
+            .expect("sendmsg DMA_MAP");
+        if n < m.len() {
+            self.send_bytes(&m[n..]);
+        }
+        self.recv_reply(id, CMD_DMA_MAP)
+    }
+
+    /// REGION_READ that may fail: Ok(data) or Err(errno).
+    pub fn try_region_read(&mut self, region: u32, offset: u64, count: u32) -> Result<Vec<u8>, u32> {
+        let r = self.request(CMD_REGION_READ, &region_access(region, offset, count));
+        if r.is_error() {
+            assert!(r.error != 0, "error reply without errno");
+            return Err(r.error);
+        }
+        assert_eq!(r.body.len(), 16 + count as usize, "REGION_READ reply length");
+        assert_eq!(&r.body[..16], &region_access(region, offset, count)[..], "REGION_READ reply echo");
+        Ok(r.body[16..].to_vec())
+    }
+
+    /// REGION_READ that must succeed.
+    pub fn region_read(&mut self, region: u32, offset: u64, count: u32) -> Vec<u8> {
+        self.try_region_read(region, offset, count)
+            .unwrap_or_else(|e| panic!("REGION_READ region {region} offset {offset:#x} count {count}: errno {e}"))
+    }
+
+    /// Encodes a REGION_WRITE body.
+    pub fn region_write_body(region: u32, offset: u64, data: &[u8]) -> Vec<u8> {
+        let mut b = region_access(region, offset, data.len() as u32);
+        b.extend_from_slice(data);
+        b
+    }
+
+    /// REGION_WRITE. `posted`: NO_REPLY set, no reply expected (as QEMU does for
+    /// MMIO writes); otherwise the reply is checked for success.
+    pub fn region_write(&mut self, region: u32, offset: u64, data: &[u8], posted: bool) {
+        let body = Self::region_write_body(region, offset, data);
+        if posted {
+            self.send(CMD_REGION_WRITE, F_NO_REPLY, &body);
+        } else {
+            let r = self.request_ok(CMD_REGION_WRITE, &body);
+            assert_eq!(&r[..], &body[..16], "REGION_WRITE reply echo");
+        }
+    }
+
+    /// Many posted REGION_WRITEs sent with one `write` syscall, as a busy QEMU
+    /// pipelines them: the server sees the next message already waiting.
+    pub fn region_writes_posted_batch(&mut self, writes: &[(u32, u64, Vec<u8>)]) {
+        let mut all = Vec::new();
+        for (region, offset, data) in writes {
+            let (_, m) = self.encode(CMD_REGION_WRITE, F_NO_REPLY, &Self::region_write_body(*region, *offset, data));
+            all.extend_from_slice(&m);
+        }
+        self.send_bytes(&all);
+    }
+
+    /// REGION_WRITE_MULTI (command 15): up to 200 entries of at most 8 bytes.
+    /// QEMU sends it posted; `posted == false` asks for a reply and checks it.
+    pub fn write_multi(&mut self, entries: &[(u32, u64, &[u8])], posted: bool) {
+        assert!(entries.len() <= 200);
+        let mut body = Vec::with_capacity(8 + 24 * entries.len());
+        body.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+        for (region, offset, data) in entries {
+            assert!(data.len() <= 8);
+            body.extend_from_slice(&region_access(*region, *offset, data.len() as u32));
+            let mut d = [0u8; 8];
+            d[..data.len()].copy_from_slice(data);
+            body.extend_from_slice(&d);
+        }
+        if posted {
+            self.send(CMD_REGION_WRITE_MULTI, F_NO_REPLY, &body);
+        } else {
+            self.request_ok(CMD_REGION_WRITE_MULTI, &body);
+        }
+    }
+
+    /// DEVICE_GET_REGION_INFO: (flags, size) of region `index`.
+    pub fn region_info(&mut self, index: u32) -> (u32, u64) {
+        let mut body = Vec::with_capacity(32);
+        body.extend_from_slice(&32u32.to_le_bytes()); // argsz
+        body.extend_from_slice(&0u32.to_le_bytes()); // flags
+        body.extend_from_slice(&index.to_le_bytes());
+        body.extend_from_slice(&0u32.to_le_bytes()); // cap_offset
+        body.extend_from_slice(&[0u8; 16]); // size, offset
+        let r = self.request_ok(CMD_DEVICE_GET_REGION_INFO, &body);
+        assert_eq!(r.len(), 32, "region info reply length");
+        assert_eq!(u32::from_le_bytes(r[8..12].try_into().unwrap()), index, "region info index");
+        (u32::from_le_bytes(r[4..8].try_into().unwrap()), u64::from_le_bytes(r[16..24].try_into().unwrap()))
+    }
+
+    /// Reads a 32-bit register of BAR 0.
+    pub fn reg(&mut self, off: u64) -> u32 {
+        u32::from_le_bytes(self.region_read(regs::BAR_REGS, off, 4).try_into().unwrap())
+    }
+
+    /// Writes a 32-bit register of BAR 0 (non-posted, so it has taken effect on return).
+    pub fn set_reg(&mut self, off: u64, v: u32) {
+        self.region_write(regs::BAR_REGS, off, &v.to_le_bytes(), false);
+    }
+
+    /// Programs PCT entry `page`: word 0 (control) and word 1 (receive DMA
+    /// address), with 8-byte non-posted writes to BAR 2.
+    pub fn set_pct(&mut self, page: u64, word0: u64, word1: u64) {
+        self.region_write(regs::BAR_PCT, page * 16, &word0.to_le_bytes(), false);
+        self.region_write(regs::BAR_PCT, page * 16 + 8, &word1.to_le_bytes(), false);
+    }
+
+    /// Reads PCT entry `page` back as (word 0, word 1).
+    pub fn pct(&mut self, page: u64) -> (u64, u64) {
+        let b = self.region_read(regs::BAR_PCT, page * 16, 16);
+        (u64::from_le_bytes(b[..8].try_into().unwrap()), u64::from_le_bytes(b[8..].try_into().unwrap()))
+    }
+
+    /// True when the server closed the connection (EOF or reset) within the timeout.
+    pub fn closed_by_server(&mut self) -> bool {
+        let mut b = [0u8; 64];
+        match self.stream.read(&mut b) {
+            Ok(0) => true,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => true,
+            Ok(n) => panic!("expected EOF, got {n} bytes: {:?}", &b[..n]),
+            Err(e) => panic!("expected EOF, got {e}"),
+        }
+    }
+}
+
+/// Guest RAM in a memfd (what QEMU's memory backend gives the device).
+pub struct GuestRam {
+    pub file: File,
+    pub size: u64,
+}
+
+impl GuestRam {
+    pub fn new(size: u64) -> GuestRam {
+        let fd: OwnedFd =
+            nix::sys::memfd::memfd_create(c"mc-test-guest-ram", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)
+                .expect("memfd_create");
+        nix::unistd::ftruncate(&fd, size as i64).expect("ftruncate");
+        GuestRam { file: File::from(fd), size }
+    }
+
+    /// Reads `len` bytes at file offset `off` (pread).
+    pub fn read(&self, off: u64, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        self.file.read_exact_at(&mut b, off).expect("pread guest RAM");
+        b
+    }
+
+    /// Writes at file offset `off` (pwrite).
+    pub fn write(&self, off: u64, data: &[u8]) {
+        self.file.write_all_at(data, off).expect("pwrite guest RAM");
+    }
+
+    /// Everything.
+    pub fn all(&self) -> Vec<u8> {
+        self.read(0, self.size as usize)
+    }
+}
+
+impl AsRawFd for GuestRam {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+/// A real hub on a Unix socket, run by a tokio runtime on its own thread.
+pub struct Hub {
+    pub path: PathBuf,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Hub {
+    pub fn start() -> Hub {
+        Self::start_with(HubConfig::default())
+    }
+
+    pub fn start_with(cfg: HubConfig) -> Hub {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.sock");
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        let thread = std::thread::Builder::new()
+            .name("test-hub".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+                rt.block_on(async move {
+                    let listener = tokio::net::UnixListener::bind(&p)?;
+                    ready_tx.send(()).unwrap();
+                    hub::serve(listener, cfg, async move {
+                        let _ = stop_rx.await;
+                    })
+                    .await
+                })
+            })
+            .unwrap();
+        ready_rx.recv_timeout(IO_TIMEOUT).expect("hub did not start");
+        Hub { path, shutdown: Some(stop_tx), thread: Some(thread), _dir: dir }
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        if let Some(s) = self.shutdown.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let r = t.join();
+            if !std::thread::panicking() {
+                r.expect("hub thread panicked").expect("hub failed");
+            }
+        }
+    }
+}
+
+/// An adapter joined to a hub and serving vfio-user on a socket.
+pub struct AdapterHandle {
+    /// vfio-user socket.
+    pub sock: PathBuf,
+    /// Node id the hub gave it.
+    pub node: u16,
+    /// Ports of the hub.
+    pub max_nodes: u16,
+    thread: JoinHandle<io::Result<()>>,
+    _dir: tempfile::TempDir,
+}
+
+/// Address space of the test adapters: 1 MiB = 128 pages.
+pub const ASPACE: u64 = 1 << 20;
+
+impl AdapterHandle {
+    /// Creates an adapter with a 1 MiB address space, joins `hub` and serves.
+    pub fn start(hub: &Hub, name: &str) -> AdapterHandle {
+        Self::start_with(hub, name, ASPACE)
+    }
+
+    pub fn start_with(hub: &Hub, name: &str, aspace: u64) -> AdapterHandle {
+        let mut adapter = Adapter::new(aspace).expect("Adapter::new");
+        let (joined, reader, writer) =
+            client::join(&hub.path, ANY_NODE, PAGE_SIZE as u32, (aspace / PAGE_SIZE) as u32, name).expect("join hub");
+        let (node, max_nodes) = (joined.node, joined.max_nodes);
+        adapter.attach_link(joined, reader, writer);
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("vfio-user.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let thread = std::thread::Builder::new()
+            .name(format!("vfio-user-{name}"))
+            .spawn(move || mc_adapter::vfio_user::serve(&listener, &mut adapter))
+            .unwrap();
+        AdapterHandle { sock, node, max_nodes, thread, _dir: dir }
+    }
+
+    /// Connects a fresh fake QEMU (VERSION negotiated).
+    pub fn client(&self) -> VfioClient {
+        VfioClient::connect(&self.sock)
+    }
+
+    /// The server thread must still be running (no panic, no accept failure).
+    pub fn assert_alive(&self) {
+        assert!(!self.thread.is_finished(), "vfio-user server thread of the adapter has exited");
+    }
+}
+
+/// A node as a guest sees it: its adapter, a connected fake QEMU and its RAM.
+pub struct Node {
+    pub adapter: AdapterHandle,
+    pub vfio: VfioClient,
+    pub ram: GuestRam,
+}
+
+impl Node {
+    /// Starts an adapter on `hub`, connects to it and maps `ram_size` bytes of
+    /// memfd RAM at `iova`, starting at `ram_offset` in the file (the file is
+    /// `ram_offset + ram_size` bytes long).
+    pub fn start(hub: &Hub, name: &str, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
+        let adapter = AdapterHandle::start(hub, name);
+        let mut vfio = adapter.client();
+        let ram = GuestRam::new(ram_offset + ram_size);
+        vfio.dma_map(iova, ram_size, &ram, ram_offset);
+        Node { adapter, vfio, ram }
+    }
+}
+
+/// Polls `f` until it returns `Some`, or panics with `what` after [`POLL_TIMEOUT`].
+pub fn poll<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + POLL_TIMEOUT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {POLL_TIMEOUT:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
