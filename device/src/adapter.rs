@@ -1,16 +1,20 @@
 //! The MEMORY CHANNEL adapter: register file, page control table, transmit
-//! window and receive DMA, behind the [`Device`] trait.
+//! window, receive DMA, interrupts and ACK pages, behind the [`Device`] trait.
 //!
 //! Two threads touch an adapter:
 //! - the vfio-user thread (QEMU's requests, in order): register and PCT
-//!   accesses, transmit-window stores, which become `Write` packets to the hub;
+//!   accesses and transmit-window stores, which become `Write` packets;
 //! - the receive thread: ordered `Deliver` packets from the hub, applied to
-//!   guest memory through the DMA maps in the order they arrive.
+//!   guest memory through the DMA maps in the order they arrive; it also
+//!   answers ACK stores and rejoins the hub after a link loss.
 //!
-//! What both need lives in [`Shared`], as atomics (the PCT, counters, error
-//! bits) or behind the [`DmaSpace`] lock. The receive thread never blocks on
-//! the vfio-user thread and never writes guest memory outside a DMA map.
+//! What both need lives in [`Shared`]: atomics for the PCT and counters, a
+//! mutex for the interrupt state and one for the link's writing half. The
+//! receive thread never waits for the vfio-user thread, and never writes
+//! guest memory outside a DMA map.
 
+use std::collections::VecDeque;
+use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -19,22 +23,24 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mc_hub::client;
-use mc_hub::link::{self, LinkError, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK, MAX_DATA};
+use mc_hub::client::{self, Joined};
+use mc_hub::link::{self, LinkError, Msg, ANY_NODE, BROADCAST, FLAG_ACK, FLAG_ACK_REPLY, FLAG_LOOPBACK, MAX_DATA};
 use tracing::{debug, info, warn};
 
 use crate::dma::DmaSpace;
 use crate::pci::{ConfigSpace, CONFIG_SIZE};
-use crate::regs::{self, err, pct, reg, PAGE_SIZE};
+use crate::regs::{self, err, int, pct, reg, ACK_VALID, MSIX_VECTORS, NOTIFY_DEPTH, NOTIFY_EMPTY, PAGE_SIZE};
 use crate::vfio_user::{self, region, region_flags, Device, Errno, IrqSet, RegionInfo};
 
 /// Node id value of `NODE` while the adapter has not joined a hub.
 pub const NO_NODE: u32 = 0xFFFF;
+/// Pause between attempts to rejoin the hub after the link went down.
+pub const RECONNECT_INTERVAL: Duration = Duration::from_millis(200);
 
 /// How the adapter is set up.
 #[derive(Debug, Clone)]
 pub struct AdapterConfig {
-    /// Size of the MEMORY CHANNEL address space in bytes (multiple of the page size).
+    /// Size of the MEMORY CHANNEL address space in bytes (power of two).
     pub aspace: u64,
     /// Hub socket.
     pub hub: PathBuf,
@@ -58,6 +64,71 @@ impl Default for AdapterConfig {
     }
 }
 
+/// Interrupt state: causes, enables, the notification FIFO and the eventfds
+/// QEMU gave us for INTx and MSI-X.
+#[derive(Default)]
+struct Irq {
+    cause: u32,
+    mask: u32,
+    fifo: VecDeque<u32>,
+    lost: u32,
+    intx: Option<File>,
+    /// Masked by QEMU, or automasked after we asserted it until QEMU unmasks.
+    intx_masked: bool,
+    msix: Vec<Option<File>>,
+    msix_masked: Vec<bool>,
+    msix_pending: Vec<bool>,
+    /// Error-recovery eventfd (kept so QEMU is satisfied; never signalled).
+    err: Option<File>,
+}
+
+fn kick(f: &File) {
+    // An eventfd takes an 8-byte count; a full counter (EAGAIN) is still signalled.
+    let _ = (&*f).write(&1u64.to_ne_bytes());
+}
+
+impl Irq {
+    fn pending(&self) -> u32 {
+        self.cause & self.mask
+    }
+
+    fn msix_enabled(&self) -> bool {
+        self.msix.iter().any(Option::is_some)
+    }
+
+    /// Delivers the interrupt: MSI-X vector 0 when MSI-X is set up, else INTx.
+    fn signal(&mut self) {
+        debug!(cause = self.cause, mask = self.mask, msix = self.msix_enabled(), "interrupt");
+        if self.msix_enabled() {
+            if self.msix_masked.first().copied().unwrap_or(false) {
+                self.msix_pending[0] = true;
+            } else if let Some(f) = self.msix.first().and_then(Option::as_ref) {
+                kick(f);
+            }
+        } else if !self.intx_masked {
+            if let Some(f) = &self.intx {
+                kick(f);
+                // INTx is level-triggered: stay quiet until QEMU unmasks.
+                self.intx_masked = true;
+            }
+        }
+    }
+
+    /// Re-evaluates after `cause` or `mask` changed from `before` (cause & mask).
+    fn update(&mut self, before: u32) {
+        if self.pending() & !before != 0 {
+            self.signal();
+        }
+    }
+
+    fn raise(&mut self, bits: u32) {
+        debug!(bits, cause = self.cause, mask = self.mask, "raise");
+        let before = self.pending();
+        self.cause |= bits;
+        self.update(before);
+    }
+}
+
 /// State shared by the vfio-user thread and the receive thread.
 pub struct Shared {
     /// Pages in the address space.
@@ -67,22 +138,38 @@ pub struct Shared {
     /// Guest memory.
     pub dma: DmaSpace,
     node: AtomicU32,
+    /// Node id to rejoin as after a link loss.
+    home_node: AtomicU32,
     link_up: AtomicBool,
+    /// PCI command register's bus master bit: no receive DMA without it.
+    bus_master: AtomicBool,
     err_status: AtomicU32,
     err_count: AtomicU32,
     members: AtomicU64,
     tx_packets: AtomicU64,
     rx_packets: AtomicU64,
     rx_dropped: AtomicU64,
+    link_events: AtomicU32,
+    last_seq: AtomicU64,
     /// Next sequence number expected from the hub (gap detection).
     next_seq: AtomicU64,
-    irqs: Mutex<Irqs>,
+    irq: Mutex<Irq>,
+    /// Writing half of the link (None while down).
+    link: Mutex<Option<LinkTx>>,
 }
 
-#[derive(Default)]
-struct Irqs {
-    intx: Option<OwnedFd>,
-    intx_masked: bool,
+/// The writing half of a link, with the link sequence number of its next frame.
+struct LinkTx {
+    w: BufWriter<UnixStream>,
+    seq: u16,
+}
+
+impl LinkTx {
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        link::write_stamped(&mut self.w, frame, self.seq)?;
+        self.seq = self.seq.wrapping_add(1);
+        Ok(())
+    }
 }
 
 impl Shared {
@@ -92,22 +179,33 @@ impl Shared {
             pct: (0..pages * 2).map(|_| AtomicU64::new(0)).collect(),
             dma: DmaSpace::new(),
             node: AtomicU32::new(NO_NODE),
+            home_node: AtomicU32::new(ANY_NODE as u32),
             link_up: AtomicBool::new(false),
-            err_status: AtomicU32::new(0),
+            bus_master: AtomicBool::new(false),
+            err_status: AtomicU32::new(err::LINK_DOWN),
             err_count: AtomicU32::new(0),
             members: AtomicU64::new(0),
             tx_packets: AtomicU64::new(0),
             rx_packets: AtomicU64::new(0),
             rx_dropped: AtomicU64::new(0),
+            link_events: AtomicU32::new(0),
+            last_seq: AtomicU64::new(0),
             next_seq: AtomicU64::new(0),
-            irqs: Mutex::new(Irqs::default()),
+            irq: Mutex::new(Irq {
+                msix: (0..MSIX_VECTORS).map(|_| None).collect(),
+                msix_masked: vec![false; MSIX_VECTORS as usize],
+                msix_pending: vec![false; MSIX_VECTORS as usize],
+                ..Irq::default()
+            }),
+            link: Mutex::new(None),
         }
     }
 
-    /// Latches error bits and counts one error.
+    /// Latches error bits, counts one error and raises the error interrupt cause.
     pub fn raise_error(&self, bits: u32) {
         self.err_status.fetch_or(bits, Ordering::SeqCst);
         let _ = self.err_count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_add(1));
+        self.irq.lock().unwrap().raise(int::ERROR);
     }
 
     /// Current error status bits.
@@ -125,7 +223,16 @@ impl Shared {
         self.pct[(page * 2 + w) as usize].load(Ordering::Acquire)
     }
 
-    /// Reads a 32-bit register.
+    fn node_id(&self) -> Option<u16> {
+        let n = self.node.load(Ordering::SeqCst) & 0xFFFF;
+        (n != NO_NODE).then_some(n as u16)
+    }
+
+    fn ports(&self) -> u32 {
+        self.node.load(Ordering::SeqCst) >> 16
+    }
+
+    /// Reads a 32-bit register. `NOTIFY_FIFO` pops, so this takes `&self` but has effects.
     fn reg_read(&self, off: u64) -> u32 {
         match off {
             reg::ID => regs::ID_VALUE,
@@ -138,9 +245,16 @@ impl Shared {
             reg::CTRL => 0,
             reg::MEMBERS_LO => self.members.load(Ordering::SeqCst) as u32,
             reg::MEMBERS_HI => (self.members.load(Ordering::SeqCst) >> 32) as u32,
+            reg::INT_CAUSE => self.irq.lock().unwrap().cause,
+            reg::INT_MASK => self.irq.lock().unwrap().mask,
+            reg::NOTIFY_FIFO => self.irq.lock().unwrap().fifo.pop_front().unwrap_or(NOTIFY_EMPTY),
+            reg::NOTIFY_COUNT => self.irq.lock().unwrap().fifo.len() as u32,
             reg::TX_PACKETS => self.tx_packets.load(Ordering::Relaxed) as u32,
             reg::RX_PACKETS => self.rx_packets.load(Ordering::Relaxed) as u32,
             reg::RX_DROPPED => self.rx_dropped.load(Ordering::Relaxed) as u32,
+            reg::NOTIFY_LOST => self.irq.lock().unwrap().lost,
+            reg::LINK_EVENTS => self.link_events.load(Ordering::Relaxed),
+            reg::LAST_SEQ => self.last_seq.load(Ordering::Relaxed) as u32,
             _ => 0,
         }
     }
@@ -156,7 +270,61 @@ impl Shared {
         }
     }
 
-    /// Applies one ordered write from the hub to guest memory, page by page.
+    fn link_event(&self) {
+        self.link_events.fetch_add(1, Ordering::Relaxed);
+        self.irq.lock().unwrap().raise(int::LINK);
+    }
+
+    fn notify(&self, page: u64) {
+        let mut irq = self.irq.lock().unwrap();
+        if irq.fifo.len() >= NOTIFY_DEPTH {
+            irq.lost = irq.lost.saturating_add(1);
+        } else {
+            irq.fifo.push_back(page as u32);
+        }
+        irq.raise(int::NOTIFY);
+    }
+
+    /// Sends one frame on the link now (receive-thread sends: ACK replies).
+    fn send_now(&self, frame: &[u8]) {
+        let mut link = self.link.lock().unwrap();
+        if let Some(tx) = link.as_mut() {
+            if tx.send(frame).and_then(|_| tx.w.flush()).is_err() {
+                *link = None;
+            }
+        }
+    }
+
+    /// Applies one ordered delivery from the hub.
+    fn deliver(&self, seq: u64, src: u16, flags: u16, addr: u64, data: &[u8]) {
+        // The global order only moves forward (numbers we do not receive are
+        // other nodes' point-to-point traffic; lost frames show in the link
+        // sequence instead).
+        let floor = self.next_seq.swap(seq + 1, Ordering::SeqCst);
+        if seq < floor {
+            warn!(seq, floor, "hub sequence went backwards");
+            self.raise_error(err::SEQ_GAP);
+        }
+        self.last_seq.store(seq, Ordering::Relaxed);
+        if flags & FLAG_ACK != 0 {
+            self.ack_reply(src, addr);
+        } else {
+            self.apply(addr, data);
+        }
+    }
+
+    /// Answers an ACK store: our error status, into byte `node` of the page
+    /// in the sender's receive buffer.
+    fn ack_reply(&self, src: u16, addr: u64) {
+        let Some(me) = self.node_id() else { return };
+        let page_base = addr - addr % PAGE_SIZE;
+        let status = (self.err_status() as u8 & !ACK_VALID) | ACK_VALID;
+        let frame =
+            Msg::Write { dest: src, flags: FLAG_ACK_REPLY, addr: page_base + me as u64, data: &[status] }.encode();
+        self.send_now(&frame);
+    }
+
+    /// Writes received bytes to guest memory, page by page, per the PCT.
     pub fn apply(&self, addr: u64, data: &[u8]) {
         let mut at = addr;
         let mut rest = data;
@@ -171,11 +339,17 @@ impl Shared {
             let w0 = self.pct_word(page, 0);
             if w0 & pct::RX == 0 {
                 self.rx_dropped.fetch_add(1, Ordering::Relaxed);
+            } else if !self.bus_master.load(Ordering::Acquire) {
+                // A device without bus mastering cannot DMA.
+                self.raise_error(err::RX_DMA);
             } else {
                 let base = self.pct_word(page, 1);
                 match base.checked_add(in_page).map(|iova| self.dma.write(iova, &rest[..n])) {
                     Some(Ok(())) => {
                         self.rx_packets.fetch_add(1, Ordering::Relaxed);
+                        if w0 & pct::INT != 0 {
+                            self.notify(page);
+                        }
                     }
                     Some(Err(e)) => {
                         debug!(page, "receive DMA refused: {e}");
@@ -189,6 +363,33 @@ impl Shared {
         }
     }
 
+    /// Takes a joined link into use (first join or rejoin).
+    fn install_link(&self, joined: &Joined, writer: BufWriter<UnixStream>) {
+        self.node.store(joined.node as u32 | (joined.max_nodes as u32) << 16, Ordering::SeqCst);
+        self.home_node.store(joined.node as u32, Ordering::SeqCst);
+        self.members.store(0, Ordering::SeqCst);
+        for m in &joined.members {
+            self.set_member(*m, true);
+        }
+        self.next_seq.store(joined.next_seq, Ordering::SeqCst);
+        // Our Hello was link frame 0.
+        *self.link.lock().unwrap() = Some(LinkTx { w: writer, seq: 1 });
+        self.link_up.store(true, Ordering::SeqCst);
+        self.link_event();
+    }
+
+    fn link_down(&self, reason: &str) {
+        warn!("link to hub down: {reason}");
+        *self.link.lock().unwrap() = None;
+        let was_up = self.link_up.swap(false, Ordering::SeqCst);
+        self.node.fetch_or(NO_NODE, Ordering::SeqCst);
+        self.members.store(0, Ordering::SeqCst);
+        if was_up {
+            self.raise_error(err::LINK_DOWN);
+            self.link_event();
+        }
+    }
+
     fn reset(&self) {
         for w in self.pct.iter() {
             w.store(0, Ordering::Release);
@@ -198,6 +399,12 @@ impl Shared {
         self.tx_packets.store(0, Ordering::Relaxed);
         self.rx_packets.store(0, Ordering::Relaxed);
         self.rx_dropped.store(0, Ordering::Relaxed);
+        self.link_events.store(0, Ordering::Relaxed);
+        let mut irq = self.irq.lock().unwrap();
+        irq.cause = 0;
+        irq.mask = 0;
+        irq.fifo.clear();
+        irq.lost = 0;
     }
 }
 
@@ -213,17 +420,13 @@ struct Pending {
 pub struct Adapter {
     shared: Arc<Shared>,
     config: ConfigSpace,
-    link: Option<BufWriter<UnixStream>>,
     pending: Option<Pending>,
 }
 
 impl Adapter {
     /// Creates an adapter with no hub link (tests attach one with [`Adapter::attach_link`]).
     pub fn new(aspace: u64) -> io::Result<Adapter> {
-        if !(regs::MIN_ASPACE..=regs::MAX_ASPACE).contains(&aspace)
-            || aspace % PAGE_SIZE != 0
-            || !aspace.is_power_of_two()
-        {
+        if !(regs::MIN_ASPACE..=regs::MAX_ASPACE).contains(&aspace) || !aspace.is_power_of_two() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
@@ -235,8 +438,7 @@ impl Adapter {
         }
         let pages = aspace / PAGE_SIZE;
         let shared = Arc::new(Shared::new(pages));
-        shared.err_status.store(err::LINK_DOWN, Ordering::SeqCst);
-        Ok(Adapter { config: ConfigSpace::new(Self::pct_bar_size(pages), aspace), shared, link: None, pending: None })
+        Ok(Adapter { config: ConfigSpace::new(Self::pct_bar_size(pages), aspace), shared, pending: None })
     }
 
     fn pct_bar_size(pages: u64) -> u64 {
@@ -248,67 +450,77 @@ impl Adapter {
         &self.shared
     }
 
-    /// Joins the hub at `cfg.hub`, retrying for `cfg.hub_wait`, and starts the receive thread.
+    /// Joins the hub at `cfg.hub`, retrying for `cfg.hub_wait`, and starts the
+    /// receive thread, which rejoins by itself whenever the link goes down.
     pub fn connect(&mut self, cfg: &AdapterConfig) -> io::Result<()> {
         let deadline = Instant::now() + cfg.hub_wait;
         let (joined, reader, writer) = loop {
             match client::join(&cfg.hub, cfg.want_node, PAGE_SIZE as u32, self.shared.pages as u32, &cfg.name) {
                 Ok(j) => break j,
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && e.to_string().starts_with("hub refused") => {
-                    return Err(e)
-                }
                 Err(e) if Instant::now() < deadline => {
                     debug!("hub not reachable yet: {e}");
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 Err(e) => {
-                    return Err(io::Error::new(e.kind(), format!("cannot reach hub at {}: {e}", cfg.hub.display())))
+                    return Err(io::Error::new(e.kind(), format!("cannot join hub at {}: {e}", cfg.hub.display())))
                 }
             }
         };
         info!(node = joined.node, ports = joined.max_nodes, members = ?joined.members, "joined hub");
-        self.attach_link(joined, reader, writer);
+        self.start(joined, reader, writer, Some(cfg.clone()));
         Ok(())
     }
 
-    /// Uses an already-joined link (from [`client::join`]).
-    pub fn attach_link(&mut self, joined: client::Joined, reader: UnixStream, writer: BufWriter<UnixStream>) {
-        let s = &self.shared;
-        s.node.store(joined.node as u32 | (joined.max_nodes as u32) << 16, Ordering::SeqCst);
-        s.members.store(0, Ordering::SeqCst);
-        for m in &joined.members {
-            s.set_member(*m, true);
-        }
-        s.next_seq.store(joined.next_seq, Ordering::SeqCst);
-        s.link_up.store(true, Ordering::SeqCst);
-        s.err_status.fetch_and(!err::LINK_DOWN, Ordering::SeqCst);
-        self.link = Some(writer);
+    /// Uses an already-joined link (from [`client::join`]); no rejoin after a loss.
+    pub fn attach_link(&mut self, joined: Joined, reader: UnixStream, writer: BufWriter<UnixStream>) {
+        self.start(joined, reader, writer, None);
+    }
+
+    fn start(
+        &mut self,
+        joined: Joined,
+        reader: UnixStream,
+        writer: BufWriter<UnixStream>,
+        rejoin: Option<AdapterConfig>,
+    ) {
+        self.shared.err_status.fetch_and(!err::LINK_DOWN, Ordering::SeqCst);
+        self.shared.install_link(&joined, writer);
         let shared = self.shared.clone();
+        let link_seq = joined.next_link_seq;
         std::thread::Builder::new()
             .name("mc-rx".into())
-            .spawn(move || receive_loop(shared, reader))
+            .spawn(move || receive_loop(shared, reader, link_seq, rejoin))
             .expect("spawn receive thread");
     }
 
     fn flush_pending(&mut self) {
         let Some(p) = self.pending.take() else { return };
-        let Some(w) = self.link.as_mut() else {
-            self.shared.raise_error(err::LINK_DOWN);
-            return;
-        };
         let frame = Msg::Write { dest: p.dest, flags: p.flags, addr: p.addr, data: &p.data }.encode();
-        if let Err(e) = w.write_all(&frame) {
-            self.link_lost(e);
-            return;
+        let mut link = self.shared.link.lock().unwrap();
+        let sent = match link.as_mut() {
+            Some(tx) => tx.send(&frame).is_ok(),
+            None => false,
+        };
+        if sent {
+            self.shared.tx_packets.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Link down: the store is lost, as on a cable that is unplugged.
+            *link = None;
+            drop(link);
+            self.shared.raise_error(err::LINK_DOWN);
         }
-        self.shared.tx_packets.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn link_lost(&mut self, e: io::Error) {
-        warn!("link to hub lost while sending: {e}");
-        self.link = None;
-        self.shared.link_up.store(false, Ordering::SeqCst);
-        self.shared.raise_error(err::LINK_DOWN);
+    /// Sends the packet being built and everything buffered for the hub.
+    fn flush_link(&mut self) {
+        self.flush_pending();
+        let mut link = self.shared.link.lock().unwrap();
+        if let Some(tx) = link.as_mut() {
+            if let Err(e) = tx.w.flush() {
+                warn!("link to hub lost while sending: {e}");
+                *link = None;
+            }
+        }
     }
 
     /// A store of `data` at transmit-window offset `off`.
@@ -319,17 +531,25 @@ impl Adapter {
             let page = at / PAGE_SIZE;
             let n = rest.len().min((PAGE_SIZE - at % PAGE_SIZE) as usize);
             let w0 = self.shared.pct_word(page, 0);
+            let dest = if w0 & pct::P2P != 0 { ((w0 >> pct::DEST_SHIFT) & pct::DEST_MASK) as u16 } else { BROADCAST };
             if w0 & pct::TX == 0 {
                 self.shared.raise_error(err::TX_DISABLED);
+            } else if dest != BROADCAST && dest as u32 >= self.shared.ports() {
+                self.shared.raise_error(err::TX_DEST);
             } else {
-                let dest =
-                    if w0 & pct::P2P != 0 { ((w0 >> pct::DEST_SHIFT) & pct::DEST_MASK) as u16 } else { BROADCAST };
-                let flags = if w0 & pct::LOOPBACK != 0 { FLAG_LOOPBACK } else { 0 };
+                let mut flags = 0;
+                if w0 & pct::LOOPBACK != 0 {
+                    flags |= FLAG_LOOPBACK;
+                }
+                if w0 & pct::ACK != 0 {
+                    flags |= FLAG_ACK;
+                }
                 let chunk = &rest[..n];
                 match self.pending.as_mut() {
                     Some(p)
                         if p.dest == dest
                             && p.flags == flags
+                            && flags & FLAG_ACK == 0
                             && p.addr + p.data.len() as u64 == at
                             && (p.addr / PAGE_SIZE) == page
                             && p.data.len() + n <= MAX_DATA =>
@@ -348,9 +568,20 @@ impl Adapter {
     }
 
     fn regs_read(&self, off: u64, data: &mut [u8]) {
+        // Whole registers are read once each (NOTIFY_FIFO pops on read).
+        let mut cache: Option<(u64, [u8; 4])> = None;
         for (i, b) in data.iter_mut().enumerate() {
             let o = off + i as u64;
-            *b = self.shared.reg_read(o & !3).to_le_bytes()[(o & 3) as usize];
+            let base = o & !3;
+            let bytes = match cache {
+                Some((c, v)) if c == base => v,
+                _ => {
+                    let v = self.shared.reg_read(base).to_le_bytes();
+                    cache = Some((base, v));
+                    v
+                }
+            };
+            *b = bytes[(o & 3) as usize];
         }
     }
 
@@ -365,6 +596,18 @@ impl Adapter {
                 // LINK_DOWN stays set while the link is down.
                 let keep = if self.shared.link_up.load(Ordering::SeqCst) { 0 } else { err::LINK_DOWN };
                 self.shared.err_status.fetch_and(!(v & err::ALL) | keep, Ordering::SeqCst);
+            }
+            reg::INT_CAUSE => {
+                let mut irq = self.shared.irq.lock().unwrap();
+                let before = irq.pending();
+                irq.cause &= !(v & int::ALL);
+                irq.update(before);
+            }
+            reg::INT_MASK => {
+                let mut irq = self.shared.irq.lock().unwrap();
+                let before = irq.pending();
+                irq.mask = v & int::ALL;
+                irq.update(before);
             }
             reg::CTRL if v & regs::ctrl::RESET != 0 => self.reset(),
             _ => debug!(off, v, "write to read-only register ignored"),
@@ -384,58 +627,86 @@ impl Adapter {
     }
 
     fn pct_write(&mut self, off: u64, data: &[u8]) {
-        // Stores already made to the old mapping go out first.
+        // Stores already made under the old entry go out first.
         self.flush_pending();
-        for (i, &b) in data.iter().enumerate() {
-            let o = off + i as u64;
-            let word = o / 8;
+        // Each touched word is built whole and stored once, so the receive
+        // thread never sees half an update; word 1 (the receive address) is
+        // stored before word 0 (the enables) when both change.
+        let first = off / 8;
+        let last = (off + data.len() as u64 - 1) / 8;
+        let mut words: Vec<(u64, u64)> = Vec::with_capacity(2);
+        for word in first..=last {
             if word >= self.shared.pages * 2 {
                 continue;
             }
-            let a = &self.shared.pct[word as usize];
-            let mut bytes = a.load(Ordering::Acquire).to_le_bytes();
-            bytes[(o % 8) as usize] = b;
+            let mut bytes = self.shared.pct[word as usize].load(Ordering::Acquire).to_le_bytes();
+            for (i, &b) in data.iter().enumerate() {
+                let o = off + i as u64;
+                if o / 8 == word {
+                    bytes[(o % 8) as usize] = b;
+                }
+            }
             let mut v = u64::from_le_bytes(bytes);
             if word % 2 == 0 {
                 v &= pct::WORD0_MASK;
             }
-            a.store(v, Ordering::Release);
+            words.push((word, v));
+        }
+        words.sort_by_key(|&(w, _)| (w / 2, std::cmp::Reverse(w % 2)));
+        for (word, v) in words {
+            self.shared.pct[word as usize].store(v, Ordering::Release);
         }
     }
 }
 
-fn receive_loop(shared: Arc<Shared>, mut reader: UnixStream) {
+fn receive_loop(shared: Arc<Shared>, mut reader: UnixStream, mut link_seq: u16, rejoin: Option<AdapterConfig>) {
     let mut buf = Vec::with_capacity(MAX_DATA + 64);
-    let reason = loop {
-        let hdr = match link::read_frame(&mut reader, &mut buf) {
-            Ok(h) => h,
-            Err(e) => break e.to_string(),
-        };
-        match Msg::parse(&hdr, &buf) {
-            Ok(Msg::Deliver { seq, addr, data, .. }) => {
-                let expect = shared.next_seq.swap(seq + 1, Ordering::SeqCst);
-                if seq < expect {
-                    warn!(seq, expect, "sequence went backwards");
+    loop {
+        let reason = loop {
+            let hdr = match link::read_frame(&mut reader, &mut buf) {
+                Ok(h) => h,
+                Err(e) => break e.to_string(),
+            };
+            let lost = link::check_link_seq(&mut link_seq, hdr.link_seq);
+            if lost != 0 {
+                warn!(lost, "frames from the hub went missing (link sequence skipped)");
+                shared.raise_error(err::SEQ_GAP);
+            }
+            match Msg::parse(&hdr, &buf) {
+                Ok(Msg::Deliver { seq, src, flags, addr, data }) => shared.deliver(seq, src, flags, addr, data),
+                Ok(Msg::Member { seq, node, up }) => {
+                    shared.next_seq.store(seq + 1, Ordering::SeqCst);
+                    info!(node, up, "membership change");
+                    shared.set_member(node, up);
+                    shared.link_event();
                 }
-                shared.apply(addr, data);
-            }
-            Ok(Msg::Member { seq, node, up }) => {
-                shared.next_seq.store(seq + 1, Ordering::SeqCst);
-                info!(node, up, "membership change");
-                shared.set_member(node, up);
-            }
-            Err(LinkError::BadCrc) => {
                 // Framing is intact: count it, drop the packet, go on.
-                shared.raise_error(err::CRC);
+                Err(LinkError::BadCrc) => shared.raise_error(err::CRC),
+                Ok(other) => break format!("unexpected {other:?} from hub"),
+                Err(e) => break e.to_string(),
             }
-            Ok(other) => break format!("unexpected {other:?} from hub"),
-            Err(e) => break e.to_string(),
-        }
-    };
-    warn!("link to hub down: {reason}");
-    shared.link_up.store(false, Ordering::SeqCst);
-    shared.members.store(0, Ordering::SeqCst);
-    shared.raise_error(err::LINK_DOWN);
+        };
+        shared.link_down(&reason);
+        let Some(cfg) = &rejoin else { return };
+        // Rejoin as the same node, for as long as it takes.
+        let want = shared.home_node.load(Ordering::SeqCst) as u16;
+        reader = loop {
+            std::thread::sleep(RECONNECT_INTERVAL);
+            match client::join(&cfg.hub, want, PAGE_SIZE as u32, shared.pages as u32, &cfg.name) {
+                Ok((joined, r, w)) => {
+                    info!(node = joined.node, "rejoined hub");
+                    shared.install_link(&joined, w);
+                    link_seq = joined.next_link_seq;
+                    break r;
+                }
+                Err(e) => debug!("rejoin failed: {e}"),
+            }
+        };
+    }
+}
+
+fn eventfd(fd: OwnedFd) -> File {
+    File::from(fd)
 }
 
 impl Device for Adapter {
@@ -452,12 +723,17 @@ impl Device for Adapter {
 
     fn irq_count(&self, index: u32) -> u32 {
         match index {
-            vfio_user::irq::INTX => 1,
+            vfio_user::irq::INTX | vfio_user::irq::ERR => 1,
+            vfio_user::irq::MSIX => MSIX_VECTORS,
             _ => 0,
         }
     }
 
     fn region_read(&mut self, index: u32, offset: u64, data: &mut [u8]) -> Result<(), Errno> {
+        if index != regs::BAR_TX {
+            // Anything but a store ends the current packet (bounds its delay).
+            self.flush_link();
+        }
         match index {
             regs::BAR_REGS => self.regs_read(offset, data),
             regs::BAR_PCT => self.pct_read(offset, data),
@@ -474,10 +750,16 @@ impl Device for Adapter {
 
     fn region_write(&mut self, index: u32, offset: u64, data: &[u8]) -> Result<(), Errno> {
         match index {
-            regs::BAR_REGS => self.regs_write(offset, data),
+            regs::BAR_REGS => {
+                self.flush_link();
+                self.regs_write(offset, data)
+            }
             regs::BAR_PCT => self.pct_write(offset, data),
             regs::BAR_TX => self.tx_store(offset, data),
-            region::CONFIG => self.config.write(offset, data),
+            region::CONFIG => {
+                self.config.write(offset, data);
+                self.shared.bus_master.store(self.config.bus_master(), Ordering::Release);
+            }
             _ => return Err(Errno(libc::EINVAL)),
         }
         Ok(())
@@ -502,36 +784,82 @@ impl Device for Adapter {
 
     fn set_irqs(&mut self, req: IrqSet) -> Result<(), Errno> {
         use vfio_user::irq::*;
-        let mut irqs = self.shared.irqs.lock().unwrap();
-        match (req.index, req.flags & (ACTION_MASK | ACTION_UNMASK | ACTION_TRIGGER)) {
-            (INTX, ACTION_TRIGGER) if req.flags & DATA_EVENTFD != 0 => {
-                irqs.intx = req.fds.into_iter().next();
+        let mut irq = self.shared.irq.lock().unwrap();
+        let action = req.flags & (ACTION_MASK | ACTION_UNMASK | ACTION_TRIGGER);
+        let eventfds = req.flags & DATA_EVENTFD != 0;
+        let range = req.start as usize..(req.start + req.count) as usize;
+        debug!(
+            index = req.index,
+            flags = req.flags,
+            start = req.start,
+            count = req.count,
+            fds = req.fds.len(),
+            "SET_IRQS"
+        );
+        match (req.index, action) {
+            (INTX, ACTION_TRIGGER) if eventfds => irq.intx = req.fds.into_iter().next().map(eventfd),
+            (INTX, ACTION_TRIGGER) if req.count == 0 => irq.intx = None,
+            (INTX, ACTION_TRIGGER) => {
+                if let Some(f) = &irq.intx {
+                    kick(f);
+                }
             }
-            (INTX, ACTION_TRIGGER) if req.count == 0 => irqs.intx = None,
-            (INTX, ACTION_MASK) => irqs.intx_masked = true,
-            (INTX, ACTION_UNMASK) => irqs.intx_masked = false,
+            (INTX, ACTION_MASK) => irq.intx_masked = true,
+            (INTX, ACTION_UNMASK) if eventfds => {} // resample fds: not needed, we re-assert on unmask
+            (INTX, ACTION_UNMASK) => {
+                irq.intx_masked = false;
+                if irq.pending() != 0 {
+                    irq.signal();
+                }
+            }
+            (MSIX, ACTION_TRIGGER) if eventfds => {
+                let mut fds = req.fds.into_iter().map(eventfd);
+                for v in range {
+                    irq.msix[v] = fds.next();
+                }
+            }
+            (MSIX, ACTION_TRIGGER) if req.count == 0 => irq.msix.iter_mut().for_each(|f| *f = None),
+            (MSIX, ACTION_TRIGGER) => {
+                for v in range {
+                    if let Some(f) = &irq.msix[v] {
+                        kick(f);
+                    }
+                }
+            }
+            (MSIX, ACTION_MASK) | (MSIX, ACTION_UNMASK) => {
+                let masked = action == ACTION_MASK;
+                for v in range {
+                    irq.msix_masked[v] = masked;
+                    if !masked && std::mem::take(&mut irq.msix_pending[v]) {
+                        if let Some(f) = &irq.msix[v] {
+                            kick(f);
+                        }
+                    }
+                }
+            }
+            (ERR, ACTION_TRIGGER) if eventfds => irq.err = req.fds.into_iter().next().map(eventfd),
             _ => {}
         }
         Ok(())
     }
 
     fn reset(&mut self) {
-        self.pending = None;
+        // Stores the guest made before the reset still go out.
+        self.flush_link();
         self.shared.reset();
         info!("adapter reset");
     }
 
     fn idle(&mut self) {
-        self.flush_pending();
-        if let Some(w) = self.link.as_mut() {
-            if let Err(e) = w.flush() {
-                self.link_lost(e);
-            }
-        }
+        self.flush_link();
     }
 
     fn disconnected(&mut self) {
         self.shared.dma.clear();
-        *self.shared.irqs.lock().unwrap() = Irqs::default();
+        let mut irq = self.shared.irq.lock().unwrap();
+        irq.intx = None;
+        irq.intx_masked = false;
+        irq.msix.iter_mut().for_each(|f| *f = None);
+        irq.err = None;
     }
 }

@@ -13,7 +13,12 @@ pub const CONFIG_SIZE: u64 = 256;
 const COMMAND: usize = 0x04;
 const STATUS: usize = 0x06;
 const BAR0: usize = 0x10;
+const CAP_PTR: usize = 0x34;
 const INTERRUPT_LINE: usize = 0x3C;
+/// Offset of the MSI-X capability.
+pub const MSIX_CAP: usize = 0x40;
+/// MSI-X message control: enable and function-mask bits (the guest's).
+const MSIX_CTRL_RW: u16 = 0xC000;
 /// Command register bits the guest may change: I/O, memory, bus master, INTx disable.
 const COMMAND_RW: u16 = 0x0007 | 0x0400;
 /// Status bit: INTx asserted.
@@ -46,6 +51,14 @@ impl ConfigSpace {
         c.put16(0x2C, regs::VENDOR_ID); // subsystem vendor
         c.put16(0x2E, regs::DEVICE_ID); // subsystem id
         c.bytes[0x3D] = 1; // interrupt pin: INTA
+                           // Capability list: MSI-X only. Table and PBA in BAR 0 (see mc-regs).
+        c.put16(STATUS, 1 << 4);
+        c.bytes[CAP_PTR] = MSIX_CAP as u8;
+        c.bytes[MSIX_CAP] = 0x11; // MSI-X
+        c.bytes[MSIX_CAP + 1] = 0; // last capability
+        c.put16(MSIX_CAP + 2, (regs::MSIX_VECTORS - 1) as u16);
+        c.put32(MSIX_CAP + 4, regs::reg::MSIX_TABLE as u32 | regs::BAR_REGS);
+        c.put32(MSIX_CAP + 8, regs::reg::MSIX_PBA as u32 | regs::BAR_REGS);
         c.bar_sizes[regs::BAR_REGS as usize] = regs::REGS_SIZE;
         c.bar_sizes[regs::BAR_PCT as usize] = pct_size;
         c.bar_sizes[regs::BAR_TX as usize] = tx_size;
@@ -89,6 +102,11 @@ impl ConfigSpace {
                     self.put32(BAR0 + bar * 4, self.bar_value(bar, u32::from_le_bytes(v)));
                 }
                 INTERRUPT_LINE => self.bytes[o] = b,
+                o if o == MSIX_CAP + 3 => {
+                    let hi = (b as u16) << 8 & MSIX_CTRL_RW;
+                    let ctrl = u16::from_le_bytes([self.bytes[MSIX_CAP + 2], self.bytes[MSIX_CAP + 3]]);
+                    self.put16(MSIX_CAP + 2, (ctrl & !MSIX_CTRL_RW) | hi);
+                }
                 STATUS | 0x07 => {} // W1C error bits not modelled; INTx status is ours
                 _ => {}
             }
@@ -117,12 +135,18 @@ impl ConfigSpace {
     /// Sets or clears the INTx status bit.
     pub fn set_intx_status(&mut self, on: bool) {
         let s = u16::from_le_bytes([self.bytes[STATUS], self.bytes[STATUS + 1]]);
+        debug_assert!(s & (1 << 4) != 0, "capability list bit is always set");
         self.put16(STATUS, if on { s | STATUS_INTX } else { s & !STATUS_INTX });
     }
 
     /// True when the guest enabled memory decoding.
     pub fn memory_enabled(&self) -> bool {
         self.bytes[COMMAND] & 0x2 != 0
+    }
+
+    /// True when the guest enabled bus mastering (the device may DMA).
+    pub fn bus_master(&self) -> bool {
+        self.bytes[COMMAND] & 0x4 != 0
     }
 }
 
@@ -154,5 +178,13 @@ mod tests {
         // vendor id is read-only
         c.write(0, &[0xAA, 0xBB]);
         assert_eq!(rd32(&c, 0) & 0xFFFF, 0x1011);
+        // capability list: MSI-X, one vector, table and PBA in BAR 0
+        assert_eq!(rd32(&c, 0x04) >> 16 & (1 << 4), 1 << 4);
+        assert_eq!(rd32(&c, 0x34) & 0xFF, MSIX_CAP as u32);
+        assert_eq!(rd32(&c, MSIX_CAP as u64), 0x0000_0011);
+        assert_eq!(rd32(&c, MSIX_CAP as u64 + 4), 0x800);
+        assert_eq!(rd32(&c, MSIX_CAP as u64 + 8), 0xC00);
+        c.write(MSIX_CAP as u64 + 3, &[0xFF]);
+        assert_eq!(rd32(&c, MSIX_CAP as u64) >> 16, 0xC000, "only enable and mask are writable");
     }
 }

@@ -41,9 +41,10 @@ pub const MAX_MSG: usize = MAX_XFER + 64;
 /// Most fds accepted with one message; advertised as `max_msg_fds`.
 pub const MAX_FDS: usize = 8;
 /// Most messages handled back to back before [`Device::idle`] runs anyway:
-/// bounds how long batched work (coalesced transmit stores) can wait behind a
-/// steady stream of other requests.
-pub const MAX_BATCH: u32 = 64;
+/// bounds how long batched work can wait while the socket never drains.
+/// 1024 eight-byte stores fill one MEMORY CHANNEL page, the largest packet,
+/// so a steady store stream is not cut into smaller packets by this bound.
+pub const MAX_BATCH: u32 = 1024;
 /// Entries in a `REGION_WRITE_MULTI` message, as QEMU defines it.
 pub const MULTI_MAX: usize = 200;
 /// Data bytes in one `REGION_WRITE_MULTI` entry.

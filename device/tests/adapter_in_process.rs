@@ -222,7 +222,7 @@ fn adapter_register_reset_values() {
     assert_eq!(c.reg(reg::ERR_COUNT), 0);
     assert_eq!(c.reg(reg::CTRL), 0);
     // Undefined offsets read as zero; an 8-byte read spans two registers.
-    assert_eq!(c.reg(0x30), 0);
+    assert_eq!(c.reg(0x3C), 0);
     assert_eq!(c.region_read(BAR_REGS, reg::ID, 8), [0x4D43_0001u32.to_le_bytes(), node.to_le_bytes()].concat());
 
     // Region sizes as QEMU sees them.
@@ -400,4 +400,23 @@ fn loopback_page_comes_back_in_order() {
     assert!(tx >= 301, "300 same-address stores cannot coalesce: got {tx} packets");
     assert_eq!(a.vfio.reg(reg::RX_DROPPED), 0);
     assert_eq!(a.vfio.reg(reg::ERR_STATUS), 0);
+}
+
+/// A device without bus mastering does no DMA: the packet is refused with
+/// RX_DMA and guest memory stays untouched until the driver turns it on.
+#[test]
+fn adapter_rx_needs_bus_master() {
+    let hub = Hub::start();
+    let mut a = Node::start(&hub, "a", IOVA, RAM_OFF, RAM);
+    let mut b = Node::start(&hub, "b", IOVA, RAM_OFF, RAM);
+    b.vfio.region_write(CONFIG_REGION, PCI_COMMAND, &0x0002u16.to_le_bytes(), false);
+    b.vfio.set_pct(0, pct::RX, IOVA);
+    a.vfio.set_pct(0, pct::TX, 0);
+    a.vfio.region_write(BAR_TX, 0, &[0x11; 8], true);
+    poll("B to refuse the DMA", || (b.vfio.reg(reg::ERR_STATUS) & err::RX_DMA != 0).then_some(()));
+    assert_zero_except("B's RAM", &b.ram.all(), &[]);
+    b.vfio.region_write(CONFIG_REGION, PCI_COMMAND, &PCI_COMMAND_MEMORY_MASTER.to_le_bytes(), false);
+    a.vfio.region_write(BAR_TX, 8, &[0x22; 8], true);
+    let at = RAM_OFF as usize + 8;
+    poll("the store to land once bus mastering is on", || (b.ram.read(at as u64, 8) == [0x22; 8]).then_some(()));
 }

@@ -34,11 +34,13 @@ pub struct Adapter {
 }
 
 impl Adapter {
-    /// Finds the adapter, binds it to vfio-pci and maps its BARs.
+    /// Finds the adapter, binds it to vfio-pci, enables bus mastering and
+    /// maps its BARs.
     pub fn open() -> Result<Adapter, VfioError> {
         let bdf = vfio::find_pci(regs::VENDOR_ID, regs::DEVICE_ID)?;
         vfio::bind_vfio_pci(&bdf)?;
         let dev = VfioDevice::open(&bdf)?;
+        dev.enable_bus_master()?;
         let regs_bar = dev.map_bar(regs::BAR_REGS)?;
         let id = regs_bar.read32(reg::ID as usize);
         if id != regs::ID_VALUE {
@@ -101,6 +103,47 @@ impl Adapter {
         for (i, w) in data.chunks_exact(8).enumerate() {
             self.store64(addr + 8 * i as u64, u64::from_le_bytes(w.try_into().unwrap()));
         }
+    }
+}
+
+/// An eventfd the adapter's interrupt is routed to (MSI-X vector 0).
+pub struct Interrupt {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Interrupt {
+    /// Creates an eventfd and routes the adapter's MSI-X vector 0 to it.
+    pub fn msix(dev: &VfioDevice) -> Result<Interrupt, VfioError> {
+        // SAFETY: eventfd(2) returns a new fd or -1.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(VfioError::Os { what: "eventfd".into(), err: std::io::Error::last_os_error() });
+        }
+        // SAFETY: `raw` is a fresh fd we own.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        dev.set_irq_eventfd(vfio::MSIX_IRQ_INDEX, 0, &fd)?;
+        Ok(Interrupt { fd })
+    }
+
+    /// Waits up to `timeout` for the interrupt; returns how many fired (0 on timeout).
+    pub fn wait(&self, timeout: std::time::Duration) -> std::io::Result<u64> {
+        let mut p = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut v = 0u64;
+        // SAFETY: reading the eventfd's 8-byte counter into `v`.
+        let r = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        if r != 8 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(v)
     }
 }
 

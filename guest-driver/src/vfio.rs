@@ -63,7 +63,17 @@ const VFIO_GROUP_GET_STATUS: libc::c_ulong = io_nr(3);
 const VFIO_GROUP_SET_CONTAINER: libc::c_ulong = io_nr(4);
 const VFIO_GROUP_GET_DEVICE_FD: libc::c_ulong = io_nr(6);
 const VFIO_DEVICE_GET_REGION_INFO: libc::c_ulong = io_nr(8);
+const VFIO_DEVICE_SET_IRQS: libc::c_ulong = io_nr(10);
 const VFIO_DEVICE_RESET: libc::c_ulong = io_nr(11);
+/// `VFIO_PCI_CONFIG_REGION_INDEX`.
+const CONFIG_REGION_INDEX: u32 = 7;
+const PCI_COMMAND: u64 = 0x04;
+const PCI_COMMAND_MEMORY: u16 = 1 << 1;
+const PCI_COMMAND_MASTER: u16 = 1 << 2;
+/// `VFIO_PCI_MSIX_IRQ_INDEX`.
+pub const MSIX_IRQ_INDEX: u32 = 2;
+const VFIO_IRQ_SET_DATA_EVENTFD: u32 = 1 << 2;
+const VFIO_IRQ_SET_ACTION_TRIGGER: u32 = 1 << 5;
 const VFIO_IOMMU_MAP_DMA: libc::c_ulong = io_nr(13);
 const VFIO_IOMMU_UNMAP_DMA: libc::c_ulong = io_nr(14);
 
@@ -313,6 +323,62 @@ impl VfioDevice {
             ..Default::default()
         };
         ioctl_ptr(&self.container, VFIO_IOMMU_UNMAP_DMA, &mut m, "VFIO_IOMMU_UNMAP_DMA")?;
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes of PCI configuration space at `off`.
+    pub fn config_read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let r = self.region(CONFIG_REGION_INDEX)?;
+        // SAFETY: pread into our own buffer.
+        let n = unsafe {
+            libc::pread(self.device.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), (r.offset + off) as libc::off_t)
+        };
+        if n != buf.len() as isize {
+            return Err(VfioError::Os {
+                what: format!("reading config space at {off:#x}"),
+                err: io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes PCI configuration space at `off`.
+    pub fn config_write(&self, off: u64, data: &[u8]) -> Result<()> {
+        let r = self.region(CONFIG_REGION_INDEX)?;
+        // SAFETY: pwrite from our own buffer.
+        let n = unsafe {
+            libc::pwrite(self.device.as_raw_fd(), data.as_ptr().cast(), data.len(), (r.offset + off) as libc::off_t)
+        };
+        if n != data.len() as isize {
+            return Err(VfioError::Os {
+                what: format!("writing config space at {off:#x}"),
+                err: io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Turns on memory decoding and bus mastering (DMA and MSI-X need it;
+    /// vfio-pci leaves it to the userspace driver).
+    pub fn enable_bus_master(&self) -> Result<()> {
+        let mut cmd = [0u8; 2];
+        self.config_read(PCI_COMMAND, &mut cmd)?;
+        let v = u16::from_le_bytes(cmd) | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER;
+        self.config_write(PCI_COMMAND, &v.to_le_bytes())
+    }
+
+    /// Routes interrupt `index` vector `vector` to `eventfd` (MSI-X: the
+    /// guest kernel enables MSI-X on the device when the first vector is set).
+    pub fn set_irq_eventfd(&self, index: u32, vector: u32, eventfd: &OwnedFd) -> Result<()> {
+        // struct vfio_irq_set { argsz, flags, index, start, count; s32 data[count] }
+        let mut buf = [0u32; 6];
+        buf[0] = std::mem::size_of_val(&buf) as u32;
+        buf[1] = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+        buf[2] = index;
+        buf[3] = vector;
+        buf[4] = 1;
+        buf[5] = eventfd.as_raw_fd() as u32;
+        ioctl_ptr(&self.device, VFIO_DEVICE_SET_IRQS, &mut buf, "VFIO_DEVICE_SET_IRQS")?;
         Ok(())
     }
 

@@ -18,11 +18,15 @@ pub struct Joined {
     pub next_seq: u64,
     /// Nodes up when we joined, ourselves included.
     pub members: Vec<u16>,
+    /// Link sequence number the hub's next frame must carry.
+    pub next_link_seq: u16,
 }
 
 /// Connects to the hub at `path` and joins it.
 ///
-/// Returns the join answer, a reading half and a buffered writing half.
+/// Returns the join answer, a reading half and a buffered writing half. Our
+/// `Hello` was link frame 0: the next frame sent must carry link sequence 1
+/// ([`link::write_stamped`]).
 pub fn join(
     path: &Path,
     want_node: u16,
@@ -35,7 +39,9 @@ pub fn join(
     let mut buf = Vec::new();
     let hdr = link::read_frame(&mut stream, &mut buf)?;
     let joined = match Msg::parse(&hdr, &buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))? {
-        Msg::Welcome { node, max_nodes, next_seq, members } => Joined { node, max_nodes, next_seq, members },
+        Msg::Welcome { node, max_nodes, next_seq, members } => {
+            Joined { node, max_nodes, next_seq, members, next_link_seq: hdr.link_seq.wrapping_add(1) }
+        }
         Msg::Refuse { reason } => {
             return Err(io::Error::new(io::ErrorKind::ConnectionRefused, format!("hub refused: {reason}")))
         }

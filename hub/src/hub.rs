@@ -67,6 +67,10 @@ pub struct PortStats {
     pub frames_out: AtomicU64,
     /// Frames corrupted on purpose on the way to this node.
     pub corrupted: AtomicU64,
+    /// Writes from this node dropped (destination outside the hub's ports).
+    pub dropped: AtomicU64,
+    /// Frames from this node that went missing (link sequence skipped).
+    pub link_gaps: AtomicU64,
 }
 
 /// A control request (one JSON object per line on the control socket).
@@ -111,6 +115,8 @@ pub struct NodeStats {
     pub queued: usize,
     /// Frames corrupted on purpose.
     pub corrupted: u64,
+    /// Writes from it that were dropped.
+    pub dropped: u64,
 }
 
 /// The answer to a [`Control`] request.
@@ -223,7 +229,15 @@ impl Hub {
                     return Ok(());
                 }
                 acc = listener.accept() => {
-                    let (stream, _) = acc?;
+                    let stream = match acc {
+                        Ok((s, _)) => s,
+                        Err(e) => {
+                            // Out of fds and the like: back off and keep serving.
+                            warn!("accept failed: {e}");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    };
                     let shared = self.shared.clone();
                     tokio::spawn(async move {
                         let (r, w) = stream.into_split();
@@ -301,6 +315,7 @@ impl Hub {
                         frames_out: p.stats.frames_out.load(Ordering::Relaxed),
                         queued: p.tx.max_capacity() - p.tx.capacity(),
                         corrupted: p.stats.corrupted.load(Ordering::Relaxed),
+                        dropped: p.stats.dropped.load(Ordering::Relaxed),
                     })
                     .collect(),
                 held_down: st.held_down.iter().enumerate().filter(|(_, h)| **h).map(|(i, _)| i as u16).collect(),
@@ -341,6 +356,15 @@ impl Hub {
 /// Runs a hub on `listener` until `shutdown` completes (no control socket).
 pub async fn serve(listener: UnixListener, cfg: HubConfig, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
     Hub::new(cfg).serve(listener, shutdown).await
+}
+
+/// Writes a shared frame with this link's next sequence number (see [`link`]).
+async fn write_stamped<W: AsyncWrite + Unpin>(w: &mut W, f: &[u8], seq: &mut u16) -> std::io::Result<()> {
+    w.write_all(&f[..6]).await?;
+    w.write_all(&seq.to_le_bytes()).await?;
+    w.write_all(&f[8..]).await?;
+    *seq = seq.wrapping_add(1);
+    Ok(())
 }
 
 async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<Header> {
@@ -443,10 +467,12 @@ where
             }
             f
         };
+        // Link sequence numbers: the Welcome (first in the queue) is frame 0.
+        let mut link_seq: u16 = 0;
         while let Some(f) = rx.recv().await {
-            w.write_all(&send(f)).await?;
+            write_stamped(&mut w, &send(f), &mut link_seq).await?;
             while let Ok(f) = rx.try_recv() {
-                w.write_all(&send(f)).await?;
+                write_stamped(&mut w, &send(f), &mut link_seq).await?;
             }
             w.flush().await?;
         }
@@ -454,15 +480,25 @@ where
     });
 
     let result = async {
+        // The Hello was the adapter's frame 0.
+        let mut expect_seq: u16 = hdr.link_seq.wrapping_add(1);
         loop {
             let hdr = tokio::select! {
                 h = read_frame(&mut r, &mut buf) => h?,
                 _ = kick.notified() => return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "link taken down by hub control")),
             };
+            let lost = link::check_link_seq(&mut expect_seq, hdr.link_seq);
+            if lost != 0 {
+                warn!(node, lost, "frames from the adapter went missing (link sequence skipped)");
+                stats.link_gaps.fetch_add(lost as u64, Ordering::Relaxed);
+            }
             match Msg::parse(&hdr, &buf).map_err(invalid)? {
                 Msg::Write { dest, flags, addr, data } => {
                     if dest != BROADCAST && dest as usize >= shared.cfg.max_nodes {
-                        return Err(invalid(format!("write to node {dest} outside the hub's ports")));
+                        // Framing is intact; only this write is bad. Drop and count it.
+                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        debug!(node, dest, "write to a node outside the hub's ports dropped");
+                        continue;
                     }
                     stats.writes_in.fetch_add(1, Ordering::Relaxed);
                     stats.bytes_in.fetch_add(data.len() as u64, Ordering::Relaxed);

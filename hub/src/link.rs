@@ -11,10 +11,16 @@
 //! ```text
 //!  0               4       5       6               8              12              16
 //! +---------------+-------+-------+---------------+---------------+---------------+
-//! | magic "MCLK"  | ver=1 | kind  | flags (0)     | payload len   | CRC-32 payload|
+//! | magic "MCLK"  | ver=1 | kind  | link seq      | payload len   | CRC-32 payload|
 //! +---------------+-------+-------+---------------+---------------+---------------+
 //! | payload (len bytes, little-endian fields, layout per kind)                    |
 //! ```
+//!
+//! `link seq` counts the frames one side has sent on this connection, from 0
+//! (the `Hello` or `Welcome`), wrapping at 2^16. The sender stamps it as the
+//! frame goes out ([`write_stamped`]), so one encoded frame can be shared by
+//! every receiver; the receiver checks it, so a lost frame on a link is
+//! detected even though a node does not see every number of the global order.
 //!
 //! The CRC covers the payload. A receiver that finds a bad CRC on a `Deliver`
 //! counts a CRC error and does not apply the data (the hub can corrupt frames
@@ -58,6 +64,12 @@ pub const ANY_NODE: u16 = 0xFFFF;
 
 /// `Write`/`Deliver` flag: the sender also receives its own write (loopback).
 pub const FLAG_LOOPBACK: u16 = 1 << 0;
+/// `Write`/`Deliver` flag: a store to an ACK page; receivers answer with
+/// their error status instead of applying the data.
+pub const FLAG_ACK: u16 = 1 << 1;
+/// `Write`/`Deliver` flag: an answer to an ACK store (one byte at
+/// `page base + replying node`), sent point-to-point to the ACK's sender.
+pub const FLAG_ACK_REPLY: u16 = 1 << 2;
 
 /// Errors found while decoding a frame. Every one of them means the peer is
 /// broken or hostile: the link is closed and the reason logged.
@@ -72,9 +84,6 @@ pub enum LinkError {
     /// Unknown message kind.
     #[error("unknown frame kind {0}")]
     BadKind(u8),
-    /// Header flags must be zero in this version.
-    #[error("reserved header flags set: {0:#06x}")]
-    BadFlags(u16),
     /// The payload length is over the limit or wrong for the kind.
     #[error("bad payload length {len} for {kind}")]
     BadLength {
@@ -131,6 +140,8 @@ pub struct Header {
     pub kind: Kind,
     /// Payload length in bytes (already checked against [`MAX_PAYLOAD`]).
     pub len: usize,
+    /// Per-connection frame counter (see the module doc).
+    pub link_seq: u16,
     /// CRC-32 of the payload as sent.
     pub crc: u32,
 }
@@ -146,16 +157,13 @@ impl Header {
             return Err(LinkError::BadVersion(b[4]));
         }
         let kind = Kind::try_from(b[5])?;
-        let flags = u16::from_le_bytes([b[6], b[7]]);
-        if flags != 0 {
-            return Err(LinkError::BadFlags(flags));
-        }
+        let link_seq = u16::from_le_bytes([b[6], b[7]]);
         let len = u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize;
         if len > MAX_PAYLOAD {
             return Err(LinkError::BadLength { kind: kind.name(), len });
         }
         let crc = u32::from_le_bytes(b[12..16].try_into().unwrap());
-        Ok(Header { kind, len, crc })
+        Ok(Header { kind, len, link_seq, crc })
     }
 }
 
@@ -388,6 +396,22 @@ pub fn seal(frame: &mut [u8], kind: Kind) {
     frame[12..16].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// Writes `frame` with its link sequence number set to `seq`, without
+/// copying or modifying the (possibly shared) frame.
+pub fn write_stamped<W: std::io::Write>(w: &mut W, frame: &[u8], seq: u16) -> std::io::Result<()> {
+    w.write_all(&frame[..6])?;
+    w.write_all(&seq.to_le_bytes())?;
+    w.write_all(&frame[8..])
+}
+
+/// Checks a received frame's link sequence number against the expected one
+/// and advances it. Returns how many frames were lost (0 when in order).
+pub fn check_link_seq(expected: &mut u16, got: u16) -> u16 {
+    let lost = got.wrapping_sub(*expected);
+    *expected = got.wrapping_add(1);
+    lost
+}
+
 /// Turns a `Write` frame's payload into the matching `Deliver` frame without
 /// re-parsing: the hub calls this once per ordered write and shares the result
 /// among all receivers.
@@ -455,12 +479,30 @@ mod tests {
         h[5] = 42;
         assert_eq!(Header::parse(&h), Err(LinkError::BadKind(42)));
         h[5] = Kind::Write as u8;
+        // bytes 6-7 are the link sequence: any value parses
+        h[6] = 0xAB;
+        assert_eq!(Header::parse(&h).unwrap().link_seq, 0xAB);
         h[8..12].copy_from_slice(&(MAX_PAYLOAD as u32 + 1).to_le_bytes());
         assert!(matches!(Header::parse(&h), Err(LinkError::BadLength { .. })));
         // corrupt payload: CRC catches it
         let hdr = Header::parse(f[..HEADER_LEN].try_into().unwrap()).unwrap();
         f[HEADER_LEN + 20] ^= 0x80;
         assert_eq!(Msg::parse(&hdr, &f[HEADER_LEN..]), Err(LinkError::BadCrc));
+    }
+
+    #[test]
+    fn link_seq_stamping_and_checking() {
+        let f = Msg::Write { dest: 0, flags: 0, addr: 8, data: &[1; 8] }.encode();
+        let mut out = Vec::new();
+        write_stamped(&mut out, &f, 0xFFFF).unwrap();
+        let h = Header::parse(out[..HEADER_LEN].try_into().unwrap()).unwrap();
+        assert_eq!(h.link_seq, 0xFFFF);
+        assert!(Msg::parse(&h, &out[HEADER_LEN..]).is_ok(), "stamping leaves the CRC valid");
+        let mut expect = 0xFFFF;
+        assert_eq!(check_link_seq(&mut expect, 0xFFFF), 0);
+        assert_eq!(expect, 0, "wraps");
+        assert_eq!(check_link_seq(&mut expect, 3), 3, "frames 0, 1, 2 lost");
+        assert_eq!(expect, 4);
     }
 
     #[test]

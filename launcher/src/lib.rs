@@ -64,6 +64,27 @@ pub fn processes_mentioning(dir: &Path) -> Vec<u32> {
     out
 }
 
+/// Runs `mc-hub ctl --control <run>/hub.ctl ARGS…` for cluster `name`
+/// (fault injection and counters); returns the hub's answer.
+pub fn hub_ctl(paths: &Paths, name: &str, args: &[String]) -> Result<String> {
+    let rd = paths.run_dir(name);
+    let st = State::load(&rd).map_err(|_| anyhow::anyhow!("cluster '{name}' is not up (run 'mc-cluster up' first)"))?;
+    if !pid_alive(st.hub_pid) {
+        bail!("the hub of cluster '{name}' is not running");
+    }
+    let out = Command::new(paths.bin_dir.join("mc-hub"))
+        .arg("ctl")
+        .arg("--control")
+        .arg(rd.join("hub.ctl"))
+        .args(args)
+        .output()
+        .context("cannot run mc-hub")?;
+    if !out.status.success() {
+        bail!("{}", String::from_utf8_lossy(&out.stderr).trim().trim_start_matches("mc-hub: "));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// Sockets left in a run folder.
 pub fn sockets_in(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -73,7 +94,7 @@ pub fn sockets_in(dir: &Path) -> Vec<PathBuf> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "sock") {
+            } else if p.extension().is_some_and(|x| x == "sock" || x == "ctl") {
                 out.push(p);
             }
         }

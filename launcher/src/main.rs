@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use mc_cluster::config::Paths;
 use mc_cluster::supervisor::{self, State, Status};
-use mc_cluster::{agent, down_dir, exec, up, UpOptions};
+use mc_cluster::{agent, down_dir, exec, hub_ctl, up, UpOptions};
 
 #[derive(Parser)]
 #[command(version, about = "Run a virtual MEMORY CHANNEL cluster of QEMU guests")]
@@ -44,6 +44,12 @@ enum Cmd {
     },
     /// Show the cluster's processes and whether each guest answers.
     Status,
+    /// Talk to the hub: stats, link-down NODE, link-up NODE, corrupt NODE [COUNT].
+    Hub {
+        /// The request and its arguments (after --), as for `mc-hub ctl`.
+        #[arg(last = true, required = true)]
+        args: Vec<String>,
+    },
     /// Stop everything and remove the sockets.
     Down,
     /// (internal) The background process that owns a cluster.
@@ -118,6 +124,10 @@ fn run() -> Result<i32> {
             Ok(r.code)
         }
         Cmd::Status => status(&paths, &cli.name),
+        Cmd::Hub { args } => {
+            print!("{}", hub_ctl(&paths, &cli.name, &args)?);
+            Ok(0)
+        }
         Cmd::Down => {
             let rd = paths.run_dir(&cli.name);
             let rep = down_dir(&rd)?;

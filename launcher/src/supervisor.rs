@@ -8,7 +8,7 @@
 //!
 //! Run folder (`.run/<name>/`): `plan.json` (what to start), `state.json`
 //! (status and pids), `events.log` (progress lines `up` prints),
-//! `supervisor.log`, `hub.log`, `hub.sock` and `node<N>/` with
+//! `supervisor.log`, `hub.log`, `hub.sock`, `hub.ctl` (control) and `node<N>/` with
 //! `adapter.{sock,log}`, `qemu.log`, `console.log`, `agent.sock`.
 
 use std::fs::{self, File, OpenOptions};
@@ -270,6 +270,7 @@ pub fn run(run_dir: &Path) -> Result<()> {
         let _ = fs::remove_file(nd.join("agent.sock"));
     }
     let _ = fs::remove_file(run_dir.join("hub.sock"));
+    let _ = fs::remove_file(run_dir.join("hub.ctl"));
     state.status = if failed { Status::Failed } else { Status::Down };
     state.save(run_dir)?;
     events.say(if failed { "torn down after failure" } else { "down" });
@@ -293,6 +294,8 @@ fn start(
         hub_sock.display().to_string(),
         "--max-nodes".into(),
         c.cluster.hub_ports.to_string(),
+        "--control".into(),
+        rd.join("hub.ctl").display().to_string(),
     ];
     let mut hub = spawn(&argv, &hub_log)?;
     state.hub_pid = hub.id();

@@ -61,12 +61,50 @@ pub mod reg {
     pub const MEMBERS_LO: u64 = 0x20;
     /// RO. Bitmap of nodes 32-63 that are up.
     pub const MEMBERS_HI: u64 = 0x24;
+    /// W1C. Interrupt causes, see [`super::int`].
+    pub const INT_CAUSE: u64 = 0x28;
+    /// RW. Interrupt enables, same bits as `INT_CAUSE`.
+    pub const INT_MASK: u64 = 0x2C;
+    /// RO, reading pops. Page number of the oldest notification (a receive on
+    /// a page with `pct::INT`), or [`super::NOTIFY_EMPTY`].
+    pub const NOTIFY_FIFO: u64 = 0x30;
+    /// RO. Notifications waiting in the FIFO.
+    pub const NOTIFY_COUNT: u64 = 0x34;
     /// RO. Packets sent to the hub (low 32 bits).
     pub const TX_PACKETS: u64 = 0x40;
     /// RO. Packets applied to guest memory (low 32 bits).
     pub const RX_PACKETS: u64 = 0x44;
     /// RO. Packets received for pages not enabled for receive (low 32 bits).
     pub const RX_DROPPED: u64 = 0x48;
+    /// RO. Notifications lost because the FIFO was full.
+    pub const NOTIFY_LOST: u64 = 0x4C;
+    /// RO. Link and membership changes seen since reset.
+    pub const LINK_EVENTS: u64 = 0x50;
+    /// RO. Low 32 bits of the global sequence number of the last packet applied.
+    pub const LAST_SEQ: u64 = 0x54;
+    /// Start of the MSI-X table (emulated by QEMU; one vector).
+    pub const MSIX_TABLE: u64 = 0x800;
+    /// Start of the MSI-X pending bit array.
+    pub const MSIX_PBA: u64 = 0xC00;
+}
+
+/// Value `NOTIFY_FIFO` reads when empty.
+pub const NOTIFY_EMPTY: u32 = 0xFFFF_FFFF;
+/// Depth of the notification FIFO.
+pub const NOTIFY_DEPTH: usize = 256;
+/// MSI-X vectors (all causes share vector 0).
+pub const MSIX_VECTORS: u32 = 1;
+
+/// Bits of `INT_CAUSE` and `INT_MASK`.
+pub mod int {
+    /// A write arrived on a page with `pct::INT` (its page is in `NOTIFY_FIFO`).
+    pub const NOTIFY: u32 = 1 << 0;
+    /// The link went up or down, or a node joined or left.
+    pub const LINK: u32 = 1 << 1;
+    /// An error bit was set in `ERR_STATUS`.
+    pub const ERROR: u32 = 1 << 2;
+    /// All defined bits.
+    pub const ALL: u32 = 0x7;
 }
 
 /// Reset value of `ID`.
@@ -86,9 +124,18 @@ pub mod err {
     pub const CRC: u32 = 1 << 4;
     /// A received packet's address is outside the address space.
     pub const RX_RANGE: u32 = 1 << 5;
+    /// A point-to-point page names a destination outside the hub's ports; the store was dropped.
+    pub const TX_DEST: u32 = 1 << 6;
+    /// A frame from the hub was lost (the link sequence skipped), or the
+    /// global order went backwards.
+    pub const SEQ_GAP: u32 = 1 << 7;
     /// All defined bits.
-    pub const ALL: u32 = 0x3F;
+    pub const ALL: u32 = 0xFF;
 }
+
+/// Byte an ACK reply carries: the replying node's `ERR_STATUS` low 7 bits
+/// with this bit set, so "answered, no error" reads `0x80` and "no answer" 0.
+pub const ACK_VALID: u8 = 0x80;
 
 /// Bits of `CTRL`.
 pub mod ctrl {
@@ -117,7 +164,8 @@ pub mod pct {
     pub const LOOPBACK: u64 = 1 << 2;
     /// Interrupt on receive (the notification channel).
     pub const INT: u64 = 1 << 3;
-    /// ACK page.
+    /// ACK page: a store asks every receiving node for its error status,
+    /// which comes back into byte `node` of this page's receive buffer.
     pub const ACK: u64 = 1 << 4;
     /// Point-to-point: send to `dest` only instead of broadcasting.
     pub const P2P: u64 = 1 << 5;

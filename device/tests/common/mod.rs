@@ -477,6 +477,14 @@ impl AdapterHandle {
 }
 
 /// A node as a guest sees it: its adapter, a connected fake QEMU and its RAM.
+/// vfio region index of PCI configuration space.
+pub const CONFIG_REGION: u32 = 7;
+/// PCI command register offset.
+pub const PCI_COMMAND: u64 = 0x04;
+/// Memory space and bus master enable bits.
+pub const PCI_COMMAND_MEMORY_MASTER: u16 = 0x0006;
+
+/// An adapter with a connected fake QEMU and memfd guest RAM mapped for DMA.
 pub struct Node {
     pub adapter: AdapterHandle,
     pub vfio: VfioClient,
@@ -492,6 +500,8 @@ impl Node {
         let mut vfio = adapter.client();
         let ram = GuestRam::new(ram_offset + ram_size);
         vfio.dma_map(iova, ram_size, &ram, ram_offset);
+        // What a driver does first: memory decoding and bus mastering on.
+        vfio.region_write(CONFIG_REGION, PCI_COMMAND, &PCI_COMMAND_MEMORY_MASTER.to_le_bytes(), false);
         Node { adapter, vfio, ram }
     }
 }

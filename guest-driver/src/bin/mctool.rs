@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use mc_guest::regs::{err, pct, reg, PAGE_SIZE};
-use mc_guest::{pattern, Adapter, RxBuffer, RX_IOVA_BASE};
+use mc_guest::regs::{err, int, pct, reg, ACK_VALID, NOTIFY_EMPTY, PAGE_SIZE};
+use mc_guest::{pattern, Adapter, Interrupt, RxBuffer, RX_IOVA_BASE};
 
 const DEFAULT_BUFFER: &str = "/dev/shm/mc-rx";
 
@@ -66,6 +66,27 @@ enum Cmd {
     },
     /// Stop a background `mctool rx`.
     Stop,
+    /// Enable receive with interrupt on PAGE and sleep until a write to it
+    /// raises the notification interrupt (MSI-X through VFIO).
+    NotifyWait {
+        /// Page to watch.
+        #[arg(long)]
+        page: u64,
+        /// Give up after this many seconds (exit status 1).
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
+    /// Store to an ACK page and show each node's error status as it answers.
+    Ack {
+        /// The ACK page.
+        #[arg(long, default_value_t = 48)]
+        page: u64,
+        /// Wait this long for every other member to answer.
+        #[arg(long, default_value_t = 10)]
+        timeout: u64,
+    },
+    /// Clear every error status bit (ERR_STATUS is write-1-to-clear).
+    ClearErrors,
     /// Enable transmit on a page and store the test pattern into it (8-byte stores).
     Fill {
         /// Page to fill.
@@ -204,6 +225,14 @@ fn info() -> Result<()> {
     ];
     let set: Vec<&str> = names.iter().filter(|(b, _)| es & b != 0).map(|(_, n)| *n).collect();
     println!("errors     {es:#x} [{}] count {}", set.join(" "), a.reg(reg::ERR_COUNT));
+    println!(
+        "interrupts cause {:#x} mask {:#x} notify-queued {} notify-lost {}",
+        a.reg(reg::INT_CAUSE),
+        a.reg(reg::INT_MASK),
+        a.reg(reg::NOTIFY_COUNT),
+        a.reg(reg::NOTIFY_LOST)
+    );
+    println!("link-events {} last-seq {}", a.reg(reg::LINK_EVENTS), a.reg(reg::LAST_SEQ));
     println!(
         "packets    tx {} rx {} rx-dropped {}",
         a.reg(reg::TX_PACKETS),
@@ -349,6 +378,88 @@ fn wait_value(buf: &RxBuffer, off: usize, value: u64, timeout: Duration) -> Resu
     Ok(t0.elapsed())
 }
 
+fn notify_wait(page: u64, timeout: u64) -> Result<()> {
+    let buffer = PathBuf::from(format!("/dev/shm/mc-notify-{page}"));
+    let (a, _buf) = setup_rx(&[page], &buffer)?;
+    let irq = Interrupt::msix(&a.dev)?;
+    let (bits, iova) = a.page(page);
+    a.set_page(page, bits | pct::INT, iova);
+    // Start clean: drop old notifications, then enable the cause.
+    a.set_reg(reg::INT_CAUSE, int::ALL);
+    while a.reg(reg::NOTIFY_FIFO) != NOTIFY_EMPTY {}
+    a.set_reg(reg::INT_MASK, int::NOTIFY);
+    println!("armed: waiting for a write to page {page}");
+    std::io::stdout().flush()?;
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(timeout);
+    let result = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break Err(anyhow::anyhow!("no notification for page {page} within {timeout} s"));
+        }
+        if irq.wait(left)? == 0 {
+            continue;
+        }
+        let cause = a.reg(reg::INT_CAUSE);
+        a.set_reg(reg::INT_CAUSE, cause);
+        let mut pages = Vec::new();
+        loop {
+            let p = a.reg(reg::NOTIFY_FIFO);
+            if p == NOTIFY_EMPTY {
+                break;
+            }
+            pages.push(p as u64);
+        }
+        if pages.contains(&page) {
+            break Ok((cause, pages));
+        }
+    };
+    a.set_reg(reg::INT_MASK, 0);
+    let (bits, iova) = a.page(page);
+    a.set_page(page, bits & !(pct::INT | pct::RX), iova);
+    let (cause, pages) = result?;
+    println!(
+        "woke: interrupt after {:.1} ms, cause {cause:#x}, notified pages {pages:?}",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+fn ack(page: u64, timeout: u64) -> Result<()> {
+    let buffer = PathBuf::from(format!("/dev/shm/mc-ack-{page}"));
+    let (a, buf) = setup_rx(&[page], &buffer)?;
+    let me = a.node().context("not joined to a hub")?;
+    let (bits, iova) = a.page(page);
+    a.set_page(page, bits | pct::TX | pct::ACK, iova);
+    let members = (a.reg(reg::MEMBERS_HI) as u64) << 32 | a.reg(reg::MEMBERS_LO) as u64;
+    let others: Vec<u64> = (0..64).filter(|&n| members & (1 << n) != 0 && n != me as u64).collect();
+    a.store64(page * PAGE_SIZE, 1);
+    let off = (page * PAGE_SIZE) as usize;
+    let t0 = Instant::now();
+    let answered = |n: u64| buf.read(off + n as usize, 1)[0] & ACK_VALID != 0;
+    while !others.iter().all(|&n| answered(n)) && t0.elapsed() < Duration::from_secs(timeout) {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let mut missing = 0;
+    for &n in &others {
+        let b = buf.read(off + n as usize, 1)[0];
+        if b & ACK_VALID == 0 {
+            missing += 1;
+            println!("node {n}: no answer");
+        } else {
+            let status = b & !ACK_VALID;
+            println!("node {n}: {} (status {status:#04x})", if status == 0 { "ok" } else { "errors" });
+        }
+    }
+    let (bits, iova) = a.page(page);
+    a.set_page(page, bits & !(pct::ACK | pct::RX), iova);
+    if missing > 0 {
+        bail!("{missing} node(s) did not answer within {timeout} s");
+    }
+    println!("all {} other node(s) answered in {:.2} ms", others.len(), t0.elapsed().as_secs_f64() * 1e3);
+    Ok(())
+}
+
 fn pingpong(role: &str, rounds: u64, ping_page: u64, pong_page: u64, timeout: u64) -> Result<()> {
     let (rx_page, tx_page_no) = match role {
         "ping" => (pong_page, ping_page),
@@ -409,6 +520,14 @@ fn main() -> Result<()> {
         Cmd::Info => info(),
         Cmd::Rx { pages, buffer, foreground } => rx(&pages, &buffer, foreground),
         Cmd::Stop => stop(),
+        Cmd::NotifyWait { page, timeout } => notify_wait(page, timeout),
+        Cmd::Ack { page, timeout } => ack(page, timeout),
+        Cmd::ClearErrors => {
+            let a = Adapter::open()?;
+            a.set_reg(reg::ERR_STATUS, err::ALL);
+            println!("error status now {:#x}", a.reg(reg::ERR_STATUS));
+            Ok(())
+        }
         Cmd::Fill { page, seed } => {
             let a = Adapter::open()?;
             tx_page(&a, page)?;

@@ -87,7 +87,14 @@ fn ctl(control: PathBuf, req: Req) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("mc-hub: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(Ctl::Ctl { control, req }) = args.ctl {
         return ctl(control, req);
