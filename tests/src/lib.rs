@@ -74,6 +74,30 @@ impl Cluster {
         out.stdout
     }
 
+    /// `mc-cluster hub -- ARGS` (hub control: link-down, corrupt, stats…); panics on failure.
+    pub fn hub(&self, args: &[&str]) -> String {
+        let out = Command::new(mc_cluster()).args(["--name", &self.name, "hub", "--"]).args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "mc-cluster hub {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        text
+    }
+
+    /// Runs `argv` on `node` until its stdout satisfies `pred` (or panics after `secs`).
+    pub fn poll_until(&self, node: usize, argv: &[&str], secs: u64, pred: impl Fn(&str) -> bool) -> String {
+        let t0 = std::time::Instant::now();
+        loop {
+            let out = String::from_utf8_lossy(&self.exec(node, argv).stdout).into_owned();
+            if pred(&out) {
+                return out;
+            }
+            assert!(
+                t0.elapsed().as_secs() < secs,
+                "node {node}: {argv:?} never gave the expected output; last:\n{out}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
     /// `mc-cluster down`; returns its output.
     pub fn down(&self) -> String {
         let out = Command::new(mc_cluster()).args(["--name", &self.name, "down"]).output().unwrap();
