@@ -40,9 +40,16 @@ pub struct UpOptions {
     pub config: Option<PathBuf>,
 }
 
-fn pid_alive(pid: u32) -> bool {
-    // SAFETY: kill(2) with signal 0 only checks for existence.
-    pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0
+/// True when `pid` runs (a zombie, exited but not yet reaped, does not count).
+pub fn pid_alive(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
 }
 
 /// Pids of every process whose command line mentions `dir` (our children all

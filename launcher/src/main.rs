@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use mc_cluster::config::Paths;
 use mc_cluster::supervisor::{self, State, Status};
-use mc_cluster::{agent, down_dir, exec, hub_ctl, up, UpOptions};
+use mc_cluster::{agent, down_dir, exec, hub_ctl, pid_alive as alive, up, UpOptions};
 
 #[derive(Parser)]
 #[command(version, about = "Run a virtual MEMORY CHANNEL cluster of QEMU guests")]
@@ -58,11 +58,6 @@ enum Cmd {
         #[arg(long)]
         run_dir: PathBuf,
     },
-}
-
-fn alive(pid: u32) -> bool {
-    // SAFETY: kill(2) with signal 0 only checks for existence.
-    pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0
 }
 
 fn status(paths: &Paths, name: &str) -> Result<i32> {

@@ -12,6 +12,11 @@ use std::sync::{Mutex, MutexGuard};
 /// even when the harness runs tests in parallel.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Holds the one-cluster-at-a-time lock (for tests that drive `mc-cluster` by hand).
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Repository root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -39,7 +44,7 @@ pub struct Cluster {
 impl Cluster {
     /// Brings up `nodes` nodes under `name`; panics with the launcher's output on failure.
     pub fn up(name: &str, nodes: usize) -> Cluster {
-        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let serial = serial();
         let out =
             Command::new(mc_cluster()).args(["--name", name, "up", "--nodes", &nodes.to_string()]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);

@@ -71,3 +71,35 @@ fn killed_qemu_then_down_leaves_nothing() {
     assert_eq!(processes_mentioning(&rd), Vec::<u32>::new(), "processes left behind");
     assert_eq!(sockets_in(&rd), Vec::<std::path::PathBuf>::new(), "sockets left behind");
 }
+
+/// Ctrl-C while `mc-cluster up` waits for the guests: everything it started
+/// is stopped and no socket is left.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn ctrl_c_during_up_leaves_nothing() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let _serial = mc_tests::serial();
+    let rd = mc_tests::root().join(".run/t-ctrlc");
+    let mut up = Command::new(mc_tests::mc_cluster())
+        .args(["--name", "t-ctrlc", "up", "--nodes", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    // Wait until the guests are booting, then interrupt.
+    loop {
+        let l = lines.next().expect("up ended before the guests booted").unwrap();
+        if l.contains("guests booting") {
+            break;
+        }
+    }
+    assert!(!processes_mentioning(&rd).is_empty(), "something should be running");
+    // SAFETY: kill(2) on the child we started.
+    unsafe { libc::kill(up.id() as i32, libc::SIGINT) };
+    let status = up.wait().unwrap();
+    assert!(!status.success(), "an interrupted up must not report success");
+    assert_eq!(processes_mentioning(&rd), Vec::<u32>::new(), "processes left behind");
+    assert_eq!(sockets_in(&rd), Vec::<std::path::PathBuf>::new(), "sockets left behind");
+}
