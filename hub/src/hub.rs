@@ -14,7 +14,19 @@
 //! Each port has a bounded queue ([`HubConfig::queue_depth`] frames). When a
 //! receiver's queue is full, the ordering step waits for room while holding
 //! the lock, so every sender waits: back-pressure to all senders, as on the
-//! original shared bus. Memory is bounded by `ports × queue_depth × frame`.
+//! original shared bus. Memory is bounded by `ports × queue_depth × frame`
+//! (frames are shared between ports, so usually far less).
+//!
+//! A receiver whose queue stays full for [`HubConfig::stall_timeout`] is
+//! declared failed: its link is closed and its departure announced, exactly
+//! like a node that died, and the cluster goes on. So a stuck node can hold
+//! the bus for at most that long, never forever.
+//!
+//! # Node ids
+//!
+//! An adapter may ask for a node id. One that asks for any id gets the id
+//! its name had before (if free), so a restarted guest comes back as the
+//! same node; otherwise the lowest free id.
 //!
 //! # Faults on purpose
 //!
@@ -23,18 +35,21 @@
 //! corrupt the next frames sent to a node (its adapter must count CRC errors)
 //! and report per-node counters.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::UnixListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, Mutex, Notify};
-use tracing::{debug, info, warn};
+use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::link::{self, Header, Kind, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK, HEADER_LEN};
+use crate::link::{self, Header, Kind, Msg, ANY_NODE, AUTH_LEN, BROADCAST, FLAG_LOOPBACK, HEADER_LEN};
 
 /// How long a new connection may take to send its `Hello`.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -48,11 +63,15 @@ pub struct HubConfig {
     pub max_nodes: usize,
     /// Frames queued per receiving port before senders are held back.
     pub queue_depth: usize,
+    /// How long a full receiver may hold the bus before it is declared failed.
+    pub stall_timeout: Duration,
+    /// Cluster secret adapters must prove on TCP connections.
+    pub secret: Option<Vec<u8>>,
 }
 
 impl Default for HubConfig {
     fn default() -> Self {
-        HubConfig { max_nodes: 8, queue_depth: 4096 }
+        HubConfig { max_nodes: 8, queue_depth: 4096, stall_timeout: Duration::from_secs(10), secret: None }
     }
 }
 
@@ -96,6 +115,13 @@ pub enum Control {
         /// Frames to corrupt.
         count: u32,
     },
+    /// Hold every frame to `node` back by `micros` (0: no delay).
+    Delay {
+        /// Node id.
+        node: u16,
+        /// Microseconds.
+        micros: u64,
+    },
 }
 
 /// One node's line in [`ControlReply::Stats`].
@@ -133,6 +159,10 @@ pub enum ControlReply {
         nodes: Vec<NodeStats>,
         /// Nodes held down by control.
         held_down: Vec<u16>,
+        /// Connections refused: garbage, bad Hello, failed authentication, full hub.
+        rejected: u64,
+        /// Nodes cut off because their queue stayed full.
+        stalled: u64,
     },
     /// Refused.
     Error {
@@ -143,25 +173,98 @@ pub enum ControlReply {
 
 type Frame = Arc<Vec<u8>>;
 
-struct Port {
+/// What control requests need of a port. Kept apart from the ordering state
+/// so that `stats` and `link-down` answer at once even while a full receiver
+/// holds the bus.
+struct PortCtl {
     name: String,
     tx: mpsc::Sender<Frame>,
     stats: Arc<PortStats>,
     /// Frames still to corrupt on the way out.
-    corrupt: Arc<AtomicU32>,
+    corrupt: AtomicU32,
     /// Wakes the connection's reader to close the link.
-    kick: Arc<Notify>,
+    kick: Notify,
+    /// Microseconds to hold each frame back (fault injection).
+    delay: AtomicU64,
+}
+
+struct Port {
+    ctl: Arc<PortCtl>,
+    /// Cut off (stalled): skip it until its removal is announced.
+    failed: AtomicBool,
 }
 
 struct State {
     next_seq: u64,
     ports: Vec<Option<Port>>,
+    /// Node id each name last had.
+    names: HashMap<String, u16>,
+}
+
+/// The control view: never held across an await.
+struct CtlView {
+    ports: Vec<Option<Arc<PortCtl>>>,
     held_down: Vec<bool>,
 }
 
 struct Shared {
     cfg: HubConfig,
     state: Mutex<State>,
+    ctl: std::sync::Mutex<CtlView>,
+    /// Copy of the next sequence number for `stats`.
+    seq_hint: AtomicU64,
+    rejected: AtomicU64,
+    stalled: AtomicU64,
+    capture: std::sync::Mutex<Option<Capture>>,
+}
+
+/// Writes every ordered frame to a pcap file (link type USER0) from its own
+/// thread, so file I/O never holds up the order.
+struct Capture {
+    tx: std::sync::mpsc::SyncSender<(SystemTime, Frame)>,
+}
+
+/// pcap link type for the frames: LINKTYPE_USER0.
+pub const PCAP_LINKTYPE: u32 = 147;
+
+impl Capture {
+    fn open(path: &Path) -> std::io::Result<Capture> {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+        // pcap global header: magic, v2.4, zone 0, sigfigs 0, snaplen, link type.
+        for v in [0xa1b2_c3d4u32] {
+            f.write_all(&v.to_le_bytes())?;
+        }
+        f.write_all(&2u16.to_le_bytes())?;
+        f.write_all(&4u16.to_le_bytes())?;
+        for v in [0u32, 0, 65535, PCAP_LINKTYPE] {
+            f.write_all(&v.to_le_bytes())?;
+        }
+        f.flush()?;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(SystemTime, Frame)>(65536);
+        fn record(f: &mut impl std::io::Write, t: SystemTime, fr: &[u8]) -> std::io::Result<()> {
+            let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            for v in [d.as_secs() as u32, d.subsec_micros(), fr.len() as u32, fr.len() as u32] {
+                f.write_all(&v.to_le_bytes())?;
+            }
+            f.write_all(fr)
+        }
+        std::thread::Builder::new().name("pcap".into()).spawn(move || {
+            while let Ok((t, fr)) = rx.recv() {
+                if record(&mut f, t, &fr).is_err() {
+                    return;
+                }
+                while let Ok((t, fr)) = rx.try_recv() {
+                    if record(&mut f, t, &fr).is_err() {
+                        return;
+                    }
+                }
+                if f.flush().is_err() {
+                    return;
+                }
+            }
+        })?;
+        Ok(Capture { tx })
+    }
 }
 
 impl Shared {
@@ -170,32 +273,59 @@ impl Shared {
         let mut st = self.state.lock().await;
         let seq = st.next_seq;
         st.next_seq += 1;
+        self.seq_hint.store(seq + 1, Ordering::Relaxed);
         let frame: Frame = Arc::new(link::deliver_from_write(seq, src, flags, addr, data));
+        debug!(seq, src, dest, addr, len = data.len(), "ordered");
+        self.capture(&frame);
         let loopback = flags & FLAG_LOOPBACK != 0;
         for (id, port) in st.ports.iter().enumerate() {
             let Some(port) = port else { continue };
             let id = id as u16;
             let wanted = if id == src { loopback } else { dest == BROADCAST || dest == id };
-            if !wanted {
-                continue;
+            if wanted {
+                self.queue(id, port, &frame).await;
             }
-            port.stats.frames_out.fetch_add(1, Ordering::Relaxed);
-            // A closed channel means that node is leaving; its removal
-            // announces it. Waiting for room here is the back-pressure.
-            let _ = port.tx.send(frame.clone()).await;
+        }
+    }
+
+    /// Queues a frame for one port, waiting for room (the back-pressure), but
+    /// no longer than the stall timeout: then the port is cut off as failed.
+    async fn queue(&self, id: u16, port: &Port, frame: &Frame) {
+        if port.failed.load(Ordering::Relaxed) {
+            return;
+        }
+        port.ctl.stats.frames_out.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(self.cfg.stall_timeout, port.ctl.tx.send(frame.clone())).await {
+            // A closed channel means the node is leaving; its removal announces it.
+            Ok(_) => {}
+            Err(_) => {
+                warn!(node = id, timeout = ?self.cfg.stall_timeout, "receiver stalled with a full queue: cutting it off");
+                port.failed.store(true, Ordering::Relaxed);
+                self.stalled.fetch_add(1, Ordering::Relaxed);
+                port.ctl.kick.notify_one();
+            }
+        }
+    }
+
+    fn capture(&self, frame: &Frame) {
+        if let Some(c) = self.capture.lock().unwrap().as_ref() {
+            // A full capture queue drops the record rather than slow the order.
+            let _ = c.tx.try_send((SystemTime::now(), frame.clone()));
         }
     }
 
     /// Announces a membership change to every port except `node` itself,
     /// in the global order (waiting for queue room like a write does).
-    async fn announce(st: &mut State, node: u16, up: bool) {
+    async fn announce(&self, st: &mut State, node: u16, up: bool) {
         let seq = st.next_seq;
         st.next_seq += 1;
+        self.seq_hint.store(seq + 1, Ordering::Relaxed);
         let frame: Frame = Arc::new(Msg::Member { seq, node, up }.encode());
+        self.capture(&frame);
         for (id, port) in st.ports.iter().enumerate() {
             if let Some(port) = port {
                 if id as u16 != node {
-                    let _ = port.tx.send(frame.clone()).await;
+                    self.queue(id as u16, port, &frame).await;
                 }
             }
         }
@@ -211,12 +341,59 @@ pub struct Hub {
 impl Hub {
     /// A hub with no adapters yet.
     pub fn new(cfg: HubConfig) -> Hub {
-        let state = State {
-            next_seq: 0,
-            ports: (0..cfg.max_nodes).map(|_| None).collect(),
-            held_down: vec![false; cfg.max_nodes],
-        };
-        Hub { shared: Arc::new(Shared { state: Mutex::new(state), cfg }) }
+        let state = State { next_seq: 0, ports: (0..cfg.max_nodes).map(|_| None).collect(), names: HashMap::new() };
+        let ctl = CtlView { ports: vec![None; cfg.max_nodes], held_down: vec![false; cfg.max_nodes] };
+        Hub {
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                ctl: std::sync::Mutex::new(ctl),
+                seq_hint: AtomicU64::new(0),
+                cfg,
+                rejected: AtomicU64::new(0),
+                stalled: AtomicU64::new(0),
+                capture: std::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Writes every ordered frame (deliveries and membership events) to a
+    /// pcap file from now on; see `docs/hub.md` for reading it.
+    pub fn capture_to(&self, path: &Path) -> std::io::Result<()> {
+        *self.shared.capture.lock().unwrap() = Some(Capture::open(path)?);
+        Ok(())
+    }
+
+    /// Accepts adapters over TCP until `shutdown` completes. Every connection
+    /// must prove the cluster secret ([`HubConfig::secret`], required).
+    pub async fn serve_tcp(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        if self.shared.cfg.secret.as_ref().is_none_or(|s| s.is_empty()) {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "a TCP hub needs a cluster secret"));
+        }
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                acc = listener.accept() => {
+                    let (stream, peer) = match acc {
+                        Ok(x) => x,
+                        Err(e) => {
+                            warn!("accept failed: {e}");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let shared = self.shared.clone();
+                    tokio::spawn(async move {
+                        let (r, w) = stream.into_split();
+                        let nonce = random_nonce();
+                        if let Err(e) = handle(shared, r, w, Some(nonce)).instrument(info_span!("tcp", %peer)).await {
+                            debug!("link closed: {e}");
+                        }
+                    });
+                }
+            }
+        }
     }
 
     /// Accepts adapters on `listener` until `shutdown` completes.
@@ -241,7 +418,7 @@ impl Hub {
                     let shared = self.shared.clone();
                     tokio::spawn(async move {
                         let (r, w) = stream.into_split();
-                        if let Err(e) = handle(shared, r, w).await {
+                        if let Err(e) = handle(shared, r, w, None).await {
                             debug!("link closed: {e}");
                         }
                     });
@@ -288,21 +465,25 @@ impl Hub {
         }
     }
 
-    /// Carries out one control request.
+    /// Carries out one control request. Never waits for the ordering lock.
     pub async fn control(&self, c: Control) -> ControlReply {
-        let mut st = self.shared.state.lock().await;
+        let mut ctl = self.shared.ctl.lock().unwrap();
         let max = self.shared.cfg.max_nodes;
-        let check = |n: u16| {
+        let node_of = |n: u16| {
             if (n as usize) < max {
                 Ok(n as usize)
             } else {
                 Err(ControlReply::Error { message: format!("node {n} is outside this hub's {max} ports") })
             }
         };
+        let connected = |ctl: &CtlView, n: u16| -> Result<Arc<PortCtl>, ControlReply> {
+            let i = node_of(n)?;
+            ctl.ports[i].clone().ok_or_else(|| ControlReply::Error { message: format!("node {n} is not connected") })
+        };
         match c {
             Control::Stats => ControlReply::Stats {
-                next_seq: st.next_seq,
-                nodes: st
+                next_seq: self.shared.seq_hint.load(Ordering::Relaxed),
+                nodes: ctl
                     .ports
                     .iter()
                     .enumerate()
@@ -318,36 +499,42 @@ impl Hub {
                         dropped: p.stats.dropped.load(Ordering::Relaxed),
                     })
                     .collect(),
-                held_down: st.held_down.iter().enumerate().filter(|(_, h)| **h).map(|(i, _)| i as u16).collect(),
+                held_down: ctl.held_down.iter().enumerate().filter(|(_, h)| **h).map(|(i, _)| i as u16).collect(),
+                rejected: self.shared.rejected.load(Ordering::Relaxed),
+                stalled: self.shared.stalled.load(Ordering::Relaxed),
             },
-            Control::LinkDown { node } => match check(node) {
+            Control::Delay { node, micros } => match connected(&ctl, node) {
+                Err(e) => e,
+                Ok(p) => {
+                    p.delay.store(micros, Ordering::SeqCst);
+                    ControlReply::Ok
+                }
+            },
+            Control::Corrupt { node, count } => match connected(&ctl, node) {
+                Err(e) => e,
+                Ok(p) => {
+                    p.corrupt.fetch_add(count, Ordering::SeqCst);
+                    ControlReply::Ok
+                }
+            },
+            Control::LinkDown { node } => match node_of(node) {
                 Err(e) => e,
                 Ok(i) => {
-                    st.held_down[i] = true;
-                    if let Some(p) = &st.ports[i] {
+                    ctl.held_down[i] = true;
+                    if let Some(p) = &ctl.ports[i] {
                         p.kick.notify_one();
                     }
                     info!(node, "link held down by control");
                     ControlReply::Ok
                 }
             },
-            Control::LinkUp { node } => match check(node) {
+            Control::LinkUp { node } => match node_of(node) {
                 Err(e) => e,
                 Ok(i) => {
-                    st.held_down[i] = false;
+                    ctl.held_down[i] = false;
                     info!(node, "link released by control");
                     ControlReply::Ok
                 }
-            },
-            Control::Corrupt { node, count } => match check(node) {
-                Err(e) => e,
-                Ok(i) => match &st.ports[i] {
-                    Some(p) => {
-                        p.corrupt.fetch_add(count, Ordering::SeqCst);
-                        ControlReply::Ok
-                    }
-                    None => ControlReply::Error { message: format!("node {node} is not connected") },
-                },
             },
         }
     }
@@ -380,104 +567,158 @@ fn invalid(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
 }
 
-async fn handle<R, W>(shared: Arc<Shared>, mut r: R, w: W) -> std::io::Result<()>
+/// 32 bytes from the kernel's random source for an authentication challenge.
+fn random_nonce() -> [u8; AUTH_LEN] {
+    let mut n = [0u8; AUTH_LEN];
+    let mut f = std::fs::File::open("/dev/urandom").expect("/dev/urandom");
+    std::io::Read::read_exact(&mut f, &mut n).expect("reading /dev/urandom");
+    n
+}
+
+async fn refuse<W: AsyncWrite + Unpin>(shared: &Shared, w: &mut W, reason: &str) -> std::io::Result<()> {
+    shared.rejected.fetch_add(1, Ordering::Relaxed);
+    warn!("refusing peer: {reason}");
+    w.write_all(&Msg::Refuse { reason }.encode()).await?;
+    w.flush().await
+}
+
+async fn handle<R, W>(shared: Arc<Shared>, mut r: R, w: W, challenge: Option<[u8; AUTH_LEN]>) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let mut w = BufWriter::new(w);
     let mut buf = Vec::new();
+    // Our link frames: the challenge (if any) is frame 0.
+    let mut first_link_seq: u16 = 0;
+    if let Some(nonce) = challenge {
+        w.write_all(&Msg::Challenge { nonce }.encode()).await?;
+        w.flush().await?;
+        first_link_seq = 1;
+    }
     let hdr = match tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut r, &mut buf)).await {
-        Ok(h) => h?,
+        Ok(Ok(h)) => h,
+        Ok(Err(e)) => {
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
+            warn!("garbage from new peer ({e}); closing");
+            return Ok(());
+        }
         Err(_) => {
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
             warn!("peer sent no Hello within {HELLO_TIMEOUT:?}; closing");
             return Ok(());
         }
     };
-    let (want, name) = match Msg::parse(&hdr, &buf) {
-        Ok(Msg::Hello { want_node, name, .. }) => (want_node, name.to_string()),
+    let (want, name, auth) = match Msg::parse(&hdr, &buf) {
+        Ok(Msg::Hello { want_node, name, auth, .. }) => (want_node, name.to_string(), auth),
         Ok(other) => {
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
             warn!("peer opened with {:?} instead of Hello; closing", kind_of(&other));
             return Ok(());
         }
         Err(e) => {
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
             warn!("garbage from new peer ({e}); closing");
             return Ok(());
         }
     };
+    if let Some(nonce) = challenge {
+        let secret = shared.cfg.secret.as_deref().unwrap_or_default();
+        let ok = auth.is_some_and(|tag| link::auth_ok(secret, &nonce, &tag));
+        if !ok {
+            let why = if auth.is_none() { "no cluster secret presented" } else { "wrong cluster secret" };
+            return refuse(&shared, &mut w, &format!("authentication failed for '{name}': {why}")).await;
+        }
+    }
 
     // Join: choose a port, send Welcome, announce to the others.
-    let (node, mut rx, stats, corrupt, kick) = {
+    let (node, mut rx, port) = {
         let mut st = shared.state.lock().await;
+        let held_down = shared.ctl.lock().unwrap().held_down.clone();
         let max = shared.cfg.max_nodes;
         let chosen = if want != ANY_NODE {
             match st.ports.get(want as usize) {
                 None => Err(format!("node id {want} is outside this hub's {max} ports")),
-                Some(Some(p)) => Err(format!("node id {want} is already taken by '{}'", p.name)),
-                Some(None) if st.held_down[want as usize] => {
-                    Err(format!("link of node {want} is held down by the hub"))
-                }
+                Some(Some(p)) => Err(format!("node id {want} is already taken by '{}'", p.ctl.name)),
+                Some(None) if held_down[want as usize] => Err(format!("link of node {want} is held down by the hub")),
                 Some(None) => Ok(want),
             }
         } else {
-            (0..max)
-                .find(|&i| st.ports[i].is_none() && !st.held_down[i])
-                .map(|i| i as u16)
+            let sticky =
+                st.names.get(&name).copied().filter(|&i| st.ports[i as usize].is_none() && !held_down[i as usize]);
+            sticky
+                .or_else(|| (0..max).find(|&i| st.ports[i].is_none() && !held_down[i]).map(|i| i as u16))
                 .ok_or_else(|| format!("hub is full ({max} ports)"))
         };
         let node = match chosen {
             Ok(n) => n,
             Err(reason) => {
                 drop(st);
-                debug!(%name, "refusing adapter: {reason}");
-                w.write_all(&Msg::Refuse { reason: &reason }.encode()).await?;
-                w.flush().await?;
-                return Ok(());
+                return refuse(&shared, &mut w, &reason).await;
             }
         };
+        if !name.is_empty() {
+            st.names.insert(name.clone(), node);
+        }
         let (tx, rx) = mpsc::channel(shared.cfg.queue_depth.max(2));
-        let stats = Arc::new(PortStats::default());
-        let corrupt = Arc::new(AtomicU32::new(0));
-        let kick = Arc::new(Notify::new());
-        Shared::announce(&mut st, node, true).await;
+        let ctl = Arc::new(PortCtl {
+            name: name.clone(),
+            tx: tx.clone(),
+            stats: Arc::new(PortStats::default()),
+            corrupt: AtomicU32::new(0),
+            kick: Notify::new(),
+            delay: AtomicU64::new(0),
+        });
+        shared.announce(&mut st, node, true).await;
         let mut members: Vec<u16> =
             st.ports.iter().enumerate().filter(|(_, p)| p.is_some()).map(|(i, _)| i as u16).collect();
         members.push(node);
         members.sort_unstable();
         let welcome = Msg::Welcome { node, max_nodes: max as u16, next_seq: st.next_seq, members }.encode();
         tx.try_send(Arc::new(welcome)).expect("fresh channel has room");
-        st.ports[node as usize] =
-            Some(Port { name: name.clone(), tx, stats: stats.clone(), corrupt: corrupt.clone(), kick: kick.clone() });
-        (node, rx, stats, corrupt, kick)
+        drop(tx);
+        st.ports[node as usize] = Some(Port { ctl: ctl.clone(), failed: AtomicBool::new(false) });
+        shared.ctl.lock().unwrap().ports[node as usize] = Some(ctl.clone());
+        (node, rx, ctl)
     };
-    info!(node, %name, "adapter joined");
+    let stats = port.stats.clone();
+    let out_port = port.clone();
+    let span = info_span!("node", node, %name);
+    info!(parent: &span, "adapter joined");
 
     let out_stats = stats.clone();
-    let writer = tokio::spawn(async move {
-        let send = |f: Frame| {
-            // Corrupt on purpose: flip one payload bit; the CRC no longer matches.
-            if f.len() > HEADER_LEN
-                && corrupt.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1)).is_ok()
-            {
-                let mut bad = f.as_ref().clone();
-                let last = bad.len() - 1;
-                bad[last] ^= 0x01;
-                out_stats.corrupted.fetch_add(1, Ordering::Relaxed);
-                return Arc::new(bad);
-            }
-            f
-        };
-        // Link sequence numbers: the Welcome (first in the queue) is frame 0.
-        let mut link_seq: u16 = 0;
-        while let Some(f) = rx.recv().await {
-            write_stamped(&mut w, &send(f), &mut link_seq).await?;
-            while let Ok(f) = rx.try_recv() {
+    let writer = tokio::spawn(
+        async move {
+            let send = |f: Frame| {
+                // Corrupt on purpose: flip one payload bit; the CRC no longer matches.
+                if f.len() > HEADER_LEN
+                    && out_port.corrupt.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1)).is_ok()
+                {
+                    let mut bad = f.as_ref().clone();
+                    let last = bad.len() - 1;
+                    bad[last] ^= 0x01;
+                    out_stats.corrupted.fetch_add(1, Ordering::Relaxed);
+                    return Arc::new(bad);
+                }
+                f
+            };
+            // Link sequence numbers continue after the challenge, if one was sent.
+            let mut link_seq: u16 = first_link_seq;
+            while let Some(f) = rx.recv().await {
+                let d = out_port.delay.load(Ordering::Relaxed);
+                if d > 0 {
+                    tokio::time::sleep(Duration::from_micros(d)).await;
+                }
                 write_stamped(&mut w, &send(f), &mut link_seq).await?;
+                while let Ok(f) = rx.try_recv() {
+                    write_stamped(&mut w, &send(f), &mut link_seq).await?;
+                }
+                w.flush().await?;
             }
-            w.flush().await?;
+            Ok::<(), std::io::Error>(())
         }
-        Ok::<(), std::io::Error>(())
-    });
+        .instrument(span.clone()),
+    );
 
     let result = async {
         // The Hello was the adapter's frame 0.
@@ -485,7 +726,7 @@ where
         loop {
             let hdr = tokio::select! {
                 h = read_frame(&mut r, &mut buf) => h?,
-                _ = kick.notified() => return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "link taken down by hub control")),
+                _ = port.kick.notified() => return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "link taken down by hub control")),
             };
             let lost = link::check_link_seq(&mut expect_seq, hdr.link_seq);
             if lost != 0 {
@@ -508,14 +749,17 @@ where
             }
         }
     }
+    .instrument(span.clone())
     .await;
 
     // Leave: free the port and tell everybody.
     {
         let mut st = shared.state.lock().await;
         st.ports[node as usize] = None;
-        Shared::announce(&mut st, node, false).await;
+        shared.ctl.lock().unwrap().ports[node as usize] = None;
+        shared.announce(&mut st, node, false).await;
     }
+    let _enter = span.enter();
     writer.abort();
     match &result {
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => info!(node, %name, "adapter left"),
@@ -533,5 +777,6 @@ fn kind_of(m: &Msg<'_>) -> Kind {
         Msg::Deliver { .. } => Kind::Deliver,
         Msg::Member { .. } => Kind::Member,
         Msg::Refuse { .. } => Kind::Refuse,
+        Msg::Challenge { .. } => Kind::Challenge,
     }
 }

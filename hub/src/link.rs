@@ -30,7 +30,8 @@
 //!
 //! | kind | dir | payload |
 //! |------|-----|---------|
-//! | 1 `Hello`   | A→H | want_node u16, reserved u16, page_size u32, aspace_pages u32, name (≤ 64 bytes UTF-8) |
+//! | 7 `Challenge` | H→A | nonce [u8; 32] (TCP only: sent first, before the adapter's `Hello`) |
+//! | 1 `Hello`   | A→H | want_node u16, flags u16 (bit 0: auth present), page_size u32, aspace_pages u32, auth [u8; 32], name (≤ 64 bytes UTF-8) |
 //! | 2 `Welcome` | H→A | node u16, max_nodes u16, reserved u32, next_seq u64, members: u16 each |
 //! | 3 `Write`   | A→H | dest u16 (0xFFFF = broadcast), flags u16, reserved u32, addr u64, data |
 //! | 4 `Deliver` | H→A | seq u64, src u16, flags u16, reserved u32, addr u64, data |
@@ -38,6 +39,14 @@
 //! | 6 `Refuse`  | H→A | reason (UTF-8), then the hub closes the link |
 //!
 //! `data` is 1 to [`MAX_DATA`] bytes, a multiple of 4 bytes is not required.
+//!
+//! # Authentication (TCP)
+//!
+//! On TCP the hub speaks first: a `Challenge` with 32 random bytes. The
+//! adapter answers with a `Hello` whose `auth` is
+//! HMAC-SHA256(cluster secret, "mc-link-v1" ‖ nonce) ([`auth_tag`]); the
+//! secret itself never crosses the wire. A wrong or missing tag is refused.
+//! Unix sockets rely on file permissions and carry no authentication.
 
 use thiserror::Error;
 
@@ -57,6 +66,30 @@ pub const MAX_NODES: usize = 1024;
 /// Largest payload of any frame. `Welcome` with [`MAX_NODES`] members is the
 /// biggest control frame; data frames are bounded by [`MAX_DATA`].
 pub const MAX_PAYLOAD: usize = 24 + MAX_DATA;
+/// Bytes of a challenge nonce and of an authenticator.
+pub const AUTH_LEN: usize = 32;
+/// Domain separation for [`auth_tag`].
+const AUTH_CONTEXT: &[u8] = b"mc-link-v1";
+const HELLO_FIXED: usize = 12 + AUTH_LEN;
+
+/// The authenticator an adapter sends for `nonce`.
+pub fn auth_tag(secret: &[u8], nonce: &[u8; AUTH_LEN]) -> [u8; AUTH_LEN] {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    mac.update(AUTH_CONTEXT);
+    mac.update(nonce);
+    mac.finalize().into_bytes().into()
+}
+
+/// Checks an authenticator in constant time.
+pub fn auth_ok(secret: &[u8], nonce: &[u8; AUTH_LEN], tag: &[u8; AUTH_LEN]) -> bool {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    mac.update(AUTH_CONTEXT);
+    mac.update(nonce);
+    mac.verify_slice(tag).is_ok()
+}
+
 /// `dest` value of a broadcast write (the original shared bus).
 pub const BROADCAST: u16 = 0xFFFF;
 /// `want_node` value in `Hello` when any free node id will do.
@@ -116,6 +149,8 @@ pub enum Kind {
     Member = 5,
     /// Hub refuses the adapter and closes.
     Refuse = 6,
+    /// Hub's authentication challenge (TCP).
+    Challenge = 7,
 }
 
 impl TryFrom<u8> for Kind {
@@ -128,6 +163,7 @@ impl TryFrom<u8> for Kind {
             4 => Kind::Deliver,
             5 => Kind::Member,
             6 => Kind::Refuse,
+            7 => Kind::Challenge,
             other => return Err(LinkError::BadKind(other)),
         })
     }
@@ -177,6 +213,7 @@ impl Kind {
             Kind::Deliver => "Deliver",
             Kind::Member => "Member",
             Kind::Refuse => "Refuse",
+            Kind::Challenge => "Challenge",
         }
     }
 }
@@ -192,6 +229,8 @@ pub enum Msg<'a> {
         page_size: u32,
         /// Adapter address space in pages.
         aspace_pages: u32,
+        /// Authenticator (see the module doc), when the hub challenged.
+        auth: Option<[u8; AUTH_LEN]>,
         /// Free-form node name (for logs and stable ids).
         name: &'a str,
     },
@@ -244,6 +283,11 @@ pub enum Msg<'a> {
         /// Why.
         reason: &'a str,
     },
+    /// See the module table.
+    Challenge {
+        /// Random bytes to authenticate against.
+        nonce: [u8; AUTH_LEN],
+    },
 }
 
 fn u16_at(p: &[u8], o: usize) -> u16 {
@@ -270,15 +314,27 @@ impl<'a> Msg<'a> {
         let p = payload;
         Ok(match hdr.kind {
             Kind::Hello => {
-                if !(12..=12 + MAX_NAME).contains(&len) {
+                if !(HELLO_FIXED..=HELLO_FIXED + MAX_NAME).contains(&len) {
                     return Err(bad_len());
                 }
-                let name = std::str::from_utf8(&p[12..]).map_err(|_| LinkError::BadField("node name is not UTF-8"))?;
+                let name = std::str::from_utf8(&p[HELLO_FIXED..])
+                    .map_err(|_| LinkError::BadField("node name is not UTF-8"))?;
                 let page_size = u32_at(p, 4);
                 if !page_size.is_power_of_two() || page_size < 4096 {
                     return Err(LinkError::BadField("page size"));
                 }
-                Msg::Hello { want_node: u16_at(p, 0), page_size, aspace_pages: u32_at(p, 8), name }
+                let flags = u16_at(p, 2);
+                if flags & !1 != 0 {
+                    return Err(LinkError::BadField("Hello flags"));
+                }
+                let auth = (flags & 1 != 0).then(|| p[12..HELLO_FIXED].try_into().unwrap());
+                Msg::Hello { want_node: u16_at(p, 0), page_size, aspace_pages: u32_at(p, 8), auth, name }
+            }
+            Kind::Challenge => {
+                if len != AUTH_LEN {
+                    return Err(bad_len());
+                }
+                Msg::Challenge { nonce: p.try_into().unwrap() }
             }
             Kind::Welcome => {
                 if len < 16 || (len - 16) % 2 != 0 || (len - 16) / 2 > MAX_NODES {
@@ -330,11 +386,12 @@ impl<'a> Msg<'a> {
         let mut out = Vec::with_capacity(HEADER_LEN + 32);
         out.extend_from_slice(&[0u8; HEADER_LEN]);
         let kind = match self {
-            Msg::Hello { want_node, page_size, aspace_pages, name } => {
+            Msg::Hello { want_node, page_size, aspace_pages, auth, name } => {
                 out.extend_from_slice(&want_node.to_le_bytes());
-                out.extend_from_slice(&[0, 0]);
+                out.extend_from_slice(&(auth.is_some() as u16).to_le_bytes());
                 out.extend_from_slice(&page_size.to_le_bytes());
                 out.extend_from_slice(&aspace_pages.to_le_bytes());
+                out.extend_from_slice(&auth.unwrap_or([0; AUTH_LEN]));
                 let n = name.as_bytes();
                 out.extend_from_slice(&n[..n.len().min(MAX_NAME)]);
                 Kind::Hello
@@ -376,6 +433,10 @@ impl<'a> Msg<'a> {
                 let r = reason.as_bytes();
                 out.extend_from_slice(&r[..r.len().min(512)]);
                 Kind::Refuse
+            }
+            Msg::Challenge { nonce } => {
+                out.extend_from_slice(nonce);
+                Kind::Challenge
             }
         };
         seal(&mut out, kind);
@@ -451,7 +512,9 @@ mod tests {
 
     #[test]
     fn every_kind_roundtrips() {
-        roundtrip(Msg::Hello { want_node: 3, page_size: 8192, aspace_pages: 65536, name: "node3" });
+        roundtrip(Msg::Hello { want_node: 3, page_size: 8192, aspace_pages: 65536, auth: None, name: "node3" });
+        roundtrip(Msg::Hello { want_node: 3, page_size: 8192, aspace_pages: 8, auth: Some([7; AUTH_LEN]), name: "" });
+        roundtrip(Msg::Challenge { nonce: [9; AUTH_LEN] });
         roundtrip(Msg::Welcome { node: 2, max_nodes: 8, next_seq: 77, members: vec![0, 2, 5] });
         roundtrip(Msg::Write { dest: BROADCAST, flags: FLAG_LOOPBACK, addr: 0x1234, data: &[1, 2, 3, 4] });
         roundtrip(Msg::Deliver { seq: 9, src: 1, flags: 0, addr: 0x2000, data: &[9; 100] });
@@ -488,6 +551,17 @@ mod tests {
         let hdr = Header::parse(f[..HEADER_LEN].try_into().unwrap()).unwrap();
         f[HEADER_LEN + 20] ^= 0x80;
         assert_eq!(Msg::parse(&hdr, &f[HEADER_LEN..]), Err(LinkError::BadCrc));
+    }
+
+    #[test]
+    fn auth_tags_depend_on_secret_and_nonce() {
+        let n1 = [1u8; AUTH_LEN];
+        let n2 = [2u8; AUTH_LEN];
+        let t = auth_tag(b"secret", &n1);
+        assert!(auth_ok(b"secret", &n1, &t));
+        assert!(!auth_ok(b"secreT", &n1, &t));
+        assert!(!auth_ok(b"secret", &n2, &t));
+        assert_ne!(auth_tag(b"secret", &n2), t);
     }
 
     #[test]

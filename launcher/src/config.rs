@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     /// Shape of the cluster.
     pub cluster: ClusterSection,
+    /// The hub.
+    pub hub: HubSection,
     /// The guests.
     pub guest: GuestSection,
     /// QEMU binary and extra arguments.
@@ -35,6 +37,24 @@ pub struct ClusterSection {
 impl Default for ClusterSection {
     fn default() -> Self {
         ClusterSection { nodes: 2, hub_ports: 8, aspace_mib: 512 }
+    }
+}
+
+/// `[hub]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HubSection {
+    /// Frames queued per node before senders are held back.
+    pub queue_depth: usize,
+    /// Seconds a receiver may keep its queue full before it is cut off.
+    pub stall_timeout_s: f64,
+    /// Write every ordered frame to `<run>/hub.pcap`.
+    pub pcap: bool,
+}
+
+impl Default for HubSection {
+    fn default() -> Self {
+        HubSection { queue_depth: 4096, stall_timeout_s: 10.0, pcap: false }
     }
 }
 
@@ -124,6 +144,12 @@ impl Config {
         }
         if !c.aspace_mib.is_power_of_two() || !(1..=4096).contains(&c.aspace_mib) {
             bail!("cluster.aspace_mib must be a power of two from 1 to 4096, not {}", c.aspace_mib);
+        }
+        if self.hub.queue_depth < 2 {
+            bail!("hub.queue_depth must be at least 2, not {}", self.hub.queue_depth);
+        }
+        if !(self.hub.stall_timeout_s > 0.0 && self.hub.stall_timeout_s.is_finite()) {
+            bail!("hub.stall_timeout_s must be a positive number of seconds");
         }
         if self.guest.memory_mib < 64 {
             bail!("guest.memory_mib must be at least 64, not {}", self.guest.memory_mib);

@@ -288,7 +288,7 @@ fn start(
     let c = &plan.config;
     let hub_sock = rd.join("hub.sock");
     let hub_log = rd.join("hub.log");
-    let argv = vec![
+    let mut argv = vec![
         plan.hub_bin.display().to_string(),
         "--socket".into(),
         hub_sock.display().to_string(),
@@ -296,7 +296,14 @@ fn start(
         c.cluster.hub_ports.to_string(),
         "--control".into(),
         rd.join("hub.ctl").display().to_string(),
+        "--queue-depth".into(),
+        c.hub.queue_depth.to_string(),
+        "--stall-timeout".into(),
+        c.hub.stall_timeout_s.to_string(),
     ];
+    if c.hub.pcap {
+        argv.extend(["--pcap".into(), rd.join("hub.pcap").display().to_string()]);
+    }
     let mut hub = spawn(&argv, &hub_log)?;
     state.hub_pid = hub.id();
     let r = wait_for_path(&hub_sock, &mut hub, "mc-hub", Duration::from_secs(10), &hub_log);

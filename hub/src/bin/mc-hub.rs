@@ -1,13 +1,14 @@
-//! `mc-hub`: runs a MEMORY CHANNEL hub on a Unix socket, or talks to a
-//! running hub's control socket (`mc-hub ctl …`).
+//! `mc-hub`: runs a MEMORY CHANNEL hub, talks to a running hub's control
+//! socket (`mc-hub ctl …`), or decodes a capture (`mc-hub pcap FILE`).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use mc_hub::hub::{Control, ControlReply, Hub, HubConfig};
-use mc_hub::link::MAX_NODES;
+use mc_hub::hub::{Control, ControlReply, Hub, HubConfig, PCAP_LINKTYPE};
+use mc_hub::link::{self, Msg, MAX_NODES};
 
 /// The MEMORY CHANNEL hub: one global order for every write of every node.
 #[derive(Parser, Debug)]
@@ -16,6 +17,12 @@ struct Args {
     /// Unix socket adapters connect to (created; a stale socket is replaced).
     #[arg(long, required = true)]
     socket: Option<PathBuf>,
+    /// Also accept adapters over TCP at HOST:PORT (needs --secret-file).
+    #[arg(long)]
+    tcp: Option<String>,
+    /// File holding the cluster secret TCP adapters must prove.
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
     /// Control socket for `mc-hub ctl` (fault injection, counters).
     #[arg(long)]
     control: Option<PathBuf>,
@@ -25,12 +32,18 @@ struct Args {
     /// Frames queued per receiving node before senders are held back.
     #[arg(long, default_value_t = 4096)]
     queue_depth: usize,
+    /// Seconds a receiver may keep its queue full before it is cut off as failed.
+    #[arg(long, default_value_t = 10.0)]
+    stall_timeout: f64,
+    /// Write every ordered frame to this pcap file (see docs/hub.md).
+    #[arg(long)]
+    pcap: Option<PathBuf>,
     #[command(subcommand)]
-    ctl: Option<Ctl>,
+    cmd: Option<Cmd>,
 }
 
 #[derive(Subcommand, Debug)]
-enum Ctl {
+enum Cmd {
     /// Send a control request to a running hub.
     Ctl {
         /// The hub's control socket.
@@ -38,6 +51,11 @@ enum Ctl {
         control: PathBuf,
         #[command(subcommand)]
         req: Req,
+    },
+    /// Print the frames of a capture made with --pcap, one per line.
+    Pcap {
+        /// The capture file.
+        file: PathBuf,
     },
 }
 
@@ -63,6 +81,13 @@ enum Req {
         #[arg(default_value_t = 1)]
         count: u32,
     },
+    /// Hold every packet to NODE back by MICROS microseconds (0 to stop).
+    Delay {
+        /// Node id.
+        node: u16,
+        /// Microseconds.
+        micros: u64,
+    },
 }
 
 fn ctl(control: PathBuf, req: Req) -> anyhow::Result<()> {
@@ -71,6 +96,7 @@ fn ctl(control: PathBuf, req: Req) -> anyhow::Result<()> {
         Req::LinkDown { node } => Control::LinkDown { node },
         Req::LinkUp { node } => Control::LinkUp { node },
         Req::Corrupt { node, count } => Control::Corrupt { node, count },
+        Req::Delay { node, micros } => Control::Delay { node, micros },
     };
     let mut s = UnixStream::connect(&control)
         .map_err(|e| anyhow::anyhow!("cannot reach the hub at {}: {e}", control.display()))?;
@@ -87,6 +113,47 @@ fn ctl(control: PathBuf, req: Req) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Decodes a capture: one line per frame.
+fn pcap(file: &Path) -> anyhow::Result<()> {
+    let mut f = BufReader::new(std::fs::File::open(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?);
+    let mut gh = [0u8; 24];
+    f.read_exact(&mut gh).map_err(|_| anyhow::anyhow!("{}: not a pcap file (too short)", file.display()))?;
+    let le32 = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap());
+    if le32(&gh[0..4]) != 0xa1b2_c3d4 || le32(&gh[20..24]) != PCAP_LINKTYPE {
+        anyhow::bail!("{}: not a MEMORY CHANNEL capture (pcap, link type {PCAP_LINKTYPE})", file.display());
+    }
+    let mut rh = [0u8; 16];
+    let mut frame = Vec::new();
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    while f.read_exact(&mut rh).is_ok() {
+        let (secs, usecs, len) = (le32(&rh[0..4]), le32(&rh[4..8]), le32(&rh[8..12]) as usize);
+        if len < link::HEADER_LEN || len > link::HEADER_LEN + link::MAX_PAYLOAD {
+            anyhow::bail!("{}: corrupt record ({len} bytes)", file.display());
+        }
+        frame.resize(len, 0);
+        f.read_exact(&mut frame)?;
+        let hdr = link::Header::parse(frame[..link::HEADER_LEN].try_into().unwrap())?;
+        let what = match Msg::parse(&hdr, &frame[link::HEADER_LEN..]) {
+            Ok(Msg::Deliver { seq, src, flags, addr, data }) => {
+                let head: Vec<String> = data.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                format!(
+                    "seq {seq:<8} write  src {src:<3} flags {flags:#x} addr {addr:#010x} len {:<5} {}",
+                    data.len(),
+                    head.join("")
+                )
+            }
+            Ok(Msg::Member { seq, node, up }) => {
+                format!("seq {seq:<8} member node {node} {}", if up { "up" } else { "down" })
+            }
+            Ok(other) => format!("{other:?}"),
+            Err(e) => format!("undecodable: {e}"),
+        };
+        writeln!(out, "{secs}.{usecs:06} {what}")?;
+    }
+    Ok(())
+}
+
 fn main() {
     if let Err(e) = run() {
         eprintln!("mc-hub: {e:#}");
@@ -96,8 +163,10 @@ fn main() {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(Ctl::Ctl { control, req }) = args.ctl {
-        return ctl(control, req);
+    match args.cmd {
+        Some(Cmd::Ctl { control, req }) => return ctl(control, req),
+        Some(Cmd::Pcap { file }) => return pcap(&file),
+        None => {}
     }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("MC_LOG").unwrap_or_else(|_| "info".into()))
@@ -107,21 +176,60 @@ fn run() -> anyhow::Result<()> {
     if args.max_nodes == 0 || args.max_nodes > MAX_NODES {
         anyhow::bail!("--max-nodes must be between 1 and {MAX_NODES}, not {}", args.max_nodes);
     }
+    if !(args.stall_timeout > 0.0 && args.stall_timeout.is_finite()) {
+        anyhow::bail!("--stall-timeout must be a positive number of seconds");
+    }
+    let secret = match &args.secret_file {
+        Some(p) => {
+            let s =
+                std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read the secret file {}: {e}", p.display()))?;
+            let s = s.trim_ascii().to_vec();
+            if s.len() < 16 {
+                anyhow::bail!("the cluster secret in {} is shorter than 16 bytes", p.display());
+            }
+            Some(s)
+        }
+        None => None,
+    };
+    if args.tcp.is_some() && secret.is_none() {
+        anyhow::bail!("--tcp needs --secret-file: adapters on other hosts must prove the cluster secret");
+    }
     for p in [Some(&socket), args.control.as_ref()].into_iter().flatten() {
         if p.exists() {
             std::fs::remove_file(p)?;
         }
     }
+    let cfg = HubConfig {
+        max_nodes: args.max_nodes,
+        queue_depth: args.queue_depth,
+        stall_timeout: Duration::from_secs_f64(args.stall_timeout),
+        secret,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
         let listener = tokio::net::UnixListener::bind(&socket)
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", socket.display()))?;
-        let hub = Hub::new(HubConfig { max_nodes: args.max_nodes, queue_depth: args.queue_depth });
+        let hub = Hub::new(cfg);
+        if let Some(p) = &args.pcap {
+            hub.capture_to(p).map_err(|e| anyhow::anyhow!("cannot write the capture {}: {e}", p.display()))?;
+        }
         if let Some(c) = &args.control {
             let cl = tokio::net::UnixListener::bind(c)
                 .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", c.display()))?;
             let h = hub.clone();
             tokio::spawn(async move { h.serve_control(cl, std::future::pending()).await });
+        }
+        if let Some(addr) = &args.tcp {
+            let tl = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on tcp:{addr}: {e}"))?;
+            tracing::info!(addr = %tl.local_addr()?, "hub listening on TCP");
+            let h = hub.clone();
+            tokio::spawn(async move {
+                if let Err(e) = h.serve_tcp(tl, std::future::pending()).await {
+                    tracing::error!("TCP listener: {e}");
+                }
+            });
         }
         tracing::info!(socket = %socket.display(), max_nodes = args.max_nodes, "hub listening");
         let shutdown = async {

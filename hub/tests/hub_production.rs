@@ -1,0 +1,309 @@
+//! The hub under load and faults: many concurrent senders, a flood against a
+//! slow receiver, a stuck receiver, TCP with the cluster secret, stable ids.
+//! Real sockets, the real hub, simulated adapters (raw link clients).
+
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mc_hub::client::{self, HubAddr, Joined, Stream};
+use mc_hub::hub::{Control, ControlReply, Hub, HubConfig};
+use mc_hub::link::{self, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
+
+/// A hub on its own runtime thread; stops when dropped.
+struct TestHub {
+    path: PathBuf,
+    tcp: Option<String>,
+    hub: Hub,
+    rt: tokio::runtime::Runtime,
+    _dir: tempfile::TempDir,
+}
+
+impl TestHub {
+    fn start(cfg: HubConfig) -> TestHub {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.sock");
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let hub = Hub::new(cfg.clone());
+        let tcp = rt.block_on(async {
+            let l = tokio::net::UnixListener::bind(&path).unwrap();
+            let h = hub.clone();
+            tokio::spawn(async move { h.serve(l, std::future::pending()).await });
+            if cfg.secret.is_some() {
+                let t = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let addr = t.local_addr().unwrap().to_string();
+                let h = hub.clone();
+                tokio::spawn(async move { h.serve_tcp(t, std::future::pending()).await });
+                Some(addr)
+            } else {
+                None
+            }
+        });
+        TestHub { path, tcp, hub, rt, _dir: dir }
+    }
+
+    fn control(&self, c: Control) -> ControlReply {
+        self.rt.block_on(self.hub.control(c))
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        serde_json::to_value(self.control(Control::Stats)).unwrap()
+    }
+}
+
+/// A simulated adapter: a raw link client.
+struct Sim {
+    joined: Joined,
+    r: std::os::unix::net::UnixStream,
+    w: BufWriter<std::os::unix::net::UnixStream>,
+    seq: u16,
+    expect: u16,
+    buf: Vec<u8>,
+}
+
+impl Sim {
+    fn join(path: &Path, name: &str) -> Sim {
+        Self::join_as(path, ANY_NODE, name)
+    }
+
+    fn join_as(path: &Path, want: u16, name: &str) -> Sim {
+        let (joined, r, w) = client::join(path, want, 8192, 1024, name).expect("join");
+        let expect = joined.next_link_seq;
+        Sim { joined, r, w, seq: 1, expect, buf: Vec::new() }
+    }
+
+    fn write(&mut self, dest: u16, flags: u16, addr: u64, data: &[u8]) {
+        let f = Msg::Write { dest, flags, addr, data }.encode();
+        link::write_stamped(&mut self.w, &f, self.seq).unwrap();
+        self.seq = self.seq.wrapping_add(1);
+    }
+
+    fn flush(&mut self) {
+        self.w.flush().unwrap();
+    }
+
+    /// Next (seq, src, addr, data) delivery, skipping membership events;
+    /// checks the link sequence on every frame.
+    fn next_delivery(&mut self) -> (u64, u16, u64, Vec<u8>) {
+        loop {
+            let hdr = link::read_frame(&mut self.r, &mut self.buf).expect("read frame");
+            assert_eq!(link::check_link_seq(&mut self.expect, hdr.link_seq), 0, "a frame went missing");
+            match Msg::parse(&hdr, &self.buf).expect("valid frame") {
+                Msg::Deliver { seq, src, addr, data, .. } => return (seq, src, addr, data.to_vec()),
+                Msg::Member { .. } => continue,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+}
+
+/// `nodes` simulated adapters broadcast `per_node` writes each at once;
+/// every receiver must see the identical sequence.
+fn orders_concurrent_senders(nodes: usize, per_node: usize) {
+    let hub = TestHub::start(HubConfig { max_nodes: nodes, ..HubConfig::default() });
+    let sims: Vec<Sim> = (0..nodes).map(|i| Sim::join(&hub.path, &format!("n{i}"))).collect();
+    let total = nodes * per_node;
+    let start = Arc::new(Barrier::new(nodes));
+    let handles: Vec<_> = sims
+        .into_iter()
+        .map(|mut s| {
+            let start = start.clone();
+            thread::spawn(move || {
+                let me = s.joined.node;
+                let mut rd = Sim {
+                    joined: s.joined.clone(),
+                    r: s.r.try_clone().unwrap(),
+                    w: BufWriter::new(s.r.try_clone().unwrap()),
+                    seq: 0,
+                    expect: s.expect,
+                    buf: Vec::new(),
+                };
+                let reader = thread::spawn(move || {
+                    (0..total)
+                        .map(|_| rd.next_delivery())
+                        .map(|(seq, src, addr, _)| (seq, src, addr))
+                        .collect::<Vec<_>>()
+                });
+                start.wait();
+                for k in 0..per_node {
+                    s.write(BROADCAST, FLAG_LOOPBACK, (me as u64) << 32 | k as u64, &(k as u64).to_le_bytes());
+                    if k % 64 == 0 {
+                        s.flush();
+                    }
+                }
+                s.flush();
+                reader.join().unwrap()
+            })
+        })
+        .collect();
+    let seen: Vec<Vec<(u64, u16, u64)>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for (i, s) in seen.iter().enumerate() {
+        assert_eq!(s.len(), total);
+        assert_eq!(s, &seen[0], "node {i} saw another order than node 0");
+        assert!(s.windows(2).all(|w| w[0].0 < w[1].0), "sequence numbers increase");
+    }
+    // Each sender's writes come through complete and in its own order.
+    for n in 0..nodes as u16 {
+        let mine: Vec<u64> = seen[0].iter().filter(|e| e.1 == n).map(|e| e.2 & 0xFFFF_FFFF).collect();
+        assert_eq!(mine, (0..per_node as u64).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn hub_orders_concurrent_senders() {
+    orders_concurrent_senders(8, 400);
+    orders_concurrent_senders(64, 40);
+}
+
+/// A receiver that does not read: senders are held back (the queue and the
+/// socket buffers fill, no more), memory stays bounded, and once it reads
+/// again everything arrives, in order, nothing lost.
+#[test]
+fn hub_flood_memory_bounded() {
+    let depth = 64;
+    let hub = TestHub::start(HubConfig {
+        queue_depth: depth,
+        stall_timeout: Duration::from_secs(60),
+        ..HubConfig::default()
+    });
+    let mut slow = Sim::join(&hub.path, "slow");
+    let mut fast = Sim::join(&hub.path, "fast");
+    let n = 200_000usize;
+    let payload = [0x5Au8; 256];
+    let sender = thread::spawn(move || {
+        for k in 0..n {
+            fast.write(BROADCAST, 0, k as u64, &payload);
+        }
+        fast.flush();
+        fast
+    });
+    // Let the flood run against the silent receiver.
+    thread::sleep(Duration::from_millis(1500));
+    let s1 = hub.stats();
+    thread::sleep(Duration::from_millis(500));
+    let s2 = hub.stats();
+    let writes = |s: &serde_json::Value| {
+        s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "fast").unwrap()["writes_in"].as_u64().unwrap()
+    };
+    let queued = |s: &serde_json::Value| {
+        s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "slow").unwrap()["queued"].as_u64().unwrap()
+    };
+    assert!(writes(&s1) < n as u64, "the sender should be held back, but all {n} writes were taken");
+    assert_eq!(writes(&s1), writes(&s2), "the sender must be stalled while the receiver does not read");
+    assert!(queued(&s2) <= depth as u64, "queue over its bound: {}", queued(&s2));
+    // Hub memory: frames held are at most the queue plus socket buffers.
+    // Now drain: everything arrives in order.
+    for k in 0..n {
+        let (_, _, addr, data) = slow.next_delivery();
+        assert_eq!(addr, k as u64, "delivery {k} out of order or lost");
+        assert_eq!(data.len(), payload.len());
+    }
+    sender.join().unwrap();
+}
+
+/// A receiver whose queue stays full past the stall timeout is cut off and
+/// its failure announced; the others go on.
+#[test]
+fn hub_stuck_receiver_is_cut_off() {
+    let hub =
+        TestHub::start(HubConfig { queue_depth: 8, stall_timeout: Duration::from_millis(300), ..HubConfig::default() });
+    let stuck = Sim::join(&hub.path, "stuck");
+    let mut watcher = Sim::join(&hub.path, "watcher");
+    let mut sender = Sim::join(&hub.path, "sender");
+    let stuck_id = stuck.joined.node;
+    let t0 = Instant::now();
+    let w = thread::spawn(move || {
+        // The watcher reads everything: writes and, eventually, the stuck node's departure.
+        let mut saw_leave = false;
+        let mut writes = 0;
+        while !saw_leave || writes < 100_000 {
+            let hdr = link::read_frame(&mut watcher.r, &mut watcher.buf).unwrap();
+            match Msg::parse(&hdr, &watcher.buf).unwrap() {
+                Msg::Member { node, up: false, .. } if node == stuck_id => saw_leave = true,
+                Msg::Deliver { .. } => writes += 1,
+                _ => {}
+            }
+        }
+        saw_leave
+    });
+    for k in 0..100_000u64 {
+        sender.write(BROADCAST, 0, k, &[1; 64]);
+    }
+    sender.flush();
+    assert!(w.join().unwrap(), "the stuck node's failure was announced");
+    assert!(t0.elapsed() < Duration::from_secs(20));
+    let st = hub.stats();
+    assert_eq!(st["stalled"], 1, "{st}");
+    assert!(st["nodes"].as_array().unwrap().iter().all(|n| n["name"] != "stuck"), "{st}");
+    drop(stuck);
+}
+
+fn tcp_join(addr: &str, secret: Option<&[u8]>) -> std::io::Result<(Joined, Stream, BufWriter<Stream>)> {
+    client::join_addr(
+        &HubAddr::Tcp(addr.into()),
+        &client::Hello { want_node: ANY_NODE, page_size: 8192, aspace_pages: 64, name: "remote", secret },
+    )
+}
+
+/// TCP adapters must prove the cluster secret: the right one joins, a wrong
+/// or missing one is refused (and counted), and the hub goes on.
+#[test]
+fn hub_rejects_wrong_secret() {
+    let secret = b"correct horse battery staple".to_vec();
+    let hub = TestHub::start(HubConfig { secret: Some(secret.clone()), ..HubConfig::default() });
+    let addr = hub.tcp.clone().unwrap();
+    let e = tcp_join(&addr, Some(b"wrong secret, same length....")).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    assert!(e.to_string().contains("wrong cluster secret"), "{e}");
+    // A client that has no secret cannot even answer the challenge.
+    let e = tcp_join(&addr, None).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    // A raw peer that answers the challenge with a Hello without auth.
+    let mut raw = std::net::TcpStream::connect(&addr).unwrap();
+    let mut buf = Vec::new();
+    let h = link::read_frame(&mut raw, &mut buf).unwrap();
+    assert!(matches!(Msg::parse(&h, &buf).unwrap(), Msg::Challenge { .. }));
+    raw.write_all(
+        &Msg::Hello { want_node: ANY_NODE, page_size: 8192, aspace_pages: 8, auth: None, name: "raw" }.encode(),
+    )
+    .unwrap();
+    let h = link::read_frame(&mut raw, &mut buf).unwrap();
+    match Msg::parse(&h, &buf).unwrap() {
+        Msg::Refuse { reason } => assert!(reason.contains("no cluster secret"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(raw.read(&mut [0u8; 1]).unwrap(), 0, "the hub closes after refusing");
+    assert_eq!(hub.stats()["rejected"], 3);
+
+    // The right secret joins over TCP and talks to a Unix-socket node.
+    let mut local = Sim::join(&hub.path, "local");
+    let (joined, mut r, mut w) = tcp_join(&addr, Some(&secret)).unwrap();
+    let f = Msg::Write { dest: local.joined.node, flags: 0, addr: 0x40, data: &[7; 8] }.encode();
+    link::write_stamped(&mut w, &f, 1).unwrap();
+    w.flush().unwrap();
+    let (_, src, a, d) = local.next_delivery();
+    assert_eq!((src, a, d), (joined.node, 0x40, vec![7; 8]));
+    drop(r.flush());
+}
+
+/// An adapter that asks for any id gets the one its name had before, so a
+/// restarted guest comes back as the same node; an explicit id is honoured.
+#[test]
+fn hub_node_ids_are_stable_per_name() {
+    let hub = TestHub::start(HubConfig::default());
+    let a = Sim::join(&hub.path, "alpha");
+    let b = Sim::join(&hub.path, "beta");
+    let c = Sim::join_as(&hub.path, 5, "gamma");
+    assert_eq!((a.joined.node, b.joined.node, c.joined.node), (0, 1, 5));
+    drop(a);
+    drop(b);
+    thread::sleep(Duration::from_millis(200));
+    // beta comes back first but still gets 1, not the lower free 0.
+    let b2 = Sim::join(&hub.path, "beta");
+    let a2 = Sim::join(&hub.path, "alpha");
+    assert_eq!((a2.joined.node, b2.joined.node), (0, 1));
+    let d = Sim::join(&hub.path, "delta");
+    assert_eq!(d.joined.node, 2);
+}
