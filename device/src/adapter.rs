@@ -121,6 +121,13 @@ impl Irq {
         }
     }
 
+    /// Forgets every mask and pending vector (reset, new client).
+    fn unmask_all(&mut self) {
+        self.intx_masked = false;
+        self.msix_masked.iter_mut().for_each(|m| *m = false);
+        self.msix_pending.iter_mut().for_each(|p| *p = false);
+    }
+
     fn raise(&mut self, bits: u32) {
         debug!(bits, cause = self.cause, mask = self.mask, "raise");
         let before = self.pending();
@@ -405,6 +412,7 @@ impl Shared {
         irq.mask = 0;
         irq.fifo.clear();
         irq.lost = 0;
+        irq.unmask_all();
     }
 }
 
@@ -531,10 +539,12 @@ impl Adapter {
             let page = at / PAGE_SIZE;
             let n = rest.len().min((PAGE_SIZE - at % PAGE_SIZE) as usize);
             let w0 = self.shared.pct_word(page, 0);
-            let dest = if w0 & pct::P2P != 0 { ((w0 >> pct::DEST_SHIFT) & pct::DEST_MASK) as u16 } else { BROADCAST };
+            let p2p = w0 & pct::P2P != 0;
+            let dest = if p2p { ((w0 >> pct::DEST_SHIFT) & pct::DEST_MASK) as u16 } else { BROADCAST };
             if w0 & pct::TX == 0 {
                 self.shared.raise_error(err::TX_DISABLED);
-            } else if dest != BROADCAST && dest as u32 >= self.shared.ports() {
+            } else if p2p && dest as u32 >= self.shared.ports() {
+                // Checked before anything else: dest 0xFFFF must not become a broadcast.
                 self.shared.raise_error(err::TX_DEST);
             } else {
                 let mut flags = 0;
@@ -858,8 +868,8 @@ impl Device for Adapter {
         self.shared.dma.clear();
         let mut irq = self.shared.irq.lock().unwrap();
         irq.intx = None;
-        irq.intx_masked = false;
         irq.msix.iter_mut().for_each(|f| *f = None);
         irq.err = None;
+        irq.unmask_all();
     }
 }

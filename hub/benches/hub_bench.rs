@@ -40,7 +40,8 @@ fn run(nodes: usize, payload: usize, per_node: usize, pace: Option<std::time::Du
     let mut handles = Vec::new();
     for (joined, r, w) in clients {
         let start2 = start.clone();
-        let mut r = r;
+        // Receivers read through a buffer, as the adapter does.
+        let mut r = std::io::BufReader::with_capacity(64 * 1024, r);
         handles.push(thread::spawn(move || {
             let mut buf = Vec::new();
             let mut lat = Vec::with_capacity(expect / 8 + 1);

@@ -86,7 +86,7 @@ pub struct PortStats {
     pub frames_out: AtomicU64,
     /// Frames corrupted on purpose on the way to this node.
     pub corrupted: AtomicU64,
-    /// Writes from this node dropped (destination outside the hub's ports).
+    /// Writes from this node dropped (destination outside the ports or not up).
     pub dropped: AtomicU64,
     /// Frames from this node that went missing (link sequence skipped).
     pub link_gaps: AtomicU64,
@@ -143,6 +143,8 @@ pub struct NodeStats {
     pub corrupted: u64,
     /// Writes from it that were dropped.
     pub dropped: u64,
+    /// Frames from it that went missing (its link sequence skipped).
+    pub link_gaps: u64,
 }
 
 /// The answer to a [`Control`] request.
@@ -269,8 +271,13 @@ impl Capture {
 
 impl Shared {
     /// Numbers one write and queues it on every port that receives it.
-    async fn order(&self, src: u16, dest: u16, flags: u16, addr: u64, data: &[u8]) {
+    /// Returns false when the write had nowhere to go (point-to-point to a
+    /// node that is not up): it is dropped and takes no place in the order.
+    async fn order(&self, src: u16, dest: u16, flags: u16, addr: u64, data: &[u8]) -> bool {
         let mut st = self.state.lock().await;
+        if dest != BROADCAST && st.ports.get(dest as usize).is_none_or(Option::is_none) {
+            return false;
+        }
         let seq = st.next_seq;
         st.next_seq += 1;
         self.seq_hint.store(seq + 1, Ordering::Relaxed);
@@ -286,6 +293,7 @@ impl Shared {
                 self.queue(id, port, &frame).await;
             }
         }
+        true
     }
 
     /// Queues a frame for one port, waiting for room (the back-pressure), but
@@ -497,6 +505,7 @@ impl Hub {
                         queued: p.tx.max_capacity() - p.tx.capacity(),
                         corrupted: p.stats.corrupted.load(Ordering::Relaxed),
                         dropped: p.stats.dropped.load(Ordering::Relaxed),
+                        link_gaps: p.stats.link_gaps.load(Ordering::Relaxed),
                     })
                     .collect(),
                 held_down: ctl.held_down.iter().enumerate().filter(|(_, h)| **h).map(|(i, _)| i as u16).collect(),
@@ -743,7 +752,10 @@ where
                     }
                     stats.writes_in.fetch_add(1, Ordering::Relaxed);
                     stats.bytes_in.fetch_add(data.len() as u64, Ordering::Relaxed);
-                    shared.order(node, dest, flags, addr, data).await;
+                    if !shared.order(node, dest, flags, addr, data).await {
+                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        debug!(node, dest, "write to a node that is not up dropped");
+                    }
                 }
                 other => return Err(invalid(format!("unexpected {:?} from an adapter", kind_of(&other)))),
             }

@@ -307,3 +307,38 @@ fn hub_node_ids_are_stable_per_name() {
     let d = Sim::join(&hub.path, "delta");
     assert_eq!(d.joined.node, 2);
 }
+
+/// `corrupt N COUNT`: the next COUNT frames to N fail their CRC at the
+/// receiver (the adapter counts them and does not apply them), later frames
+/// are intact, and the hub counts what it corrupted.
+#[test]
+fn hub_corrupt_packet_counted_not_applied() {
+    let hub = TestHub::start(HubConfig::default());
+    let mut a = Sim::join(&hub.path, "a");
+    let mut b = Sim::join(&hub.path, "b");
+    assert_eq!(hub.control(Control::Corrupt { node: b.joined.node, count: 2 }), ControlReply::Ok);
+    for k in 0..3u64 {
+        a.write(BROADCAST, 0, 0x1000 + 8 * k, &k.to_le_bytes());
+    }
+    a.flush();
+    let mut crc_errors = 0;
+    let mut applied = Vec::new();
+    while applied.is_empty() {
+        let hdr = link::read_frame(&mut b.r, &mut b.buf).unwrap();
+        assert_eq!(link::check_link_seq(&mut b.expect, hdr.link_seq), 0, "corruption must not lose frames");
+        match Msg::parse(&hdr, &b.buf) {
+            Err(link::LinkError::BadCrc) => crc_errors += 1,
+            Ok(Msg::Deliver { addr, .. }) => applied.push(addr),
+            Ok(Msg::Member { .. }) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(crc_errors, 2);
+    assert_eq!(applied, vec![0x1010], "only the third write arrives intact");
+    let st = hub.stats();
+    let bstats = st["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "b").unwrap().clone();
+    assert_eq!(bstats["corrupted"], 2, "{st}");
+    // Unknown node and a node that is not connected are refused.
+    assert!(matches!(hub.control(Control::Corrupt { node: 99, count: 1 }), ControlReply::Error { .. }));
+    assert!(matches!(hub.control(Control::Corrupt { node: 7, count: 1 }), ControlReply::Error { .. }));
+}

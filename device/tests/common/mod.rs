@@ -1,30 +1,35 @@
 //! Test harness for driving `mc-adapter` in process the way QEMU does.
 //!
 //! - [`Hub`]: a real `mc-hub` on a Unix socket in a temporary directory,
-//!   served by a tokio runtime on its own thread, stopped on drop.
-//! - [`AdapterHandle`]: a real [`Adapter`] joined to that hub, serving
-//!   vfio-user on its own Unix socket from a background thread.
+//!   served by a tokio runtime the test owns, stopped on drop; its control
+//!   requests (link down/up, corrupt, stats) are made with [`Hub::control`].
+//! - [`AdapterHandle`]: a real [`Adapter`] joined to that hub (by
+//!   `attach_link`, or by `connect` so that it rejoins after a link loss),
+//!   serving vfio-user on its own Unix socket from a background thread.
 //! - [`VfioClient`]: a minimal vfio-user client ("fake QEMU"): VERSION,
 //!   DMA_MAP with the guest RAM memfd passed by SCM_RIGHTS, REGION_READ,
-//!   REGION_WRITE (posted or not), REGION_WRITE_MULTI, and raw messages for
-//!   malformed-input tests.
+//!   REGION_WRITE (posted or not), REGION_WRITE_MULTI, SET_IRQS with
+//!   eventfds, and raw messages for malformed-input tests.
 //! - [`GuestRam`]: guest memory in a real memfd, read back with `pread`.
+//! - [`eventfd`] and [`wait_eventfd`]: interrupts as QEMU receives them.
 #![allow(dead_code)]
 
 use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mc_adapter::adapter::Adapter;
+use mc_adapter::adapter::{Adapter, AdapterConfig};
 use mc_adapter::regs::{self, PAGE_SIZE};
 use mc_hub::client;
-use mc_hub::hub::{self, HubConfig};
+use mc_hub::hub::{self, Control, ControlReply, HubConfig, NodeStats};
 use mc_hub::link::ANY_NODE;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 /// vfio-user header length.
@@ -33,6 +38,7 @@ pub const HDR: usize = 16;
 pub const CMD_VERSION: u16 = 1;
 pub const CMD_DMA_MAP: u16 = 2;
 pub const CMD_DEVICE_GET_REGION_INFO: u16 = 5;
+pub const CMD_DEVICE_SET_IRQS: u16 = 8;
 pub const CMD_REGION_READ: u16 = 9;
 pub const CMD_REGION_WRITE: u16 = 10;
 pub const CMD_DEVICE_RESET: u16 = 13;
@@ -45,6 +51,15 @@ pub const F_NO_REPLY: u32 = 0x10;
 pub const F_ERROR: u32 = 0x20;
 /// `VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE`.
 pub const DMA_RW: u32 = 1 | 2;
+/// `VFIO_PCI_*_IRQ_INDEX`.
+pub const IRQ_INTX: u32 = 0;
+pub const IRQ_MSIX: u32 = 2;
+/// `VFIO_IRQ_SET_*` flags.
+pub const IRQ_DATA_NONE: u32 = 1 << 0;
+pub const IRQ_DATA_EVENTFD: u32 = 1 << 2;
+pub const IRQ_ACTION_MASK: u32 = 1 << 3;
+pub const IRQ_ACTION_UNMASK: u32 = 1 << 4;
+pub const IRQ_ACTION_TRIGGER: u32 = 1 << 5;
 
 /// How long any single blocking socket read in a test may take.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -288,6 +303,40 @@ impl VfioClient {
         }
     }
 
+    /// Sends `m` with `fds` attached as SCM_RIGHTS (to the first byte).
+    pub fn send_with_fds(&mut self, m: &[u8], fds: &[RawFd]) {
+        if fds.is_empty() {
+            return self.send_bytes(m);
+        }
+        let cmsg = [ControlMessage::ScmRights(fds)];
+        let n = sendmsg::<()>(self.stream.as_raw_fd(), &[IoSlice::new(m)], &cmsg, MsgFlags::empty(), None)
+            .expect("sendmsg with fds");
+        if n < m.len() {
+            self.send_bytes(&m[n..]);
+        }
+    }
+
+    /// DEVICE_SET_IRQS (argsz, flags, index, start, count), with eventfds
+    /// passed as SCM_RIGHTS; returns the reply whatever it is.
+    pub fn try_set_irqs(&mut self, index: u32, flags: u32, start: u32, count: u32, fds: &[RawFd]) -> Reply {
+        let mut body = Vec::with_capacity(20);
+        body.extend_from_slice(&20u32.to_le_bytes()); // argsz
+        body.extend_from_slice(&flags.to_le_bytes());
+        body.extend_from_slice(&index.to_le_bytes());
+        body.extend_from_slice(&start.to_le_bytes());
+        body.extend_from_slice(&count.to_le_bytes());
+        let (id, m) = self.encode(CMD_DEVICE_SET_IRQS, F_REQUEST, &body);
+        self.send_with_fds(&m, fds);
+        self.recv_reply(id, CMD_DEVICE_SET_IRQS)
+    }
+
+    /// DEVICE_SET_IRQS that must succeed.
+    pub fn set_irqs(&mut self, index: u32, flags: u32, start: u32, count: u32, fds: &[RawFd]) {
+        let r = self.try_set_irqs(index, flags, start, count, fds);
+        assert!(!r.is_error(), "SET_IRQS index {index} flags {flags:#x} failed with errno {}", r.error);
+        assert!(r.body.is_empty(), "SET_IRQS reply carries a body: {:?}", r.body);
+    }
+
     /// DEVICE_GET_REGION_INFO: (flags, size) of region `index`.
     pub fn region_info(&mut self, index: u32) -> (u32, u64) {
         let mut body = Vec::with_capacity(32);
@@ -376,11 +425,14 @@ impl AsRawFd for GuestRam {
     }
 }
 
-/// A real hub on a Unix socket, run by a tokio runtime on its own thread.
+/// A real hub on a Unix socket, served by a tokio runtime owned by the test.
+/// [`Hub::control`] reaches the running hub the way `mc-hub ctl` does.
 pub struct Hub {
     pub path: PathBuf,
+    hub: hub::Hub,
+    rt: Option<tokio::runtime::Runtime>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<io::Result<()>>>,
+    task: Option<tokio::task::JoinHandle<io::Result<()>>>,
     _dir: tempfile::TempDir,
 }
 
@@ -392,25 +444,53 @@ impl Hub {
     pub fn start_with(cfg: HubConfig) -> Hub {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hub.sock");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("test-hub")
+            .enable_all()
+            .build()
+            .expect("hub runtime");
+        let listener = rt.block_on(async { tokio::net::UnixListener::bind(&path) }).expect("bind hub socket");
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let p = path.clone();
-        let thread = std::thread::Builder::new()
-            .name("test-hub".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-                rt.block_on(async move {
-                    let listener = tokio::net::UnixListener::bind(&p)?;
-                    ready_tx.send(()).unwrap();
-                    hub::serve(listener, cfg, async move {
-                        let _ = stop_rx.await;
-                    })
-                    .await
-                })
+        let hub = hub::Hub::new(cfg);
+        let h = hub.clone();
+        let task = rt.spawn(async move {
+            h.serve(listener, async move {
+                let _ = stop_rx.await;
             })
-            .unwrap();
-        ready_rx.recv_timeout(IO_TIMEOUT).expect("hub did not start");
-        Hub { path, shutdown: Some(stop_tx), thread: Some(thread), _dir: dir }
+            .await
+        });
+        Hub { path, hub, rt: Some(rt), shutdown: Some(stop_tx), task: Some(task), _dir: dir }
+    }
+
+    /// Carries out one control request on the running hub.
+    pub fn control(&self, c: Control) -> ControlReply {
+        self.rt.as_ref().unwrap().block_on(self.hub.control(c))
+    }
+
+    /// Control request that must be answered `Ok`.
+    pub fn control_ok(&self, c: Control) {
+        let what = format!("{c:?}");
+        match self.control(c) {
+            ControlReply::Ok => {}
+            other => panic!("hub control {what}: {other:?}"),
+        }
+    }
+
+    /// Per-node counters of the nodes that are up.
+    pub fn stats(&self) -> Vec<NodeStats> {
+        match self.control(Control::Stats) {
+            ControlReply::Stats { nodes, .. } => nodes,
+            other => panic!("hub control Stats: {other:?}"),
+        }
+    }
+
+    /// Counters of node `node` (which must be up).
+    pub fn node_stats(&self, node: u16) -> NodeStats {
+        self.stats()
+            .into_iter()
+            .find(|n| n.node == node)
+            .unwrap_or_else(|| panic!("node {node} is not in the hub's stats"))
     }
 }
 
@@ -419,12 +499,15 @@ impl Drop for Hub {
         if let Some(s) = self.shutdown.take() {
             let _ = s.send(());
         }
-        if let Some(t) = self.thread.take() {
-            let r = t.join();
+        let rt = self.rt.take().unwrap();
+        if let Some(t) = self.task.take() {
+            let r = rt.block_on(async { tokio::time::timeout(IO_TIMEOUT, t).await });
             if !std::thread::panicking() {
-                r.expect("hub thread panicked").expect("hub failed");
+                r.expect("hub did not stop").expect("hub task panicked").expect("hub failed");
             }
         }
+        // Ends the connection tasks still running (links of adapters still up).
+        rt.shutdown_timeout(Duration::from_secs(1));
     }
 }
 
@@ -449,12 +532,38 @@ impl AdapterHandle {
         Self::start_with(hub, name, ASPACE)
     }
 
+    /// Joins with [`client::join`] and [`Adapter::attach_link`]: no rejoin after a link loss.
     pub fn start_with(hub: &Hub, name: &str, aspace: u64) -> AdapterHandle {
         let mut adapter = Adapter::new(aspace).expect("Adapter::new");
         let (joined, reader, writer) =
             client::join(&hub.path, ANY_NODE, PAGE_SIZE as u32, (aspace / PAGE_SIZE) as u32, name).expect("join hub");
         let (node, max_nodes) = (joined.node, joined.max_nodes);
         adapter.attach_link(joined, reader, writer);
+        Self::serve(adapter, name, node, max_nodes)
+    }
+
+    /// Joins with [`Adapter::connect`], as `mc-adapter` does: the adapter
+    /// rejoins the hub by itself after a link loss.
+    pub fn start_connected(hub: &Hub, name: &str) -> AdapterHandle {
+        let mut adapter = Adapter::new(ASPACE).expect("Adapter::new");
+        let cfg = AdapterConfig {
+            aspace: ASPACE,
+            hub: hub.path.clone(),
+            want_node: ANY_NODE,
+            name: name.to_string(),
+            hub_wait: Duration::from_secs(2),
+        };
+        adapter.connect(&cfg).expect("Adapter::connect");
+        let mut h = Self::serve(adapter, name, 0, 0);
+        // The node id is only known to the adapter: ask it like a driver does.
+        let node = h.client().reg(regs::reg::NODE);
+        assert_ne!(node & 0xFFFF, 0xFFFF, "connected adapter has no node id");
+        h.node = (node & 0xFFFF) as u16;
+        h.max_nodes = (node >> 16) as u16;
+        h
+    }
+
+    fn serve(mut adapter: Adapter, name: &str, node: u16, max_nodes: u16) -> AdapterHandle {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("vfio-user.sock");
         let listener = UnixListener::bind(&sock).unwrap();
@@ -496,7 +605,15 @@ impl Node {
     /// memfd RAM at `iova`, starting at `ram_offset` in the file (the file is
     /// `ram_offset + ram_size` bytes long).
     pub fn start(hub: &Hub, name: &str, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
-        let adapter = AdapterHandle::start(hub, name);
+        Self::with_adapter(AdapterHandle::start(hub, name), iova, ram_offset, ram_size)
+    }
+
+    /// Like [`Node::start`], with an adapter that rejoins after a link loss.
+    pub fn start_connected(hub: &Hub, name: &str, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
+        Self::with_adapter(AdapterHandle::start_connected(hub, name), iova, ram_offset, ram_size)
+    }
+
+    fn with_adapter(adapter: AdapterHandle, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
         let mut vfio = adapter.client();
         let ram = GuestRam::new(ram_offset + ram_size);
         vfio.dma_map(iova, ram_size, &ram, ram_offset);
@@ -517,5 +634,33 @@ pub fn poll<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
             panic!("timed out after {POLL_TIMEOUT:?} waiting for {what}");
         }
         std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A non-blocking eventfd, as QEMU hands the device for an interrupt.
+pub fn eventfd() -> EventFd {
+    EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).expect("eventfd")
+}
+
+/// Waits up to `timeout` for `efd` to be signalled; returns its counter
+/// (reading resets it to 0), or None if it stayed quiet.
+pub fn wait_eventfd(efd: &EventFd, timeout: Duration) -> Option<u64> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = PollTimeout::from(left.as_millis().min(10_000) as u16);
+        let mut fds = [PollFd::new(efd.as_fd(), PollFlags::POLLIN)];
+        match nix::poll::poll(&mut fds, ms) {
+            Ok(0) => return None,
+            Ok(_) => {
+                return match efd.read() {
+                    Ok(v) => Some(v),
+                    Err(nix::errno::Errno::EAGAIN) => None,
+                    Err(e) => panic!("read eventfd: {e}"),
+                }
+            }
+            Err(nix::errno::Errno::EINTR) if Instant::now() < deadline => continue,
+            Err(e) => panic!("poll eventfd: {e}"),
+        }
     }
 }
