@@ -15,15 +15,15 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
+use std::io::BufReader;
 use std::io::{self, BufWriter, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mc_hub::client::{self, Joined};
+use mc_hub::client::{self, HubAddr, Joined, Stream};
 use mc_hub::link::{self, LinkError, Msg, ANY_NODE, BROADCAST, FLAG_ACK, FLAG_ACK_REPLY, FLAG_LOOPBACK, MAX_DATA};
 use tracing::{debug, info, warn};
 
@@ -42,8 +42,10 @@ pub const RECONNECT_INTERVAL: Duration = Duration::from_millis(200);
 pub struct AdapterConfig {
     /// Size of the MEMORY CHANNEL address space in bytes (power of two).
     pub aspace: u64,
-    /// Hub socket.
-    pub hub: PathBuf,
+    /// The hub: `HubAddr::Unix(path)` or `HubAddr::Tcp("host:port")`.
+    pub hub: HubAddr,
+    /// Cluster secret (a TCP hub requires it).
+    pub secret: Option<Vec<u8>>,
     /// Node id to ask the hub for, or `ANY_NODE`.
     pub want_node: u16,
     /// Name given to the hub (logs, stable ids).
@@ -56,7 +58,8 @@ impl Default for AdapterConfig {
     fn default() -> Self {
         AdapterConfig {
             aspace: regs::DEFAULT_ASPACE,
-            hub: PathBuf::from("mc-hub.sock"),
+            hub: HubAddr::Unix("mc-hub.sock".into()),
+            secret: None,
             want_node: ANY_NODE,
             name: String::from("adapter"),
             hub_wait: Duration::from_secs(10),
@@ -167,7 +170,7 @@ pub struct Shared {
 
 /// The writing half of a link, with the link sequence number of its next frame.
 struct LinkTx {
-    w: BufWriter<UnixStream>,
+    w: BufWriter<Stream>,
     seq: u16,
 }
 
@@ -371,7 +374,7 @@ impl Shared {
     }
 
     /// Takes a joined link into use (first join or rejoin).
-    fn install_link(&self, joined: &Joined, writer: BufWriter<UnixStream>) {
+    fn install_link(&self, joined: &Joined, writer: BufWriter<Stream>) {
         self.node.store(joined.node as u32 | (joined.max_nodes as u32) << 16, Ordering::SeqCst);
         self.home_node.store(joined.node as u32, Ordering::SeqCst);
         self.members.store(0, Ordering::SeqCst);
@@ -463,15 +466,20 @@ impl Adapter {
     pub fn connect(&mut self, cfg: &AdapterConfig) -> io::Result<()> {
         let deadline = Instant::now() + cfg.hub_wait;
         let (joined, reader, writer) = loop {
-            match client::join(&cfg.hub, cfg.want_node, PAGE_SIZE as u32, self.shared.pages as u32, &cfg.name) {
+            match client::join_addr(&cfg.hub, &hello(cfg, self.shared.pages)) {
                 Ok(j) => break j,
+                // A refusal (wrong secret, id taken) will not change by retrying.
+                Err(e)
+                    if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::PermissionDenied)
+                        && e.to_string().contains("refused") =>
+                {
+                    return Err(io::Error::new(e.kind(), format!("cannot join hub at {}: {e}", cfg.hub)));
+                }
                 Err(e) if Instant::now() < deadline => {
                     debug!("hub not reachable yet: {e}");
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                Err(e) => {
-                    return Err(io::Error::new(e.kind(), format!("cannot join hub at {}: {e}", cfg.hub.display())))
-                }
+                Err(e) => return Err(io::Error::new(e.kind(), format!("cannot join hub at {}: {e}", cfg.hub))),
             }
         };
         info!(node = joined.node, ports = joined.max_nodes, members = ?joined.members, "joined hub");
@@ -481,16 +489,12 @@ impl Adapter {
 
     /// Uses an already-joined link (from [`client::join`]); no rejoin after a loss.
     pub fn attach_link(&mut self, joined: Joined, reader: UnixStream, writer: BufWriter<UnixStream>) {
-        self.start(joined, reader, writer, None);
+        let writer =
+            BufWriter::with_capacity(64 * 1024, Stream::Unix(writer.into_inner().expect("fresh writer is empty")));
+        self.start(joined, Stream::Unix(reader), writer, None);
     }
 
-    fn start(
-        &mut self,
-        joined: Joined,
-        reader: UnixStream,
-        writer: BufWriter<UnixStream>,
-        rejoin: Option<AdapterConfig>,
-    ) {
+    fn start(&mut self, joined: Joined, reader: Stream, writer: BufWriter<Stream>, rejoin: Option<AdapterConfig>) {
         self.shared.err_status.fetch_and(!err::LINK_DOWN, Ordering::SeqCst);
         self.shared.install_link(&joined, writer);
         let shared = self.shared.clone();
@@ -669,8 +673,21 @@ impl Adapter {
     }
 }
 
-fn receive_loop(shared: Arc<Shared>, mut reader: UnixStream, mut link_seq: u16, rejoin: Option<AdapterConfig>) {
+/// The `Hello` this adapter sends.
+fn hello(cfg: &AdapterConfig, pages: u64) -> client::Hello<'_> {
+    client::Hello {
+        want_node: cfg.want_node,
+        page_size: PAGE_SIZE as u32,
+        aspace_pages: pages as u32,
+        name: &cfg.name,
+        secret: cfg.secret.as_deref(),
+    }
+}
+
+fn receive_loop(shared: Arc<Shared>, reader: Stream, mut link_seq: u16, rejoin: Option<AdapterConfig>) {
     let mut buf = Vec::with_capacity(MAX_DATA + 64);
+    // Frames are read through a buffer: one read(2) per batch, not two per frame.
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
     loop {
         let reason = loop {
             let hdr = match link::read_frame(&mut reader, &mut buf) {
@@ -699,15 +716,16 @@ fn receive_loop(shared: Arc<Shared>, mut reader: UnixStream, mut link_seq: u16, 
         shared.link_down(&reason);
         let Some(cfg) = &rejoin else { return };
         // Rejoin as the same node, for as long as it takes.
-        let want = shared.home_node.load(Ordering::SeqCst) as u16;
+        let mut again = cfg.clone();
+        again.want_node = shared.home_node.load(Ordering::SeqCst) as u16;
         reader = loop {
             std::thread::sleep(RECONNECT_INTERVAL);
-            match client::join(&cfg.hub, want, PAGE_SIZE as u32, shared.pages as u32, &cfg.name) {
+            match client::join_addr(&again.hub, &hello(&again, shared.pages)) {
                 Ok((joined, r, w)) => {
                     info!(node = joined.node, "rejoined hub");
                     shared.install_link(&joined, w);
                     link_seq = joined.next_link_seq;
-                    break r;
+                    break BufReader::with_capacity(64 * 1024, r);
                 }
                 Err(e) => debug!("rejoin failed: {e}"),
             }

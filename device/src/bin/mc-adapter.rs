@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 use mc_adapter::adapter::{Adapter, AdapterConfig};
 use mc_adapter::vfio_user;
+use mc_hub::client::HubAddr;
 use mc_hub::link::ANY_NODE;
 
 /// A MEMORY CHANNEL for PCI adapter for one QEMU guest.
@@ -16,9 +17,12 @@ struct Args {
     /// vfio-user socket QEMU connects to (created; a stale one is replaced).
     #[arg(long)]
     socket: PathBuf,
-    /// Hub socket to join.
+    /// Hub to join: a Unix socket path (or unix:PATH), or tcp:HOST:PORT.
     #[arg(long)]
-    hub: PathBuf,
+    hub: String,
+    /// File holding the cluster secret (required for a TCP hub).
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
     /// Node id to ask the hub for (default: any free port).
     #[arg(long)]
     node: Option<u16>,
@@ -46,9 +50,23 @@ fn run() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let hub = HubAddr::parse(&args.hub).map_err(|e| anyhow::anyhow!("--hub: {e}"))?;
+    let secret = match &args.secret_file {
+        Some(p) => Some(
+            std::fs::read(p)
+                .map_err(|e| anyhow::anyhow!("cannot read the secret file {}: {e}", p.display()))?
+                .trim_ascii()
+                .to_vec(),
+        ),
+        None => None,
+    };
+    if matches!(hub, HubAddr::Tcp(_)) && secret.is_none() {
+        anyhow::bail!("a TCP hub needs the cluster secret: add --secret-file");
+    }
     let cfg = AdapterConfig {
         aspace: args.aspace_mib << 20,
-        hub: args.hub,
+        hub,
+        secret,
         want_node: args.node.unwrap_or(ANY_NODE),
         name: args.name,
         hub_wait: Duration::from_secs(args.hub_wait),

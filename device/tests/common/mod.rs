@@ -444,13 +444,36 @@ impl Hub {
     pub fn start_with(cfg: HubConfig) -> Hub {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hub.sock");
+        let (hub, rt, shutdown, task) = Self::launch(&path, cfg);
+        Hub { path, hub, rt: Some(rt), shutdown: Some(shutdown), task: Some(task), _dir: dir }
+    }
+
+    /// Kills the hub (every link drops, nothing is said) and starts a fresh
+    /// one on the same socket, as a restarted `mc-hub` would be.
+    pub fn restart(&mut self, cfg: HubConfig) {
+        drop(self.shutdown.take());
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+        self.task = None;
+        let _ = std::fs::remove_file(&self.path);
+        let (hub, rt, shutdown, task) = Self::launch(&self.path, cfg);
+        (self.hub, self.rt, self.shutdown, self.task) = (hub, Some(rt), Some(shutdown), Some(task));
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn launch(
+        path: &Path,
+        cfg: HubConfig,
+    ) -> (hub::Hub, tokio::runtime::Runtime, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<io::Result<()>>)
+    {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("test-hub")
             .enable_all()
             .build()
             .expect("hub runtime");
-        let listener = rt.block_on(async { tokio::net::UnixListener::bind(&path) }).expect("bind hub socket");
+        let listener = rt.block_on(async { tokio::net::UnixListener::bind(path) }).expect("bind hub socket");
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let hub = hub::Hub::new(cfg);
         let h = hub.clone();
@@ -460,7 +483,17 @@ impl Hub {
             })
             .await
         });
-        Hub { path, hub, rt: Some(rt), shutdown: Some(stop_tx), task: Some(task), _dir: dir }
+        (hub, rt, stop_tx, task)
+    }
+
+    /// Also accepts adapters over TCP on a free loopback port; returns HOST:PORT.
+    pub fn listen_tcp(&self) -> String {
+        let rt = self.rt.as_ref().unwrap();
+        let l = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind TCP");
+        let addr = l.local_addr().unwrap().to_string();
+        let h = self.hub.clone();
+        rt.spawn(async move { h.serve_tcp(l, std::future::pending()).await });
+        addr
     }
 
     /// Carries out one control request on the running hub.
@@ -548,7 +581,8 @@ impl AdapterHandle {
         let mut adapter = Adapter::new(ASPACE).expect("Adapter::new");
         let cfg = AdapterConfig {
             aspace: ASPACE,
-            hub: hub.path.clone(),
+            hub: mc_hub::client::HubAddr::Unix(hub.path.clone()),
+            secret: None,
             want_node: ANY_NODE,
             name: name.to_string(),
             hub_wait: Duration::from_secs(2),
@@ -563,7 +597,8 @@ impl AdapterHandle {
         h
     }
 
-    fn serve(mut adapter: Adapter, name: &str, node: u16, max_nodes: u16) -> AdapterHandle {
+    /// Serves an adapter the caller joined itself.
+    pub fn serve(mut adapter: Adapter, name: &str, node: u16, max_nodes: u16) -> AdapterHandle {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("vfio-user.sock");
         let listener = UnixListener::bind(&sock).unwrap();
