@@ -53,6 +53,9 @@ use crate::link::{self, Header, Kind, Msg, ANY_NODE, AUTH_LEN, BROADCAST, FLAG_L
 
 /// How long a new connection may take to send its `Hello`.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes buffered for a port after which its writer flushes without
+/// waiting for more.
+const FLUSH_AT: usize = 32 * 1024;
 /// Longest control request line accepted.
 const MAX_CONTROL_LINE: usize = 4096;
 
@@ -303,7 +306,12 @@ impl Shared {
             return;
         }
         port.ctl.stats.frames_out.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(self.cfg.stall_timeout, port.ctl.tx.send(frame.clone())).await {
+        // Fast path: room in the queue, no timer needed.
+        let frame = match port.ctl.tx.try_send(frame.clone()) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
+            Err(mpsc::error::TrySendError::Full(f)) => f,
+        };
+        match tokio::time::timeout(self.cfg.stall_timeout, port.ctl.tx.send(frame)).await {
             // A closed channel means the node is leaving; its removal announces it.
             Ok(_) => {}
             Err(_) => {
@@ -591,12 +599,14 @@ async fn refuse<W: AsyncWrite + Unpin>(shared: &Shared, w: &mut W, reason: &str)
     w.flush().await
 }
 
-async fn handle<R, W>(shared: Arc<Shared>, mut r: R, w: W, challenge: Option<[u8; AUTH_LEN]>) -> std::io::Result<()>
+async fn handle<R, W>(shared: Arc<Shared>, r: R, w: W, challenge: Option<[u8; AUTH_LEN]>) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let mut w = BufWriter::new(w);
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    // Frames are read through a buffer: one read(2) per batch, not two per frame.
+    let mut r = tokio::io::BufReader::with_capacity(64 * 1024, r);
     let mut buf = Vec::new();
     // Our link frames: the challenge (if any) is frame 0.
     let mut first_link_seq: u16 = 0;
@@ -719,8 +729,19 @@ where
                     tokio::time::sleep(Duration::from_micros(d)).await;
                 }
                 write_stamped(&mut w, &send(f), &mut link_seq).await?;
-                while let Ok(f) = rx.try_recv() {
-                    write_stamped(&mut w, &send(f), &mut link_seq).await?;
+                // Gather what is queued; give the ordering step one chance to
+                // add more before the write(2): under load this turns a
+                // syscall per frame into one per batch.
+                let mut yielded = false;
+                loop {
+                    while let Ok(f) = rx.try_recv() {
+                        write_stamped(&mut w, &send(f), &mut link_seq).await?;
+                    }
+                    if yielded || w.buffer().len() >= FLUSH_AT {
+                        break;
+                    }
+                    yielded = true;
+                    tokio::task::yield_now().await;
                 }
                 w.flush().await?;
             }

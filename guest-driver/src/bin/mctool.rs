@@ -152,6 +152,10 @@ enum Cmd {
         /// Number of stores.
         #[arg(long, default_value_t = 100_000)]
         stores: u64,
+        /// Bytes between consecutive stores: 8 is contiguous (coalesced into
+        /// page-sized packets), 16 or more makes every store its own packet.
+        #[arg(long, default_value_t = 8)]
+        stride: u64,
     },
     /// Round trips between two nodes: `pong` on one, then `ping` on the other.
     Pingpong {
@@ -571,13 +575,17 @@ fn main() -> Result<()> {
             std::io::stdout().write_all(&buf.read(off, PAGE_SIZE as usize))?;
             Ok(())
         }
-        Cmd::BenchTx { page, stores } => {
+        Cmd::BenchTx { page, stores, stride } => {
+            if stride < 8 || stride % 8 != 0 || stride > PAGE_SIZE {
+                bail!("--stride must be a multiple of 8 from 8 to {PAGE_SIZE}");
+            }
             let a = Adapter::open()?;
             tx_page(&a, page)?;
             let base = page * PAGE_SIZE;
+            let tx0 = a.reg(reg::TX_PACKETS);
             let t0 = Instant::now();
             for i in 0..stores {
-                a.store64(base + (i * 8) % PAGE_SIZE, i);
+                a.store64(base + (i * stride) % PAGE_SIZE, i);
             }
             // A register read completes after every posted store before it.
             let _ = a.reg(reg::TX_PACKETS);
