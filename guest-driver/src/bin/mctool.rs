@@ -588,12 +588,13 @@ fn main() -> Result<()> {
                 a.store64(base + (i * stride) % PAGE_SIZE, i);
             }
             // A register read completes after every posted store before it.
-            let _ = a.reg(reg::TX_PACKETS);
+            let packets = a.reg(reg::TX_PACKETS).wrapping_sub(tx0);
             let s = t0.elapsed().as_secs_f64();
             println!(
-                "stores={stores} seconds={s:.3} stores_per_sec={:.0} bytes_per_sec={:.0}",
+                "stores={stores} seconds={s:.3} stores_per_sec={:.0} bytes_per_sec={:.0} packets={packets} packets_per_sec={:.0}",
                 stores as f64 / s,
-                stores as f64 * 8.0 / s
+                stores as f64 * 8.0 / s,
+                packets as f64 / s
             );
             Ok(())
         }
