@@ -1108,7 +1108,7 @@ fn adapter_joins_over_tcp_with_secret() {
 
     let mut remote = Adapter::new(1 << 20).unwrap();
     remote.connect(&cfg(&secret)).unwrap();
-    let mut r = AdapterHandle::serve(remote, "remote", 0, 0);
+    let r = AdapterHandle::serve(remote, "remote", 0, 0);
     let mut rc = r.client();
     let mut local = Node::start(&hub, "local", IOVA, RAM_OFF, RAM);
     local.vfio.set_pct(2, pct::RX, IOVA);

@@ -95,30 +95,32 @@ pub struct PortStats {
     pub link_gaps: AtomicU64,
 }
 
-/// A control request (one JSON object per line on the control socket).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// A control request (one JSON object per line on the control socket; also
+/// the `mc-hub ctl` subcommands).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, clap::Subcommand)]
 #[serde(tag = "cmd", rename_all = "snake_case")]
 pub enum Control {
-    /// Per-node counters.
+    /// Per-node packet counters and queue depths (JSON).
     Stats,
-    /// Close node's link and keep it from rejoining.
+    /// Take NODE's link down and keep it down until link-up.
     LinkDown {
         /// Node id.
         node: u16,
     },
-    /// Let a held-down node rejoin.
+    /// Let NODE rejoin.
     LinkUp {
         /// Node id.
         node: u16,
     },
-    /// Corrupt the payload of the next `count` frames sent to `node`.
+    /// Corrupt the next COUNT frames to NODE (its adapter counts CRC errors).
     Corrupt {
         /// Node id.
         node: u16,
         /// Frames to corrupt.
+        #[arg(default_value_t = 1)]
         count: u32,
     },
-    /// Hold every frame to `node` back by `micros` (0: no delay).
+    /// Hold every frame to NODE back by MICROS microseconds (0 to stop).
     Delay {
         /// Node id.
         node: u16,

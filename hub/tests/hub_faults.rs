@@ -3,73 +3,18 @@
 
 use std::io::{self, BufWriter, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+
 use std::time::Duration;
 
 use mc_hub::client::{self, Joined};
-use mc_hub::hub::{self, Control, ControlReply, HubConfig, NodeStats};
+
 use mc_hub::link::{self, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long "nothing arrives" is watched for.
 const QUIET: Duration = Duration::from_millis(300);
 
-/// A real hub on a Unix socket, served by a runtime the test owns, so that
-/// control requests can be made on it.
-struct Hub {
-    path: PathBuf,
-    hub: hub::Hub,
-    rt: Option<tokio::runtime::Runtime>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<io::Result<()>>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Hub {
-    fn start() -> Hub {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hub.sock");
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let listener = rt.block_on(async { tokio::net::UnixListener::bind(&path) }).unwrap();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let hub = hub::Hub::new(HubConfig::default());
-        let h = hub.clone();
-        let task = rt.spawn(async move {
-            h.serve(listener, async move {
-                let _ = stop_rx.await;
-            })
-            .await
-        });
-        Hub { path, hub, rt: Some(rt), shutdown: Some(stop_tx), task: Some(task), _dir: dir }
-    }
-
-    fn stats(&self) -> Vec<NodeStats> {
-        match self.rt.as_ref().unwrap().block_on(self.hub.control(Control::Stats)) {
-            ControlReply::Stats { nodes, .. } => nodes,
-            other => panic!("Stats answered {other:?}"),
-        }
-    }
-
-    fn node_stats(&self, node: u16) -> NodeStats {
-        self.stats().into_iter().find(|n| n.node == node).unwrap_or_else(|| panic!("node {node} not in the stats"))
-    }
-}
-
-impl Drop for Hub {
-    fn drop(&mut self) {
-        if let Some(s) = self.shutdown.take() {
-            let _ = s.send(());
-        }
-        let rt = self.rt.take().unwrap();
-        if let Some(t) = self.task.take() {
-            let r = rt.block_on(async { tokio::time::timeout(IO_TIMEOUT, t).await });
-            if !std::thread::panicking() {
-                r.expect("hub did not stop").expect("hub task panicked").expect("hub failed");
-            }
-        }
-        rt.shutdown_timeout(Duration::from_secs(1));
-    }
-}
+use mc_hub::testing::TestHub as Hub;
 
 /// One ordered event as a client saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,61 +3,18 @@
 
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Barrier};
-use std::thread::JoinHandle;
+
 use std::time::Duration;
 
 use mc_hub::client;
-use mc_hub::hub::{self, HubConfig};
+
 use mc_hub::link::{self, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A real hub on a Unix socket in a temporary directory, stopped on drop.
-struct Hub {
-    path: PathBuf,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<io::Result<()>>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Hub {
-    fn start() -> Hub {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hub.sock");
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let p = path.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-            rt.block_on(async move {
-                let listener = tokio::net::UnixListener::bind(&p)?;
-                ready_tx.send(()).unwrap();
-                hub::serve(listener, HubConfig::default(), async move {
-                    let _ = stop_rx.await;
-                })
-                .await
-            })
-        });
-        ready_rx.recv_timeout(IO_TIMEOUT).expect("hub did not start");
-        Hub { path, shutdown: Some(stop_tx), thread: Some(thread), _dir: dir }
-    }
-}
-
-impl Drop for Hub {
-    fn drop(&mut self) {
-        if let Some(s) = self.shutdown.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let r = t.join();
-            if !std::thread::panicking() {
-                r.expect("hub thread panicked").expect("hub failed");
-            }
-        }
-    }
-}
+use mc_hub::testing::TestHub as Hub;
 
 fn join(path: &Path, want: u16, name: &str) -> io::Result<(client::Joined, UnixStream, io::BufWriter<UnixStream>)> {
     let r = client::join(path, want, 8192, 128, name)?;

@@ -3,55 +3,16 @@
 //! Real sockets, the real hub, simulated adapters (raw link clients).
 
 use std::io::{BufWriter, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use mc_hub::client::{self, HubAddr, Joined, Stream};
-use mc_hub::hub::{Control, ControlReply, Hub, HubConfig};
+use mc_hub::hub::{Control, ControlReply, HubConfig};
 use mc_hub::link::{self, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 
-/// A hub on its own runtime thread; stops when dropped.
-struct TestHub {
-    path: PathBuf,
-    tcp: Option<String>,
-    hub: Hub,
-    rt: tokio::runtime::Runtime,
-    _dir: tempfile::TempDir,
-}
-
-impl TestHub {
-    fn start(cfg: HubConfig) -> TestHub {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hub.sock");
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let hub = Hub::new(cfg.clone());
-        let tcp = rt.block_on(async {
-            let l = tokio::net::UnixListener::bind(&path).unwrap();
-            let h = hub.clone();
-            tokio::spawn(async move { h.serve(l, std::future::pending()).await });
-            if cfg.secret.is_some() {
-                let t = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                let addr = t.local_addr().unwrap().to_string();
-                let h = hub.clone();
-                tokio::spawn(async move { h.serve_tcp(t, std::future::pending()).await });
-                Some(addr)
-            } else {
-                None
-            }
-        });
-        TestHub { path, tcp, hub, rt, _dir: dir }
-    }
-
-    fn control(&self, c: Control) -> ControlReply {
-        self.rt.block_on(self.hub.control(c))
-    }
-
-    fn stats(&self) -> serde_json::Value {
-        serde_json::to_value(self.control(Control::Stats)).unwrap()
-    }
-}
+use mc_hub::testing::TestHub;
 
 /// A simulated adapter: a raw link client.
 struct Sim {
@@ -102,7 +63,7 @@ impl Sim {
 /// `nodes` simulated adapters broadcast `per_node` writes each at once;
 /// every receiver must see the identical sequence.
 fn orders_concurrent_senders(nodes: usize, per_node: usize) {
-    let hub = TestHub::start(HubConfig { max_nodes: nodes, ..HubConfig::default() });
+    let hub = TestHub::start_with(HubConfig { max_nodes: nodes, ..HubConfig::default() });
     let sims: Vec<Sim> = (0..nodes).map(|i| Sim::join(&hub.path, &format!("n{i}"))).collect();
     let total = nodes * per_node;
     let start = Arc::new(Barrier::new(nodes));
@@ -163,7 +124,7 @@ fn hub_orders_concurrent_senders() {
 #[test]
 fn hub_flood_memory_bounded() {
     let depth = 64;
-    let hub = TestHub::start(HubConfig {
+    let hub = TestHub::start_with(HubConfig {
         queue_depth: depth,
         stall_timeout: Duration::from_secs(60),
         ..HubConfig::default()
@@ -181,9 +142,9 @@ fn hub_flood_memory_bounded() {
     });
     // Let the flood run against the silent receiver.
     thread::sleep(Duration::from_millis(1500));
-    let s1 = hub.stats();
+    let s1 = hub.stats_json();
     thread::sleep(Duration::from_millis(500));
-    let s2 = hub.stats();
+    let s2 = hub.stats_json();
     let writes = |s: &serde_json::Value| {
         s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "fast").unwrap()["writes_in"].as_u64().unwrap()
     };
@@ -207,8 +168,11 @@ fn hub_flood_memory_bounded() {
 /// its failure announced; the others go on.
 #[test]
 fn hub_stuck_receiver_is_cut_off() {
-    let hub =
-        TestHub::start(HubConfig { queue_depth: 8, stall_timeout: Duration::from_millis(300), ..HubConfig::default() });
+    let hub = TestHub::start_with(HubConfig {
+        queue_depth: 8,
+        stall_timeout: Duration::from_millis(300),
+        ..HubConfig::default()
+    });
     let stuck = Sim::join(&hub.path, "stuck");
     let mut watcher = Sim::join(&hub.path, "watcher");
     let mut sender = Sim::join(&hub.path, "sender");
@@ -234,7 +198,7 @@ fn hub_stuck_receiver_is_cut_off() {
     sender.flush();
     assert!(w.join().unwrap(), "the stuck node's failure was announced");
     assert!(t0.elapsed() < Duration::from_secs(20));
-    let st = hub.stats();
+    let st = hub.stats_json();
     assert_eq!(st["stalled"], 1, "{st}");
     assert!(st["nodes"].as_array().unwrap().iter().all(|n| n["name"] != "stuck"), "{st}");
     drop(stuck);
@@ -252,8 +216,8 @@ fn tcp_join(addr: &str, secret: Option<&[u8]>) -> std::io::Result<(Joined, Strea
 #[test]
 fn hub_rejects_wrong_secret() {
     let secret = b"correct horse battery staple".to_vec();
-    let hub = TestHub::start(HubConfig { secret: Some(secret.clone()), ..HubConfig::default() });
-    let addr = hub.tcp.clone().unwrap();
+    let hub = TestHub::start_with(HubConfig { secret: Some(secret.clone()), ..HubConfig::default() });
+    let addr = hub.listen_tcp();
     let e = tcp_join(&addr, Some(b"wrong secret, same length....")).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
     assert!(e.to_string().contains("wrong cluster secret"), "{e}");
@@ -275,7 +239,7 @@ fn hub_rejects_wrong_secret() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert_eq!(raw.read(&mut [0u8; 1]).unwrap(), 0, "the hub closes after refusing");
-    assert_eq!(hub.stats()["rejected"], 3);
+    assert_eq!(hub.stats_json()["rejected"], 3);
 
     // The right secret joins over TCP and talks to a Unix-socket node.
     let mut local = Sim::join(&hub.path, "local");
@@ -292,7 +256,7 @@ fn hub_rejects_wrong_secret() {
 /// restarted guest comes back as the same node; an explicit id is honoured.
 #[test]
 fn hub_node_ids_are_stable_per_name() {
-    let hub = TestHub::start(HubConfig::default());
+    let hub = TestHub::start();
     let a = Sim::join(&hub.path, "alpha");
     let b = Sim::join(&hub.path, "beta");
     let c = Sim::join_as(&hub.path, 5, "gamma");
@@ -313,7 +277,7 @@ fn hub_node_ids_are_stable_per_name() {
 /// are intact, and the hub counts what it corrupted.
 #[test]
 fn hub_corrupt_packet_counted_not_applied() {
-    let hub = TestHub::start(HubConfig::default());
+    let hub = TestHub::start();
     let mut a = Sim::join(&hub.path, "a");
     let mut b = Sim::join(&hub.path, "b");
     assert_eq!(hub.control(Control::Corrupt { node: b.joined.node, count: 2 }), ControlReply::Ok);
@@ -335,7 +299,7 @@ fn hub_corrupt_packet_counted_not_applied() {
     }
     assert_eq!(crc_errors, 2);
     assert_eq!(applied, vec![0x1010], "only the third write arrives intact");
-    let st = hub.stats();
+    let st = hub.stats_json();
     let bstats = st["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "b").unwrap().clone();
     assert_eq!(bstats["corrupted"], 2, "{st}");
     // Unknown node and a node that is not connected are refused.
@@ -346,7 +310,7 @@ fn hub_corrupt_packet_counted_not_applied() {
 /// `delay N MICROS` holds frames to N back by that long, and 0 turns it off.
 #[test]
 fn hub_delay_holds_frames_back() {
-    let hub = TestHub::start(HubConfig::default());
+    let hub = TestHub::start();
     let mut a = Sim::join(&hub.path, "a");
     let mut b = Sim::join(&hub.path, "b");
     let one_way = |a: &mut Sim, b: &mut Sim, k: u64| {
@@ -374,7 +338,7 @@ fn hub_delay_holds_frames_back() {
 fn hub_pcap_records_the_order() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("trace.pcap");
-    let hub = TestHub::start(HubConfig::default());
+    let hub = TestHub::start();
     hub.hub.capture_to(&file).unwrap();
     let mut a = Sim::join(&hub.path, "a");
     let mut b = Sim::join(&hub.path, "b");

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use mc_adapter::adapter::{Adapter, AdapterConfig};
 use mc_adapter::regs::{self, PAGE_SIZE};
 use mc_hub::client;
-use mc_hub::hub::{self, Control, ControlReply, HubConfig, NodeStats};
 use mc_hub::link::ANY_NODE;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -425,124 +424,9 @@ impl AsRawFd for GuestRam {
     }
 }
 
-/// A real hub on a Unix socket, served by a tokio runtime owned by the test.
-/// [`Hub::control`] reaches the running hub the way `mc-hub ctl` does.
-pub struct Hub {
-    pub path: PathBuf,
-    hub: hub::Hub,
-    rt: Option<tokio::runtime::Runtime>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<io::Result<()>>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Hub {
-    pub fn start() -> Hub {
-        Self::start_with(HubConfig::default())
-    }
-
-    pub fn start_with(cfg: HubConfig) -> Hub {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hub.sock");
-        let (hub, rt, shutdown, task) = Self::launch(&path, cfg);
-        Hub { path, hub, rt: Some(rt), shutdown: Some(shutdown), task: Some(task), _dir: dir }
-    }
-
-    /// Kills the hub (every link drops, nothing is said) and starts a fresh
-    /// one on the same socket, as a restarted `mc-hub` would be.
-    pub fn restart(&mut self, cfg: HubConfig) {
-        drop(self.shutdown.take());
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_timeout(Duration::from_secs(1));
-        }
-        self.task = None;
-        let _ = std::fs::remove_file(&self.path);
-        let (hub, rt, shutdown, task) = Self::launch(&self.path, cfg);
-        (self.hub, self.rt, self.shutdown, self.task) = (hub, Some(rt), Some(shutdown), Some(task));
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn launch(
-        path: &Path,
-        cfg: HubConfig,
-    ) -> (hub::Hub, tokio::runtime::Runtime, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<io::Result<()>>)
-    {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("test-hub")
-            .enable_all()
-            .build()
-            .expect("hub runtime");
-        let listener = rt.block_on(async { tokio::net::UnixListener::bind(path) }).expect("bind hub socket");
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let hub = hub::Hub::new(cfg);
-        let h = hub.clone();
-        let task = rt.spawn(async move {
-            h.serve(listener, async move {
-                let _ = stop_rx.await;
-            })
-            .await
-        });
-        (hub, rt, stop_tx, task)
-    }
-
-    /// Also accepts adapters over TCP on a free loopback port; returns HOST:PORT.
-    pub fn listen_tcp(&self) -> String {
-        let rt = self.rt.as_ref().unwrap();
-        let l = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind TCP");
-        let addr = l.local_addr().unwrap().to_string();
-        let h = self.hub.clone();
-        rt.spawn(async move { h.serve_tcp(l, std::future::pending()).await });
-        addr
-    }
-
-    /// Carries out one control request on the running hub.
-    pub fn control(&self, c: Control) -> ControlReply {
-        self.rt.as_ref().unwrap().block_on(self.hub.control(c))
-    }
-
-    /// Control request that must be answered `Ok`.
-    pub fn control_ok(&self, c: Control) {
-        let what = format!("{c:?}");
-        match self.control(c) {
-            ControlReply::Ok => {}
-            other => panic!("hub control {what}: {other:?}"),
-        }
-    }
-
-    /// Per-node counters of the nodes that are up.
-    pub fn stats(&self) -> Vec<NodeStats> {
-        match self.control(Control::Stats) {
-            ControlReply::Stats { nodes, .. } => nodes,
-            other => panic!("hub control Stats: {other:?}"),
-        }
-    }
-
-    /// Counters of node `node` (which must be up).
-    pub fn node_stats(&self, node: u16) -> NodeStats {
-        self.stats()
-            .into_iter()
-            .find(|n| n.node == node)
-            .unwrap_or_else(|| panic!("node {node} is not in the hub's stats"))
-    }
-}
-
-impl Drop for Hub {
-    fn drop(&mut self) {
-        if let Some(s) = self.shutdown.take() {
-            let _ = s.send(());
-        }
-        let rt = self.rt.take().unwrap();
-        if let Some(t) = self.task.take() {
-            let r = rt.block_on(async { tokio::time::timeout(IO_TIMEOUT, t).await });
-            if !std::thread::panicking() {
-                r.expect("hub did not stop").expect("hub task panicked").expect("hub failed");
-            }
-        }
-        // Ends the connection tasks still running (links of adapters still up).
-        rt.shutdown_timeout(Duration::from_secs(1));
-    }
-}
+/// A real hub on a Unix socket, served by a tokio runtime owned by the test
+/// (shared with the hub's own tests).
+pub use mc_hub::testing::TestHub as Hub;
 
 /// An adapter joined to a hub and serving vfio-user on a socket.
 pub struct AdapterHandle {

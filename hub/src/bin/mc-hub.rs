@@ -50,7 +50,7 @@ enum Cmd {
         #[arg(long)]
         control: PathBuf,
         #[command(subcommand)]
-        req: Req,
+        req: Control,
     },
     /// Print the frames of a capture made with --pcap, one per line.
     Pcap {
@@ -59,45 +59,7 @@ enum Cmd {
     },
 }
 
-#[derive(Subcommand, Debug)]
-enum Req {
-    /// Per-node packet counters and queue depths (JSON).
-    Stats,
-    /// Take NODE's link down and keep it down until link-up.
-    LinkDown {
-        /// Node id.
-        node: u16,
-    },
-    /// Let NODE rejoin.
-    LinkUp {
-        /// Node id.
-        node: u16,
-    },
-    /// Corrupt the next COUNT packets to NODE (its adapter counts CRC errors).
-    Corrupt {
-        /// Node id.
-        node: u16,
-        /// Packets.
-        #[arg(default_value_t = 1)]
-        count: u32,
-    },
-    /// Hold every packet to NODE back by MICROS microseconds (0 to stop).
-    Delay {
-        /// Node id.
-        node: u16,
-        /// Microseconds.
-        micros: u64,
-    },
-}
-
-fn ctl(control: PathBuf, req: Req) -> anyhow::Result<()> {
-    let c = match req {
-        Req::Stats => Control::Stats,
-        Req::LinkDown { node } => Control::LinkDown { node },
-        Req::LinkUp { node } => Control::LinkUp { node },
-        Req::Corrupt { node, count } => Control::Corrupt { node, count },
-        Req::Delay { node, micros } => Control::Delay { node, micros },
-    };
+fn ctl(control: PathBuf, c: Control) -> anyhow::Result<()> {
     let mut s = UnixStream::connect(&control)
         .map_err(|e| anyhow::anyhow!("cannot reach the hub at {}: {e}", control.display()))?;
     let mut line = serde_json::to_vec(&c)?;
