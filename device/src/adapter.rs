@@ -733,10 +733,6 @@ fn receive_loop(shared: Arc<Shared>, reader: Stream, mut link_seq: u16, rejoin: 
     }
 }
 
-fn eventfd(fd: OwnedFd) -> File {
-    File::from(fd)
-}
-
 impl Device for Adapter {
     fn region_info(&self, index: u32) -> RegionInfo {
         let rw = region_flags::READ | region_flags::WRITE;
@@ -825,7 +821,7 @@ impl Device for Adapter {
             "SET_IRQS"
         );
         match (req.index, action) {
-            (INTX, ACTION_TRIGGER) if eventfds => irq.intx = req.fds.into_iter().next().map(eventfd),
+            (INTX, ACTION_TRIGGER) if eventfds => irq.intx = req.fds.into_iter().next().map(File::from),
             (INTX, ACTION_TRIGGER) if req.count == 0 => irq.intx = None,
             (INTX, ACTION_TRIGGER) => {
                 if let Some(f) = &irq.intx {
@@ -841,7 +837,7 @@ impl Device for Adapter {
                 }
             }
             (MSIX, ACTION_TRIGGER) if eventfds => {
-                let mut fds = req.fds.into_iter().map(eventfd);
+                let mut fds = req.fds.into_iter().map(File::from);
                 for v in range {
                     irq.msix[v] = fds.next();
                 }
@@ -865,7 +861,7 @@ impl Device for Adapter {
                     }
                 }
             }
-            (ERR, ACTION_TRIGGER) if eventfds => irq.err = req.fds.into_iter().next().map(eventfd),
+            (ERR, ACTION_TRIGGER) if eventfds => irq.err = req.fds.into_iter().next().map(File::from),
             _ => {}
         }
         Ok(())

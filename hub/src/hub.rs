@@ -238,9 +238,7 @@ impl Capture {
     fn open(path: &Path) -> std::io::Result<Capture> {
         let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
         // pcap global header: magic, v2.4, zone 0, sigfigs 0, snaplen, link type.
-        for v in [0xa1b2_c3d4u32] {
-            f.write_all(&v.to_le_bytes())?;
-        }
+        f.write_all(&0xa1b2_c3d4u32.to_le_bytes())?;
         f.write_all(&2u16.to_le_bytes())?;
         f.write_all(&4u16.to_le_bytes())?;
         for v in [0u32, 0, 65535, PCAP_LINKTYPE] {

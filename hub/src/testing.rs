@@ -7,6 +7,55 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::hub::{Control, ControlReply, Hub, HubConfig, NodeStats};
+use crate::link::{self, Msg};
+
+/// One ordered event as a receiving node saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// An ordered write.
+    Deliver {
+        /// Global sequence number.
+        seq: u64,
+        /// Writer.
+        src: u16,
+        /// Link flags.
+        flags: u16,
+        /// Global address.
+        addr: u64,
+        /// Bytes.
+        data: Vec<u8>,
+    },
+    /// A membership change.
+    Member {
+        /// Global sequence number.
+        seq: u64,
+        /// Node concerned.
+        node: u16,
+        /// Joined (true) or left.
+        up: bool,
+    },
+}
+
+impl Seen {
+    /// Its place in the global order.
+    pub fn seq(&self) -> u64 {
+        match self {
+            Seen::Deliver { seq, .. } | Seen::Member { seq, .. } => *seq,
+        }
+    }
+}
+
+/// Reads the next frame from the hub and returns it as an event, with its
+/// link sequence number. Panics on anything but a delivery or membership event.
+pub fn read_event(r: &mut impl io::Read, buf: &mut Vec<u8>) -> (u16, Seen) {
+    let hdr = link::read_frame(r, buf).expect("read frame from the hub");
+    let seen = match Msg::parse(&hdr, buf).expect("valid frame from the hub") {
+        Msg::Deliver { seq, src, flags, addr, data } => Seen::Deliver { seq, src, flags, addr, data: data.to_vec() },
+        Msg::Member { seq, node, up } => Seen::Member { seq, node, up },
+        other => panic!("unexpected frame from the hub: {other:?}"),
+    };
+    (hdr.link_seq, seen)
+}
 
 /// How long a stopping hub may take before the test fails.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);

@@ -14,22 +14,7 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long "nothing arrives" is watched for.
 const QUIET: Duration = Duration::from_millis(300);
 
-use mc_hub::testing::TestHub as Hub;
-
-/// One ordered event as a client saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Seen {
-    Deliver { seq: u64, src: u16, flags: u16, addr: u64, data: Vec<u8> },
-    Member { seq: u64, node: u16, up: bool },
-}
-
-impl Seen {
-    fn seq(&self) -> u64 {
-        match self {
-            Seen::Deliver { seq, .. } | Seen::Member { seq, .. } => *seq,
-        }
-    }
-}
+use mc_hub::testing::{read_event, Seen, TestHub as Hub};
 
 /// A link client that stamps its frames and checks the hub's link sequence.
 struct Client {
@@ -69,16 +54,10 @@ impl Client {
 
     /// The next frame, which must carry the next link sequence number.
     fn recv(&mut self) -> Seen {
-        let hdr = link::read_frame(&mut self.r, &mut self.buf).expect("frame from the hub");
-        assert_eq!(hdr.link_seq, self.rx_seq, "node {}: link sequence", self.node());
+        let (link_seq, seen) = read_event(&mut self.r, &mut self.buf);
+        assert_eq!(link_seq, self.rx_seq, "node {}: link sequence", self.node());
         self.rx_seq = self.rx_seq.wrapping_add(1);
-        match Msg::parse(&hdr, &self.buf).expect("valid frame") {
-            Msg::Deliver { seq, src, flags, addr, data } => {
-                Seen::Deliver { seq, src, flags, addr, data: data.to_vec() }
-            }
-            Msg::Member { seq, node, up } => Seen::Member { seq, node, up },
-            other => panic!("unexpected frame from the hub: {other:?}"),
-        }
+        seen
     }
 
     /// Asserts that nothing arrives for [`QUIET`].

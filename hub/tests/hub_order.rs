@@ -10,40 +10,16 @@ use std::time::Duration;
 
 use mc_hub::client;
 
-use mc_hub::link::{self, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
+use mc_hub::link::{Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-use mc_hub::testing::TestHub as Hub;
+use mc_hub::testing::{read_event, Seen, TestHub as Hub};
 
 fn join(path: &Path, want: u16, name: &str) -> io::Result<(client::Joined, UnixStream, io::BufWriter<UnixStream>)> {
     let r = client::join(path, want, 8192, 128, name)?;
     r.1.set_read_timeout(Some(IO_TIMEOUT))?;
     Ok(r)
-}
-
-/// One ordered event as a receiver saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Seen {
-    Deliver { seq: u64, src: u16, flags: u16, addr: u64, data: Vec<u8> },
-    Member { seq: u64, node: u16, up: bool },
-}
-
-impl Seen {
-    fn seq(&self) -> u64 {
-        match self {
-            Seen::Deliver { seq, .. } | Seen::Member { seq, .. } => *seq,
-        }
-    }
-}
-
-fn read_event(r: &mut UnixStream, buf: &mut Vec<u8>) -> Seen {
-    let hdr = link::read_frame(r, buf).expect("read frame from hub");
-    match Msg::parse(&hdr, buf).expect("valid frame from hub") {
-        Msg::Deliver { seq, src, flags, addr, data } => Seen::Deliver { seq, src, flags, addr, data: data.to_vec() },
-        Msg::Member { seq, node, up } => Seen::Member { seq, node, up },
-        other => panic!("unexpected frame from hub: {other:?}"),
-    }
 }
 
 const CLIENTS: usize = 4;
@@ -91,7 +67,7 @@ fn hub_orders_concurrent_senders_small() {
             let mut seen = Vec::new();
             let mut delivers = 0;
             while delivers < CLIENTS * WRITES as usize {
-                let e = read_event(&mut reader, &mut buf);
+                let e = read_event(&mut reader, &mut buf).1;
                 if matches!(e, Seen::Deliver { .. }) {
                     delivers += 1;
                 }
@@ -210,7 +186,7 @@ fn hub_drops_garbage_peer_and_continues() {
     a_w.flush().unwrap();
     let mut buf = Vec::new();
     let got = loop {
-        match read_event(&mut b_r, &mut buf) {
+        match read_event(&mut b_r, &mut buf).1 {
             Seen::Member { .. } => continue,
             d => break d,
         }
@@ -224,8 +200,8 @@ fn hub_drops_garbage_peer_and_continues() {
     }
     // The old node saw a and b join (point-to-point write not for it), and
     // the garbage peer never became a member.
-    let e1 = read_event(&mut old_r, &mut buf);
-    let e2 = read_event(&mut old_r, &mut buf);
+    let e1 = read_event(&mut old_r, &mut buf).1;
+    let e2 = read_event(&mut old_r, &mut buf).1;
     assert!(matches!(e1, Seen::Member { node, up: true, .. } if node == a.node), "{e1:?}");
     assert!(matches!(e2, Seen::Member { node, up: true, .. } if node == bj.node), "{e2:?}");
     assert_eq!(e1.seq(), old.next_seq);
