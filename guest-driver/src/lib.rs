@@ -8,8 +8,10 @@
 //! - [`RxBuffer`]: pinned receive memory, backed by a file in `/dev/shm` so
 //!   other processes (and `mctool dump`) can read what the adapter wrote.
 //! - [`pattern`]: the test pattern `mctool fill` writes and tests check.
+//! - [`cluster_lock`]: cluster spinlocks from the total order and loopback.
 #![warn(missing_docs)]
 
+pub mod cluster_lock;
 pub mod vfio;
 
 use std::fs::OpenOptions;
@@ -103,6 +105,37 @@ impl Adapter {
         for (i, w) in data.chunks_exact(8).enumerate() {
             self.store64(addr + 8 * i as u64, u64::from_le_bytes(w.try_into().unwrap()));
         }
+    }
+}
+
+/// The real [`cluster_lock::OrderedBus`]: the lock's slots are 8-byte words
+/// of one page, stored through the transmit window (the page has TX, RX and
+/// LOOPBACK) and loaded from this node's receive buffer.
+pub struct AdapterBus<'a> {
+    /// The adapter.
+    pub adapter: &'a Adapter,
+    /// The receive buffer holding the page.
+    pub buf: &'a RxBuffer,
+    /// The lock's page.
+    pub page: u64,
+    /// This node's id.
+    pub node: usize,
+    /// Slots: the hub's ports.
+    pub slots: usize,
+}
+
+impl cluster_lock::OrderedBus for AdapterBus<'_> {
+    fn node(&self) -> usize {
+        self.node
+    }
+    fn slots(&self) -> usize {
+        self.slots
+    }
+    fn store(&self, slot: usize, v: u64) {
+        self.adapter.store64(self.page * PAGE_SIZE + 8 * slot as u64, v);
+    }
+    fn load(&self, slot: usize) -> u64 {
+        self.buf.read64((self.page * PAGE_SIZE) as usize + 8 * slot)
     }
 }
 

@@ -87,6 +87,23 @@ enum Cmd {
     },
     /// Clear every error status bit (ERR_STATUS is write-1-to-clear).
     ClearErrors,
+    /// Run on NODES nodes at once: each increments a counter kept in
+    /// MEMORY CHANNEL space ROUNDS times under a cluster spinlock; succeeds
+    /// when every node sees the exact total.
+    LockTest {
+        /// Nodes taking part (all must run this).
+        #[arg(long)]
+        nodes: usize,
+        /// Increments per node.
+        #[arg(long, default_value_t = 200)]
+        rounds: u64,
+        /// First of the three pages used (lock slots, counter, start barrier).
+        #[arg(long, default_value_t = 56)]
+        page: u64,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+    },
     /// Enable transmit on a page and store the test pattern into it (8-byte stores).
     Fill {
         /// Page to fill.
@@ -464,6 +481,74 @@ fn ack(page: u64, timeout: u64) -> Result<()> {
     Ok(())
 }
 
+fn lock_test(nodes: usize, rounds: u64, page: u64, timeout: u64) -> Result<()> {
+    use mc_guest::cluster_lock::{ClusterLock, OrderedBus};
+    let (lock_page, counter_page, barrier_page) = (page, page + 1, page + 2);
+    let buffer = PathBuf::from("/dev/shm/mc-lock-test");
+    let (a, buf) = setup_rx(&[lock_page, counter_page, barrier_page], &buffer)?;
+    for p in [lock_page, counter_page, barrier_page] {
+        let (bits, iova) = a.page(p);
+        a.set_page(p, bits | pct::TX | pct::LOOPBACK, iova);
+    }
+    let me = a.node().context("not joined to a hub")? as usize;
+    let ports = (a.reg(reg::NODE) >> 16) as usize;
+    if nodes == 0 || nodes > ports {
+        bail!("--nodes must be between 1 and the hub's {ports} ports");
+    }
+    let limit = Duration::from_secs(timeout);
+    let t0 = Instant::now();
+    let word = |p: u64, i: usize| (p * PAGE_SIZE) as usize + 8 * i;
+    // Start barrier: nobody increments before every node receives. Flags are
+    // sent again until all are seen (a node that set up late missed earlier
+    // ones), then once more, after which every node has them.
+    let ready = |i: usize| buf.read64(word(barrier_page, i)) == 1;
+    loop {
+        a.store64(barrier_page * PAGE_SIZE + 8 * me as u64, 1);
+        let seen = (0..ports).filter(|&i| ready(i)).count();
+        if seen >= nodes {
+            a.store64(barrier_page * PAGE_SIZE + 8 * me as u64, 1);
+            break;
+        }
+        if t0.elapsed() > limit {
+            bail!("only {seen} of {nodes} nodes reached the start barrier");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let lock =
+        ClusterLock::new(mc_guest::AdapterBus { adapter: &a, buf: &buf, page: lock_page, node: me, slots: ports });
+    let counter_addr = counter_page * PAGE_SIZE;
+    let mut waits = Vec::with_capacity(rounds as usize);
+    for _ in 0..rounds {
+        let ta = Instant::now();
+        lock.acquire(limit)?;
+        waits.push(ta.elapsed());
+        // Inside: a plain read-modify-write of the shared counter. Our store
+        // is ordered before our release, so the next holder sees it.
+        let c = buf.read64(counter_addr as usize);
+        a.store64(counter_addr, c + 1);
+        while buf.read64(counter_addr as usize) != c + 1 {
+            std::hint::spin_loop();
+        }
+        lock.release();
+    }
+    let total = rounds * nodes as u64;
+    while buf.read64(counter_addr as usize) < total && t0.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let seen = buf.read64(counter_addr as usize);
+    // Leave the pages quiet for the next user.
+    for p in [lock_page, counter_page, barrier_page] {
+        disable_rx(&a, p);
+    }
+    waits.sort();
+    let p50 = waits[waits.len() / 2].as_secs_f64() * 1e6;
+    if seen != total {
+        bail!("node {me}: counter reads {seen}, expected {total}: updates were lost or never arrived");
+    }
+    println!("node {me}: counter {seen} of {total} exact; acquire p50 {p50:.0} us");
+    Ok(())
+}
+
 fn pingpong(role: &str, rounds: u64, ping_page: u64, pong_page: u64, timeout: u64) -> Result<()> {
     let (rx_page, tx_page_no) = match role {
         "ping" => (pong_page, ping_page),
@@ -526,6 +611,7 @@ fn main() -> Result<()> {
         Cmd::Stop => stop(),
         Cmd::NotifyWait { page, timeout } => notify_wait(page, timeout),
         Cmd::Ack { page, timeout } => ack(page, timeout),
+        Cmd::LockTest { nodes, rounds, page, timeout } => lock_test(nodes, rounds, page, timeout),
         Cmd::ClearErrors => {
             let a = Adapter::open()?;
             a.set_reg(reg::ERR_STATUS, err::ALL);
