@@ -482,7 +482,7 @@ fn ack(page: u64, timeout: u64) -> Result<()> {
 }
 
 fn lock_test(nodes: usize, rounds: u64, page: u64, timeout: u64) -> Result<()> {
-    use mc_guest::cluster_lock::{ClusterLock, OrderedBus};
+    use mc_guest::cluster_lock::ClusterLock;
     let (lock_page, counter_page, barrier_page) = (page, page + 1, page + 2);
     let buffer = PathBuf::from("/dev/shm/mc-lock-test");
     let (a, buf) = setup_rx(&[lock_page, counter_page, barrier_page], &buffer)?;
