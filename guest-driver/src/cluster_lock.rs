@@ -191,13 +191,19 @@ pub mod sim {
     }
 
     impl SimCluster {
-        /// `nodes` nodes; each applies the order with random lags of up to
-        /// `max_lag` per write (seeded, so a failing run can be repeated).
+        /// `nodes` nodes with one slot each; each node applies the order with
+        /// random lags of up to `max_lag` per write (seeded, so a failing run
+        /// can be repeated).
         pub fn new(nodes: usize, max_lag: Duration, seed: u64) -> SimCluster {
+            Self::with_slots(nodes, nodes, max_lag, seed)
+        }
+
+        /// Like [`SimCluster::new`] with `slots` words on the bus.
+        pub fn with_slots(nodes: usize, slots: usize, max_lag: Duration, seed: u64) -> SimCluster {
             let inner = Arc::new(Inner {
                 log: Mutex::new(Vec::new()),
                 grew: Condvar::new(),
-                copies: (0..nodes).map(|_| (0..nodes).map(|_| AtomicU64::new(0)).collect()).collect(),
+                copies: (0..nodes).map(|_| (0..slots).map(|_| AtomicU64::new(0)).collect()).collect(),
                 applied: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
                 stop: AtomicBool::new(false),
             });
@@ -263,7 +269,7 @@ pub mod sim {
             self.node
         }
         fn slots(&self) -> usize {
-            self.inner.copies.len()
+            self.inner.copies[self.node].len()
         }
         fn store(&self, slot: usize, v: u64) {
             self.inner.log.lock().unwrap().push((slot, v));

@@ -9,9 +9,12 @@
 //!   other processes (and `mctool dump`) can read what the adapter wrote.
 //! - [`pattern`]: the test pattern `mctool fill` writes and tests check.
 //! - [`cluster_lock`]: cluster spinlocks from the total order and loopback.
+//! - [`toggled`]: two-copy records (the clusterwide descriptors) that survive
+//!   a writer dying mid-update.
 #![warn(missing_docs)]
 
 pub mod cluster_lock;
+pub mod toggled;
 pub mod vfio;
 
 use std::fs::OpenOptions;
