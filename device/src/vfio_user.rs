@@ -332,14 +332,31 @@ enum Reply {
 }
 
 /// Serves one connected client until it disconnects or breaks the protocol.
+///
+/// Messages are received in bulk: one `recvmsg` takes whatever the socket
+/// holds into a buffer that fits any accepted message. File descriptors
+/// still reach the right message: the kernel ends a read right after the
+/// segment that carried them, and QEMU sends each message (with its fds)
+/// in one `sendmsg`, so fds belong to the last message that starts in the
+/// bytes just read.
 pub struct Connection<'d, D: Device> {
     stream: UnixStream,
     dev: &'d mut D,
-    body: Vec<u8>,
+    rx: Vec<u8>,
+    /// Unparsed bytes are `rx[start..end]`; `rx[start]` begins a message.
+    start: usize,
+    end: usize,
+    /// Stream offset of `rx[start]`.
+    offset: u64,
+    /// Fds received, and the stream offset of the message they came with.
+    fds: Option<(u64, Vec<OwnedFd>)>,
     out: Vec<u8>,
     idle_pending: bool,
     since_idle: u32,
 }
+
+/// Receive buffer: the largest accepted message plus room for the next ones.
+const RX_BUF: usize = MAX_MSG + 64 * 1024;
 
 impl<'d, D: Device> Connection<'d, D> {
     /// Wraps an accepted stream.
@@ -347,7 +364,11 @@ impl<'d, D: Device> Connection<'d, D> {
         Connection {
             stream,
             dev,
-            body: Vec::with_capacity(4096),
+            rx: vec![0; RX_BUF],
+            start: 0,
+            end: 0,
+            offset: 0,
+            fds: None,
             out: Vec::with_capacity(4096),
             idle_pending: false,
             since_idle: 0,
@@ -376,13 +397,17 @@ impl<'d, D: Device> Connection<'d, D> {
         rc == 0 && n > 0
     }
 
-    /// Receives the header with any fds attached to it. Ok(None) on EOF.
-    fn recv_header(&mut self) -> Result<Option<(Header, Vec<OwnedFd>)>, ServeError> {
-        let mut hb = [0u8; HDR_LEN];
-        let mut got = 0;
-        let mut fds = Vec::new();
-        while got < HDR_LEN {
-            let mut iov = [IoSliceMut::new(&mut hb[got..])];
+    /// Reads what the socket holds (blocking for at least one byte).
+    /// Returns the number of bytes read (0 on end of stream).
+    fn fill(&mut self) -> Result<usize, ServeError> {
+        if self.start > 0 && (self.end == self.rx.len() || self.start == self.end) {
+            self.rx.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let old_end = self.end;
+        let (n, fds) = loop {
+            let mut iov = [IoSliceMut::new(&mut self.rx[self.end..])];
             let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; MAX_FDS]);
             let msg =
                 match recvmsg::<()>(self.stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
@@ -390,37 +415,84 @@ impl<'d, D: Device> Connection<'d, D> {
                     Err(nix::errno::Errno::EINTR) => continue,
                     Err(e) => return Err(ServeError::Io(e.into())),
                 };
-            let n = msg.bytes;
             if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
                 warn!("client sent more than {MAX_FDS} fds with one message; extra fds dropped");
             }
+            let mut fds = Vec::new();
             for c in msg.cmsgs().map_err(|e| ServeError::Io(e.into()))? {
                 if let ControlMessageOwned::ScmRights(raw) = c {
                     // SAFETY: the kernel just installed these fds for us.
                     fds.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
                 }
             }
-            if n == 0 {
-                if got == 0 {
-                    return Ok(None);
+            break (msg.bytes, fds);
+        };
+        self.end += n;
+        if !fds.is_empty() {
+            // The message the fds came with: the last one starting in the new bytes.
+            let mut pos = self.start;
+            let mut owner = None;
+            while pos < self.end {
+                if pos >= old_end {
+                    owner = Some(pos);
                 }
-                return Err(ServeError::Protocol("connection closed inside a header".into()));
+                if pos + HDR_LEN > self.end {
+                    break;
+                }
+                let size = u32::from_le_bytes(self.rx[pos + 4..pos + 8].try_into().unwrap()) as usize;
+                if size < HDR_LEN {
+                    break;
+                }
+                pos += size;
             }
-            got += n;
+            match owner {
+                Some(pos) => self.fds = Some((self.offset + (pos - self.start) as u64, fds)),
+                None => warn!("fds arrived in the middle of a message; closed"),
+            }
         }
-        Ok(Some((Header::parse(&hb), fds)))
+        Ok(n)
+    }
+
+    /// Fds that came with the message at the current position, if any.
+    fn take_fds(&mut self) -> Vec<OwnedFd> {
+        match self.fds.take() {
+            Some((off, fds)) if off == self.offset => fds,
+            Some((off, fds)) if off > self.offset => {
+                self.fds = Some((off, fds));
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Consumes `n` bytes at the current position (some may still be in the socket).
+    fn consume(&mut self, n: usize) -> io::Result<()> {
+        let buffered = n.min(self.end - self.start);
+        self.start += buffered;
+        self.offset += n as u64;
+        if n > buffered {
+            io::copy(&mut (&self.stream).take((n - buffered) as u64), &mut io::sink())?;
+        }
+        Ok(())
     }
 
     /// Handles one message. Ok(false) when the client closed the connection.
     fn one(&mut self) -> Result<bool, ServeError> {
-        if self.idle_pending && (self.since_idle >= MAX_BATCH || !self.readable()) {
-            self.dev.idle();
-            self.idle_pending = false;
-            self.since_idle = 0;
+        // A header.
+        while self.end - self.start < HDR_LEN {
+            if self.idle_pending && (self.since_idle >= MAX_BATCH || !self.readable()) {
+                self.dev.idle();
+                self.idle_pending = false;
+                self.since_idle = 0;
+            }
+            if self.fill()? == 0 {
+                if self.start == self.end {
+                    return Ok(false);
+                }
+                return Err(ServeError::Protocol("connection closed inside a header".into()));
+            }
         }
-        let Some((hdr, fds)) = self.recv_header()? else {
-            return Ok(false);
-        };
+        let hdr = Header::parse(self.rx[self.start..self.start + HDR_LEN].try_into().unwrap());
         let size = hdr.size as usize;
         if size < HDR_LEN {
             return Err(ServeError::Protocol(format!("message size {size} is smaller than a header")));
@@ -434,15 +506,23 @@ impl<'d, D: Device> Connection<'d, D> {
         if size > MAX_MSG {
             // Too big to take, but still framed: drain it and say so.
             warn!(id = hdr.id, command = hdr.command, size, "message over {MAX_MSG} bytes refused");
-            io::copy(&mut (&self.stream).take((size - HDR_LEN) as u64), &mut io::sink())?;
+            drop(self.take_fds());
+            self.consume(size)?;
             if hdr.flags & flags::NO_REPLY == 0 {
                 self.reply(&hdr, Reply::Err(libc::E2BIG))?;
             }
             return Ok(true);
         }
-        self.body.resize(size - HDR_LEN, 0);
-        self.stream.read_exact(&mut self.body)?;
-        let reply = self.dispatch(&hdr, fds);
+        // The whole message.
+        while self.end - self.start < size {
+            if self.fill()? == 0 {
+                return Err(ServeError::Protocol("connection closed inside a message".into()));
+            }
+        }
+        let fds = self.take_fds();
+        let body = self.start + HDR_LEN..self.start + size;
+        let reply = self.dispatch(&hdr, body, fds);
+        self.consume(size)?;
         self.idle_pending = true;
         self.since_idle += 1;
         if hdr.flags & flags::NO_REPLY != 0 {
@@ -467,7 +547,7 @@ impl<'d, D: Device> Connection<'d, D> {
         self.stream.write_all(&self.out)
     }
 
-    fn dispatch(&mut self, hdr: &Header, fds: Vec<OwnedFd>) -> Reply {
+    fn dispatch(&mut self, hdr: &Header, body: std::ops::Range<usize>, fds: Vec<OwnedFd>) -> Reply {
         let cmd = match Command::try_from(hdr.command) {
             Ok(c) => c,
             Err(n) => {
@@ -476,9 +556,10 @@ impl<'d, D: Device> Connection<'d, D> {
             }
         };
         // Only DMA_MAP and SET_IRQS take fds; any other fds are closed on drop.
-        let b = std::mem::take(&mut self.body);
-        let r = self.handle(cmd, &b, fds);
-        self.body = b;
+        // The body stays in the receive buffer, lent to the handler.
+        let rx = std::mem::take(&mut self.rx);
+        let r = self.handle(cmd, &rx[body], fds);
+        self.rx = rx;
         match r {
             Ok(body) => Reply::Ok(body),
             Err(Errno(e)) => {

@@ -1117,3 +1117,50 @@ fn adapter_joins_over_tcp_with_secret() {
     poll("the TCP adapter's store to land", || (local.ram.read(RAM_OFF, 8) == 0xBEEFu64.to_le_bytes()).then_some(()));
     r.assert_alive();
 }
+
+/// DMA maps pipelined like QEMU's asynchronous map/unmap bursts: several
+/// DMA_MAPs, each with its own memfd, sent back to back between posted
+/// writes before the adapter reads any of them. Each map must get its own
+/// fd: received stores land in the right file at the right offset.
+#[test]
+fn pipelined_dma_maps_keep_their_own_fds() {
+    let hub = Hub::start();
+    let mut a = Node::start(&hub, "a", IOVA, RAM_OFF, RAM);
+    let mut b = Node::start(&hub, "b", IOVA, RAM_OFF, RAM);
+    let files: Vec<GuestRam> = (0..4).map(|_| GuestRam::new(0x10000)).collect();
+    let iova = |k: u64| 0x4000_0000 + k * 0x10000;
+    b.vfio.set_pct(0, pct::TX, 0); // keeps B's store path busy with posted writes
+    let mut ids = Vec::new();
+    for (k, f) in files.iter().enumerate() {
+        let mut body = Vec::new();
+        body.extend_from_slice(&32u32.to_le_bytes());
+        body.extend_from_slice(&DMA_RW.to_le_bytes());
+        body.extend_from_slice(&(0x2000 * k as u64).to_le_bytes()); // file offset
+        body.extend_from_slice(&iova(k as u64).to_le_bytes());
+        body.extend_from_slice(&0x2000u64.to_le_bytes());
+        let (id, m) = b.vfio.encode(CMD_DMA_MAP, F_REQUEST, &body);
+        ids.push(id);
+        // A posted write (no fd) before each map, so maps sit between fd-less messages.
+        let (_, w) =
+            b.vfio.encode(CMD_REGION_WRITE, F_REQUEST | F_NO_REPLY, &VfioClient::region_write_body(BAR_TX, 8, &[1; 8]));
+        b.vfio.send_bytes(&w);
+        b.vfio.send_with_fds(&m, &[f.as_raw_fd()]);
+    }
+    for id in ids {
+        let r = b.vfio.recv_reply(id, CMD_DMA_MAP);
+        assert!(!r.is_error(), "DMA_MAP failed: {r:?}");
+    }
+    // Page k of the address space lands in file k at offset 0x2000 * k.
+    for k in 0..4u64 {
+        b.vfio.set_pct(10 + k, pct::RX, iova(k));
+        a.vfio.set_pct(10 + k, pct::TX, 0);
+        a.vfio.region_write(BAR_TX, (10 + k) * PAGE_SIZE, &(0xF00D + k).to_le_bytes(), true);
+    }
+    for (k, f) in files.iter().enumerate() {
+        let at = 0x2000 * k as u64;
+        poll("each store in its own file", || (f.read(at, 8) == (0xF00D + k as u64).to_le_bytes()).then_some(()));
+        let mut expect = vec![0u8; 0x10000];
+        expect[at as usize..at as usize + 8].copy_from_slice(&(0xF00D + k as u64).to_le_bytes());
+        assert_eq!(f.all(), expect, "file {k} holds exactly its one store");
+    }
+}
