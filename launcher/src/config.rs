@@ -50,11 +50,22 @@ pub struct HubSection {
     pub stall_timeout_s: f64,
     /// Write every ordered frame to `<run>/hub.pcap`.
     pub pcap: bool,
+    /// How adapters reach the hub: `unix` (a socket in the run folder) or
+    /// `tcp` (with a secret generated for the cluster).
+    pub transport: String,
+    /// Address the hub binds with `transport = "tcp"` (port 0: any free port).
+    pub tcp_listen: String,
 }
 
 impl Default for HubSection {
     fn default() -> Self {
-        HubSection { queue_depth: 4096, stall_timeout_s: 10.0, pcap: false }
+        HubSection {
+            queue_depth: 4096,
+            stall_timeout_s: 10.0,
+            pcap: false,
+            transport: "unix".into(),
+            tcp_listen: "127.0.0.1:0".into(),
+        }
     }
 }
 
@@ -150,6 +161,12 @@ impl Config {
         }
         if !(self.hub.stall_timeout_s > 0.0 && self.hub.stall_timeout_s.is_finite()) {
             bail!("hub.stall_timeout_s must be a positive number of seconds");
+        }
+        if !["unix", "tcp"].contains(&self.hub.transport.as_str()) {
+            bail!("hub.transport must be unix or tcp, not '{}'", self.hub.transport);
+        }
+        if self.hub.tcp_listen.parse::<std::net::SocketAddr>().is_err() {
+            bail!("hub.tcp_listen must be IP:PORT, not '{}'", self.hub.tcp_listen);
         }
         if self.guest.memory_mib < 64 {
             bail!("guest.memory_mib must be at least 64, not {}", self.guest.memory_mib);

@@ -8,7 +8,8 @@
 //!
 //! Run folder (`.run/<name>/`): `plan.json` (what to start), `state.json`
 //! (status and pids), `events.log` (progress lines `up` prints),
-//! `supervisor.log`, `hub.log`, `hub.sock`, `hub.ctl` (control) and `node<N>/` with
+//! `supervisor.log`, `hub.log`, `hub.sock`, `hub.ctl` (control), with the TCP
+//! transport `hub.tcp` (address) and `hub.secret`, and `node<N>/` with
 //! `adapter.{sock,log}`, `qemu.log`, `console.log`, `agent.sock`.
 
 use std::fs::{self, File, OpenOptions};
@@ -162,6 +163,23 @@ fn wait_for_path(p: &Path, child: &mut Child, what: &str, timeout: Duration, log
     Ok(())
 }
 
+/// A fresh random cluster secret (hex), readable by its owner only.
+fn write_secret(path: &Path) -> Result<()> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut raw = [0u8; 32];
+    File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut raw)).context("reading /dev/urandom")?;
+    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(hex.as_bytes())?;
+    Ok(())
+}
+
 /// Last `n` non-empty lines of a log, joined on one line.
 pub fn tail(log: &Path, n: usize) -> String {
     let text = fs::read_to_string(log).unwrap_or_default();
@@ -271,6 +289,8 @@ pub fn run(run_dir: &Path) -> Result<()> {
     }
     let _ = fs::remove_file(run_dir.join("hub.sock"));
     let _ = fs::remove_file(run_dir.join("hub.ctl"));
+    let _ = fs::remove_file(run_dir.join("hub.secret"));
+    let _ = fs::remove_file(run_dir.join("hub.tcp"));
     state.status = if failed { Status::Failed } else { Status::Down };
     state.save(run_dir)?;
     events.say(if failed { "torn down after failure" } else { "down" });
@@ -304,31 +324,52 @@ fn start(
     if c.hub.pcap {
         argv.extend(["--pcap".into(), rd.join("hub.pcap").display().to_string()]);
     }
+    let tcp = c.hub.transport == "tcp";
+    let secret_file = rd.join("hub.secret");
+    let addr_file = rd.join("hub.tcp");
+    if tcp {
+        write_secret(&secret_file)?;
+        argv.extend([
+            "--tcp".into(),
+            c.hub.tcp_listen.clone(),
+            "--tcp-addr-file".into(),
+            addr_file.display().to_string(),
+            "--secret-file".into(),
+            secret_file.display().to_string(),
+        ]);
+    }
     let mut hub = spawn(&argv, &hub_log)?;
     state.hub_pid = hub.id();
-    let r = wait_for_path(&hub_sock, &mut hub, "mc-hub", Duration::from_secs(10), &hub_log);
+    let ready = if tcp { &addr_file } else { &hub_sock };
+    let r = wait_for_path(ready, &mut hub, "mc-hub", Duration::from_secs(10), &hub_log);
     children.push(("hub".into(), hub));
     r?;
-    ev.say(&format!("hub listening ({} ports)", c.cluster.hub_ports));
+    // What adapters are told: the socket, or the TCP address and the secret.
+    let mut hub_args = vec!["--hub".to_string()];
+    if tcp {
+        let addr = fs::read_to_string(&addr_file)?;
+        hub_args.extend([format!("tcp:{}", addr.trim()), "--secret-file".into(), secret_file.display().to_string()]);
+        ev.say(&format!("hub listening ({} ports) on tcp:{}", c.cluster.hub_ports, addr.trim()));
+    } else {
+        hub_args.push(hub_sock.display().to_string());
+        ev.say(&format!("hub listening ({} ports)", c.cluster.hub_ports));
+    }
 
     for n in 0..plan.nodes {
         let nd = node_dir(rd, n);
         fs::create_dir_all(&nd)?;
         let sock = nd.join("adapter.sock");
         let log = nd.join("adapter.log");
-        let argv = vec![
-            plan.adapter_bin.display().to_string(),
-            "--socket".into(),
-            sock.display().to_string(),
-            "--hub".into(),
-            hub_sock.display().to_string(),
+        let mut argv = vec![plan.adapter_bin.display().to_string(), "--socket".into(), sock.display().to_string()];
+        argv.extend(hub_args.iter().cloned());
+        argv.extend([
             "--node".into(),
             n.to_string(),
             "--name".into(),
             format!("{}-node{n}", plan.name),
             "--aspace-mib".into(),
             c.cluster.aspace_mib.to_string(),
-        ];
+        ]);
         let mut ad = spawn(&argv, &log)?;
         state.nodes[n].adapter_pid = ad.id();
         let r = wait_for_path(&sock, &mut ad, &format!("mc-adapter of node {n}"), Duration::from_secs(15), &log);

@@ -44,9 +44,17 @@ pub struct Cluster {
 impl Cluster {
     /// Brings up `nodes` nodes under `name`; panics with the launcher's output on failure.
     pub fn up(name: &str, nodes: usize) -> Cluster {
+        Self::up_with(name, nodes, &[])
+    }
+
+    /// Like [`Cluster::up`] with extra `up` arguments (`--config FILE`).
+    pub fn up_with(name: &str, nodes: usize, extra: &[&str]) -> Cluster {
         let serial = serial();
-        let out =
-            Command::new(mc_cluster()).args(["--name", name, "up", "--nodes", &nodes.to_string()]).output().unwrap();
+        let out = Command::new(mc_cluster())
+            .args(["--name", name, "up", "--nodes", &nodes.to_string()])
+            .args(extra)
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
         let c = Cluster { name: name.into(), nodes, up_output: text.clone(), _serial: serial };
         assert!(out.status.success(), "mc-cluster up failed:\n{text}");

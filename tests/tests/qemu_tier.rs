@@ -103,3 +103,30 @@ fn ctrl_c_during_up_leaves_nothing() {
     assert_eq!(processes_mentioning(&rd), Vec::<u32>::new(), "processes left behind");
     assert_eq!(sockets_in(&rd), Vec::<std::path::PathBuf>::new(), "sockets left behind");
 }
+
+/// The cluster over the hub's TCP transport (challenge and secret), with
+/// real guests: node 0's page reaches node 1, and the hub refuses a client
+/// without the secret.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn two_guests_over_tcp_transport() {
+    let cfg = mc_tests::root().join("qemu-configs/tcp-loopback.toml");
+    let c = Cluster::up_with("t-tcp", 2, &["--config", cfg.to_str().unwrap()]);
+    assert!(c.up_output.contains("on tcp:127.0.0.1:"), "{}", c.up_output);
+    c.run(1, &["mctool", "rx", "--pages", "0,1"]);
+    c.run(0, &["mctool", "fill", "--page", "0", "--seed", "4242"]);
+    c.run(0, &["mctool", "poke", "--page", "1", "--value", "1"]);
+    c.run(1, &["mctool", "wait", "--page", "1", "--value", "1", "--timeout", "20"]);
+    assert_eq!(c.run(1, &["mctool", "dump", "--page", "0"]), pattern(4242, 0, PAGE));
+    // Someone on the network without the secret is turned away.
+    let addr = std::fs::read_to_string(c.run_dir().join("hub.tcp")).unwrap();
+    let mut raw = std::net::TcpStream::connect(addr.trim()).unwrap();
+    let mut buf = Vec::new();
+    let _challenge = mc_hub::link::read_frame(&mut raw, &mut buf).unwrap();
+    let hello =
+        mc_hub::link::Msg::Hello { want_node: 0xFFFF, page_size: 8192, aspace_pages: 8, auth: None, name: "intruder" };
+    std::io::Write::write_all(&mut raw, &hello.encode()).unwrap();
+    let h = mc_hub::link::read_frame(&mut raw, &mut buf).unwrap();
+    assert!(matches!(mc_hub::link::Msg::parse(&h, &buf), Ok(mc_hub::link::Msg::Refuse { .. })));
+    assert!(c.hub(&["stats"]).contains("\"rejected\": 1"));
+}

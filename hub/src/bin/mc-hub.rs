@@ -20,6 +20,9 @@ struct Args {
     /// Also accept adapters over TCP at HOST:PORT (needs --secret-file).
     #[arg(long)]
     tcp: Option<String>,
+    /// Write the TCP address actually bound (useful with port 0) to this file.
+    #[arg(long, requires = "tcp")]
+    tcp_addr_file: Option<PathBuf>,
     /// File holding the cluster secret TCP adapters must prove.
     #[arg(long)]
     secret_file: Option<PathBuf>,
@@ -133,6 +136,7 @@ fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("MC_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let socket = args.socket.expect("clap requires --socket");
     if args.max_nodes == 0 || args.max_nodes > MAX_NODES {
@@ -185,7 +189,13 @@ fn run() -> anyhow::Result<()> {
             let tl = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot listen on tcp:{addr}: {e}"))?;
-            tracing::info!(addr = %tl.local_addr()?, "hub listening on TCP");
+            let bound = tl.local_addr()?;
+            tracing::info!(addr = %bound, "hub listening on TCP");
+            if let Some(f) = &args.tcp_addr_file {
+                let tmp = f.with_extension("tmp");
+                std::fs::write(&tmp, bound.to_string())?;
+                std::fs::rename(&tmp, f)?;
+            }
             let h = hub.clone();
             tokio::spawn(async move {
                 if let Err(e) = h.serve_tcp(tl, std::future::pending()).await {
