@@ -453,6 +453,12 @@ impl<'d, D: Device> Connection<'d, D> {
         Ok(n)
     }
 
+    fn run_idle(&mut self) {
+        self.dev.idle();
+        self.idle_pending = false;
+        self.since_idle = 0;
+    }
+
     /// Fds that came with the message at the current position, if any.
     fn take_fds(&mut self) -> Vec<OwnedFd> {
         match self.fds.take() {
@@ -478,12 +484,15 @@ impl<'d, D: Device> Connection<'d, D> {
 
     /// Handles one message. Ok(false) when the client closed the connection.
     fn one(&mut self) -> Result<bool, ServeError> {
+        // Batched work waits for at most MAX_BATCH messages, even when the
+        // buffer holds many more.
+        if self.idle_pending && self.since_idle >= MAX_BATCH {
+            self.run_idle();
+        }
         // A header.
         while self.end - self.start < HDR_LEN {
-            if self.idle_pending && (self.since_idle >= MAX_BATCH || !self.readable()) {
-                self.dev.idle();
-                self.idle_pending = false;
-                self.since_idle = 0;
+            if self.idle_pending && !self.readable() {
+                self.run_idle();
             }
             if self.fill()? == 0 {
                 if self.start == self.end {
