@@ -878,6 +878,18 @@ impl Device for Adapter {
         self.flush_link();
     }
 
+    fn batch_limit(&mut self) {
+        // Complete packets go out; the one being built is bounded by its
+        // page and goes out when full, on a page change or when idle.
+        let mut link = self.shared.link.lock().unwrap();
+        if let Some(tx) = link.as_mut() {
+            if let Err(e) = tx.w.flush() {
+                warn!("link to hub lost while sending: {e}");
+                *link = None;
+            }
+        }
+    }
+
     fn disconnected(&mut self) {
         self.shared.dma.clear();
         let mut irq = self.shared.irq.lock().unwrap();

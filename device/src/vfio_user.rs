@@ -248,6 +248,11 @@ pub trait Device {
     fn reset(&mut self);
     /// No message is waiting on the socket: flush batched work now.
     fn idle(&mut self) {}
+    /// [`MAX_BATCH`] messages went by without [`Device::idle`]: push out
+    /// work that is complete, without cutting short what is still growing.
+    fn batch_limit(&mut self) {
+        self.idle()
+    }
     /// The client went away: drop its DMA maps and interrupt fds.
     fn disconnected(&mut self) {}
 }
@@ -487,7 +492,8 @@ impl<'d, D: Device> Connection<'d, D> {
         // Batched work waits for at most MAX_BATCH messages, even when the
         // buffer holds many more.
         if self.idle_pending && self.since_idle >= MAX_BATCH {
-            self.run_idle();
+            self.dev.batch_limit();
+            self.since_idle = 0;
         }
         // A header.
         while self.end - self.start < HDR_LEN {
