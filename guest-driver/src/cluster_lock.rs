@@ -47,6 +47,41 @@ pub trait OrderedBus {
     fn load(&self, slot: usize) -> u64;
 }
 
+/// A range of another bus's words, seen as a bus of its own. The lock and
+/// the records it protects must share one total order (a release has to
+/// come after the writes it protects), so they are windows of one bus.
+#[derive(Clone)]
+pub struct Window<B: OrderedBus> {
+    bus: B,
+    first: usize,
+    len: usize,
+}
+
+impl<B: OrderedBus> Window<B> {
+    /// Words `first .. first + len` of `bus`.
+    pub fn new(bus: B, first: usize, len: usize) -> Self {
+        assert!(first + len <= bus.slots(), "window {first}+{len} outside a bus of {} words", bus.slots());
+        Window { bus, first, len }
+    }
+}
+
+impl<B: OrderedBus> OrderedBus for Window<B> {
+    fn node(&self) -> usize {
+        self.bus.node()
+    }
+    fn slots(&self) -> usize {
+        self.len
+    }
+    fn store(&self, slot: usize, v: u64) {
+        assert!(slot < self.len, "word {slot} outside a window of {}", self.len);
+        self.bus.store(self.first + slot, v)
+    }
+    fn load(&self, slot: usize) -> u64 {
+        assert!(slot < self.len, "word {slot} outside a window of {}", self.len);
+        self.bus.load(self.first + slot)
+    }
+}
+
 /// Why an acquire gave up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LockError {

@@ -11,9 +11,11 @@
 //! - [`cluster_lock`]: cluster spinlocks from the total order and loopback.
 //! - [`toggled`]: two-copy records (the clusterwide descriptors) that survive
 //!   a writer dying mid-update.
+//! - [`regions`]: the clusterwide region directory (keys to pages) built on both.
 #![warn(missing_docs)]
 
 pub mod cluster_lock;
+pub mod regions;
 pub mod toggled;
 pub mod vfio;
 
