@@ -12,9 +12,11 @@
 //! - [`toggled`]: two-copy records (the clusterwide descriptors) that survive
 //!   a writer dying mid-update.
 //! - [`regions`]: the clusterwide region directory (keys to pages) built on both.
+//! - [`imc`]: the TruCluster MEMORY CHANNEL API as a client of `imcd` (regions so far).
 #![warn(missing_docs)]
 
 pub mod cluster_lock;
+pub mod imc;
 pub mod regions;
 pub mod toggled;
 pub mod vfio;
@@ -116,6 +118,7 @@ impl Adapter {
 /// The real [`cluster_lock::OrderedBus`]: the lock's slots are 8-byte words
 /// of one page, stored through the transmit window (the page has TX, RX and
 /// LOOPBACK) and loaded from this node's receive buffer.
+#[derive(Clone, Copy)]
 pub struct AdapterBus<'a> {
     /// The adapter.
     pub adapter: &'a Adapter,
@@ -221,9 +224,14 @@ impl RxBuffer {
         Ok(RxBuffer { ptr: ptr.cast(), len })
     }
 
-    /// Pins the buffer and maps it for the adapter's DMA.
+    /// Pins the buffer and maps it for the adapter's DMA at [`RX_IOVA_BASE`].
     pub fn map_for_dma(&self, dev: &VfioDevice) -> Result<(), VfioError> {
-        dev.map_dma(self.ptr, RX_IOVA_BASE, self.len as u64)
+        self.map_for_dma_at(dev, RX_IOVA_BASE)
+    }
+
+    /// Pins the buffer and maps it for the adapter's DMA at `iova`.
+    pub fn map_for_dma_at(&self, dev: &VfioDevice, iova: u64) -> Result<(), VfioError> {
+        dev.map_dma(self.ptr, iova, self.len as u64)
     }
 
     /// Size in bytes.

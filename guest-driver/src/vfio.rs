@@ -264,6 +264,13 @@ impl VfioDevice {
         Ok(VfioDevice { container, _group: group, device, bdf: bdf.into() })
     }
 
+    /// The device fd (what `imcd` hands to processes so they can map the
+    /// transmit window themselves).
+    pub fn device_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.device.as_fd()
+    }
+
     /// Region `index` (BAR n is index n).
     pub fn region(&self, index: u32) -> Result<Region> {
         let mut info =

@@ -87,6 +87,35 @@ enum Cmd {
     },
     /// Clear every error status bit (ERR_STATUS is write-1-to-clear).
     ClearErrors,
+    /// Through imcd (libimc): allocate region KEY, attach it for transmit and
+    /// store VALUE into every word.
+    ImcPut {
+        /// Region key.
+        #[arg(long)]
+        key: u64,
+        /// Region size in bytes.
+        #[arg(long, default_value_t = 8192)]
+        size: u64,
+        /// Value stored.
+        #[arg(long)]
+        value: u64,
+    },
+    /// Through imcd (libimc): allocate region KEY, attach it for receive and
+    /// wait until every word reads VALUE.
+    ImcGet {
+        /// Region key.
+        #[arg(long)]
+        key: u64,
+        /// Region size in bytes.
+        #[arg(long, default_value_t = 8192)]
+        size: u64,
+        /// Value awaited.
+        #[arg(long)]
+        value: u64,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
     /// Run on NODES nodes at once: each increments a counter kept in
     /// MEMORY CHANNEL space ROUNDS times under a cluster spinlock; succeeds
     /// when every node sees the exact total.
@@ -612,6 +641,41 @@ fn main() -> Result<()> {
         Cmd::NotifyWait { page, timeout } => notify_wait(page, timeout),
         Cmd::Ack { page, timeout } => ack(page, timeout),
         Cmd::LockTest { nodes, rounds, page, timeout } => lock_test(nodes, rounds, page, timeout),
+        Cmd::ImcPut { key, size, value } => {
+            let imc = mc_guest::imc::Imc::connect()?;
+            let (id, first, pages, created) = imc.asalloc(key, size, 0o666, false)?;
+            let tx = imc.asattach(id, true, false)?;
+            for off in (0..tx.len()).step_by(8) {
+                tx.store64(off, value);
+            }
+            println!(
+                "region {id} (key {key}, pages {first}..{}, {}): stored {value} into {} words",
+                first + pages,
+                if created { "created" } else { "existing" },
+                tx.len() / 8
+            );
+            Ok(())
+        }
+        Cmd::ImcGet { key, size, value, timeout } => {
+            let imc = mc_guest::imc::Imc::connect()?;
+            let (id, first, pages, created) = imc.asalloc(key, size, 0o666, false)?;
+            let rx = imc.asattach(id, false, false)?;
+            println!(
+                "region {id} (key {key}, pages {first}..{}, {}): waiting",
+                first + pages,
+                if created { "created" } else { "existing" }
+            );
+            std::io::stdout().flush()?;
+            let t0 = Instant::now();
+            while (0..rx.len()).step_by(8).any(|off| rx.load64(off) != value) {
+                if t0.elapsed() > Duration::from_secs(timeout) {
+                    bail!("region {id} did not fill with {value} within {timeout} s");
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            println!("all {} words read {value} after {:.1} ms", rx.len() / 8, t0.elapsed().as_secs_f64() * 1e3);
+            Ok(())
+        }
         Cmd::ClearErrors => {
             let a = Adapter::open()?;
             a.set_reg(reg::ERR_STATUS, err::ALL);

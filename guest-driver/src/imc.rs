@@ -1,0 +1,312 @@
+//! The TruCluster MEMORY CHANNEL API as a client of `imcd` (seed 000,
+//! Table 1): regions so far (`imc_asalloc`, `imc_asattach`).
+//!
+//! Set-up goes through `imcd` over a Unix socket (the paper's kmodcall);
+//! data transfer never does: `imcd` hands the process the adapter's VFIO
+//! device fd (for the transmit window) or the region's receive buffer, and
+//! the process maps them and uses plain stores and loads.
+//!
+//! Wire: one JSON object per line each way; a reply that carries an fd
+//! sends it with SCM_RIGHTS on the reply's first byte.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::regs::PAGE_SIZE;
+
+/// Longest request or reply line.
+pub const MAX_LINE: usize = 4096;
+
+/// Where `imcd` listens.
+pub const IMCD_SOCKET: &str = "/run/imcd.sock";
+
+/// A request to `imcd`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// `imc_asalloc`: find or create the region `key` of `size` bytes.
+    Asalloc {
+        /// Clusterwide key.
+        key: u64,
+        /// Bytes (rounded up to whole 8 KiB pages).
+        size: u64,
+        /// Permission bits (0o666 style).
+        mode: u32,
+        /// Fail if the key exists.
+        exclusive: bool,
+    },
+    /// `imc_asattach`: map region `id` for transmit or receive.
+    Asattach {
+        /// Region id from `Asalloc`.
+        id: u32,
+        /// Transmit (true) or receive.
+        transmit: bool,
+        /// Writes come back to this node too.
+        loopback: bool,
+    },
+}
+
+/// `imcd`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Reply {
+    /// A region.
+    Region {
+        /// Region id.
+        id: u32,
+        /// First MEMORY CHANNEL page.
+        first_page: u64,
+        /// Pages.
+        pages: u64,
+        /// This call created it.
+        created: bool,
+    },
+    /// An attachment: the fd sent with this reply, mapped at `offset` for `len` bytes.
+    Mapping {
+        /// Offset to mmap the fd at.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// The request failed.
+    Error {
+        /// `imc_*` status name (EXISTS, PERMISSION, NOSPACE, …).
+        code: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Errors of the client library.
+#[derive(Debug, Error)]
+pub enum ImcError {
+    /// `imcd` is not reachable.
+    #[error("cannot reach imcd at {IMCD_SOCKET} (is it running?): {0}")]
+    NoDaemon(std::io::Error),
+    /// `imcd` refused the request.
+    #[error("{code}: {message}")]
+    Refused {
+        /// Status name.
+        code: String,
+        /// Detail.
+        message: String,
+    },
+    /// Talking to `imcd` failed.
+    #[error("imcd connection: {0}")]
+    Io(#[from] std::io::Error),
+    /// `imcd` answered something unexpected.
+    #[error("unexpected answer from imcd: {0}")]
+    Protocol(String),
+}
+
+/// Sends `line` with an optional fd attached to its first byte.
+pub fn send_with_fd(sock: &UnixStream, line: &[u8], fd: Option<RawFd>) -> std::io::Result<()> {
+    let Some(fd) = fd else {
+        return (&*sock).write_all(line);
+    };
+    let mut iov = libc::iovec { iov_base: line.as_ptr() as *mut libc::c_void, iov_len: line.len() };
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut cbuf = vec![0u8; space];
+    // SAFETY: msghdr is plain data; every pointer set below outlives sendmsg.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    // SAFETY: the control buffer has room for one cmsg with one fd (CMSG_SPACE).
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+    }
+    // SAFETY: a valid msghdr on a connected socket.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if (n as usize) < line.len() {
+        (&*sock).write_all(&line[n as usize..])?;
+    }
+    Ok(())
+}
+
+/// Receives one line, with the fd that came with it (if any).
+fn recv_line_with_fd(sock: &UnixStream) -> std::io::Result<(String, Option<OwnedFd>)> {
+    let mut first = [0u8; 1];
+    let mut iov = libc::iovec { iov_base: first.as_mut_ptr().cast(), iov_len: 1 };
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut cbuf = vec![0u8; space];
+    // SAFETY: as in `send_with_fd`.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    // SAFETY: a valid msghdr; the kernel fills at most `space` control bytes.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if n == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    let mut fd = None;
+    // SAFETY: walking the control messages the kernel wrote.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if !c.is_null() && (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+            fd = Some(OwnedFd::from_raw_fd(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>())));
+        }
+    }
+    // The rest of the line, a byte at a time: a buffered reader could take
+    // bytes (and the fd) of the next message.
+    let mut line = vec![first[0]];
+    let mut b = [0u8; 1];
+    while line.last() != Some(&b'\n') {
+        if line.len() > MAX_LINE {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "reply line too long"));
+        }
+        match (&*sock).read(&mut b)? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            _ => line.push(b[0]),
+        }
+    }
+    String::from_utf8(line).map(|l| (l, fd)).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// A connection to `imcd`.
+pub struct Imc {
+    sock: UnixStream,
+}
+
+/// A mapped region: transmit (stores go to the cluster) or receive (loads
+/// see what the cluster wrote).
+pub struct Attached {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Attached {
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when nothing is mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// 8-byte store at `off` (transmit mappings).
+    pub fn store64(&self, off: usize, v: u64) {
+        assert!(off % 8 == 0 && off + 8 <= self.len, "store at {off} outside {} bytes", self.len);
+        // SAFETY: in bounds and aligned (asserted); the mapping lives as long as self.
+        unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u64>(), v) }
+    }
+
+    /// 8-byte load at `off` (receive mappings).
+    pub fn load64(&self, off: usize) -> u64 {
+        assert!(off % 8 == 0 && off + 8 <= self.len, "load at {off} outside {} bytes", self.len);
+        // SAFETY: as in `store64`.
+        unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u64>()) }
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len come from the mmap in `Imc::asattach`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+impl Imc {
+    /// Connects to `imcd` at [`IMCD_SOCKET`].
+    pub fn connect() -> Result<Imc, ImcError> {
+        Self::connect_to(Path::new(IMCD_SOCKET))
+    }
+
+    /// Connects to `imcd` at `path`.
+    pub fn connect_to(path: &Path) -> Result<Imc, ImcError> {
+        Ok(Imc { sock: UnixStream::connect(path).map_err(ImcError::NoDaemon)? })
+    }
+
+    fn call(&self, req: &Request) -> Result<(Reply, Option<OwnedFd>), ImcError> {
+        let mut line = serde_json::to_vec(req).map_err(|e| ImcError::Protocol(e.to_string()))?;
+        line.push(b'\n');
+        (&self.sock).write_all(&line)?;
+        let (text, fd) = recv_line_with_fd(&self.sock)?;
+        match serde_json::from_str::<Reply>(&text).map_err(|e| ImcError::Protocol(format!("{e}: {text}")))? {
+            Reply::Error { code, message } => Err(ImcError::Refused { code, message }),
+            r => Ok((r, fd)),
+        }
+    }
+
+    /// `imc_asalloc`: the region `key` of `size` bytes, created if needed.
+    /// Returns (id, first page, pages, created).
+    pub fn asalloc(&self, key: u64, size: u64, mode: u32, exclusive: bool) -> Result<(u32, u64, u64, bool), ImcError> {
+        match self.call(&Request::Asalloc { key, size, mode, exclusive })?.0 {
+            Reply::Region { id, first_page, pages, created } => Ok((id, first_page, pages, created)),
+            other => Err(ImcError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// `imc_asattach`: maps region `id` for transmit or receive.
+    pub fn asattach(&self, id: u32, transmit: bool, loopback: bool) -> Result<Attached, ImcError> {
+        let (reply, fd) = self.call(&Request::Asattach { id, transmit, loopback })?;
+        let Reply::Mapping { offset, len } = reply else { return Err(ImcError::Protocol(format!("{reply:?}"))) };
+        let fd = fd.ok_or_else(|| ImcError::Protocol("imcd sent no fd with the mapping".into()))?;
+        let prot = if transmit { libc::PROT_WRITE } else { libc::PROT_READ };
+        // SAFETY: a shared mapping of the fd imcd gave us, at the offset it named; checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                prot,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                offset as libc::off_t,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(ImcError::Io(std::io::Error::last_os_error()));
+        }
+        debug_assert!(len % PAGE_SIZE == 0);
+        Ok(Attached { ptr: ptr.cast(), len: len as usize })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_carry_fds() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let f = std::fs::File::open("/dev/null").unwrap();
+        send_with_fd(&a, b"{\"x\":1}\n", Some(f.as_raw_fd())).unwrap();
+        send_with_fd(&a, b"{\"y\":2}\n", None).unwrap();
+        let (l1, fd1) = recv_line_with_fd(&b).unwrap();
+        assert_eq!(l1, "{\"x\":1}\n");
+        assert!(fd1.is_some());
+        let (l2, fd2) = recv_line_with_fd(&b).unwrap();
+        assert_eq!(l2, "{\"y\":2}\n");
+        assert!(fd2.is_none());
+    }
+
+    #[test]
+    fn requests_and_replies_roundtrip() {
+        let r = Request::Asalloc { key: 42, size: 8192, mode: 0o666, exclusive: false };
+        assert_eq!(serde_json::from_str::<Request>(&serde_json::to_string(&r).unwrap()).unwrap(), r);
+        let p = Reply::Error { code: "EXISTS".into(), message: "m".into() };
+        assert_eq!(serde_json::from_str::<Reply>(&serde_json::to_string(&p).unwrap()).unwrap(), p);
+    }
+}
