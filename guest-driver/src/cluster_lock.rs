@@ -109,7 +109,21 @@ pub struct ClusterLock<B: OrderedBus> {
 impl<B: OrderedBus> ClusterLock<B> {
     /// Wraps a bus; the lock's slots must start at 0.
     pub fn new(bus: B) -> Self {
-        ClusterLock { bus, next_bid: std::cell::Cell::new(1) }
+        Self::with_bid_base(bus, 0)
+    }
+
+    /// Like [`ClusterLock::new`], with bid values starting above `base`.
+    /// Several processes that take turns on one node's slot need disjoint
+    /// bid values (e.g. `pid << 32`), or one's stale bid could satisfy
+    /// another's wait.
+    pub fn with_bid_base(bus: B, base: u64) -> Self {
+        ClusterLock { bus, next_bid: std::cell::Cell::new(base | 1) }
+    }
+
+    /// Marks a bid of ours already in place (placed for us, e.g. by imcd
+    /// when it created the lock set for us): we hold the lock.
+    pub fn held_by_placed_bid(&self, bid: u64) {
+        self.next_bid.set(bid.wrapping_add(1).max(1));
     }
 
     fn fresh_bid(&self) -> u64 {

@@ -40,6 +40,20 @@ pub enum Request {
         /// Fail if the key exists.
         exclusive: bool,
     },
+    /// `imc_lkalloc`: find or create the spinlock set `key` of `nlocks` locks.
+    /// `creator`: create it exclusively and hold lock 0 when it returns.
+    Lkalloc {
+        /// Clusterwide key.
+        key: u64,
+        /// Locks in the set.
+        nlocks: u32,
+        /// Permission bits.
+        mode: u32,
+        /// IMC_CREATOR.
+        creator: bool,
+    },
+    /// The adapter's registers, read-only (error counts, membership).
+    Regs,
     /// `imc_asattach`: map region `id` for transmit or receive.
     Asattach {
         /// Region id from `Asalloc`.
@@ -65,6 +79,19 @@ pub enum Reply {
         pages: u64,
         /// This call created it.
         created: bool,
+    },
+    /// A spinlock set (its slots are region `id`).
+    LockSet {
+        /// Region holding the slots.
+        id: u32,
+        /// Locks.
+        nlocks: u32,
+        /// This node's slot in each lock.
+        node: u32,
+        /// This call created it.
+        created: bool,
+        /// With IMC_CREATOR: the bid imcd placed in lock 0 for the caller.
+        placed_bid: u64,
     },
     /// An attachment: the fd sent with this reply, mapped at `offset` for `len` bytes.
     Mapping {
@@ -281,6 +308,187 @@ impl Imc {
         }
         debug_assert!(len % PAGE_SIZE == 0);
         Ok(Attached { ptr: ptr.cast(), len: len as usize })
+    }
+}
+
+/// The slots of one lock of a set, as an [`OrderedBus`](crate::cluster_lock::OrderedBus):
+/// stores through this process's transmit mapping (with loopback), loads
+/// from its receive mapping.
+struct LockBus<'a> {
+    set: &'a LockSet,
+    lock: u32,
+}
+
+/// Slots per lock (one per possible node), as imcd lays lock sets out.
+const LOCK_SLOTS: usize = 64;
+
+impl crate::cluster_lock::OrderedBus for LockBus<'_> {
+    fn node(&self) -> usize {
+        self.set.node as usize
+    }
+    fn slots(&self) -> usize {
+        LOCK_SLOTS
+    }
+    fn store(&self, slot: usize, v: u64) {
+        self.set.tx.store64((self.lock as usize * LOCK_SLOTS + slot) * 8, v)
+    }
+    fn load(&self, slot: usize) -> u64 {
+        self.set.rx.load64((self.lock as usize * LOCK_SLOTS + slot) * 8)
+    }
+}
+
+/// A spinlock set (`imc_lkalloc`): clusterwide locks, usable by several
+/// processes on each node.
+pub struct LockSet {
+    /// Region holding the slots.
+    pub id: u32,
+    /// Locks in the set.
+    pub nlocks: u32,
+    node: u32,
+    tx: Attached,
+    rx: Attached,
+    /// Per lock: the local file whose flock orders this node's processes.
+    local: Vec<std::fs::File>,
+    /// Next bid base (pid << 32, 2^16 bids per acquire).
+    bids: std::cell::Cell<u64>,
+    /// Lock 0 is held through the bid imcd placed at creation.
+    placed: std::cell::Cell<u64>,
+}
+
+impl LockSet {
+    fn flock(&self, lock: u32, op: libc::c_int) -> Result<(), ImcError> {
+        // SAFETY: flock(2) on a file we hold open.
+        if unsafe { libc::flock(self.local[lock as usize].as_raw_fd(), op) } != 0 {
+            return Err(ImcError::Io(std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    fn check(&self, lock: u32) -> Result<(), ImcError> {
+        if lock >= self.nlocks {
+            return Err(ImcError::Refused {
+                code: "INVALID".into(),
+                message: format!("lock {lock} of a set of {}", self.nlocks),
+            });
+        }
+        Ok(())
+    }
+
+    /// `imc_lkacquire` (waiting): first among this node's processes, then
+    /// clusterwide.
+    pub fn acquire(&self, lock: u32, timeout: std::time::Duration) -> Result<(), ImcError> {
+        self.check(lock)?;
+        self.flock(lock, libc::LOCK_EX)?;
+        let base = self.bids.get();
+        self.bids.set(base + (1 << 16));
+        let cl = crate::cluster_lock::ClusterLock::with_bid_base(LockBus { set: self, lock }, base);
+        if let Err(e) = cl.acquire(timeout) {
+            let _ = self.flock(lock, libc::LOCK_UN);
+            return Err(ImcError::Refused { code: "TIMEOUT".into(), message: e.to_string() });
+        }
+        Ok(())
+    }
+
+    /// `imc_lkrelease`.
+    pub fn release(&self, lock: u32) -> Result<(), ImcError> {
+        self.check(lock)?;
+        use crate::cluster_lock::OrderedBus;
+        let bus = LockBus { set: self, lock };
+        bus.store(bus.node(), 0);
+        if lock == 0 && self.placed.get() != 0 {
+            self.placed.set(0);
+        }
+        self.flock(lock, libc::LOCK_UN)
+    }
+}
+
+/// The adapter's registers, mapped read-only (`imc_rderrcnt` and friends
+/// read them from user space, no call to imcd after the first).
+pub struct Regs {
+    map: Attached,
+}
+
+impl Regs {
+    fn reg(&self, off: usize) -> u32 {
+        assert!(off % 4 == 0 && off + 4 <= self.map.len);
+        // SAFETY: in bounds and aligned; a read-only mapping of BAR 0.
+        unsafe { std::ptr::read_volatile(self.map.ptr.add(off).cast::<u32>()) }
+    }
+
+    /// `imc_rderrcnt`: errors the adapter counted since reset.
+    pub fn rderrcnt(&self) -> u32 {
+        self.reg(crate::regs::reg::ERR_COUNT as usize)
+    }
+
+    /// `imc_ckerrcnt`: true when errors happened since `since` was read.
+    pub fn ckerrcnt(&self, since: u32) -> bool {
+        self.rderrcnt() != since
+    }
+
+    /// `imc_gethosts`: the nodes that are up.
+    pub fn gethosts(&self) -> Vec<u16> {
+        let m = (self.reg(crate::regs::reg::MEMBERS_HI as usize) as u64) << 32
+            | self.reg(crate::regs::reg::MEMBERS_LO as usize) as u64;
+        (0..64).filter(|i| m & (1 << i) != 0).collect()
+    }
+}
+
+impl Imc {
+    /// `imc_lkalloc`: the spinlock set `key`; with `creator`, created
+    /// exclusively (`IMC_EXISTS` otherwise) and returned with lock 0 held.
+    pub fn lkalloc(&self, key: u64, nlocks: u32, mode: u32, creator: bool) -> Result<(LockSet, bool), ImcError> {
+        let (id, node, created, placed_bid) = match self.call(&Request::Lkalloc { key, nlocks, mode, creator })?.0 {
+            Reply::LockSet { id, node, created, placed_bid, .. } => (id, node, created, placed_bid),
+            other => return Err(ImcError::Protocol(format!("{other:?}"))),
+        };
+        let tx = self.asattach(id, true, true)?;
+        let rx = self.asattach(id, false, false)?;
+        let local = (0..nlocks)
+            .map(|i| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(format!("/run/imc-lock-{id}-{i}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let set = LockSet {
+            id,
+            nlocks,
+            node,
+            tx,
+            rx,
+            local,
+            bids: std::cell::Cell::new((std::process::id() as u64) << 32),
+            placed: std::cell::Cell::new(placed_bid),
+        };
+        if placed_bid != 0 {
+            // We hold lock 0 clusterwide; hold it on this node too.
+            set.flock(0, libc::LOCK_EX)?;
+        }
+        Ok((set, created))
+    }
+
+    /// The adapter's registers, read-only.
+    pub fn regs(&self) -> Result<Regs, ImcError> {
+        let (reply, fd) = self.call(&Request::Regs)?;
+        let Reply::Mapping { offset, len } = reply else { return Err(ImcError::Protocol(format!("{reply:?}"))) };
+        let fd = fd.ok_or_else(|| ImcError::Protocol("imcd sent no fd with the registers".into()))?;
+        // SAFETY: read-only shared mapping of BAR 0 through the device fd; checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                offset as libc::off_t,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(ImcError::Io(std::io::Error::last_os_error()));
+        }
+        Ok(Regs { map: Attached { ptr: ptr.cast(), len: len as usize } })
     }
 }
 

@@ -212,6 +212,23 @@ impl<B: OrderedBus + Clone> Regions<B> {
         ctime: u64,
         exclusive: bool,
     ) -> Result<(RegionDesc, bool), RegionError> {
+        self.alloc_with(key, pages, mode, cred, ctime, exclusive, |_| Ok(()))
+    }
+
+    /// Like [`Regions::alloc`]; `on_create` runs on a new region while the
+    /// directory lock is still held (so nobody else sees the region before
+    /// it did its work, e.g. took the first lock of a new lock set).
+    #[allow(clippy::too_many_arguments)]
+    pub fn alloc_with(
+        &self,
+        key: u64,
+        pages: u64,
+        mode: u32,
+        cred: Cred,
+        ctime: u64,
+        exclusive: bool,
+        on_create: impl FnOnce(&RegionDesc) -> Result<(), RegionError>,
+    ) -> Result<(RegionDesc, bool), RegionError> {
         if pages == 0 {
             return Err(RegionError::Empty);
         }
@@ -235,6 +252,7 @@ impl<B: OrderedBus + Clone> Regions<B> {
             let first_page = self.first_fit(&all, pages)?;
             let r = RegionDesc { id: slot as u32, key, first_page, pages, mode, uid: cred.uid, gid: cred.gid, ctime };
             self.entries[slot].write(&r.to_words(), self.timeout)?;
+            on_create(&r)?;
             Ok((r, true))
         })
     }

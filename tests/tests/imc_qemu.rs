@@ -29,3 +29,35 @@ fn imc_region_by_key_spans_guests() {
     let other = String::from_utf8(c.run(0, &["mctool", "imc-put", "--key", "43", "--value", "1"])).unwrap();
     assert!(other.contains("created") && other.contains("pages 17..18"), "{other}");
 }
+
+/// Issue 5: 3 nodes × 2 processes each increment a shared counter (a
+/// region in MEMORY CHANNEL space) 1000 times under an `imc_lkacquire`
+/// lock, with plain loads and stores; the final value is exact everywhere.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn spinlock_mutual_exclusion_across_nodes() {
+    let c = Cluster::up("t-imclock", 3);
+    for n in 0..3 {
+        c.run(n, &["sh", "-c", "imcd > /tmp/imcd.log 2>&1 &"]);
+        c.poll_until(n, &["cat", "/tmp/imcd.log"], 20, |o| o.contains("listening"));
+    }
+    // Every node receives the counter before anyone increments it.
+    for n in 0..3 {
+        let out = String::from_utf8(c.run(n, &["mctool", "imc-lock-test", "--setup"])).unwrap();
+        assert!(out.contains("ready"), "{out}");
+    }
+    for n in 0..3 {
+        c.run(
+            n,
+            &["sh", "-c", "(mctool imc-lock-test --procs 2 --rounds 1000 --total 6000 > /tmp/lt.log 2>&1; echo $? > /tmp/lt.rc) &"],
+        );
+    }
+    for n in 0..3 {
+        let rc = c.poll_until(n, &["sh", "-c", "cat /tmp/lt.rc 2>/dev/null"], 180, |o| !o.trim().is_empty());
+        let log = String::from_utf8(c.run(n, &["cat", "/tmp/lt.log"])).unwrap();
+        assert_eq!(rc.trim(), "0", "node {n}:\n{log}");
+        assert_eq!(log.matches("counter 6000 exact").count(), 2, "node {n}:\n{log}");
+    }
+    let hosts = String::from_utf8(c.run(0, &["mctool", "imc-hosts"])).unwrap();
+    assert!(hosts.contains("hosts [0, 1, 2] errors 0"), "{hosts}");
+}

@@ -65,19 +65,29 @@ fn refusal(e: &RegionError) -> Reply {
     Reply::Error { code: code.into(), message: e.to_string() }
 }
 
+/// Key bit that puts spinlock sets in the region directory beside regions.
+const LOCK_KEY: u64 = 1 << 63;
+/// Slots per lock: one per possible node.
+const LOCK_SLOTS_PER_LOCK: u64 = 64;
+/// imcd's own bid values (processes use pid << 32, below this).
+const IMCD_BID_BASE: u64 = 1 << 62;
+
 struct Daemon<'a> {
-    a: &'a Adapter,
     dir: Regions<AdapterBus<'a>>,
+    io: Io<'a>,
+}
+
+/// Everything but the directory: the adapter and this node's buffers.
+struct Io<'a> {
+    a: &'a Adapter,
+    node: u32,
     /// Receive buffers of regions attached for receive on this node.
     rx: HashMap<u32, (RxBuffer, PathBuf)>,
     tx_offset: u64,
+    next_bid: u64,
 }
 
-impl Daemon<'_> {
-    fn region(&self, id: u32) -> Result<RegionDesc, RegionError> {
-        self.dir.list().into_iter().find(|r| r.id == id).ok_or(RegionError::NotFound(id as u64))
-    }
-
+impl Io<'_> {
     /// Receive buffer for `r`, mapped for DMA and enabled in the PCT.
     fn receive(&mut self, r: &RegionDesc) -> Result<&(RxBuffer, PathBuf)> {
         if !self.rx.contains_key(&r.id) {
@@ -94,6 +104,39 @@ impl Daemon<'_> {
         Ok(&self.rx[&r.id])
     }
 
+    /// Enables transmit (and loopback) on the pages of `r`.
+    fn transmit(&self, r: &RegionDesc, loopback: bool) {
+        for p in r.first_page..r.first_page + r.pages {
+            let (bits, iova) = self.a.page(p);
+            let lb = if loopback { pct::LOOPBACK } else { 0 };
+            self.a.set_page(p, bits | pct::TX | lb, iova);
+        }
+    }
+
+    /// IMC_CREATOR: places a bid for our node in lock 0 of the new set `r`
+    /// and waits for it to come back, all while the directory lock is held:
+    /// nobody can see the set without seeing lock 0 taken.
+    fn place_creator_bid(&mut self, r: &RegionDesc) -> Result<u64> {
+        self.receive(r)?;
+        self.transmit(r, true);
+        self.next_bid += 1;
+        let bid = IMCD_BID_BASE | self.next_bid;
+        let slot = self.node as u64 * 8;
+        self.a.store64(r.first_page * PAGE_SIZE + slot, bid);
+        let t0 = std::time::Instant::now();
+        while self.rx[&r.id].0.read64(slot as usize) != bid {
+            anyhow::ensure!(t0.elapsed() < Duration::from_secs(10), "our bid did not come back: link down?");
+            std::hint::spin_loop();
+        }
+        Ok(bid)
+    }
+}
+
+impl Daemon<'_> {
+    fn region(&self, id: u32) -> Result<RegionDesc, RegionError> {
+        self.dir.list().into_iter().find(|r| r.id == id).ok_or(RegionError::NotFound(id as u64))
+    }
+
     fn handle(&mut self, req: Request, cred: Cred) -> (Reply, Option<std::fs::File>) {
         match req {
             Request::Asalloc { key, size, mode, exclusive } => {
@@ -104,6 +147,37 @@ impl Daemon<'_> {
                         (Reply::Region { id: r.id, first_page: r.first_page, pages: r.pages, created }, None)
                     }
                     Err(e) => (refusal(&e), None),
+                }
+            }
+            Request::Lkalloc { key, nlocks, mode, creator } => {
+                if nlocks == 0 || nlocks > 1024 {
+                    return (
+                        Reply::Error { code: "INVALID".into(), message: format!("{nlocks} locks: 1 to 1024 per set") },
+                        None,
+                    );
+                }
+                let pages = (nlocks as u64 * LOCK_SLOTS_PER_LOCK * 8).div_ceil(PAGE_SIZE);
+                let mut placed = 0;
+                let io = &mut self.io;
+                let r = self.dir.alloc_with(key | LOCK_KEY, pages, mode, cred, 0, creator, |r| {
+                    if creator {
+                        placed = io.place_creator_bid(r).map_err(|_| RegionError::NotFound(r.key))?;
+                    }
+                    Ok(())
+                });
+                match r {
+                    Ok((r, created)) => {
+                        (Reply::LockSet { id: r.id, nlocks, node: self.io.node, created, placed_bid: placed }, None)
+                    }
+                    Err(RegionError::Exists(_)) => (refusal(&RegionError::Exists(key)), None),
+                    Err(e) => (refusal(&e), None),
+                }
+            }
+            Request::Regs => {
+                let fd = self.io.a.dev.device_fd().try_clone_to_owned().map(std::fs::File::from).ok();
+                match self.io.a.dev.region(mc_guest::regs::BAR_REGS) {
+                    Ok(r) => (Reply::Mapping { offset: r.offset, len: r.size }, fd),
+                    Err(e) => (Reply::Error { code: "NODEV".into(), message: e.to_string() }, None),
                 }
             }
             Request::Asattach { id, transmit, loopback } => {
@@ -119,19 +193,15 @@ impl Daemon<'_> {
                 if transmit {
                     if loopback {
                         // Our own writes come back: they need somewhere to land here.
-                        if let Err(e) = self.receive(&r) {
+                        if let Err(e) = self.io.receive(&r) {
                             return (Reply::Error { code: "NOMEM".into(), message: format!("{e:#}") }, None);
                         }
                     }
-                    for p in r.first_page..r.first_page + r.pages {
-                        let (bits, iova) = self.a.page(p);
-                        let lb = if loopback { pct::LOOPBACK } else { 0 };
-                        self.a.set_page(p, bits | pct::TX | lb, iova);
-                    }
-                    let fd = self.a.dev.device_fd().try_clone_to_owned().map(std::fs::File::from).ok();
-                    (Reply::Mapping { offset: self.tx_offset + r.first_page * PAGE_SIZE, len }, fd)
+                    self.io.transmit(&r, loopback);
+                    let fd = self.io.a.dev.device_fd().try_clone_to_owned().map(std::fs::File::from).ok();
+                    (Reply::Mapping { offset: self.io.tx_offset + r.first_page * PAGE_SIZE, len }, fd)
                 } else {
-                    match self.receive(&r).and_then(|(_, path)| Ok(std::fs::File::open(path)?)) {
+                    match self.io.receive(&r).and_then(|(_, path)| Ok(std::fs::File::open(path)?)) {
                         Ok(f) => (Reply::Mapping { offset: 0, len }, Some(f)),
                         Err(e) => (Reply::Error { code: "NOMEM".into(), message: format!("{e:#}") }, None),
                     }
@@ -168,7 +238,7 @@ fn run() -> Result<()> {
     let bus = AdapterBus { adapter: &a, buf: &meta, page: DIR_PAGE, node, slots: (PAGE_SIZE / 8) as usize };
     let dir = Regions::new(bus, LOCK_SLOTS, ENTRIES, DATA_FIRST..a.pages(), Duration::from_secs(10))?;
     let tx_offset = a.dev.region(BAR_TX)?.offset;
-    let mut d = Daemon { a: &a, dir, rx: HashMap::new(), tx_offset };
+    let mut d = Daemon { dir, io: Io { a: &a, node: node as u32, rx: HashMap::new(), tx_offset, next_bid: 0 } };
 
     let _ = std::fs::remove_file(IMCD_SOCKET);
     let listener = UnixListener::bind(IMCD_SOCKET).with_context(|| format!("cannot listen on {IMCD_SOCKET}"))?;

@@ -87,6 +87,31 @@ enum Cmd {
     },
     /// Clear every error status bit (ERR_STATUS is write-1-to-clear).
     ClearErrors,
+    /// Through imcd (libimc): PROCS processes increment a counter region under
+    /// spinlock set KEY (imc_lkacquire), ROUNDS times each; succeeds when the
+    /// counter reaches TOTAL exactly. Run with --setup on every node first.
+    ImcLockTest {
+        /// Spinlock set key (the counter region is KEY + 1000).
+        #[arg(long, default_value_t = 456)]
+        key: u64,
+        /// Processes on this node.
+        #[arg(long, default_value_t = 2)]
+        procs: usize,
+        /// Increments per process.
+        #[arg(long, default_value_t = 100)]
+        rounds: u64,
+        /// Increments across the cluster.
+        #[arg(long, default_value_t = 0)]
+        total: u64,
+        /// Only allocate and attach (so this node receives from then on).
+        #[arg(long)]
+        setup: bool,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+    },
+    /// Through imcd (libimc): the error count and the nodes that are up.
+    ImcHosts,
     /// Through imcd (libimc): allocate region KEY, attach it for transmit and
     /// store VALUE into every word.
     ImcPut {
@@ -578,6 +603,81 @@ fn lock_test(nodes: usize, rounds: u64, page: u64, timeout: u64) -> Result<()> {
     Ok(())
 }
 
+fn imc_lock_test(key: u64, procs: usize, rounds: u64, total: u64, setup: bool, timeout: u64) -> Result<()> {
+    use mc_guest::imc::Imc;
+    let counter_key = key + 1000;
+    let limit = Duration::from_secs(timeout);
+    if setup {
+        let imc = Imc::connect()?;
+        let (set, created) = imc.lkalloc(key, 1, 0o666, false)?;
+        let (id, ..) = imc.asalloc(counter_key, 8192, 0o666, false)?;
+        let _rx = imc.asattach(id, false, false)?;
+        println!("ready: lock set {} ({}), counter region {id}", set.id, if created { "created" } else { "existing" });
+        return Ok(());
+    }
+    let mut children = Vec::new();
+    for p in 0..procs {
+        // SAFETY: fork before any threads; the child only runs the loop below.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            bail!("fork: {}", std::io::Error::last_os_error());
+        }
+        if pid > 0 {
+            children.push(pid);
+            continue;
+        }
+        let r = (|| -> Result<u64> {
+            let imc = Imc::connect()?;
+            let (set, _) = imc.lkalloc(key, 1, 0o666, false)?;
+            let (id, ..) = imc.asalloc(counter_key, 8192, 0o666, false)?;
+            let tx = imc.asattach(id, true, true)?;
+            let rx = imc.asattach(id, false, false)?;
+            for _ in 0..rounds {
+                set.acquire(0, limit)?;
+                // A plain read-modify-write, safe only under the lock.
+                let c = rx.load64(0);
+                tx.store64(0, c + 1);
+                while rx.load64(0) != c + 1 {
+                    std::hint::spin_loop();
+                }
+                set.release(0)?;
+            }
+            let t0 = Instant::now();
+            while total > 0 && rx.load64(0) < total && t0.elapsed() < limit {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(rx.load64(0))
+        })();
+        match r {
+            Ok(seen) if total == 0 || seen == total => {
+                println!("process {p}: counter {seen} exact");
+                std::process::exit(0)
+            }
+            Ok(seen) => {
+                println!("process {p}: counter {seen}, expected {total}");
+                std::process::exit(1)
+            }
+            Err(e) => {
+                println!("process {p}: {e:#}");
+                std::process::exit(1)
+            }
+        }
+    }
+    let mut failed = 0;
+    for pid in children {
+        let mut st = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
+        if st != 0 {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} of {procs} processes failed");
+    }
+    Ok(())
+}
+
 fn pingpong(role: &str, rounds: u64, ping_page: u64, pong_page: u64, timeout: u64) -> Result<()> {
     let (rx_page, tx_page_no) = match role {
         "ping" => (pong_page, ping_page),
@@ -641,6 +741,15 @@ fn main() -> Result<()> {
         Cmd::NotifyWait { page, timeout } => notify_wait(page, timeout),
         Cmd::Ack { page, timeout } => ack(page, timeout),
         Cmd::LockTest { nodes, rounds, page, timeout } => lock_test(nodes, rounds, page, timeout),
+        Cmd::ImcLockTest { key, procs, rounds, total, setup, timeout } => {
+            imc_lock_test(key, procs, rounds, total, setup, timeout)
+        }
+        Cmd::ImcHosts => {
+            let imc = mc_guest::imc::Imc::connect()?;
+            let regs = imc.regs()?;
+            println!("hosts {:?} errors {}", regs.gethosts(), regs.rderrcnt());
+            Ok(())
+        }
         Cmd::ImcPut { key, size, value } => {
             let imc = mc_guest::imc::Imc::connect()?;
             let (id, first, pages, created) = imc.asalloc(key, size, 0o666, false)?;
