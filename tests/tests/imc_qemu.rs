@@ -61,3 +61,49 @@ fn spinlock_mutual_exclusion_across_nodes() {
     let hosts = String::from_utf8(c.run(0, &["mctool", "imc-hosts"])).unwrap();
     assert!(hosts.contains("hosts [0, 1, 2] errors 0"), "{hosts}");
 }
+
+fn start_imcd(c: &Cluster, n: usize) {
+    c.run(n, &["sh", "-c", "imcd > /tmp/imcd.log 2>&1 &"]);
+    c.poll_until(n, &["cat", "/tmp/imcd.log"], 20, |o| o.contains("listening"));
+}
+
+/// Issue 5: `imc_ckerrcnt` sees an error injected at the hub (a corrupted
+/// packet to this node) between `imc_rderrcnt` and the check.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn ckerrcnt_detects_injected_error() {
+    let c = Cluster::up("t-ckerr", 2);
+    start_imcd(&c, 1);
+    c.run(1, &["sh", "-c", "(mctool imc-check-errors --seconds 8 > /tmp/ck.log 2>&1; echo $? > /tmp/ck.rc) &"]);
+    c.poll_until(1, &["cat", "/tmp/ck.log"], 20, |o| o.contains("waiting"));
+    c.hub(&["corrupt", "1", "1"]);
+    c.run(0, &["mctool", "poke", "--page", "3", "--value", "1"]);
+    let rc = c.poll_until(1, &["sh", "-c", "cat /tmp/ck.rc 2>/dev/null"], 30, |o| !o.trim().is_empty());
+    let log = String::from_utf8(c.run(1, &["cat", "/tmp/ck.log"])).unwrap();
+    assert_eq!(rc.trim(), "0", "{log}");
+    assert!(log.contains("error count 0") && log.contains("new errors (count now 1)"), "{log}");
+}
+
+/// Issue 5: another uid cannot get at a region its mode does not grant
+/// (System V rules: owner, group, other; uid 0 may).
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn permission_denied_for_other_uid() {
+    let c = Cluster::up("t-perm", 1);
+    start_imcd(&c, 0);
+    let made = String::from_utf8(c.run(0, &["mctool", "imc-alloc", "--key", "77", "--mode", "600"])).unwrap();
+    assert!(made.contains("IMC_SUCCESS") && made.contains("created"), "{made}");
+    let denied = c.exec(0, &["mctool", "--uid", "1000", "imc-alloc", "--key", "77"]);
+    assert!(!denied.status.success());
+    assert!(String::from_utf8_lossy(&denied.stderr).contains("IMC_PERMISSION"), "{denied:?}");
+    // Mode 644: others may read (attach for receive) but the region is found.
+    c.run(0, &["mctool", "imc-alloc", "--key", "78", "--mode", "644"]);
+    let ok = String::from_utf8(c.run(0, &["mctool", "--uid", "1000", "imc-alloc", "--key", "78"])).unwrap();
+    assert!(ok.contains("IMC_SUCCESS") && ok.contains("existing"), "{ok}");
+    // The owner itself is fine with 600.
+    let own =
+        String::from_utf8(c.run(0, &["mctool", "--uid", "1000", "imc-alloc", "--key", "79", "--mode", "600"])).unwrap();
+    assert!(own.contains("created"), "{own}");
+    let again = String::from_utf8(c.run(0, &["mctool", "--uid", "1000", "imc-alloc", "--key", "79"])).unwrap();
+    assert!(again.contains("existing"), "{again}");
+}

@@ -43,6 +43,12 @@ const PID_FILE: &str = "/run/mctool-rx.pid";
 #[derive(Parser)]
 #[command(version, about = "Drive the MEMORY CHANNEL adapter from inside a guest")]
 struct Cli {
+    /// Run as this user id (drops root first; for permission tests).
+    #[arg(long, global = true)]
+    uid: Option<u32>,
+    /// Run as this group id (with --uid).
+    #[arg(long, global = true)]
+    gid: Option<u32>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -112,6 +118,25 @@ enum Cmd {
     },
     /// Through imcd (libimc): the error count and the nodes that are up.
     ImcHosts,
+    /// Through imcd (libimc): read the error count, wait SECONDS, then report
+    /// whether imc_ckerrcnt saw new errors (exit 0 when it did).
+    ImcCheckErrors {
+        /// Seconds to wait between reading and checking.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
+    /// Through imcd (libimc): imc_asalloc of KEY with MODE; prints the status.
+    ImcAlloc {
+        /// Region key.
+        #[arg(long)]
+        key: u64,
+        /// Permission bits, octal.
+        #[arg(long, default_value = "600")]
+        mode: String,
+        /// Region size in bytes.
+        #[arg(long, default_value_t = 8192)]
+        size: u64,
+    },
     /// Through imcd (libimc): allocate region KEY, attach it for transmit and
     /// store VALUE into every word.
     ImcPut {
@@ -734,7 +759,15 @@ fn pingpong(role: &str, rounds: u64, ping_page: u64, pong_page: u64, timeout: u6
 }
 
 fn main() -> Result<()> {
-    match Cli::parse().cmd {
+    let cli = Cli::parse();
+    if let Some(uid) = cli.uid {
+        let gid = cli.gid.unwrap_or(uid);
+        // SAFETY: plain syscalls; group first, while we still may.
+        if unsafe { libc::setgid(gid) } != 0 || unsafe { libc::setuid(uid) } != 0 {
+            bail!("cannot become uid {uid} gid {gid}: {}", std::io::Error::last_os_error());
+        }
+    }
+    match cli.cmd {
         Cmd::Info => info(),
         Cmd::Rx { pages, buffer, foreground } => rx(&pages, &buffer, foreground),
         Cmd::Stop => stop(),
@@ -743,6 +776,36 @@ fn main() -> Result<()> {
         Cmd::LockTest { nodes, rounds, page, timeout } => lock_test(nodes, rounds, page, timeout),
         Cmd::ImcLockTest { key, procs, rounds, total, setup, timeout } => {
             imc_lock_test(key, procs, rounds, total, setup, timeout)
+        }
+        Cmd::ImcCheckErrors { seconds } => {
+            let imc = mc_guest::imc::Imc::connect()?;
+            let regs = imc.regs()?;
+            let before = regs.rderrcnt();
+            println!("error count {before}; waiting {seconds} s");
+            std::io::stdout().flush()?;
+            std::thread::sleep(Duration::from_secs(seconds));
+            if regs.ckerrcnt(before) {
+                println!("ckerrcnt: new errors (count now {})", regs.rderrcnt());
+                Ok(())
+            } else {
+                bail!("ckerrcnt: no new errors");
+            }
+        }
+        Cmd::ImcAlloc { key, mode, size } => {
+            let mode = u32::from_str_radix(&mode, 8).context("--mode is octal, like 600")?;
+            let imc = mc_guest::imc::Imc::connect()?;
+            match imc.asalloc(key, size, mode, false) {
+                Ok((id, first, pages, created)) => {
+                    println!(
+                        "IMC_SUCCESS region {id} pages {first}..{} {}",
+                        first + pages,
+                        if created { "created" } else { "existing" }
+                    );
+                    Ok(())
+                }
+                Err(mc_guest::imc::ImcError::Refused { code, message }) => bail!("IMC_{code}: {message}"),
+                Err(e) => Err(e.into()),
+            }
         }
         Cmd::ImcHosts => {
             let imc = mc_guest::imc::Imc::connect()?;
