@@ -131,21 +131,31 @@ pub enum ImcError {
     Protocol(String),
 }
 
+/// Room for one control message carrying one fd.
+fn one_fd_space() -> usize {
+    // SAFETY: CMSG_SPACE is a pure computation.
+    unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize }
+}
+
+/// A msghdr over one iovec and a control buffer; both must outlive its use.
+fn msghdr(iov: &mut libc::iovec, control: &mut [u8]) -> libc::msghdr {
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = control.len();
+    msg
+}
+
 /// Sends `line` with an optional fd attached to its first byte.
 pub fn send_with_fd(sock: &UnixStream, line: &[u8], fd: Option<RawFd>) -> std::io::Result<()> {
     let Some(fd) = fd else {
         return (&*sock).write_all(line);
     };
     let mut iov = libc::iovec { iov_base: line.as_ptr() as *mut libc::c_void, iov_len: line.len() };
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut cbuf = vec![0u8; space];
-    // SAFETY: msghdr is plain data; every pointer set below outlives sendmsg.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = space;
+    let mut cbuf = vec![0u8; one_fd_space()];
+    let msg = msghdr(&mut iov, &mut cbuf);
     // SAFETY: the control buffer has room for one cmsg with one fd (CMSG_SPACE).
     unsafe {
         let c = libc::CMSG_FIRSTHDR(&msg);
@@ -169,15 +179,8 @@ pub fn send_with_fd(sock: &UnixStream, line: &[u8], fd: Option<RawFd>) -> std::i
 fn recv_line_with_fd(sock: &UnixStream) -> std::io::Result<(String, Option<OwnedFd>)> {
     let mut first = [0u8; 1];
     let mut iov = libc::iovec { iov_base: first.as_mut_ptr().cast(), iov_len: 1 };
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut cbuf = vec![0u8; space];
-    // SAFETY: as in `send_with_fd`.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = space;
+    let mut cbuf = vec![0u8; one_fd_space()];
+    let mut msg = msghdr(&mut iov, &mut cbuf);
     // SAFETY: a valid msghdr; the kernel fills at most `space` control bytes.
     let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
     if n < 0 {

@@ -2,6 +2,12 @@
 
 use mc_tests::Cluster;
 
+/// Starts imcd on node `n` and waits until it listens.
+fn start_imcd(c: &Cluster, n: usize) {
+    c.run(n, &["sh", "-c", "imcd > /tmp/imcd.log 2>&1 &"]);
+    c.poll_until(n, &["cat", "/tmp/imcd.log"], 20, |o| o.contains("listening"));
+}
+
 /// A region allocated by key is the same region on every guest (the
 /// clusterwide directory lives in MEMORY CHANNEL space), and data moves by
 /// plain stores and loads in the processes: imcd only sets the mappings up.
@@ -10,8 +16,7 @@ use mc_tests::Cluster;
 fn imc_region_by_key_spans_guests() {
     let c = Cluster::up("t-imc", 2);
     for n in 0..2 {
-        c.run(n, &["sh", "-c", "imcd > /tmp/imcd.log 2>&1 &"]);
-        c.poll_until(n, &["cat", "/tmp/imcd.log"], 20, |o| o.contains("listening"));
+        start_imcd(&c, n);
     }
     c.run(
         1,
@@ -38,8 +43,7 @@ fn imc_region_by_key_spans_guests() {
 fn spinlock_mutual_exclusion_across_nodes() {
     let c = Cluster::up("t-imclock", 3);
     for n in 0..3 {
-        c.run(n, &["sh", "-c", "imcd > /tmp/imcd.log 2>&1 &"]);
-        c.poll_until(n, &["cat", "/tmp/imcd.log"], 20, |o| o.contains("listening"));
+        start_imcd(&c, n);
     }
     // Every node receives the counter before anyone increments it.
     for n in 0..3 {
@@ -60,11 +64,6 @@ fn spinlock_mutual_exclusion_across_nodes() {
     }
     let hosts = String::from_utf8(c.run(0, &["mctool", "imc-hosts"])).unwrap();
     assert!(hosts.contains("hosts [0, 1, 2] errors 0"), "{hosts}");
-}
-
-fn start_imcd(c: &Cluster, n: usize) {
-    c.run(n, &["sh", "-c", "imcd > /tmp/imcd.log 2>&1 &"]);
-    c.poll_until(n, &["cat", "/tmp/imcd.log"], 20, |o| o.contains("listening"));
 }
 
 /// Issue 5: `imc_ckerrcnt` sees an error injected at the hub (a corrupted
