@@ -213,7 +213,7 @@ setup_rust() {
     command -v cargo >/dev/null || die "cargo not found: install Rust (rustup) first"
     step "rust: building host tools (mc-hub, mc-adapter, mc-cluster)"
     (cd "$REPO" && cargo build --release -q --bins) || die "cargo build failed"
-    step "rust: building static guest binaries (mc-agent, mctool)"
+    step "rust: building static guest binaries (mc-agent, mctool, imcd)"
     (cd "$REPO" && RUSTFLAGS="-C target-feature=+crt-static" \
         cargo build --release -q --target x86_64-unknown-linux-gnu \
         --target-dir "$REPO/target/guest" -p mc-agent -p mc-guest) || die "guest build failed"
