@@ -54,6 +54,11 @@ pub enum Request {
     },
     /// The adapter's registers, read-only (error counts, membership).
     Regs,
+    /// `imc_asdealloc` / `imc_lkdealloc`: free region (or lock set) `id`.
+    Dealloc {
+        /// Region id.
+        id: u32,
+    },
     /// `imc_asattach`: map region `id` for transmit or receive.
     Asattach {
         /// Region id from `Asalloc`.
@@ -69,6 +74,8 @@ pub enum Request {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Reply {
+    /// Done.
+    Done,
     /// A region.
     Region {
         /// Region id.
@@ -470,6 +477,27 @@ impl Imc {
             set.flock(0, libc::LOCK_EX)?;
         }
         Ok((set, created))
+    }
+
+    /// `imc_asdetach`: unmaps this process's attachment (the region stays).
+    pub fn asdetach(&self, a: Attached) {
+        drop(a);
+    }
+
+    /// `imc_asdealloc`: frees region `id` clusterwide (its creator or root).
+    /// Every node stops receiving it.
+    pub fn asdealloc(&self, id: u32) -> Result<(), ImcError> {
+        match self.call(&Request::Dealloc { id })?.0 {
+            Reply::Done => Ok(()),
+            other => Err(ImcError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// `imc_lkdealloc`: frees a spinlock set.
+    pub fn lkdealloc(&self, set: LockSet) -> Result<(), ImcError> {
+        let id = set.id;
+        drop(set);
+        self.asdealloc(id)
     }
 
     /// The adapter's registers, read-only.

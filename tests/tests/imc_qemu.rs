@@ -106,3 +106,35 @@ fn permission_denied_for_other_uid() {
     let again = String::from_utf8(c.run(0, &["mctool", "--uid", "1000", "imc-alloc", "--key", "79"])).unwrap();
     assert!(again.contains("existing"), "{again}");
 }
+
+/// `imc_asdealloc` frees a region clusterwide: every node stops receiving
+/// it (its imcd drops the buffer and the DMA map), and its pages go to the
+/// next region.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn imc_dealloc_frees_pages_on_every_node() {
+    let c = Cluster::up("t-imcfree", 2);
+    for n in 0..2 {
+        start_imcd(&c, n);
+    }
+    c.run(
+        1,
+        &["sh", "-c", "(mctool imc-get --key 50 --value 5 --timeout 60 > /tmp/get.log 2>&1; echo $? > /tmp/get.rc) &"],
+    );
+    c.poll_until(1, &["cat", "/tmp/get.log"], 20, |o| o.contains("waiting"));
+    c.run(0, &["mctool", "imc-put", "--key", "50", "--value", "5"]);
+    let rc = c.poll_until(1, &["sh", "-c", "cat /tmp/get.rc 2>/dev/null"], 60, |o| !o.trim().is_empty());
+    assert_eq!(rc.trim(), "0");
+    assert!(String::from_utf8(c.run(1, &["ls", "/dev/shm"])).unwrap().contains("imc-region-0"));
+
+    let freed = String::from_utf8(c.run(0, &["mctool", "imc-free", "--key", "50"])).unwrap();
+    assert!(freed.contains("freed region 0") && freed.contains("pages 16..17"), "{freed}");
+    // Node 1 notices through the directory and lets go of the region.
+    c.poll_until(1, &["ls", "/dev/shm"], 20, |o| !o.contains("imc-region-0"));
+    // The pages are free for the next key.
+    let next = String::from_utf8(c.run(1, &["mctool", "imc-alloc", "--key", "51", "--mode", "666"])).unwrap();
+    assert!(next.contains("created") && next.contains("pages 16..17"), "{next}");
+    // Only its creator (or root) may free a region.
+    let again = c.exec(0, &["mctool", "--uid", "1000", "imc-free", "--key", "51"]);
+    assert!(!again.status.success(), "uid 1000 may not free root's region");
+}

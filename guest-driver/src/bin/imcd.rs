@@ -30,6 +30,8 @@ const DATA_FIRST: u64 = 16;
 const LOCK_SLOTS: usize = 64;
 /// Directory entries (regions in the cluster).
 const ENTRIES: usize = 32;
+/// How often imcd checks the directory for regions freed elsewhere.
+const SYNC_EVERY_MS: libc::c_int = 20;
 
 fn iova(page: u64) -> u64 {
     RX_IOVA_BASE + page * PAGE_SIZE
@@ -81,15 +83,16 @@ struct Daemon<'a> {
 struct Io<'a> {
     a: &'a Adapter,
     node: u32,
-    /// Receive buffers of regions attached for receive on this node.
-    rx: HashMap<u32, (RxBuffer, PathBuf)>,
+    /// Receive buffers of regions attached for receive on this node, with
+    /// their file and first page.
+    rx: HashMap<u32, (RxBuffer, PathBuf, u64)>,
     tx_offset: u64,
     next_bid: u64,
 }
 
 impl Io<'_> {
     /// Receive buffer for `r`, mapped for DMA and enabled in the PCT.
-    fn receive(&mut self, r: &RegionDesc) -> Result<&(RxBuffer, PathBuf)> {
+    fn receive(&mut self, r: &RegionDesc) -> Result<&(RxBuffer, PathBuf, u64)> {
         if !self.rx.contains_key(&r.id) {
             let path = PathBuf::from(format!("/dev/shm/imc-region-{}", r.id));
             let buf = RxBuffer::create(&path, r.pages)?;
@@ -99,9 +102,23 @@ impl Io<'_> {
                 let (bits, _) = self.a.page(p);
                 self.a.set_page(p, bits | pct::RX, iova(p));
             }
-            self.rx.insert(r.id, (buf, path));
+            self.rx.insert(r.id, (buf, path, r.first_page));
         }
         Ok(&self.rx[&r.id])
+    }
+
+    /// Stops receiving region `id` here: receive and transmit off on its
+    /// pages, then the buffer (and its DMA map) goes.
+    fn forget(&mut self, id: u32) {
+        let Some((buf, path, base)) = self.rx.remove(&id) else { return };
+        let pages = buf.len() as u64 / PAGE_SIZE;
+        for p in base..base + pages {
+            let (bits, iova) = self.a.page(p);
+            self.a.set_page(p, bits & !(pct::RX | pct::TX | pct::LOOPBACK), iova);
+        }
+        let _ = self.a.dev.unmap_dma(iova(base), pages * PAGE_SIZE);
+        drop(buf);
+        let _ = std::fs::remove_file(path);
     }
 
     /// Enables transmit (and loopback) on the pages of `r`.
@@ -133,6 +150,24 @@ impl Io<'_> {
 }
 
 impl Daemon<'_> {
+    /// Stops receiving regions that were freed (by any node) or whose entry
+    /// now describes another region.
+    fn sync(&mut self) {
+        let live = self.dir.list();
+        let stale: Vec<u32> = self
+            .io
+            .rx
+            .iter()
+            .filter(|(id, (buf, _, first))| {
+                !live.iter().any(|r| r.id == **id && r.first_page == *first && r.pages * PAGE_SIZE == buf.len() as u64)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            self.io.forget(id);
+        }
+    }
+
     fn region(&self, id: u32) -> Result<RegionDesc, RegionError> {
         self.dir.list().into_iter().find(|r| r.id == id).ok_or(RegionError::NotFound(id as u64))
     }
@@ -173,6 +208,13 @@ impl Daemon<'_> {
                     Err(e) => (refusal(&e), None),
                 }
             }
+            Request::Dealloc { id } => match self.dir.dealloc(id, cred) {
+                Ok(()) => {
+                    self.io.forget(id);
+                    (Reply::Done, None)
+                }
+                Err(e) => (refusal(&e), None),
+            },
             Request::Regs => {
                 let fd = self.io.a.dev.device_fd().try_clone_to_owned().map(std::fs::File::from).ok();
                 match self.io.a.dev.region(mc_guest::regs::BAR_REGS) {
@@ -201,7 +243,7 @@ impl Daemon<'_> {
                     let fd = self.io.a.dev.device_fd().try_clone_to_owned().map(std::fs::File::from).ok();
                     (Reply::Mapping { offset: self.io.tx_offset + r.first_page * PAGE_SIZE, len }, fd)
                 } else {
-                    match self.io.receive(&r).and_then(|(_, path)| Ok(std::fs::File::open(path)?)) {
+                    match self.io.receive(&r).and_then(|(_, path, _)| Ok(std::fs::File::open(path)?)) {
                         Ok(f) => (Reply::Mapping { offset: 0, len }, Some(f)),
                         Err(e) => (Reply::Error { code: "NOMEM".into(), message: format!("{e:#}") }, None),
                     }
@@ -252,7 +294,9 @@ fn run() -> Result<()> {
             .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
             .collect();
         // SAFETY: a valid array of pollfds.
-        if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } < 0 {
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, SYNC_EVERY_MS) };
+        d.sync();
+        if ready <= 0 {
             continue;
         }
         if fds[0].revents & libc::POLLIN != 0 {

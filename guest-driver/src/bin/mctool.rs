@@ -118,6 +118,15 @@ enum Cmd {
     },
     /// Through imcd (libimc): the error count and the nodes that are up.
     ImcHosts,
+    /// Through imcd (libimc): imc_asdealloc of the region KEY.
+    ImcFree {
+        /// Region key.
+        #[arg(long)]
+        key: u64,
+        /// Region size in bytes (as allocated).
+        #[arg(long, default_value_t = 8192)]
+        size: u64,
+    },
     /// Through imcd (libimc): read the error count, wait SECONDS, then report
     /// whether imc_ckerrcnt saw new errors (exit 0 when it did).
     ImcCheckErrors {
@@ -806,6 +815,13 @@ fn main() -> Result<()> {
                 Err(mc_guest::imc::ImcError::Refused { code, message }) => bail!("IMC_{code}: {message}"),
                 Err(e) => Err(e.into()),
             }
+        }
+        Cmd::ImcFree { key, size } => {
+            let imc = mc_guest::imc::Imc::connect()?;
+            let (id, first, pages, _) = imc.asalloc(key, size, 0o600, false)?;
+            imc.asdealloc(id)?;
+            println!("freed region {id} (key {key}, pages {first}..{})", first + pages);
+            Ok(())
         }
         Cmd::ImcHosts => {
             let imc = mc_guest::imc::Imc::connect()?;
