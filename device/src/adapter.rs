@@ -456,11 +456,6 @@ impl Adapter {
         (pages * pct::ENTRY).next_power_of_two().max(4096)
     }
 
-    /// State shared with the receive thread.
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
     /// Joins the hub at `cfg.hub`, retrying for `cfg.hub_wait`, and starts the
     /// receive thread, which rejoins by itself whenever the link goes down.
     pub fn connect(&mut self, cfg: &AdapterConfig) -> io::Result<()> {

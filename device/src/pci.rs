@@ -21,8 +21,6 @@ pub const MSIX_CAP: usize = 0x40;
 const MSIX_CTRL_RW: u16 = 0xC000;
 /// Command register bits the guest may change: I/O, memory, bus master, INTx disable.
 const COMMAND_RW: u16 = 0x0007 | 0x0400;
-/// Status bit: INTx asserted.
-pub const STATUS_INTX: u16 = 1 << 3;
 
 /// BAR type bits: 64-bit memory BAR.
 const BAR_MEM64: u32 = 0x4;
@@ -107,7 +105,7 @@ impl ConfigSpace {
                     let ctrl = u16::from_le_bytes([self.bytes[MSIX_CAP + 2], self.bytes[MSIX_CAP + 3]]);
                     self.put16(MSIX_CAP + 2, (ctrl & !MSIX_CTRL_RW) | hi);
                 }
-                STATUS | 0x07 => {} // W1C error bits not modelled; INTx status is ours
+                STATUS | 0x07 => {} // read-only here: W1C error bits and INTx status are not modelled
                 _ => {}
             }
         }
@@ -130,18 +128,6 @@ impl ConfigSpace {
         }
         let flags = self.get32(BAR0 + bar * 4) & 0xF;
         (v & !(size as u32).wrapping_sub(1) & !0xF) | flags
-    }
-
-    /// Sets or clears the INTx status bit.
-    pub fn set_intx_status(&mut self, on: bool) {
-        let s = u16::from_le_bytes([self.bytes[STATUS], self.bytes[STATUS + 1]]);
-        debug_assert!(s & (1 << 4) != 0, "capability list bit is always set");
-        self.put16(STATUS, if on { s | STATUS_INTX } else { s & !STATUS_INTX });
-    }
-
-    /// True when the guest enabled memory decoding.
-    pub fn memory_enabled(&self) -> bool {
-        self.bytes[COMMAND] & 0x2 != 0
     }
 
     /// True when the guest enabled bus mastering (the device may DMA).
