@@ -111,6 +111,25 @@ impl Cluster {
         }
     }
 
+    /// Starts shell command `cmd` in the background on `node`; its output
+    /// goes to `/tmp/<tag>.log` and its exit code to `/tmp/<tag>.rc`.
+    pub fn background(&self, node: usize, tag: &str, cmd: &str) {
+        self.run(node, &["sh", "-c", &format!("({cmd} > /tmp/{tag}.log 2>&1; echo $? > /tmp/{tag}.rc) &")]);
+    }
+
+    /// The log so far of a [`Cluster::background`] command.
+    pub fn background_log(&self, node: usize, tag: &str) -> String {
+        String::from_utf8_lossy(&self.exec(node, &["cat", &format!("/tmp/{tag}.log")]).stdout).into_owned()
+    }
+
+    /// Waits (up to `secs`) for a [`Cluster::background`] command to end;
+    /// returns its exit code (as written) and its log.
+    pub fn background_result(&self, node: usize, tag: &str, secs: u64) -> (String, String) {
+        let rc = self
+            .poll_until(node, &["sh", "-c", &format!("cat /tmp/{tag}.rc 2>/dev/null")], secs, |o| !o.trim().is_empty());
+        (rc.trim().to_string(), self.background_log(node, tag))
+    }
+
     /// `mc-cluster down`; returns its output.
     pub fn down(&self) -> String {
         let out = Command::new(mc_cluster()).args(["--name", &self.name, "down"]).output().unwrap();

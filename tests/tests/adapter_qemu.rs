@@ -9,7 +9,7 @@ use mc_tests::Cluster;
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn notification_wakes_waiting_guest_process() {
     let c = Cluster::up("t-notify", 2);
-    c.run(1, &["sh", "-c", "(mctool notify-wait --page 5 --timeout 60 > /tmp/nw.log 2>&1; echo $? > /tmp/nw.rc) &"]);
+    c.background(1, "nw", "mctool notify-wait --page 5 --timeout 60");
     c.poll_until(1, &["cat", "/tmp/nw.log"], 30, |o| o.contains("armed"));
     // Armed and sleeping: nothing has woken it yet.
     std::thread::sleep(std::time::Duration::from_secs(1));
@@ -19,9 +19,8 @@ fn notification_wakes_waiting_guest_process() {
     assert!(!early.contains("woke"), "woke before any write:\n{early}");
 
     c.run(0, &["mctool", "poke", "--page", "5", "--value", "99"]);
-    let rc = c.poll_until(1, &["sh", "-c", "cat /tmp/nw.rc 2>/dev/null"], 30, |o| !o.trim().is_empty());
-    let log = String::from_utf8(c.run(1, &["cat", "/tmp/nw.log"])).unwrap();
-    assert_eq!(rc.trim(), "0", "notify-wait failed:\n{log}");
+    let (rc, log) = c.background_result(1, "nw", 30);
+    assert_eq!(rc, "0", "notify-wait failed:\n{log}");
     assert!(log.contains("woke") && log.contains("cause 0x1") && log.contains("notified pages [5]"), "{log}");
 }
 

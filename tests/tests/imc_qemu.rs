@@ -18,17 +18,13 @@ fn imc_region_by_key_spans_guests() {
     for n in 0..2 {
         start_imcd(&c, n);
     }
-    c.run(
-        1,
-        &["sh", "-c", "(mctool imc-get --key 42 --value 7 --timeout 60 > /tmp/get.log 2>&1; echo $? > /tmp/get.rc) &"],
-    );
+    c.background(1, "get", "mctool imc-get --key 42 --value 7 --timeout 60");
     let waiting = c.poll_until(1, &["cat", "/tmp/get.log"], 20, |o| o.contains("waiting"));
     assert!(waiting.contains("created"), "node 1 creates the region:\n{waiting}");
     let put = String::from_utf8(c.run(0, &["mctool", "imc-put", "--key", "42", "--value", "7"])).unwrap();
     assert!(put.contains("existing") && put.contains("pages 16..17"), "node 0 finds node 1's region:\n{put}");
-    let rc = c.poll_until(1, &["sh", "-c", "cat /tmp/get.rc 2>/dev/null"], 60, |o| !o.trim().is_empty());
-    let log = String::from_utf8(c.run(1, &["cat", "/tmp/get.log"])).unwrap();
-    assert_eq!(rc.trim(), "0", "{log}");
+    let (rc, log) = c.background_result(1, "get", 60);
+    assert_eq!(rc, "0", "{log}");
     assert!(log.contains("all 1024 words read 7"), "{log}");
     // A different key is a different region, after the first one.
     let other = String::from_utf8(c.run(0, &["mctool", "imc-put", "--key", "43", "--value", "1"])).unwrap();
@@ -51,15 +47,11 @@ fn spinlock_mutual_exclusion_across_nodes() {
         assert!(out.contains("ready"), "{out}");
     }
     for n in 0..3 {
-        c.run(
-            n,
-            &["sh", "-c", "(mctool imc-lock-test --procs 2 --rounds 1000 --total 6000 > /tmp/lt.log 2>&1; echo $? > /tmp/lt.rc) &"],
-        );
+        c.background(n, "lt", "mctool imc-lock-test --procs 2 --rounds 1000 --total 6000");
     }
     for n in 0..3 {
-        let rc = c.poll_until(n, &["sh", "-c", "cat /tmp/lt.rc 2>/dev/null"], 180, |o| !o.trim().is_empty());
-        let log = String::from_utf8(c.run(n, &["cat", "/tmp/lt.log"])).unwrap();
-        assert_eq!(rc.trim(), "0", "node {n}:\n{log}");
+        let (rc, log) = c.background_result(n, "lt", 180);
+        assert_eq!(rc, "0", "node {n}:\n{log}");
         assert_eq!(log.matches("counter 6000 exact").count(), 2, "node {n}:\n{log}");
     }
     let hosts = String::from_utf8(c.run(0, &["mctool", "imc-hosts"])).unwrap();
@@ -73,13 +65,12 @@ fn spinlock_mutual_exclusion_across_nodes() {
 fn ckerrcnt_detects_injected_error() {
     let c = Cluster::up("t-ckerr", 2);
     start_imcd(&c, 1);
-    c.run(1, &["sh", "-c", "(mctool imc-check-errors --seconds 8 > /tmp/ck.log 2>&1; echo $? > /tmp/ck.rc) &"]);
+    c.background(1, "ck", "mctool imc-check-errors --seconds 8");
     c.poll_until(1, &["cat", "/tmp/ck.log"], 20, |o| o.contains("waiting"));
     c.hub(&["corrupt", "1", "1"]);
     c.run(0, &["mctool", "poke", "--page", "3", "--value", "1"]);
-    let rc = c.poll_until(1, &["sh", "-c", "cat /tmp/ck.rc 2>/dev/null"], 30, |o| !o.trim().is_empty());
-    let log = String::from_utf8(c.run(1, &["cat", "/tmp/ck.log"])).unwrap();
-    assert_eq!(rc.trim(), "0", "{log}");
+    let (rc, log) = c.background_result(1, "ck", 30);
+    assert_eq!(rc, "0", "{log}");
     assert!(log.contains("error count 0") && log.contains("new errors (count now 1)"), "{log}");
 }
 
@@ -117,14 +108,11 @@ fn imc_dealloc_frees_pages_on_every_node() {
     for n in 0..2 {
         start_imcd(&c, n);
     }
-    c.run(
-        1,
-        &["sh", "-c", "(mctool imc-get --key 50 --value 5 --timeout 60 > /tmp/get.log 2>&1; echo $? > /tmp/get.rc) &"],
-    );
+    c.background(1, "get", "mctool imc-get --key 50 --value 5 --timeout 60");
     c.poll_until(1, &["cat", "/tmp/get.log"], 20, |o| o.contains("waiting"));
     c.run(0, &["mctool", "imc-put", "--key", "50", "--value", "5"]);
-    let rc = c.poll_until(1, &["sh", "-c", "cat /tmp/get.rc 2>/dev/null"], 60, |o| !o.trim().is_empty());
-    assert_eq!(rc.trim(), "0");
+    let (rc, log) = c.background_result(1, "get", 60);
+    assert_eq!(rc, "0", "{log}");
     assert!(String::from_utf8(c.run(1, &["ls", "/dev/shm"])).unwrap().contains("imc-region-0"));
 
     let freed = String::from_utf8(c.run(0, &["mctool", "imc-free", "--key", "50"])).unwrap();
