@@ -297,6 +297,12 @@ pub mod sim {
             SimNode { inner: self.inner.clone(), node: n }
         }
 
+        /// Zeroes node `n`'s copy: a node that (re)joins late and has seen
+        /// nothing. Call while nobody writes.
+        pub fn wipe(&self, n: usize) {
+            self.inner.copies[n].iter().for_each(|w| w.store(0, Ordering::SeqCst));
+        }
+
         /// Every write so far, in the total order.
         pub fn log(&self) -> Vec<(usize, u64)> {
             self.inner.log.lock().unwrap().clone()

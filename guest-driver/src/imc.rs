@@ -1,5 +1,6 @@
 //! The TruCluster MEMORY CHANNEL API as a client of `imcd` (seed 000,
-//! Table 1): regions so far (`imc_asalloc`, `imc_asattach`).
+//! Table 1): regions, spinlock sets, error counts, hosts and cluster
+//! signals. The C library (`libimc`, `imc.h`) is a thin layer over this.
 //!
 //! Set-up goes through `imcd` over a Unix socket (the paper's kmodcall);
 //! data transfer never does: `imcd` hands the process the adapter's VFIO
@@ -39,6 +40,9 @@ pub enum Request {
         mode: u32,
         /// Fail if the key exists.
         exclusive: bool,
+        /// IMC_COHERENT: every node receives the region from its creation.
+        #[serde(default)]
+        coherent: bool,
     },
     /// `imc_lkalloc`: find or create the spinlock set `key` of `nlocks` locks.
     /// `creator`: create it exclusively and hold lock 0 when it returns.
@@ -57,6 +61,25 @@ pub enum Request {
     /// `imc_asdealloc` / `imc_lkdealloc`: free region (or lock set) `id`.
     Dealloc {
         /// Region id.
+        id: u32,
+    },
+    /// `imc_gethosts`: the nodes running imcd, with their host names.
+    Hosts,
+    /// `imc_kill`: send signal `sig` to process `pid` on `host` (a host
+    /// name or a node number), through the command relay.
+    Kill {
+        /// Host name or node number.
+        host: String,
+        /// Process id there.
+        pid: i32,
+        /// Signal number.
+        sig: i32,
+    },
+    /// Failure drill (imcd started with `--test-hooks` only): abandon an
+    /// update of directory entry `id` with the directory lock held, and
+    /// stop serving, as a node dying mid-update would.
+    AbandonUpdate {
+        /// Directory entry.
         id: u32,
     },
     /// `imc_asattach`: map region `id` for transmit or receive.
@@ -100,6 +123,11 @@ pub enum Reply {
         /// With IMC_CREATOR: the bid imcd placed in lock 0 for the caller.
         placed_bid: u64,
     },
+    /// The hosts: (node, host name).
+    Hosts {
+        /// Nodes running imcd, in node order.
+        hosts: Vec<(u32, String)>,
+    },
     /// An attachment: the fd sent with this reply, mapped at `offset` for `len` bytes.
     Mapping {
         /// Offset to mmap the fd at.
@@ -116,12 +144,22 @@ pub enum Reply {
     },
 }
 
+/// Decodes one request line (as imcd does).
+pub fn decode_request(line: &str) -> Result<Request, String> {
+    serde_json::from_str(line).map_err(|e| e.to_string())
+}
+
+/// Encodes a reply (as imcd does), without the newline.
+pub fn encode_reply(r: &Reply) -> String {
+    serde_json::to_string(r).expect("replies always encode")
+}
+
 /// Errors of the client library.
 #[derive(Debug, Error)]
 pub enum ImcError {
     /// `imcd` is not reachable.
-    #[error("cannot reach imcd at {IMCD_SOCKET} (is it running?): {0}")]
-    NoDaemon(std::io::Error),
+    #[error("cannot reach imcd at {0} (is it running?): {1}")]
+    NoDaemon(String, std::io::Error),
     /// `imcd` refused the request.
     #[error("{code}: {message}")]
     Refused {
@@ -258,6 +296,18 @@ impl Attached {
     }
 }
 
+// SAFETY: an Attached owns its mapping (unmapped once, on drop) and only
+// does volatile loads and stores through it; moving it to another thread is
+// like moving a file descriptor.
+unsafe impl Send for Attached {}
+
+impl Attached {
+    /// The mapping's address (for C callers, who use it directly).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
 impl Drop for Attached {
     fn drop(&mut self) {
         // SAFETY: ptr/len come from the mmap in `Imc::asattach`.
@@ -266,14 +316,18 @@ impl Drop for Attached {
 }
 
 impl Imc {
-    /// Connects to `imcd` at [`IMCD_SOCKET`].
+    /// Connects to `imcd` at [`IMCD_SOCKET`] (or `$IMCD_SOCKET` when set).
     pub fn connect() -> Result<Imc, ImcError> {
-        Self::connect_to(Path::new(IMCD_SOCKET))
+        match std::env::var_os("IMCD_SOCKET") {
+            Some(p) => Self::connect_to(Path::new(&p)),
+            None => Self::connect_to(Path::new(IMCD_SOCKET)),
+        }
     }
 
     /// Connects to `imcd` at `path`.
     pub fn connect_to(path: &Path) -> Result<Imc, ImcError> {
-        Ok(Imc { sock: UnixStream::connect(path).map_err(ImcError::NoDaemon)? })
+        let sock = UnixStream::connect(path).map_err(|e| ImcError::NoDaemon(path.display().to_string(), e))?;
+        Ok(Imc { sock })
     }
 
     fn call(&self, req: &Request) -> Result<(Reply, Option<OwnedFd>), ImcError> {
@@ -290,7 +344,21 @@ impl Imc {
     /// `imc_asalloc`: the region `key` of `size` bytes, created if needed.
     /// Returns (id, first page, pages, created).
     pub fn asalloc(&self, key: u64, size: u64, mode: u32, exclusive: bool) -> Result<(u32, u64, u64, bool), ImcError> {
-        match self.call(&Request::Asalloc { key, size, mode, exclusive })?.0 {
+        self.asalloc_flags(key, size, mode, exclusive, false)
+    }
+
+    /// `imc_asalloc` with `coherent` (IMC_COHERENT): when it returns, every
+    /// node of the cluster receives the region, so a process that attaches
+    /// for receive later, anywhere, sees every write made since.
+    pub fn asalloc_flags(
+        &self,
+        key: u64,
+        size: u64,
+        mode: u32,
+        exclusive: bool,
+        coherent: bool,
+    ) -> Result<(u32, u64, u64, bool), ImcError> {
+        match self.call(&Request::Asalloc { key, size, mode, exclusive, coherent })?.0 {
             Reply::Region { id, first_page, pages, created } => Ok((id, first_page, pages, created)),
             other => Err(ImcError::Protocol(format!("{other:?}"))),
         }
@@ -435,8 +503,8 @@ impl Regs {
         self.rderrcnt() != since
     }
 
-    /// `imc_gethosts`: the nodes that are up.
-    pub fn gethosts(&self) -> Vec<u16> {
+    /// The nodes the hub counts as up (whether or not they run imcd).
+    pub fn members(&self) -> Vec<u16> {
         let m = (self.reg(crate::regs::reg::MEMBERS_HI as usize) as u64) << 32
             | self.reg(crate::regs::reg::MEMBERS_LO as usize) as u64;
         (0..64).filter(|i| m & (1 << i) != 0).collect()
@@ -500,6 +568,30 @@ impl Imc {
         self.asdealloc(id)
     }
 
+    /// `imc_gethosts`: (node, host name) of every node running imcd.
+    pub fn gethosts(&self) -> Result<Vec<(u32, String)>, ImcError> {
+        match self.call(&Request::Hosts)?.0 {
+            Reply::Hosts { hosts } => Ok(hosts),
+            other => Err(ImcError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// `imc_kill`: sends `sig` to process `pid` on `host` (host name or
+    /// node number) through the command relay; the remote imcd checks that
+    /// our uid may signal it.
+    pub fn kill(&self, host: &str, pid: i32, sig: i32) -> Result<(), ImcError> {
+        match self.call(&Request::Kill { host: host.into(), pid, sig })?.0 {
+            Reply::Done => Ok(()),
+            other => Err(ImcError::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// Failure drill: asks imcd (started with `--test-hooks`) to die
+    /// mid-update of entry `id`. Never answered on success.
+    pub fn abandon_update(&self, id: u32) -> Result<(), ImcError> {
+        self.call(&Request::AbandonUpdate { id }).map(|_| ())
+    }
+
     /// The adapter's registers, read-only.
     pub fn regs(&self) -> Result<Regs, ImcError> {
         let (reply, fd) = self.call(&Request::Regs)?;
@@ -543,7 +635,7 @@ mod tests {
 
     #[test]
     fn requests_and_replies_roundtrip() {
-        let r = Request::Asalloc { key: 42, size: 8192, mode: 0o666, exclusive: false };
+        let r = Request::Asalloc { key: 42, size: 8192, mode: 0o666, exclusive: false, coherent: true };
         assert_eq!(serde_json::from_str::<Request>(&serde_json::to_string(&r).unwrap()).unwrap(), r);
         let p = Reply::Error { code: "EXISTS".into(), message: "m".into() };
         assert_eq!(serde_json::from_str::<Reply>(&serde_json::to_string(&p).unwrap()).unwrap(), p);

@@ -269,6 +269,13 @@ impl RxBuffer {
     }
 }
 
+// SAFETY: an RxBuffer owns its shared mapping; reads are volatile copies
+// and nothing hands out references into it (the adapter writes it
+// concurrently anyway), so it may move to and be shared with other threads.
+unsafe impl Send for RxBuffer {}
+// SAFETY: as for Send.
+unsafe impl Sync for RxBuffer {}
+
 impl Drop for RxBuffer {
     fn drop(&mut self) {
         // SAFETY: from the mmap in `map`, unmapped once.

@@ -7,8 +7,16 @@
 //! ```text
 //! [0, L)                      lock slots of the directory's ClusterLock
 //! [L + i*(1+2W), ...)         entry i: a Toggled record of W = 8 words
-//!                             key, first page, pages, mode, uid, gid, ctime, in use
+//!                             key, first page, pages, mode | flags << 32, uid, gid,
+//!                             ctime, hosts
 //! ```
+//!
+//! `hosts` is the entry's host region descriptor (the paper's HRD): one bit
+//! per node on which some process has the region allocated. An entry is in
+//! use while any bit is set; the last node to let go frees it, and a node
+//! that fails has its bit cleared by the survivors ([`Regions::clear_host`]).
+//! Which processes on a node hold it (the PRD) is that node's own business
+//! (`imcd` tracks it per client).
 //!
 //! Every change (allocate, free) happens under the directory's cluster lock
 //! and writes one entry as a toggled record, so a node that dies mid-update
@@ -59,9 +67,17 @@ pub struct RegionDesc {
     pub uid: u32,
     /// Creator's gid.
     pub gid: u32,
-    /// Creation time (seconds since the epoch, as given by the creator).
+    /// Creation time (nanoseconds since the epoch, as given by the creator;
+    /// unique enough to tell two allocations of one entry apart).
     pub ctime: u64,
+    /// [`FLAG_COHERENT`] and friends.
+    pub flags: u32,
+    /// Nodes that have it allocated (bit n: node n).
+    pub hosts: u64,
 }
+
+/// Every node receives the region from its creation (`IMC_COHERENT`).
+pub const FLAG_COHERENT: u32 = 1;
 
 /// What an access wants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,20 +108,28 @@ impl RegionDesc {
     }
 
     fn to_words(&self) -> [u64; W] {
-        [self.key, self.first_page, self.pages, self.mode as u64, self.uid as u64, self.gid as u64, self.ctime, 1]
+        let mode = self.mode as u64 | (self.flags as u64) << 32;
+        [self.key, self.first_page, self.pages, mode, self.uid as u64, self.gid as u64, self.ctime, self.hosts]
     }
 
     fn from_words(id: u32, w: &[u64]) -> Option<RegionDesc> {
-        (w[7] == 1).then(|| RegionDesc {
+        (w[7] != 0).then(|| RegionDesc {
             id,
             key: w[0],
             first_page: w[1],
             pages: w[2],
             mode: w[3] as u32,
+            flags: (w[3] >> 32) as u32,
             uid: w[4] as u32,
             gid: w[5] as u32,
             ctime: w[6],
+            hosts: w[7],
         })
+    }
+
+    /// Allocated coherently: every node receives it.
+    pub fn coherent(&self) -> bool {
+        self.flags & FLAG_COHERENT != 0
     }
 }
 
@@ -212,18 +236,23 @@ impl<B: OrderedBus + Clone> Regions<B> {
         ctime: u64,
         exclusive: bool,
     ) -> Result<(RegionDesc, bool), RegionError> {
-        self.alloc_with(key, pages, mode, cred, ctime, exclusive, |_| Ok(()))
+        self.alloc_with(key, pages, mode, 0, cred, ctime, exclusive, |_| Ok(()))
     }
 
-    /// Like [`Regions::alloc`]; `on_create` runs on a new region while the
-    /// directory lock is still held (so nobody else sees the region before
-    /// it did its work, e.g. took the first lock of a new lock set).
+    /// Like [`Regions::alloc`], with `flags` ([`FLAG_COHERENT`]) for a new
+    /// region; `on_create` runs on a new region while the directory lock is
+    /// still held (so nobody else uses the region before it did its work,
+    /// e.g. waited for every node to receive it, or took the first lock of
+    /// a new lock set).
+    ///
+    /// Either way this node's bit is set in the region's `hosts`.
     #[allow(clippy::too_many_arguments)]
     pub fn alloc_with(
         &self,
         key: u64,
         pages: u64,
         mode: u32,
+        flags: u32,
         cred: Cred,
         ctime: u64,
         exclusive: bool,
@@ -244,28 +273,104 @@ impl<B: OrderedBus + Clone> Regions<B> {
                 if r.pages != pages {
                     return Err(RegionError::SizeMismatch { key, existing: r.pages, asked: pages });
                 }
-                return Ok((r.clone(), false));
+                let mut r = r.clone();
+                if r.hosts & self.me() == 0 {
+                    r.hosts |= self.me();
+                    self.entries[r.id as usize].write(&r.to_words(), self.timeout)?;
+                }
+                return Ok((r, false));
             }
             let slot = (0..self.entries.len())
                 .find(|&i| all.iter().all(|r| r.id as usize != i))
                 .ok_or(RegionError::TableFull(self.entries.len()))?;
             let first_page = self.first_fit(&all, pages)?;
-            let r = RegionDesc { id: slot as u32, key, first_page, pages, mode, uid: cred.uid, gid: cred.gid, ctime };
+            let r = RegionDesc {
+                id: slot as u32,
+                key,
+                first_page,
+                pages,
+                mode,
+                flags,
+                uid: cred.uid,
+                gid: cred.gid,
+                ctime,
+                hosts: self.me(),
+            };
             self.entries[slot].write(&r.to_words(), self.timeout)?;
-            on_create(&r)?;
+            if let Err(e) = on_create(&r) {
+                // Nobody else can have it yet: take it back.
+                self.entries[slot].write(&[0; W], self.timeout)?;
+                return Err(e);
+            }
             Ok((r, true))
         })
     }
 
-    /// Frees region `id` (its creator or uid 0 only).
-    pub fn dealloc(&self, id: u32, cred: Cred) -> Result<(), RegionError> {
+    fn me(&self) -> u64 {
+        1 << (self.lock.bus().node() % 64)
+    }
+
+    /// This node lets go of region `id` (no process here has it any more).
+    /// The last node to let go frees it. Returns whether it was freed.
+    pub fn release(&self, id: u32) -> Result<bool, RegionError> {
         self.locked(|| {
             let e = self.entries.get(id as usize).ok_or(RegionError::NotFound(id as u64))?;
-            let r = RegionDesc::from_words(id, &e.read()).ok_or(RegionError::NotFound(id as u64))?;
-            if cred.uid != 0 && cred.uid != r.uid {
-                return Err(RegionError::Permission(r.key));
+            let mut r = RegionDesc::from_words(id, &e.read()).ok_or(RegionError::NotFound(id as u64))?;
+            r.hosts &= !self.me();
+            e.write(&if r.hosts == 0 { [0; W] } else { r.to_words() }, self.timeout)?;
+            Ok(r.hosts == 0)
+        })
+    }
+
+    /// Node-failure repair, by the node elected to do it: clears the dead
+    /// node's slot in the directory lock, makes both copies of every entry
+    /// equal again (the dead node may have been half-way through an
+    /// update), and takes the dead node's bit out of every entry, freeing
+    /// the ones nobody else holds. Returns the ids of the freed regions.
+    pub fn clear_host(&self, dead: usize) -> Result<Vec<u32>, RegionError> {
+        self.lock.clear_failed(dead);
+        self.locked(|| {
+            let mut freed = Vec::new();
+            for (i, e) in self.entries.iter().enumerate() {
+                e.repair();
+                let Some(mut r) = RegionDesc::from_words(i as u32, &e.read()) else { continue };
+                if r.hosts & (1 << (dead % 64)) == 0 {
+                    continue;
+                }
+                r.hosts &= !(1 << (dead % 64));
+                e.write(&if r.hosts == 0 { [0; W] } else { r.to_words() }, self.timeout)?;
+                if r.hosts == 0 {
+                    freed.push(r.id);
+                }
             }
-            e.write(&[0; W], self.timeout)?;
+            Ok(freed)
+        })
+    }
+
+    /// A failure drill: takes the directory lock and writes half of a new
+    /// copy of entry `id`, then returns with the lock still held and the
+    /// toggle untouched: what a node that dies mid-update leaves behind.
+    /// Only good for testing the survivors' repair.
+    pub fn abandon_update(&self, id: u32) -> Result<(), RegionError> {
+        let e = self.entries.get(id as usize).ok_or(RegionError::NotFound(id as u64))?;
+        self.lock.acquire(self.timeout)?;
+        e.write_half_for_drill();
+        Ok(())
+    }
+
+    /// Late join, by the node elected to serve it: with the directory lock
+    /// held, stores our lock slot and every entry again, so a node whose
+    /// copy started empty gets the whole directory. `then` runs before the
+    /// lock is released (to tell the newcomer it is served: ordered after
+    /// the entries, and before our release).
+    pub fn restore(&self, then: impl FnOnce()) -> Result<(), RegionError> {
+        self.locked(|| {
+            let bus = self.lock.bus();
+            bus.store(bus.node(), bus.load(bus.node()));
+            for e in &self.entries {
+                e.write(&e.read(), self.timeout)?;
+            }
+            then();
             Ok(())
         })
     }
@@ -338,8 +443,10 @@ mod tests {
             .collect();
         let got: Vec<(RegionDesc, bool)> = hs.into_iter().map(|h| h.join().unwrap()).collect();
         assert_eq!(got.iter().filter(|(_, created)| *created).count(), 1, "exactly one creator");
-        assert!(got.iter().all(|(r, _)| *r == got[0].0), "every node got the same region: {got:?}");
-        assert_eq!(settled(&c), vec![got[0].0.clone()]);
+        assert!(got.iter().all(|(r, _)| (r.id, r.key, r.first_page) == (got[0].0.id, 123, got[0].0.first_page)));
+        let all = settled(&c);
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].hosts, 0b1111, "every node holds it");
     }
 
     #[test]
@@ -380,19 +487,31 @@ mod tests {
         let stranger = Cred { uid: 2000, gid: 200 };
         assert_eq!(d1.alloc(5, 8, 0o600, stranger, 1, false), Err(RegionError::Permission(5)));
         assert!(d1.alloc(5, 8, 0o600, Cred { uid: 0, gid: 0 }, 1, false).is_ok(), "root may");
-        assert_eq!(d1.dealloc(r.id, stranger), Err(RegionError::Permission(5)));
         assert_eq!(d1.alloc(6, 0, 0o600, ME, 1, false), Err(RegionError::Empty));
         assert_eq!(d1.alloc(7, 57, 0o600, ME, 1, false), Err(RegionError::NoSpace { asked: 57, largest: 56 }));
-        // Freeing makes room again; the freed pages are reused.
-        d1.dealloc(r.id, ME).unwrap();
+        // Freeing makes room again once both holders let go; the freed pages are reused.
+        assert_eq!(r.hosts, 0b01);
+        assert!(!d0.release(r.id).unwrap(), "node 1 still has it (root's alloc above)");
+        assert!(d1.release(r.id).unwrap(), "the last holder frees it");
         let (big, _) = d0.alloc(7, 64, 0o666, ME, 2, false).unwrap();
         assert_eq!((big.first_page, big.pages), (100, 64));
-        assert_eq!(d0.dealloc(99, ME), Err(RegionError::NotFound(99)));
+        assert_eq!(d0.release(99), Err(RegionError::NotFound(99)));
     }
 
     #[test]
     fn permissions_follow_system_v() {
-        let r = RegionDesc { id: 0, key: 1, first_page: 0, pages: 1, mode: 0o640, uid: 10, gid: 20, ctime: 0 };
+        let r = RegionDesc {
+            id: 0,
+            key: 1,
+            first_page: 0,
+            pages: 1,
+            mode: 0o640,
+            flags: 0,
+            uid: 10,
+            gid: 20,
+            ctime: 0,
+            hosts: 1,
+        };
         assert!(r.allows(Cred { uid: 10, gid: 99 }, Access::Write));
         assert!(r.allows(Cred { uid: 11, gid: 20 }, Access::Read));
         assert!(!r.allows(Cred { uid: 11, gid: 20 }, Access::Write));
@@ -408,5 +527,69 @@ mod tests {
             d.alloc(k, 1, 0o600, ME, 0, true).unwrap();
         }
         assert_eq!(d.alloc(99, 1, 0o600, ME, 0, true), Err(RegionError::TableFull(ENTRIES)));
+    }
+
+    #[test]
+    fn hosts_track_who_holds_a_region() {
+        let c = cluster(5);
+        let (r, _) = dir(&c, 0).alloc(9, 2, 0o666, ME, 1, false).unwrap();
+        let (r2, created) = dir(&c, 3).alloc(9, 2, 0o666, ME, 1, false).unwrap();
+        assert!(!created);
+        assert_eq!(r2.hosts, 0b1001);
+        assert!(!dir(&c, 0).release(r.id).unwrap());
+        assert_eq!(settled(&c)[0].hosts, 0b1000);
+        assert!(dir(&c, 3).release(r.id).unwrap());
+        assert_eq!(settled(&c), vec![]);
+    }
+
+    #[test]
+    fn failed_node_is_cleared_and_half_updates_repaired() {
+        let c = cluster(6);
+        let (shared, _) = dir(&c, 1).alloc(1, 1, 0o666, ME, 1, false).unwrap();
+        dir(&c, 2).alloc(1, 1, 0o666, ME, 1, false).unwrap();
+        let (only2, _) = dir(&c, 2).alloc(2, 1, 0o666, ME, 1, false).unwrap();
+        let (only1, _) = dir(&c, 1).alloc(3, 1, 0o666, ME, 1, false).unwrap();
+        settled(&c);
+        // Node 2 dies holding the directory lock, half-way through an update
+        // of the entry of `only1`: it bid, wrote half of the new copy, no toggle.
+        let n2 = c.node(2);
+        n2.store(2, 77);
+        let e0 = NODES + only1.id as usize * ENTRY_WORDS; // the entry's toggle word; its copies follow
+        let valid = n2.load(e0) & 1;
+        let half = e0 + 1 + ((valid ^ 1) as usize) * W;
+        for i in 0..W / 2 {
+            n2.store(half + i, 0xdead);
+        }
+        let freed = dir(&c, 0).clear_host(2).unwrap();
+        assert_eq!(freed, vec![only2.id], "what only node 2 held is freed");
+        let after = settled(&c);
+        assert_eq!(after.len(), 2);
+        assert_eq!((after[0].id, after[0].hosts), (shared.id, 0b010));
+        assert_eq!(after[1], only1, "the half-updated entry reads as before");
+        // Both copies agree again, and the lock is free: node 3 allocates at once.
+        let e = Toggled::new(Window::new(c.node(3), e0, ENTRY_WORDS), W).unwrap();
+        let t0 = Instant::now();
+        while e.read() != e.shadow() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "copies never agreed");
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(dir(&c, 3).alloc(30, 1, 0o666, ME, 1, false).unwrap().1);
+    }
+
+    #[test]
+    fn restore_gives_a_late_joiner_the_directory() {
+        let c = cluster(7);
+        dir(&c, 0).alloc(1, 2, 0o666, ME, 1, false).unwrap();
+        dir(&c, 1).alloc(2, 3, 0o600, ME, 1, false).unwrap();
+        let before = settled(&c);
+        c.wipe(3);
+        assert_eq!(dir(&c, 3).list(), vec![], "node 3 starts with nothing");
+        let served = std::sync::atomic::AtomicBool::new(false);
+        dir(&c, 0).restore(|| served.store(true, std::sync::atomic::Ordering::SeqCst)).unwrap();
+        assert!(served.into_inner());
+        assert_eq!(settled(&c), before, "node 3 has the whole directory");
+        // And it can use the lock and the entries like everyone else.
+        assert!(dir(&c, 3).alloc(4, 1, 0o666, ME, 1, false).unwrap().1);
+        assert_eq!(settled(&c).len(), 3);
     }
 }

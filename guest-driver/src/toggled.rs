@@ -125,6 +125,15 @@ impl<B: OrderedBus> Toggled<B> {
         }
     }
 
+    /// Writes the first half of the invalid copy with junk and stops, as
+    /// a writer dying mid-update would (failure drills only).
+    pub fn write_half_for_drill(&self) {
+        let base = self.copy_base((self.bus.load(0) & 1) ^ 1);
+        for i in 0..self.words / 2 {
+            self.bus.store(base + i, 0xDEAD_0000 + i as u64);
+        }
+    }
+
     /// The copy that is not valid (for tests and repair diagnostics).
     pub fn shadow(&self) -> Vec<u64> {
         let base = self.copy_base((self.bus.load(0) & 1) ^ 1);

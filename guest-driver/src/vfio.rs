@@ -31,7 +31,11 @@ pub enum VfioError {
     #[error("{0} has no IOMMU group: boot the guest with intel_iommu=on and an intel-iommu device")]
     NoGroup(String),
     /// The group is held by another process.
-    #[error("the adapter is in use by another process (VFIO group {0} busy); stop it first")]
+    #[error(
+        "the adapter is in use by another process (VFIO group {0} busy): imcd owns it when the guest boots \
+         with it ([guest] imcd = true); for raw access use a cluster with imcd = false \
+         (--config qemu-configs/raw-adapter.toml), or stop the other process"
+    )]
     Busy(u32),
     /// A sysfs or ioctl step failed.
     #[error("{what}: {err}")]
@@ -178,6 +182,13 @@ impl Bar {
         unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u64>(), v) }
     }
 }
+
+// SAFETY: a Bar owns its mapping; every access is one volatile load or
+// store of an MMIO register, and nothing hands out references into it, so
+// threads may share and move it (the adapter serializes MMIO itself).
+unsafe impl Send for Bar {}
+// SAFETY: as for Send.
+unsafe impl Sync for Bar {}
 
 impl Drop for Bar {
     fn drop(&mut self) {

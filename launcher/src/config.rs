@@ -77,8 +77,11 @@ pub struct GuestSection {
     pub memory_mib: u64,
     /// vCPUs per guest.
     pub cpus: u32,
-    /// Kernel command line (the launcher appends `mc.node=N`).
+    /// Kernel command line (the launcher appends `mc.node=N mc.imcd=0|1`).
     pub cmdline: String,
+    /// Start imcd at boot (it then owns the adapter; the device-level
+    /// `mctool` commands need `false`).
+    pub imcd: bool,
     /// Kernel image; empty: the one `scripts/setup.sh` fetched.
     pub kernel: String,
     /// Initramfs; empty: the one `scripts/setup.sh` built.
@@ -91,6 +94,7 @@ impl Default for GuestSection {
             memory_mib: 256,
             cpus: 1,
             cmdline: "console=ttyS0 intel_iommu=on panic=-1 quiet".into(),
+            imcd: true,
             kernel: String::new(),
             initrd: String::new(),
         }

@@ -233,7 +233,7 @@ pub fn qemu_argv(plan: &Plan, n: usize) -> Vec<String> {
     push("-initrd");
     push(&plan.initrd.display().to_string());
     push("-append");
-    push(&format!("{} mc.node={n}", c.guest.cmdline));
+    push(&format!("{} mc.node={n} mc.imcd={}", c.guest.cmdline, u8::from(c.guest.imcd)));
     push("-serial");
     push(&format!("file:{}", nd.join("console.log").display()));
     push("-device");

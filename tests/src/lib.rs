@@ -47,6 +47,13 @@ impl Cluster {
         Self::up_with(name, nodes, &[])
     }
 
+    /// Like [`Cluster::up`], without imcd in the guests: the device-level
+    /// `mctool` commands own the adapter (`qemu-configs/raw-adapter.toml`).
+    pub fn up_raw(name: &str, nodes: usize) -> Cluster {
+        let cfg = root().join("qemu-configs/raw-adapter.toml");
+        Self::up_with(name, nodes, &["--config", cfg.to_str().unwrap()])
+    }
+
     /// Like [`Cluster::up`] with extra `up` arguments (`--config FILE`).
     pub fn up_with(name: &str, nodes: usize, extra: &[&str]) -> Cluster {
         let serial = serial();
@@ -128,6 +135,13 @@ impl Cluster {
         let rc = self
             .poll_until(node, &["sh", "-c", &format!("cat /tmp/{tag}.rc 2>/dev/null")], secs, |o| !o.trim().is_empty());
         (rc.trim().to_string(), self.background_log(node, tag))
+    }
+
+    /// Waits until imcd (started at boot) serves on every node.
+    pub fn imcd_ready(&self) {
+        for n in 0..self.nodes {
+            self.poll_until(n, &["cat", "/var/log/imcd.log"], 60, |o| o.contains("listening"));
+        }
     }
 
     /// `mc-cluster down`; returns its output.

@@ -8,7 +8,7 @@ use mc_tests::Cluster;
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn notification_wakes_waiting_guest_process() {
-    let c = Cluster::up("t-notify", 2);
+    let c = Cluster::up_raw("t-notify", 2);
     c.background(1, "nw", "mctool notify-wait --page 5 --timeout 60");
     c.poll_until(1, &["cat", "/tmp/nw.log"], 30, |o| o.contains("armed"));
     // Armed and sleeping: nothing has woken it yet.
@@ -30,7 +30,7 @@ fn notification_wakes_waiting_guest_process() {
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn injected_link_and_crc_errors_reach_the_guest() {
-    let c = Cluster::up("t-errors", 2);
+    let c = Cluster::up_raw("t-errors", 2);
     let info = String::from_utf8(c.run(1, &["mctool", "info"])).unwrap();
     assert!(info.contains("link       up") && info.contains("errors     0x0 []"), "{info}");
 

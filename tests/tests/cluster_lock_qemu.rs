@@ -9,7 +9,7 @@ use mc_tests::Cluster;
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn cluster_spinlock_counts_exactly_across_three_guests() {
-    let c = Cluster::up("t-lock", 3);
+    let c = Cluster::up_raw("t-lock", 3);
     for n in 0..3 {
         c.background(n, "lk", "mctool lock-test --nodes 3 --rounds 200");
     }

@@ -22,15 +22,47 @@ extern "C" fn on_stop(_: libc::c_int) {
     STOP.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
-/// Holds the receive setup until SIGTERM/SIGINT, then turns receive off on
-/// `pages` before the buffer's DMA map goes away with the process: a PCT
-/// entry must never point at memory that is no longer mapped.
-fn hold_until_stopped(a: &Adapter, pages: &[u64]) {
+/// SIGTERM and SIGINT set [`STOP`].
+fn stop_on_signals() {
     // SAFETY: installing an async-signal-safe handler (it only stores an atomic).
     unsafe {
         libc::signal(libc::SIGTERM, on_stop as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_stop as *const () as libc::sighandler_t);
     }
+}
+
+/// The last signal `wait-signal` caught.
+static CAUGHT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn on_caught(sig: libc::c_int) {
+    CAUGHT.store(sig, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Waits up to `timeout` s for SIGUSR1 or SIGUSR2 (the target of imc_kill tests).
+fn wait_signal(timeout: u64) -> Result<()> {
+    // SAFETY: installing an async-signal-safe handler (it only stores an atomic).
+    unsafe {
+        libc::signal(libc::SIGUSR1, on_caught as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGUSR2, on_caught as *const () as libc::sighandler_t);
+    }
+    println!("pid {} waiting for a signal", std::process::id());
+    std::io::stdout().flush()?;
+    let t0 = Instant::now();
+    while CAUGHT.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        if t0.elapsed() > Duration::from_secs(timeout) {
+            bail!("no signal within {timeout} s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    println!("got signal {}", CAUGHT.load(std::sync::atomic::Ordering::SeqCst));
+    Ok(())
+}
+
+/// Holds the receive setup until SIGTERM/SIGINT, then turns receive off on
+/// `pages` before the buffer's DMA map goes away with the process: a PCT
+/// entry must never point at memory that is no longer mapped.
+fn hold_until_stopped(a: &Adapter, pages: &[u64]) {
+    stop_on_signals();
     while !STOP.load(std::sync::atomic::Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -109,23 +141,37 @@ enum Cmd {
         /// Increments across the cluster.
         #[arg(long, default_value_t = 0)]
         total: u64,
-        /// Only allocate and attach (so this node receives from then on).
-        #[arg(long)]
-        setup: bool,
         /// Give up after this many seconds.
         #[arg(long, default_value_t = 120)]
         timeout: u64,
     },
     /// Through imcd (libimc): the error count and the nodes that are up.
     ImcHosts,
-    /// Through imcd (libimc): imc_asdealloc of the region KEY.
-    ImcFree {
-        /// Region key.
+    /// Through imcd (libimc): imc_kill, a signal to a process on another
+    /// node through the command relay.
+    ImcKill {
+        /// Host name (node1) or node number.
         #[arg(long)]
-        key: u64,
-        /// Region size in bytes (as allocated).
-        #[arg(long, default_value_t = 8192)]
-        size: u64,
+        host: String,
+        /// Process id on that host.
+        #[arg(long)]
+        pid: i32,
+        /// Signal number.
+        #[arg(long, default_value_t = libc::SIGUSR1)]
+        sig: i32,
+    },
+    /// Wait for SIGUSR1/SIGUSR2 (prints its pid first; the target of imc-kill).
+    WaitSignal {
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Failure drill: ask imcd (started with --test-hooks) to stop dead in
+    /// the middle of an update of directory entry ID, holding the lock.
+    ImcDrill {
+        /// Directory entry.
+        #[arg(long, default_value_t = 0)]
+        id: u32,
     },
     /// Through imcd (libimc): read the error count, wait SECONDS, then report
     /// whether imc_ckerrcnt saw new errors (exit 0 when it did).
@@ -134,7 +180,9 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         seconds: u64,
     },
-    /// Through imcd (libimc): imc_asalloc of KEY with MODE; prints the status.
+    /// Through imcd (libimc): imc_asalloc of KEY with MODE; prints the
+    /// status. The region lives while some process holds it: --hold keeps
+    /// this one holding it (then imc_asdealloc).
     ImcAlloc {
         /// Region key.
         #[arg(long)]
@@ -145,6 +193,12 @@ enum Cmd {
         /// Region size in bytes.
         #[arg(long, default_value_t = 8192)]
         size: u64,
+        /// IMC_COHERENT.
+        #[arg(long)]
+        coherent: bool,
+        /// Hold the region this many seconds (or until SIGTERM) before letting go.
+        #[arg(long, default_value_t = 0)]
+        hold: u64,
     },
     /// Through imcd (libimc): allocate region KEY, attach it for transmit and
     /// store VALUE into every word.
@@ -637,18 +691,10 @@ fn lock_test(nodes: usize, rounds: u64, page: u64, timeout: u64) -> Result<()> {
     Ok(())
 }
 
-fn imc_lock_test(key: u64, procs: usize, rounds: u64, total: u64, setup: bool, timeout: u64) -> Result<()> {
+fn imc_lock_test(key: u64, procs: usize, rounds: u64, total: u64, timeout: u64) -> Result<()> {
     use mc_guest::imc::Imc;
     let counter_key = key + 1000;
     let limit = Duration::from_secs(timeout);
-    if setup {
-        let imc = Imc::connect()?;
-        let (set, created) = imc.lkalloc(key, 1, 0o666, false)?;
-        let (id, ..) = imc.asalloc(counter_key, 8192, 0o666, false)?;
-        let _rx = imc.asattach(id, false, false)?;
-        println!("ready: lock set {} ({}), counter region {id}", set.id, if created { "created" } else { "existing" });
-        return Ok(());
-    }
     let mut children = Vec::new();
     for p in 0..procs {
         // SAFETY: fork before any threads; the child only runs the loop below.
@@ -663,7 +709,8 @@ fn imc_lock_test(key: u64, procs: usize, rounds: u64, total: u64, setup: bool, t
         let r = (|| -> Result<u64> {
             let imc = Imc::connect()?;
             let (set, _) = imc.lkalloc(key, 1, 0o666, false)?;
-            let (id, ..) = imc.asalloc(counter_key, 8192, 0o666, false)?;
+            // Coherent: every node has received the counter from the start.
+            let (id, ..) = imc.asalloc_flags(counter_key, 8192, 0o666, false, true)?;
             let tx = imc.asattach(id, true, true)?;
             let rx = imc.asattach(id, false, false)?;
             for _ in 0..rounds {
@@ -767,6 +814,14 @@ fn pingpong(role: &str, rounds: u64, ping_page: u64, pong_page: u64, timeout: u6
     Ok(())
 }
 
+/// An imcd refusal as the `IMC_*` status a C program would see.
+fn imc_status(e: mc_guest::imc::ImcError) -> anyhow::Error {
+    match e {
+        mc_guest::imc::ImcError::Refused { code, message } => anyhow::anyhow!("IMC_{code}: {message}"),
+        e => e.into(),
+    }
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     if let Some(uid) = cli.uid {
@@ -783,8 +838,18 @@ fn main() -> Result<()> {
         Cmd::NotifyWait { page, timeout } => notify_wait(page, timeout),
         Cmd::Ack { page, timeout } => ack(page, timeout),
         Cmd::LockTest { nodes, rounds, page, timeout } => lock_test(nodes, rounds, page, timeout),
-        Cmd::ImcLockTest { key, procs, rounds, total, setup, timeout } => {
-            imc_lock_test(key, procs, rounds, total, setup, timeout)
+        Cmd::ImcLockTest { key, procs, rounds, total, timeout } => imc_lock_test(key, procs, rounds, total, timeout),
+        Cmd::ImcKill { host, pid, sig } => {
+            let imc = mc_guest::imc::Imc::connect()?;
+            imc.kill(&host, pid, sig).map_err(imc_status)?;
+            println!("IMC_SUCCESS signal {sig} sent to pid {pid} on {host}");
+            Ok(())
+        }
+        Cmd::WaitSignal { timeout } => wait_signal(timeout),
+        Cmd::ImcDrill { id } => {
+            let imc = mc_guest::imc::Imc::connect()?;
+            imc.abandon_update(id).map_err(imc_status)?;
+            bail!("imcd answered the drill: it should have stopped")
         }
         Cmd::ImcCheckErrors { seconds } => {
             let imc = mc_guest::imc::Imc::connect()?;
@@ -800,33 +865,38 @@ fn main() -> Result<()> {
                 bail!("ckerrcnt: no new errors");
             }
         }
-        Cmd::ImcAlloc { key, mode, size } => {
+        Cmd::ImcAlloc { key, mode, size, coherent, hold } => {
             let mode = u32::from_str_radix(&mode, 8).context("--mode is octal, like 600")?;
             let imc = mc_guest::imc::Imc::connect()?;
-            match imc.asalloc(key, size, mode, false) {
-                Ok((id, first, pages, created)) => {
-                    println!(
-                        "IMC_SUCCESS region {id} pages {first}..{} {}",
-                        first + pages,
-                        if created { "created" } else { "existing" }
-                    );
-                    Ok(())
+            let (id, first, pages, created) = imc.asalloc_flags(key, size, mode, false, coherent).map_err(imc_status)?;
+            println!(
+                "IMC_SUCCESS region {id} pages {first}..{} {}",
+                first + pages,
+                if created { "created" } else { "existing" }
+            );
+            if hold > 0 {
+                std::io::stdout().flush()?;
+                stop_on_signals();
+                let t0 = Instant::now();
+                while t0.elapsed() < Duration::from_secs(hold) && !STOP.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(10));
                 }
-                Err(mc_guest::imc::ImcError::Refused { code, message }) => bail!("IMC_{code}: {message}"),
-                Err(e) => Err(e.into()),
+                imc.asdealloc(id).map_err(imc_status)?;
+                println!("let go of region {id}");
             }
-        }
-        Cmd::ImcFree { key, size } => {
-            let imc = mc_guest::imc::Imc::connect()?;
-            let (id, first, pages, _) = imc.asalloc(key, size, 0o600, false)?;
-            imc.asdealloc(id)?;
-            println!("freed region {id} (key {key}, pages {first}..{})", first + pages);
             Ok(())
         }
         Cmd::ImcHosts => {
             let imc = mc_guest::imc::Imc::connect()?;
             let regs = imc.regs()?;
-            println!("hosts {:?} errors {}", regs.gethosts(), regs.rderrcnt());
+            let hosts = imc.gethosts()?;
+            let names: Vec<String> = hosts.iter().map(|(n, h)| format!("{n}={h}")).collect();
+            println!(
+                "hosts {:?} errors {} names {}",
+                hosts.iter().map(|h| h.0).collect::<Vec<_>>(),
+                regs.rderrcnt(),
+                names.join(",")
+            );
             Ok(())
         }
         Cmd::ImcPut { key, size, value } => {
