@@ -30,7 +30,9 @@ sed -e "s|@PREFIX@|$PREFIX|" -e "s|@VERSION@|$VERSION|" -e "s|@PRIVATE@|$PRIVATE
 export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig"
 for src in "$HERE"/examples/*.c; do
     name=$(basename "$src" .c)
+    # --no-warnings: glibc's notes that getaddrinfo & co. need its shared
+    # libraries at run time (libimc never resolves host names).
     # shellcheck disable=SC2046
-    gcc -O2 -Wall -static -o "$BIN_DIR/$name" "$src" $(pkg-config --static --cflags --libs imc)
+    gcc -O2 -Wall -static -Wl,--no-warnings -o "$BIN_DIR/$name" "$src" $(pkg-config --static --cflags --libs imc)
 done
 echo "libimc: installed in $PREFIX; built $(ls "$HERE"/examples/*.c | wc -l) C programs into $BIN_DIR"

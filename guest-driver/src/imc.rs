@@ -58,6 +58,8 @@ pub enum Request {
     },
     /// The adapter's registers, read-only (error counts, membership).
     Regs,
+    /// imcd's copy of the error count (a file it keeps current), read-only.
+    ErrCount,
     /// `imc_asdealloc` / `imc_lkdealloc`: free region (or lock set) `id`.
     Dealloc {
         /// Region id.
@@ -480,10 +482,17 @@ impl LockSet {
     }
 }
 
-/// The adapter's registers, mapped read-only (`imc_rderrcnt` and friends
-/// read them from user space, no call to imcd after the first).
+/// Where imcd keeps its copy of the adapter's error count (8 bytes).
+pub const ERRCOUNT_FILE: &str = "/dev/shm/imcd-errcount";
+
+/// The error counts, read from user space with no call to imcd after the
+/// first (seed 000, "Error Management"): `rderrcnt` loads imcd's copy of the
+/// count (updated on every error interrupt and every 2 ms, so not
+/// guaranteed current), `ckerrcnt` reads the adapter's register itself,
+/// catching errors the copy does not show yet.
 pub struct Regs {
     map: Attached,
+    count: Option<Attached>,
 }
 
 impl Regs {
@@ -493,14 +502,24 @@ impl Regs {
         unsafe { std::ptr::read_volatile(self.map.ptr.add(off).cast::<u32>()) }
     }
 
-    /// `imc_rderrcnt`: errors the adapter counted since reset.
+    /// `imc_rderrcnt`: the error count as imcd last saw it (one load), or
+    /// the register when imcd keeps no copy.
     pub fn rderrcnt(&self) -> u32 {
+        match &self.count {
+            Some(c) => c.load64(0) as u32,
+            None => self.hw_errcnt(),
+        }
+    }
+
+    /// The adapter's error count register (a device read).
+    pub fn hw_errcnt(&self) -> u32 {
         self.reg(crate::regs::reg::ERR_COUNT as usize)
     }
 
-    /// `imc_ckerrcnt`: true when errors happened since `since` was read.
+    /// `imc_ckerrcnt`: true when errors happened since `since` was read
+    /// (checked at the adapter, not in imcd's copy).
     pub fn ckerrcnt(&self, since: u32) -> bool {
-        self.rderrcnt() != since
+        self.hw_errcnt() != since
     }
 
     /// The nodes the hub counts as up (whether or not they run imcd).
@@ -611,7 +630,25 @@ impl Imc {
         if ptr == libc::MAP_FAILED {
             return Err(ImcError::Io(std::io::Error::last_os_error()));
         }
-        Ok(Regs { map: Attached { ptr: ptr.cast(), len: len as usize } })
+        let map = Attached { ptr: ptr.cast(), len: len as usize };
+        let count = match self.call(&Request::ErrCount) {
+            Ok((Reply::Mapping { offset, len }, Some(fd))) => {
+                // SAFETY: read-only shared mapping of imcd's count file; checked below.
+                let p = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len as usize,
+                        libc::PROT_READ,
+                        libc::MAP_SHARED,
+                        fd.as_raw_fd(),
+                        offset as libc::off_t,
+                    )
+                };
+                (p != libc::MAP_FAILED).then(|| Attached { ptr: p.cast(), len: len as usize })
+            }
+            _ => None,
+        };
+        Ok(Regs { map, count })
     }
 }
 

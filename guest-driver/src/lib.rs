@@ -262,6 +262,14 @@ impl RxBuffer {
         unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u64>()) }
     }
 
+    /// Volatile 8-byte write at `off` (8-byte aligned; a buffer made by
+    /// [`RxBuffer::create`], which maps it writable).
+    pub fn write64(&self, off: usize, v: u64) {
+        assert!(off % 8 == 0 && off + 8 <= self.len, "bad 8-byte write at {off}");
+        // SAFETY: in bounds and aligned (asserted).
+        unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u64>(), v) }
+    }
+
     /// Zeroes the buffer.
     pub fn clear(&self) {
         // SAFETY: the whole mapping, writable when created by `create`.

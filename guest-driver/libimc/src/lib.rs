@@ -159,7 +159,13 @@ pub unsafe extern "C" fn imc_asalloc(key: c_long, size: usize, perm: c_int, flag
 
 /// `imc_asattach`: maps region `id` for transmit or receive; `*addr` gets the address.
 #[no_mangle]
-pub unsafe extern "C" fn imc_asattach(id: c_int, dir: c_int, share: c_int, flag: c_int, addr: *mut *mut c_char) -> c_int {
+pub unsafe extern "C" fn imc_asattach(
+    id: c_int,
+    dir: c_int,
+    share: c_int,
+    flag: c_int,
+    addr: *mut *mut c_char,
+) -> c_int {
     rc(with(|st, imc| {
         if addr.is_null() || id < 0 {
             return Err(invalid(format!("imc_asattach: region {id}, addr {addr:?}")));
@@ -202,7 +208,13 @@ pub extern "C" fn imc_asdealloc(id: c_int) -> c_int {
 /// `imc_lkalloc`: finds or creates the spinlock set `key` of `*nlocks` locks.
 /// With IMC_CREATOR it must be new (else IMC_EXISTS) and lock 0 is held on return.
 #[no_mangle]
-pub unsafe extern "C" fn imc_lkalloc(key: c_long, nlocks: *mut c_int, perm: c_int, flag: c_int, id: *mut c_int) -> c_int {
+pub unsafe extern "C" fn imc_lkalloc(
+    key: c_long,
+    nlocks: *mut c_int,
+    perm: c_int,
+    flag: c_int,
+    id: *mut c_int,
+) -> c_int {
     rc(with(|st, imc| {
         if nlocks.is_null() || id.is_null() {
             return Err(invalid("imc_lkalloc: nlocks or id is NULL"));
@@ -297,7 +309,8 @@ pub unsafe extern "C" fn imc_ckerrcnt(errors: *mut c_int) -> c_int {
             return Err(invalid("imc_ckerrcnt: errors is NULL"));
         }
         regs(st, imc)?;
-        let now = st.regs.as_ref().map(|r| r.rderrcnt() as c_int).unwrap_or(0);
+        // At the adapter itself: errors imcd's copy does not show yet count too.
+        let now = st.regs.as_ref().map(|r| r.hw_errcnt() as c_int).unwrap_or(0);
         // SAFETY: checked non-null.
         let before = unsafe { std::mem::replace(&mut *errors, now) };
         Ok((now != before) as c_int)

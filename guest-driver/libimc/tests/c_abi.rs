@@ -92,9 +92,11 @@ fn header_constants_match_the_library() {
 
 /// Where cargo put this crate's libimc.a (built for the test run if missing).
 fn static_lib() -> PathBuf {
-    let target = crate_dir().join("../../target/debug");
+    let release = !cfg!(debug_assertions);
+    let target = crate_dir().join(if release { "../../target/release" } else { "../../target/debug" });
     let status = Command::new(env!("CARGO"))
         .args(["build", "-q", "-p", "mc-libimc", "--lib"])
+        .args(release.then_some("--release"))
         .current_dir(crate_dir())
         .status()
         .unwrap();
@@ -124,7 +126,9 @@ fn fake_imcd(sock: &Path) -> std::thread::JoinHandle<Vec<Request>> {
                     Reply::Error { code: "EXISTS".into(), message: format!("a region with key {key} exists already") }
                 }
                 Request::Hosts => Reply::Hosts { hosts: vec![(0, "node0".into()), (1, "node1".into())] },
-                Request::Kill { host, .. } => Reply::Error { code: "NOHOST".into(), message: format!("no host {host}") },
+                Request::Kill { host, .. } => {
+                    Reply::Error { code: "NOHOST".into(), message: format!("no host {host}") }
+                }
                 Request::Dealloc { id } if held.remove(id) => Reply::Done,
                 _ => Reply::Error { code: "NOTALLOC".into(), message: "not allocated".into() },
             };

@@ -148,6 +148,17 @@ struct Node {
     a: Adapter,
     meta: RxBuffer,
     me: usize,
+    /// The error count as processes read it (`imc_rderrcnt`): one page of
+    /// `/dev/shm`, mapped read-only by them, written here.
+    errcount: RxBuffer,
+}
+
+impl Node {
+    /// Copies the adapter's error count into the shared copy.
+    fn publish_errcount(&self) {
+        let v = self.a.reg(reg::ERR_COUNT) as u64;
+        self.errcount.write64(0, v);
+    }
 }
 
 impl Node {
@@ -179,8 +190,10 @@ impl Node {
     }
 
     fn host_name(&self, n: usize) -> String {
-        let bytes: Vec<u8> =
-            (0..host::NAME_WORDS).flat_map(|i| self.host(n, host::NAME + i).to_le_bytes()).take_while(|&b| b != 0).collect();
+        let bytes: Vec<u8> = (0..host::NAME_WORDS)
+            .flat_map(|i| self.host(n, host::NAME + i).to_le_bytes())
+            .take_while(|&b| b != 0)
+            .collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
@@ -277,6 +290,7 @@ fn mapper(n: &Node, io: &Mutex<Io>, bus: AdapterBus, irq: Option<&Interrupt>, st
             }
             None => std::thread::sleep(MAPPER_TICK),
         }
+        n.publish_errcount();
         let live = reader.list();
         {
             let mut io = io.lock().unwrap_or_else(|e| e.into_inner());
@@ -324,9 +338,9 @@ fn signal(pid: u64, sig: u64, uid: u64) -> u64 {
         return libc::EINVAL as u64; // no process groups or broadcast across the cluster
     }
     if uid != 0 {
-        let owner = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()));
+        let owner = std::fs::read_to_string(format!("/proc/{pid}/status")).ok().and_then(|s| {
+            s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        });
         match owner {
             None => return libc::ESRCH as u64,
             Some(o) if o != uid => return libc::EPERM as u64,
@@ -470,17 +484,26 @@ impl<'a> Daemon<'a> {
                 let (n, io) = (self.n, self.io);
                 // Lock sets are coherent: a process that attaches late must
                 // see the bids made before.
-                let r = self.dir.alloc_with(key | LOCK_KEY, pages, mode & 0o777, FLAG_COHERENT, cred, now_ns(), creator, |r| {
-                    wait_coherent(n, r)?;
-                    if creator {
-                        place_creator_bid(n, io, r, bid).map_err(|e| {
-                            eprintln!("imcd: lock set {key}: {e:#}");
-                            RegionError::NotFound(r.key)
-                        })?;
-                        placed = bid;
-                    }
-                    Ok(())
-                });
+                let r = self.dir.alloc_with(
+                    key | LOCK_KEY,
+                    pages,
+                    mode & 0o777,
+                    FLAG_COHERENT,
+                    cred,
+                    now_ns(),
+                    creator,
+                    |r| {
+                        wait_coherent(n, r)?;
+                        if creator {
+                            place_creator_bid(n, io, r, bid).map_err(|e| {
+                                eprintln!("imcd: lock set {key}: {e:#}");
+                                RegionError::NotFound(r.key)
+                            })?;
+                            placed = bid;
+                        }
+                        Ok(())
+                    },
+                );
                 match r {
                     Ok((r, created)) => {
                         self.hold(r.id, client);
@@ -504,6 +527,10 @@ impl<'a> Daemon<'a> {
                     Err(e) => (error("NODEV", e), None),
                 }
             }
+            Request::ErrCount => match std::fs::File::open(imc::ERRCOUNT_FILE) {
+                Ok(f) => (Reply::Mapping { offset: 0, len: PAGE_SIZE }, Some(f)),
+                Err(e) => (error("NOMEM", e), None),
+            },
             Request::Hosts => {
                 let hosts = self.n.imcd_hosts();
                 let list = (0..MAX_NODES)
@@ -578,9 +605,8 @@ impl<'a> Daemon<'a> {
     /// comes back in our response slot.
     fn kill(&mut self, host: &str, pid: i32, sig: i32, cred: Cred) -> Reply {
         let hosts = self.n.imcd_hosts();
-        let dest = (0..MAX_NODES).find(|&m| {
-            hosts & (1 << m) != 0 && (self.n.host_name(m) == host || host.parse::<usize>().ok() == Some(m))
-        });
+        let dest = (0..MAX_NODES)
+            .find(|&m| hosts & (1 << m) != 0 && (self.n.host_name(m) == host || host.parse::<usize>().ok() == Some(m)));
         let Some(dest) = dest else {
             return error("NOHOST", format!("no host {host:?} with imcd in the cluster"));
         };
@@ -727,7 +753,7 @@ fn run(test_hooks: bool) -> Result<()> {
         Ok(i) => {
             a.set_reg(reg::INT_CAUSE, int::ALL);
             while a.reg(reg::NOTIFY_FIFO) != NOTIFY_EMPTY {}
-            a.set_reg(reg::INT_MASK, int::NOTIFY);
+            a.set_reg(reg::INT_MASK, int::NOTIFY | int::ERROR);
             Some(i)
         }
         Err(e) => {
@@ -737,7 +763,10 @@ fn run(test_hooks: bool) -> Result<()> {
     };
     let tx_offset = a.dev.region(BAR_TX)?.offset;
     let pages = a.pages();
-    let node = Node { a, meta, me };
+    let errcount = RxBuffer::create(Path::new(imc::ERRCOUNT_FILE), 1)?;
+    std::fs::set_permissions(imc::ERRCOUNT_FILE, std::fs::Permissions::from_mode(0o644))?;
+    let node = Node { a, meta, me, errcount };
+    node.publish_errcount();
     let n = &node;
     let bus = AdapterBus { adapter: &n.a, buf: &n.meta, page: DIR_PAGE, node: me, slots: (PAGE_SIZE / 8) as usize };
     let dir = Regions::new(bus, LOCK_SLOTS, ENTRIES, DATA_FIRST..pages, CLUSTER_TIMEOUT)?;
@@ -853,7 +882,9 @@ fn main() {
         match a.as_str() {
             "--test-hooks" => test_hooks = true,
             "-h" | "--help" => {
-                println!("usage: imcd [--test-hooks]\n  the TruCluster MEMORY CHANNEL daemon; listens on {IMCD_SOCKET}");
+                println!(
+                    "usage: imcd [--test-hooks]\n  the TruCluster MEMORY CHANNEL daemon; listens on {IMCD_SOCKET}"
+                );
                 return;
             }
             other => {

@@ -868,7 +868,8 @@ fn main() -> Result<()> {
         Cmd::ImcAlloc { key, mode, size, coherent, hold } => {
             let mode = u32::from_str_radix(&mode, 8).context("--mode is octal, like 600")?;
             let imc = mc_guest::imc::Imc::connect()?;
-            let (id, first, pages, created) = imc.asalloc_flags(key, size, mode, false, coherent).map_err(imc_status)?;
+            let (id, first, pages, created) =
+                imc.asalloc_flags(key, size, mode, false, coherent).map_err(imc_status)?;
             println!(
                 "IMC_SUCCESS region {id} pages {first}..{} {}",
                 first + pages,

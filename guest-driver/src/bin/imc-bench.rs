@@ -1,0 +1,199 @@
+//! `imc-bench`: the paper's Table 2 (TruCluster MEMORY CHANNEL Software
+//! performance), measured through libimc between two guests.
+//!
+//! Run `imc-bench --role echo` on one node, then `imc-bench` on another:
+//! - latency: a 4-byte store into a region, seen by the echo process
+//!   polling its receive mapping, which stores it back (one-way = RTT / 2);
+//! - sustained bandwidth: S bytes of 8-byte stores, then a flag the echo
+//!   answers (the total order puts the flag after the data), S = 8 KiB..1 MiB;
+//! - `imc_rderrcnt`, `imc_ckerrcnt`: per call, from user space;
+//! - an uncontended `imc_lkacquire` and `imc_lkrelease`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use mc_guest::imc::{Attached, Imc};
+
+/// Data pages plus one control page.
+const DATA: usize = 1 << 20;
+const KEY_DATA: u64 = 0x7AB1_E200;
+const KEY_ECHO: u64 = 0x7AB1_E201;
+const KEY_LOCK: u64 = 0x7AB1_E202;
+/// The control word the echo process answers (after the data).
+const CTL: usize = DATA;
+const QUIT: u32 = u32::MAX;
+
+#[derive(Parser)]
+#[command(about = "Table 2 of the TruCluster MEMORY CHANNEL paper, measured between two guests")]
+struct Cli {
+    /// `echo` (start first, on the peer) or `measure`.
+    #[arg(long, default_value = "measure")]
+    role: String,
+    /// Latency round trips.
+    #[arg(long, default_value_t = 2000)]
+    rounds: u32,
+    /// Bytes per bandwidth size (each size repeats until this much was sent).
+    #[arg(long, default_value_t = 8 << 20)]
+    volume: usize,
+    /// Give up waiting for the peer after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+}
+
+fn load32(m: &Attached, off: usize) -> u32 {
+    assert!(off % 4 == 0 && off + 4 <= m.len());
+    // SAFETY: in bounds and aligned (asserted); the mapping lives as long as `m`.
+    unsafe { std::ptr::read_volatile(m.as_ptr().add(off).cast::<u32>()) }
+}
+
+fn store32(m: &Attached, off: usize, v: u32) {
+    assert!(off % 4 == 0 && off + 4 <= m.len());
+    // SAFETY: as in `load32`.
+    unsafe { std::ptr::write_volatile(m.as_ptr().add(off).cast::<u32>(), v) }
+}
+
+fn wait32(m: &Attached, off: usize, v: u32, limit: Duration) -> Result<()> {
+    let t0 = Instant::now();
+    while load32(m, off) != v {
+        if t0.elapsed() > limit {
+            bail!("no answer {v} from the echo process within {limit:?}");
+        }
+        std::hint::spin_loop();
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let limit = Duration::from_secs(cli.timeout);
+    let imc = Imc::connect()?;
+    let (data, ..) = imc.asalloc(KEY_DATA, (DATA + 8192) as u64, 0o666, false)?;
+    let (echo, ..) = imc.asalloc(KEY_ECHO, 8192, 0o666, false)?;
+    match cli.role.as_str() {
+        "echo" => {
+            let rx = imc.asattach(data, false, false)?;
+            let tx = imc.asattach(echo, true, false)?;
+            println!("echo ready");
+            use std::io::Write;
+            std::io::stdout().flush()?;
+            let mut last = load32(&rx, CTL);
+            let mut idle = Instant::now();
+            loop {
+                let v = load32(&rx, CTL);
+                if v != last {
+                    if v == QUIT {
+                        println!("echo done");
+                        return Ok(());
+                    }
+                    store32(&tx, 0, v);
+                    last = v;
+                    idle = Instant::now();
+                } else if idle.elapsed() > limit {
+                    bail!("nothing to echo for {limit:?}");
+                }
+                std::hint::spin_loop();
+            }
+        }
+        "measure" => measure(&imc, data, echo, &cli, limit),
+        other => bail!("--role must be echo or measure, not {other:?}"),
+    }
+}
+
+fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Result<()> {
+    let tx = imc.asattach(data, true, false)?;
+    let rx = imc.asattach(echo, false, false)?;
+    // Fresh values: the echo page may hold an answer of an earlier run.
+    let mut v = (std::process::id() << 12) & 0x7FFF_F000;
+    let mut next = || {
+        v = v.wrapping_add(1) & 0x7FFF_FFFF | 1;
+        v
+    };
+
+    let mut rtts = Vec::with_capacity(cli.rounds as usize);
+    for _ in 0..cli.rounds {
+        let x = next();
+        let t0 = Instant::now();
+        store32(&tx, CTL, x);
+        wait32(&rx, 0, x, limit).context("latency")?;
+        rtts.push(t0.elapsed());
+    }
+    rtts.sort();
+    let q = |p: f64| rtts[((rtts.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6 / 2.0;
+
+    let mut bw = Vec::new();
+    for size in [8 << 10, 64 << 10, 256 << 10, 1 << 20] {
+        let reps = (cli.volume / size).max(4);
+        let t0 = Instant::now();
+        for r in 0..reps {
+            for off in (0..size).step_by(8) {
+                tx.store64(off, r as u64);
+            }
+            // Wait for each block (a full buffer must not be overwritten
+            // before the reader had it, as a message layer would).
+            let x = next();
+            store32(&tx, CTL, x);
+            wait32(&rx, 0, x, limit).context("bandwidth")?;
+        }
+        let s = t0.elapsed().as_secs_f64();
+        bw.push((size, (size * reps) as f64 / s / 1e6));
+    }
+
+    let regs = imc.regs()?;
+    let n = 100_000;
+    let t0 = Instant::now();
+    let mut sum = 0u64;
+    for _ in 0..n {
+        sum += regs.rderrcnt() as u64;
+    }
+    let rderr = t0.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let base = regs.rderrcnt();
+    let t0 = Instant::now();
+    let mut moved = 0;
+    for _ in 0..n {
+        moved += regs.ckerrcnt(base) as u32;
+    }
+    let ckerr = t0.elapsed().as_secs_f64() * 1e6 / n as f64;
+
+    let (set, _) = imc.lkalloc(KEY_LOCK, 1, 0o666, false)?;
+    let (mut acq, mut rel) = (Duration::ZERO, Duration::ZERO);
+    let locks = 200;
+    for _ in 0..locks {
+        let t0 = Instant::now();
+        set.acquire(0, limit)?;
+        let t1 = Instant::now();
+        set.release(0)?;
+        acq += t1 - t0;
+        rel += t1.elapsed();
+    }
+    store32(&tx, CTL, QUIT);
+
+    println!("Table 2, TruCluster MEMORY CHANNEL Software performance (paper: AlphaServer 4100 5/300, MC 1.5)");
+    println!("{:<44} {:>16} {:>14}", "", "this cluster", "paper");
+    for (size, mbs) in &bw {
+        println!(
+            "{:<44} {:>11.1} MB/s {:>14}",
+            format!("sustained bandwidth, {} KiB blocks", size >> 10),
+            mbs,
+            "64 MB/s"
+        );
+    }
+    println!("{:<44} {:>13.1} us {:>14}", "latency, 4-byte store, one way (p50)", q(0.5), "2.9 us");
+    println!("{:<44} {:>13.1} us {:>14}", "latency, one way (p99)", q(0.99), "");
+    println!("{:<44} {:>13.3} us {:>14}", "read error count (imc_rderrcnt)", rderr, "< 1 us");
+    println!("{:<44} {:>13.3} us {:>14}", "check error count (imc_ckerrcnt)", ckerr, "< 5 us");
+    println!(
+        "{:<44} {:>13.1} us {:>14}",
+        "uncontended imc_lkacquire",
+        acq.as_secs_f64() * 1e6 / locks as f64,
+        "130 us"
+    );
+    println!(
+        "{:<44} {:>13.1} us {:>14}",
+        "uncontended imc_lkrelease",
+        rel.as_secs_f64() * 1e6 / locks as f64,
+        "120 us"
+    );
+    println!("(error count {} over the run, {} changes seen)", sum / n, moved);
+    Ok(())
+}
