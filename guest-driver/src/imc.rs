@@ -60,6 +60,12 @@ pub enum Request {
     Regs,
     /// imcd's copy of the error count (a file it keeps current), read-only.
     ErrCount,
+    /// The ACK page of `imc_ckerrcnt`: its transmit window page (device
+    /// fd), or the file its answers land in.
+    AckPage {
+        /// Transmit page (true) or answers (false).
+        transmit: bool,
+    },
     /// `imc_asdealloc` / `imc_lkdealloc`: free region (or lock set) `id`.
     Dealloc {
         /// Region id.
@@ -368,26 +374,10 @@ impl Imc {
 
     /// `imc_asattach`: maps region `id` for transmit or receive.
     pub fn asattach(&self, id: u32, transmit: bool, loopback: bool) -> Result<Attached, ImcError> {
-        let (reply, fd) = self.call(&Request::Asattach { id, transmit, loopback })?;
-        let Reply::Mapping { offset, len } = reply else { return Err(ImcError::Protocol(format!("{reply:?}"))) };
-        let fd = fd.ok_or_else(|| ImcError::Protocol("imcd sent no fd with the mapping".into()))?;
-        let prot = if transmit { libc::PROT_WRITE } else { libc::PROT_READ };
-        // SAFETY: a shared mapping of the fd imcd gave us, at the offset it named; checked below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len as usize,
-                prot,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                offset as libc::off_t,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(ImcError::Io(std::io::Error::last_os_error()));
-        }
-        debug_assert!(len % PAGE_SIZE == 0);
-        Ok(Attached { ptr: ptr.cast(), len: len as usize })
+        let reply = self.call(&Request::Asattach { id, transmit, loopback })?;
+        let m = self.map_reply(reply, if transmit { libc::PROT_WRITE } else { libc::PROT_READ })?;
+        debug_assert!(m.len as u64 % PAGE_SIZE == 0);
+        Ok(m)
     }
 }
 
@@ -482,17 +472,26 @@ impl LockSet {
     }
 }
 
-/// Where imcd keeps its copy of the adapter's error count (8 bytes).
+/// Where imcd keeps its copy of the clusterwide error count (8 bytes).
 pub const ERRCOUNT_FILE: &str = "/dev/shm/imcd-errcount";
+/// Where the answers to the ACK page of `imc_ckerrcnt` land (byte n: node n).
+pub const ACK_FILE: &str = "/dev/shm/imcd-ack";
+/// Serializes `imc_ckerrcnt` among the processes of a node (one ACK page).
+const ACK_LOCK: &str = "/run/imc-ack.lock";
 
 /// The error counts, read from user space with no call to imcd after the
-/// first (seed 000, "Error Management"): `rderrcnt` loads imcd's copy of the
-/// count (updated on every error interrupt and every 2 ms, so not
-/// guaranteed current), `ckerrcnt` reads the adapter's register itself,
-/// catching errors the copy does not show yet.
+/// first (seed 000, "Error Management"):
+/// - `rderrcnt` loads imcd's copy of the clusterwide count (every node's
+///   imcd publishes its adapter's count in MEMORY CHANNEL space on each
+///   error interrupt; the copy is the sum over the members, so not
+///   guaranteed current);
+/// - `ckerrcnt` asks every node, through the ACK page, for errors its imcd
+///   has not counted yet, and adds them.
 pub struct Regs {
     map: Attached,
     count: Option<Attached>,
+    /// ACK page: transmit mapping, answers (read-write), the node's lock.
+    ack: Option<(Attached, Attached, std::fs::File)>,
 }
 
 impl Regs {
@@ -516,10 +515,46 @@ impl Regs {
         self.reg(crate::regs::reg::ERR_COUNT as usize)
     }
 
-    /// `imc_ckerrcnt`: true when errors happened since `since` was read
-    /// (checked at the adapter, not in imcd's copy).
-    pub fn ckerrcnt(&self, since: u32) -> bool {
-        self.hw_errcnt() != since
+    /// `imc_ckerrcnt`: true when errors happened anywhere in the cluster
+    /// since `*errors` was read, which becomes the count now (imcd's count
+    /// plus the errors nodes report as not yet counted).
+    pub fn ckerrcnt(&self, errors: &mut u32) -> bool {
+        let outstanding = self.outstanding();
+        let now = self.rderrcnt().wrapping_add(outstanding);
+        let moved = now != *errors || outstanding > 0;
+        *errors = now;
+        moved
+    }
+
+    /// Nodes with errors their imcd has not counted yet: this node's error
+    /// bits, and every other member's answer to a store on the ACK page (a
+    /// member that does not answer within a second counts too).
+    fn outstanding(&self) -> u32 {
+        let me = self.reg(crate::regs::reg::NODE as usize) & 0xFFFF;
+        let mine = (self.reg(crate::regs::reg::ERR_STATUS as usize) != 0) as u32;
+        let Some((tx, rx, lock)) = &self.ack else { return mine };
+        // SAFETY: flock(2) on a file we hold open.
+        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+        let byte = |n: usize| {
+            // SAFETY: n < 64 <= the mapping's length; imcd's answers file.
+            unsafe { std::ptr::read_volatile(rx.ptr.add(n)) }
+        };
+        for n in 0..64 {
+            // SAFETY: as above; the answers file is mapped writable.
+            unsafe { std::ptr::write_volatile(rx.ptr.add(n), 0) };
+        }
+        tx.store64(0, 1);
+        let members: Vec<usize> = self.members().into_iter().map(usize::from).filter(|&n| n as u32 != me).collect();
+        let t0 = std::time::Instant::now();
+        while !members.iter().all(|&n| byte(n) & crate::regs::ACK_VALID != 0)
+            && t0.elapsed() < std::time::Duration::from_secs(1)
+        {
+            std::hint::spin_loop();
+        }
+        let others = members.iter().filter(|&&n| byte(n) != crate::regs::ACK_VALID).count() as u32;
+        // SAFETY: as above.
+        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_UN) };
+        mine + others
     }
 
     /// The nodes the hub counts as up (whether or not they run imcd).
@@ -611,17 +646,16 @@ impl Imc {
         self.call(&Request::AbandonUpdate { id }).map(|_| ())
     }
 
-    /// The adapter's registers, read-only.
-    pub fn regs(&self) -> Result<Regs, ImcError> {
-        let (reply, fd) = self.call(&Request::Regs)?;
-        let Reply::Mapping { offset, len } = reply else { return Err(ImcError::Protocol(format!("{reply:?}"))) };
-        let fd = fd.ok_or_else(|| ImcError::Protocol("imcd sent no fd with the registers".into()))?;
-        // SAFETY: read-only shared mapping of BAR 0 through the device fd; checked below.
+    /// Maps the fd of a [`Reply::Mapping`] (`prot`: PROT_READ or PROT_WRITE).
+    fn map_reply(&self, reply: (Reply, Option<OwnedFd>), prot: libc::c_int) -> Result<Attached, ImcError> {
+        let Reply::Mapping { offset, len } = reply.0 else { return Err(ImcError::Protocol(format!("{:?}", reply.0))) };
+        let fd = reply.1.ok_or_else(|| ImcError::Protocol("imcd sent no fd with the mapping".into()))?;
+        // SAFETY: a shared mapping of the fd imcd gave us, at the offset it named; checked below.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len as usize,
-                libc::PROT_READ,
+                prot,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 offset as libc::off_t,
@@ -630,25 +664,27 @@ impl Imc {
         if ptr == libc::MAP_FAILED {
             return Err(ImcError::Io(std::io::Error::last_os_error()));
         }
-        let map = Attached { ptr: ptr.cast(), len: len as usize };
-        let count = match self.call(&Request::ErrCount) {
-            Ok((Reply::Mapping { offset, len }, Some(fd))) => {
-                // SAFETY: read-only shared mapping of imcd's count file; checked below.
-                let p = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        len as usize,
-                        libc::PROT_READ,
-                        libc::MAP_SHARED,
-                        fd.as_raw_fd(),
-                        offset as libc::off_t,
-                    )
-                };
-                (p != libc::MAP_FAILED).then(|| Attached { ptr: p.cast(), len: len as usize })
-            }
-            _ => None,
-        };
-        Ok(Regs { map, count })
+        Ok(Attached { ptr: ptr.cast(), len: len as usize })
+    }
+
+    /// The adapter's registers, read-only, and imcd's copy of the error count.
+    pub fn regs(&self) -> Result<Regs, ImcError> {
+        let map = self.map_reply(self.call(&Request::Regs)?, libc::PROT_READ)?;
+        let count = self.call(&Request::ErrCount).and_then(|r| self.map_reply(r, libc::PROT_READ)).ok();
+        let ack = (|| -> Result<_, ImcError> {
+            let tx = self.map_reply(self.call(&Request::AckPage { transmit: true })?, libc::PROT_WRITE)?;
+            let rx =
+                self.map_reply(self.call(&Request::AckPage { transmit: false })?, libc::PROT_READ | libc::PROT_WRITE)?;
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(ACK_LOCK)
+                .map_err(ImcError::Io)?;
+            Ok((tx, rx, lock))
+        })()
+        .ok();
+        Ok(Regs { map, count, ack })
     }
 }
 

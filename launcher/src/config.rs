@@ -82,6 +82,10 @@ pub struct GuestSection {
     /// Start imcd at boot (it then owns the adapter; the device-level
     /// `mctool` commands need `false`).
     pub imcd: bool,
+    /// A virtio-net LAN between the guests (10.0.x.y/16, node N at
+    /// 10.0.0.N+1), over a loopback multicast group of this cluster: for
+    /// comparing MEMORY CHANNEL with TCP in the same run.
+    pub lan: bool,
     /// Kernel image; empty: the one `scripts/setup.sh` fetched.
     pub kernel: String,
     /// Initramfs; empty: the one `scripts/setup.sh` built.
@@ -95,6 +99,7 @@ impl Default for GuestSection {
             cpus: 1,
             cmdline: "console=ttyS0 intel_iommu=on panic=-1 quiet".into(),
             imcd: true,
+            lan: true,
             kernel: String::new(),
             initrd: String::new(),
         }

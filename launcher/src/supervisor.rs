@@ -193,6 +193,17 @@ pub fn tail(log: &Path, n: usize) -> String {
     }
 }
 
+/// The UDP port of the cluster's LAN multicast group: one per run folder,
+/// so clusters side by side do not hear each other.
+pub fn lan_port(run_dir: &Path) -> u16 {
+    let h = run_dir
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    20000 + (h % 40000) as u16
+}
+
 /// QEMU's argument list for node `n`.
 pub fn qemu_argv(plan: &Plan, n: usize) -> Vec<String> {
     let c = &plan.config;
@@ -234,6 +245,12 @@ pub fn qemu_argv(plan: &Plan, n: usize) -> Vec<String> {
     push(&plan.initrd.display().to_string());
     push("-append");
     push(&format!("{} mc.node={n} mc.imcd={}", c.guest.cmdline, u8::from(c.guest.imcd)));
+    if c.guest.lan {
+        push("-netdev");
+        push(&format!("socket,id=lan,mcast=230.0.0.1:{},localaddr=127.0.0.1", lan_port(&plan.run_dir)));
+        push("-device");
+        push(&format!("virtio-net-pci,netdev=lan,romfile=,mac=52:54:00:4d:{:02x}:{:02x}", n >> 8 & 0xFF, n & 0xFF));
+    }
     push("-serial");
     push(&format!("file:{}", nd.join("console.log").display()));
     push("-device");

@@ -77,6 +77,8 @@ struct State {
     locks: HashMap<i32, LockSet>,
     regs: Option<Regs>,
     errmsg: CString,
+    /// The process the state belongs to (a child of fork() starts afresh).
+    pid: u32,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -104,6 +106,11 @@ pub fn code_of(name: &str) -> i32 {
 fn with<T>(f: impl FnOnce(&mut State, &Imc) -> Result<T, (i32, String)>) -> Result<T, i32> {
     let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
     let st = guard.get_or_insert_with(State::default);
+    if st.pid != std::process::id() {
+        // New, or inherited through fork(): the parent's connection,
+        // mappings and locks are the parent's.
+        *st = State { pid: std::process::id(), ..State::default() };
+    }
     if st.imc.is_none() {
         match Imc::connect() {
             Ok(c) => st.imc = Some(c),
@@ -300,8 +307,9 @@ pub extern "C" fn imc_rderrcnt() -> c_int {
     .unwrap_or(-1)
 }
 
-/// `imc_ckerrcnt`: nonzero when the error count moved since `*errors`
-/// (which is updated); 0 when nothing happened. -1 on failure.
+/// `imc_ckerrcnt`: asks every node (through the ACK page) for errors not
+/// yet in the clusterwide count; nonzero when the count moved since
+/// `*errors` or errors are outstanding (`*errors` is updated). -1 on failure.
 #[no_mangle]
 pub unsafe extern "C" fn imc_ckerrcnt(errors: *mut c_int) -> c_int {
     with(|st, imc| {
@@ -309,11 +317,13 @@ pub unsafe extern "C" fn imc_ckerrcnt(errors: *mut c_int) -> c_int {
             return Err(invalid("imc_ckerrcnt: errors is NULL"));
         }
         regs(st, imc)?;
-        // At the adapter itself: errors imcd's copy does not show yet count too.
-        let now = st.regs.as_ref().map(|r| r.hw_errcnt() as c_int).unwrap_or(0);
+        let r = st.regs.as_ref().expect("mapped above");
         // SAFETY: checked non-null.
-        let before = unsafe { std::mem::replace(&mut *errors, now) };
-        Ok((now != before) as c_int)
+        let e = unsafe { &mut *errors };
+        let mut count = *e as u32;
+        let moved = r.ckerrcnt(&mut count);
+        *e = count as c_int;
+        Ok(moved as c_int)
     })
     .unwrap_or(-1)
 }

@@ -7,7 +7,10 @@
 //! - sustained bandwidth: S bytes of 8-byte stores, then a flag the echo
 //!   answers (the total order puts the flag after the data), S = 8 KiB..1 MiB;
 //! - `imc_rderrcnt`, `imc_ckerrcnt`: per call, from user space;
-//! - an uncontended `imc_lkacquire` and `imc_lkrelease`.
+//! - an uncontended `imc_lkacquire` and `imc_lkrelease`;
+//! - with `--tcp PEER_IP`, the same latency and bandwidth over TCP between
+//!   the same two guests (virtio-net, the cluster LAN), in the same run: the
+//!   echo process also serves TCP on port 5999.
 
 use std::time::{Duration, Instant};
 
@@ -39,6 +42,71 @@ struct Cli {
     /// Give up waiting for the peer after this many seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+    /// Also measure TCP to the echo process at this address (its LAN IP).
+    #[arg(long)]
+    tcp: Option<String>,
+}
+
+/// TCP port of the echo process.
+const TCP_PORT: u16 = 5999;
+
+/// TCP echo: frames of a 4-byte length and that many bytes, each answered
+/// with its 4-byte length.
+fn tcp_echo() -> Result<()> {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind(("0.0.0.0", TCP_PORT))?;
+    for s in l.incoming() {
+        let mut s = s?;
+        s.set_nodelay(true)?;
+        let mut buf = vec![0u8; DATA];
+        loop {
+            let mut len = [0u8; 4];
+            if s.read_exact(&mut len).is_err() {
+                break;
+            }
+            let n = u32::from_le_bytes(len) as usize;
+            if n > buf.len() {
+                break;
+            }
+            s.read_exact(&mut buf[..n])?;
+            s.write_all(&len)?;
+        }
+    }
+    Ok(())
+}
+
+/// TCP one-way latency (RTT / 2 of a 4-byte message, p50 and p99) and
+/// bandwidth per block size.
+fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Result<((f64, f64), Vec<f64>)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect((peer, TCP_PORT)).with_context(|| format!("TCP to {peer}:{TCP_PORT}"))?;
+    s.set_nodelay(true)?;
+    let frame = |s: &mut std::net::TcpStream, payload: &[u8]| -> Result<()> {
+        s.write_all(&(payload.len() as u32).to_le_bytes())?;
+        s.write_all(payload)?;
+        let mut ack = [0u8; 4];
+        s.read_exact(&mut ack)?;
+        Ok(())
+    };
+    let mut rtts = Vec::with_capacity(rounds as usize);
+    for _ in 0..rounds {
+        let t0 = Instant::now();
+        frame(&mut s, &[])?;
+        rtts.push(t0.elapsed());
+    }
+    rtts.sort();
+    let q = |p: f64| rtts[((rtts.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6 / 2.0;
+    let block = vec![0x5Au8; DATA];
+    let mut bw = Vec::new();
+    for &size in sizes {
+        let reps = (volume / size).max(4);
+        let t0 = Instant::now();
+        for _ in 0..reps {
+            frame(&mut s, &block[..size])?;
+        }
+        bw.push((size * reps) as f64 / t0.elapsed().as_secs_f64() / 1e6);
+    }
+    Ok(((q(0.5), q(0.99)), bw))
 }
 
 fn load32(m: &Attached, off: usize) -> u32 {
@@ -72,6 +140,11 @@ fn main() -> Result<()> {
     let (echo, ..) = imc.asalloc(KEY_ECHO, 8192, 0o666, false)?;
     match cli.role.as_str() {
         "echo" => {
+            std::thread::spawn(|| {
+                if let Err(e) = tcp_echo() {
+                    eprintln!("imc-bench: TCP echo: {e:#}");
+                }
+            });
             let rx = imc.asattach(data, false, false)?;
             let tx = imc.asattach(echo, true, false)?;
             println!("echo ready");
@@ -121,8 +194,9 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
     rtts.sort();
     let q = |p: f64| rtts[((rtts.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6 / 2.0;
 
+    let sizes = [8 << 10, 64 << 10, 256 << 10, 1 << 20];
     let mut bw = Vec::new();
-    for size in [8 << 10, 64 << 10, 256 << 10, 1 << 20] {
+    for size in sizes {
         let reps = (cli.volume / size).max(4);
         let t0 = Instant::now();
         for r in 0..reps {
@@ -147,13 +221,14 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
         sum += regs.rderrcnt() as u64;
     }
     let rderr = t0.elapsed().as_secs_f64() * 1e6 / n as f64;
-    let base = regs.rderrcnt();
+    let mut errors = regs.rderrcnt();
+    let checks = 2000;
     let t0 = Instant::now();
     let mut moved = 0;
-    for _ in 0..n {
-        moved += regs.ckerrcnt(base) as u32;
+    for _ in 0..checks {
+        moved += regs.ckerrcnt(&mut errors) as u32;
     }
-    let ckerr = t0.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let ckerr = t0.elapsed().as_secs_f64() * 1e6 / checks as f64;
 
     let (set, _) = imc.lkalloc(KEY_LOCK, 1, 0o666, false)?;
     let (mut acq, mut rel) = (Duration::ZERO, Duration::ZERO);
@@ -166,34 +241,30 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
         acq += t1 - t0;
         rel += t1.elapsed();
     }
+    let tcp = match &cli.tcp {
+        Some(peer) => Some(tcp_measure(peer, cli.rounds, cli.volume, &sizes)?),
+        None => None,
+    };
     store32(&tx, CTL, QUIT);
 
+    let t = |f: &dyn Fn(&((f64, f64), Vec<f64>)) -> f64, unit: &str| match &tcp {
+        Some(x) => format!("{:.1} {unit}", f(x)),
+        None => "-".into(),
+    };
     println!("Table 2, TruCluster MEMORY CHANNEL Software performance (paper: AlphaServer 4100 5/300, MC 1.5)");
-    println!("{:<44} {:>16} {:>14}", "", "this cluster", "paper");
-    for (size, mbs) in &bw {
-        println!(
-            "{:<44} {:>11.1} MB/s {:>14}",
-            format!("sustained bandwidth, {} KiB blocks", size >> 10),
-            mbs,
-            "64 MB/s"
-        );
+    println!("{:<40} {:>16} {:>18} {:>10}", "", "MEMORY CHANNEL", "TCP (virtio-net)", "paper");
+    for (i, (size, mbs)) in bw.iter().enumerate() {
+        let what = format!("sustained bandwidth, {} KiB blocks", size >> 10);
+        println!("{what:<40} {mbs:>11.1} MB/s {:>18} {:>10}", t(&|x| x.1[i], "MB/s"), "64 MB/s");
     }
-    println!("{:<44} {:>13.1} us {:>14}", "latency, 4-byte store, one way (p50)", q(0.5), "2.9 us");
-    println!("{:<44} {:>13.1} us {:>14}", "latency, one way (p99)", q(0.99), "");
-    println!("{:<44} {:>13.3} us {:>14}", "read error count (imc_rderrcnt)", rderr, "< 1 us");
-    println!("{:<44} {:>13.3} us {:>14}", "check error count (imc_ckerrcnt)", ckerr, "< 5 us");
-    println!(
-        "{:<44} {:>13.1} us {:>14}",
-        "uncontended imc_lkacquire",
-        acq.as_secs_f64() * 1e6 / locks as f64,
-        "130 us"
-    );
-    println!(
-        "{:<44} {:>13.1} us {:>14}",
-        "uncontended imc_lkrelease",
-        rel.as_secs_f64() * 1e6 / locks as f64,
-        "120 us"
-    );
+    let lat = |what: &str, v: f64, tcp: String, paper: &str| println!("{what:<40} {v:>13.1} us {tcp:>18} {paper:>10}");
+    lat("latency, 4 bytes, one way (p50)", q(0.5), t(&|x| x.0 .0, "us"), "2.9 us");
+    lat("latency, one way (p99)", q(0.99), t(&|x| x.0 .1, "us"), "");
+    let row = |what: &str, v: f64, paper: &str| println!("{what:<40} {v:>13.3} us {:>18} {paper:>10}", "");
+    row("read error count (imc_rderrcnt)", rderr, "< 1 us");
+    row("check error count (imc_ckerrcnt)", ckerr, "< 5 us");
+    row("uncontended imc_lkacquire", acq.as_secs_f64() * 1e6 / locks as f64, "130 us");
+    row("uncontended imc_lkrelease", rel.as_secs_f64() * 1e6 / locks as f64, "120 us");
     println!("(error count {} over the run, {} changes seen)", sum / n, moved);
     Ok(())
 }

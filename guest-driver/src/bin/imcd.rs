@@ -11,8 +11,10 @@
 //! | 1–2 | coherency acks: word `entry * 64 + node` = the entry's ctime once `node` receives it |
 //! | 3 | host table: row `n` (8 words) = imcd token, host name (4 words), join request, join served, ready |
 //! | 4 | command relay: request mailbox of node `n` at word `n * 8`, its response at `512 + n * 8` |
+//! | 5 | error counts: word `n` = node `n`'s adapter error count, as its imcd last published it |
+//! | 6 | the ACK page `imc_ckerrcnt` stores to (answers land in `/dev/shm/imcd-ack`) |
 //!
-//! Pages 0–4 are transmitted with loopback and received by every imcd;
+//! Pages 0–5 are transmitted with loopback and received by every imcd;
 //! page 4 raises a notification interrupt. Regions get pages from 16 up.
 //!
 //! # Threads
@@ -48,8 +50,12 @@ const ACK_PAGE: u64 = 1;
 const HOST_PAGE: u64 = 3;
 /// The command relay's mailboxes.
 const RELAY_PAGE: u64 = 4;
-/// imcd's own pages.
-const META_PAGES: u64 = 5;
+/// Every node's published error count.
+const ERRCNT_PAGE: u64 = 5;
+/// imcd's own pages received by every node (the ACK page is apart).
+const META_PAGES: u64 = 6;
+/// The ACK page of `imc_ckerrcnt`.
+const ACK_Q_PAGE: u64 = 6;
 /// First page handed out to regions.
 const DATA_FIRST: u64 = 16;
 /// Nodes imcd keeps rows for (the hub's ports beyond this get no imcd).
@@ -148,16 +154,34 @@ struct Node {
     a: Adapter,
     meta: RxBuffer,
     me: usize,
-    /// The error count as processes read it (`imc_rderrcnt`): one page of
-    /// `/dev/shm`, mapped read-only by them, written here.
+    /// The clusterwide error count as processes read it (`imc_rderrcnt`):
+    /// one page of `/dev/shm`, mapped read-only by them, written here.
     errcount: RxBuffer,
+    /// Answers to `imc_ckerrcnt`'s ACK-page stores (processes clear and
+    /// read it through its file; held here for its DMA map).
+    _ack_answers: RxBuffer,
 }
 
 impl Node {
-    /// Copies the adapter's error count into the shared copy.
-    fn publish_errcount(&self) {
-        let v = self.a.reg(reg::ERR_COUNT) as u64;
-        self.errcount.write64(0, v);
+    /// Error handling, once per mapper tick and on the ERROR interrupt:
+    /// publishes this adapter's error count to every node (page 5) when it
+    /// moved, clears the error bits it has counted (so an ACK answer with
+    /// bits set means "not yet counted"), and writes the clusterwide sum
+    /// (members only) into the copy processes read.
+    fn publish_errcount(&self, last: &mut Option<u64>) {
+        let status = self.a.reg(reg::ERR_STATUS);
+        let count = self.a.reg(reg::ERR_COUNT) as u64;
+        if *last != Some(count) {
+            self.put(ERRCNT_PAGE, self.me, count);
+            *last = Some(count);
+        }
+        if status != 0 {
+            self.a.set_reg(reg::ERR_STATUS, status);
+        }
+        let m = self.members();
+        let others: u64 =
+            (0..MAX_NODES).filter(|&n| n != self.me && m & (1 << n) != 0).map(|n| self.word(ERRCNT_PAGE, n)).sum();
+        self.errcount.write64(0, count + others);
     }
 }
 
@@ -279,6 +303,7 @@ fn mapper(n: &Node, io: &Mutex<Io>, bus: AdapterBus, irq: Option<&Interrupt>, st
         }
     };
     let mut served = [0u64; MAX_NODES];
+    let mut published = None;
     while !stop.load(Ordering::Relaxed) {
         match irq {
             Some(irq) => {
@@ -290,7 +315,7 @@ fn mapper(n: &Node, io: &Mutex<Io>, bus: AdapterBus, irq: Option<&Interrupt>, st
             }
             None => std::thread::sleep(MAPPER_TICK),
         }
-        n.publish_errcount();
+        n.publish_errcount(&mut published);
         let live = reader.list();
         {
             let mut io = io.lock().unwrap_or_else(|e| e.into_inner());
@@ -531,6 +556,16 @@ impl<'a> Daemon<'a> {
                 Ok(f) => (Reply::Mapping { offset: 0, len: PAGE_SIZE }, Some(f)),
                 Err(e) => (error("NOMEM", e), None),
             },
+            Request::AckPage { transmit: true } => {
+                let fd = self.n.a.dev.device_fd().try_clone_to_owned().map(std::fs::File::from).ok();
+                (Reply::Mapping { offset: self.tx_offset + ACK_Q_PAGE * PAGE_SIZE, len: PAGE_SIZE }, fd)
+            }
+            Request::AckPage { transmit: false } => {
+                match std::fs::OpenOptions::new().read(true).write(true).open(imc::ACK_FILE) {
+                    Ok(f) => (Reply::Mapping { offset: 0, len: PAGE_SIZE }, Some(f)),
+                    Err(e) => (error("NOMEM", e), None),
+                }
+            }
             Request::Hosts => {
                 let hosts = self.n.imcd_hosts();
                 let list = (0..MAX_NODES)
@@ -765,8 +800,15 @@ fn run(test_hooks: bool) -> Result<()> {
     let pages = a.pages();
     let errcount = RxBuffer::create(Path::new(imc::ERRCOUNT_FILE), 1)?;
     std::fs::set_permissions(imc::ERRCOUNT_FILE, std::fs::Permissions::from_mode(0o644))?;
-    let node = Node { a, meta, me, errcount };
-    node.publish_errcount();
+    // Any process may run imc_ckerrcnt, so any may clear the answers: the
+    // worst a rogue one can do is confuse error checks on this node.
+    let ack_answers = RxBuffer::create(Path::new(imc::ACK_FILE), 1)?;
+    std::fs::set_permissions(imc::ACK_FILE, std::fs::Permissions::from_mode(0o666))?;
+    ack_answers.clear();
+    ack_answers.map_for_dma_at(&a.dev, iova(ACK_Q_PAGE))?;
+    a.set_page(ACK_Q_PAGE, pct::TX | pct::RX | pct::ACK, iova(ACK_Q_PAGE));
+    let node = Node { a, meta, me, errcount, _ack_answers: ack_answers };
+    node.publish_errcount(&mut None);
     let n = &node;
     let bus = AdapterBus { adapter: &n.a, buf: &n.meta, page: DIR_PAGE, node: me, slots: (PAGE_SIZE / 8) as usize };
     let dir = Regions::new(bus, LOCK_SLOTS, ENTRIES, DATA_FIRST..pages, CLUSTER_TIMEOUT)?;

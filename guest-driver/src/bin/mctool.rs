@@ -858,7 +858,8 @@ fn main() -> Result<()> {
             println!("error count {before}; waiting {seconds} s");
             std::io::stdout().flush()?;
             std::thread::sleep(Duration::from_secs(seconds));
-            if regs.ckerrcnt(before) {
+            let mut errors = before;
+            if regs.ckerrcnt(&mut errors) {
                 println!("ckerrcnt: new errors (count now {})", regs.rderrcnt());
                 Ok(())
             } else {

@@ -80,10 +80,13 @@ int imc_lkacquire(imc_lkid_t id, int lock, int retries, int flag);
 int imc_lkrelease(imc_lkid_t id, int lock);
 int imc_lkdealloc(imc_lkid_t id);
 
-/* The error count (a read of a mapped register after the first call), or
- * -1 (and imc_errmsg()) if it cannot be mapped. */
+/* The clusterwide error count, as this node's imcd last summed it (one
+ * load from a mapping after the first call; not guaranteed current), or -1
+ * (and imc_errmsg()) if it cannot be mapped. */
 int imc_rderrcnt(void);
-/* Nonzero when errors happened since *errors was read; *errors is updated. */
+/* Asks every node, through an ACK page, for errors not yet counted.
+ * Nonzero when errors happened since *errors was read (*errors becomes the
+ * count now), 0 when none, -1 on failure. */
 int imc_ckerrcnt(int *errors);
 
 int imc_kill(const char *host, pid_t pid, int sig);
@@ -92,6 +95,11 @@ int imc_gethosts(imc_host_t *hosts, int max);
 
 /* The last failure of this process's imc_* calls, in words. */
 const char *imc_errmsg(void);
+
+/* One connection to imcd per process, opened by the first call. A child of
+ * fork() starts afresh with its own connection: it holds none of the
+ * parent's allocations, attachments or locks (ids are clusterwide, so it
+ * may imc_asalloc / imc_lkalloc the same keys again). */
 
 #ifdef __cplusplus
 }
