@@ -8,14 +8,14 @@
 //! | page | contents |
 //! |---|---|
 //! | 0 | the region directory: its cluster lock and the CRDs ([`Regions`]) |
-//! | 1–2 | coherency acks: word `entry * 64 + node` = the entry's ctime once `node` receives it |
-//! | 3 | host table: row `n` (8 words) = imcd token, host name (4 words), join request, join served, ready |
-//! | 4 | command relay: request mailbox of node `n` at word `n * 8`, its response at `512 + n * 8` |
-//! | 5 | error counts: word `n` = node `n`'s adapter error count, as its imcd last published it |
-//! | 6 | the ACK page `imc_ckerrcnt` stores to (answers land in `/dev/shm/imcd-ack`) |
+//! | 1–4 | coherency acks: word `entry * 64 + node` = the entry's ctime once `node` receives it |
+//! | 5 | host table: row `n` (8 words) = imcd token, host name (4 words), join request, join served, ready |
+//! | 6 | command relay: request mailbox of node `n` at word `n * 8`, its response at `512 + n * 8` |
+//! | 7 | error counts: word `n` = node `n`'s adapter error count, as its imcd last published it |
+//! | 8 | the ACK page `imc_ckerrcnt` stores to (answers land in `/dev/shm/imcd-ack`) |
 //!
-//! Pages 0–5 are transmitted with loopback and received by every imcd;
-//! page 4 raises a notification interrupt. Regions get pages from 16 up.
+//! Pages 0–7 are transmitted with loopback and received by every imcd;
+//! page 6 raises a notification interrupt. Regions get pages from 16 up.
 //!
 //! # Threads
 //!
@@ -44,26 +44,27 @@ use mc_guest::{Adapter, AdapterBus, Interrupt, RxBuffer, RX_IOVA_BASE};
 
 /// MEMORY CHANNEL page holding the region directory.
 const DIR_PAGE: u64 = 0;
-/// First of the two coherency-ack pages.
+/// First of the four coherency-ack pages.
 const ACK_PAGE: u64 = 1;
 /// The host table.
-const HOST_PAGE: u64 = 3;
+const HOST_PAGE: u64 = 5;
 /// The command relay's mailboxes.
-const RELAY_PAGE: u64 = 4;
+const RELAY_PAGE: u64 = 6;
 /// Every node's published error count.
-const ERRCNT_PAGE: u64 = 5;
+const ERRCNT_PAGE: u64 = 7;
 /// imcd's own pages received by every node (the ACK page is apart).
-const META_PAGES: u64 = 6;
+const META_PAGES: u64 = 8;
 /// The ACK page of `imc_ckerrcnt`.
-const ACK_Q_PAGE: u64 = 6;
+const ACK_Q_PAGE: u64 = 8;
 /// First page handed out to regions.
 const DATA_FIRST: u64 = 16;
 /// Nodes imcd keeps rows for (the hub's ports beyond this get no imcd).
 const MAX_NODES: usize = 64;
 /// Directory lock slots: one per possible node.
 const LOCK_SLOTS: usize = MAX_NODES;
-/// Directory entries (regions in the cluster).
-const ENTRIES: usize = 32;
+/// Directory entries (regions in the cluster): as many as fit in page 0
+/// beside the lock (64 + 56 * 17 = 1016 of 1024 words).
+const ENTRIES: usize = 56;
 /// How often the main thread looks at membership and join requests.
 const TICK_MS: libc::c_int = 20;
 /// How often the mapper thread looks at the directory and the relay.

@@ -860,7 +860,7 @@ fn main() -> Result<()> {
             std::thread::sleep(Duration::from_secs(seconds));
             let mut errors = before;
             if regs.ckerrcnt(&mut errors) {
-                println!("ckerrcnt: new errors (count now {})", regs.rderrcnt());
+                println!("ckerrcnt: new errors (count now {errors})");
                 Ok(())
             } else {
                 bail!("ckerrcnt: no new errors");
