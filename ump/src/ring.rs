@@ -178,7 +178,10 @@ impl Consumer {
         loop {
             let a = self.available();
             if a > self.size {
-                return Err(RingError::Corrupt(format!("producer index {} beyond consumer {} + size", self.head, self.tail)));
+                return Err(RingError::Corrupt(format!(
+                    "producer index {} beyond consumer {} + size",
+                    self.head, self.tail
+                )));
             }
             if a >= n {
                 return Ok(a);
@@ -296,4 +299,126 @@ fn backoff(spins: &mut u32, wait: Waiter) -> Result<(), String> {
 /// Bytes a message of `len` takes in a ring.
 pub fn footprint(len: usize) -> usize {
     8 + pad8(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::{Local, Raw};
+    use proptest::prelude::*;
+
+    /// Two halves in one heap buffer, as two processes would map a file.
+    struct Pair {
+        _buf: Vec<u64>,
+        a: Arc<dyn Mem>,
+        b: Arc<dyn Mem>,
+    }
+
+    fn pair(size: usize) -> Pair {
+        let half = half_len(size);
+        let mut buf = vec![0u64; 2 * half / 8];
+        let p = buf.as_mut_ptr().cast::<u8>();
+        // SAFETY: the buffer has 2 * half bytes and outlives the views (same struct).
+        let (a, b) = unsafe { (Raw { ptr: p, len: half }, Raw { ptr: p.add(half), len: half }) };
+        Pair { _buf: buf, a: Arc::new(Local(a)), b: Arc::new(Local(b)) }
+    }
+
+    fn msg(seq: u64, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (seq as usize * 31 + i * 7 + (i >> 8)) as u8).collect()
+    }
+
+    fn forever() -> impl FnMut() -> Result<(), String> {
+        || Ok(())
+    }
+
+    /// Random sizes (many larger than the ring, so they stream), two
+    /// threads, every byte of every message checked, in order.
+    fn stress(size: usize, sizes: Vec<usize>) {
+        let p = pair(size);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), size);
+        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), size);
+        let expect = sizes.clone();
+        let writer = std::thread::spawn(move || {
+            for (i, &n) in sizes.iter().enumerate() {
+                prod.write(&msg(i as u64, n), &mut forever()).unwrap();
+            }
+        });
+        let mut buf = vec![0u8; expect.iter().copied().max().unwrap_or(0) + 8];
+        for (i, &n) in expect.iter().enumerate() {
+            let got = cons.read(&mut buf, &mut forever()).unwrap();
+            assert_eq!(got, n, "message {i}");
+            assert!(buf[..n] == msg(i as u64, n)[..], "message {i} of {n} bytes corrupted");
+        }
+        writer.join().unwrap();
+        assert_eq!(cons.available(), 0, "nothing left over");
+    }
+
+    #[test]
+    fn two_threads_random_sizes_every_byte_checked() {
+        let mut x = 0x1234_5678u64;
+        let sizes: Vec<usize> = (0..3000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                match x % 10 {
+                    0 => (x >> 20) as usize % 40_000, // up to ten times the ring
+                    1..=3 => (x >> 20) as usize % 4096,
+                    _ => (x >> 20) as usize % 64,
+                }
+            })
+            .collect();
+        stress(4096, sizes);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn any_sizes_any_ring(ring in (8usize..64).prop_map(|k| k * 64), sizes in proptest::collection::vec(0usize..9000, 1..60)) {
+            stress(ring, sizes);
+        }
+    }
+
+    #[test]
+    fn too_big_for_the_buffer_is_left_in_place() {
+        let p = pair(4096);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096);
+        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 4096);
+        prod.write(&msg(1, 100), &mut forever()).unwrap();
+        let mut small = [0u8; 50];
+        assert_eq!(cons.read(&mut small, &mut forever()), Err(RingError::TooBig(100)));
+        let mut big = [0u8; 100];
+        assert_eq!(cons.read(&mut big, &mut forever()), Ok(100));
+        assert_eq!(big[..], msg(1, 100)[..]);
+    }
+
+    #[test]
+    fn garbage_in_the_ring_is_reported_not_delivered() {
+        let p = pair(4096);
+        p.a.write(RING, &[0xAB; 64]);
+        p.a.store(HEAD, 64);
+        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 4096);
+        let mut buf = [0u8; 64];
+        assert!(matches!(cons.read(&mut buf, &mut forever()), Err(RingError::Corrupt(_))));
+        // A producer index beyond the ring is caught too.
+        p.a.store(HEAD, 1 << 40);
+        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 4096);
+        assert!(matches!(cons.read(&mut buf, &mut forever()), Err(RingError::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_stopped_wait_keeps_the_partial_message_for_the_next_call() {
+        let p = pair(4096);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096);
+        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 4096);
+        let m = msg(3, 10_000);
+        // The writer fills the ring and stops (its wait gives up).
+        let mut give_up = || Err("stop".to_string());
+        assert!(prod.write(&m, &mut give_up).is_err());
+        let mut buf = vec![0u8; 10_000];
+        assert!(cons.read(&mut buf, &mut give_up).is_err());
+        assert!(cons.mid_message());
+        let done = cons.progress().load(std::sync::atomic::Ordering::Acquire);
+        assert!(done > 0 && done < 10_000, "{done}");
+    }
 }

@@ -1,0 +1,215 @@
+//! `ump-tool`: UMP from a shell, for tests and measurements.
+//!
+//! - `serve`: echo every message back until the other side closes;
+//! - `pingpong`: messages of the given sizes there and back, contents checked;
+//! - `send` / `recv`: one large message, checked byte for byte.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use ump::{Config, Event, Want};
+
+#[derive(Parser)]
+#[command(about = "UMP channels from a shell")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct Ends {
+    /// Our handle.
+    #[arg(long)]
+    me: u64,
+    /// The other side's handle.
+    #[arg(long)]
+    peer: u64,
+    /// any, shm or mc.
+    #[arg(long, default_value = "any")]
+    transport: String,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Echo every message back until the other side closes.
+    Serve {
+        #[command(flatten)]
+        ends: Ends,
+    },
+    /// Send messages of each size, read the echo, check it.
+    Pingpong {
+        #[command(flatten)]
+        ends: Ends,
+        /// Message sizes, comma separated (bytes; K and M suffixes).
+        #[arg(long, default_value = "0,1,7,8,9,1K,64K,1M")]
+        sizes: String,
+        /// Round trips per size.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// Send one message of SIZE bytes (a checkable pattern).
+    Send {
+        #[command(flatten)]
+        ends: Ends,
+        /// Bytes.
+        #[arg(long)]
+        size: String,
+        /// Non-blocking write, then wait for its completion event.
+        #[arg(long)]
+        nb: bool,
+    },
+    /// Receive one message and check it is the pattern `send` sends.
+    Recv {
+        #[command(flatten)]
+        ends: Ends,
+        /// Largest size expected.
+        #[arg(long, default_value = "16M")]
+        max: String,
+        /// Wait this long before reading (lets the sender fill the buffer).
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
+    },
+}
+
+fn want(s: &str) -> Result<Want> {
+    Ok(match s {
+        "any" => Want::Any,
+        "shm" => Want::Shm,
+        "mc" => Want::Mc,
+        o => bail!("--transport {o:?}: any, shm or mc"),
+    })
+}
+
+fn size(s: &str) -> Result<usize> {
+    let s = s.trim();
+    let (n, m) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 1 << 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    Ok(n.parse::<usize>().with_context(|| format!("size {s:?}"))? * m)
+}
+
+/// The bytes of message `seq` of `len` bytes: every byte depends on both.
+fn pattern(seq: u64, len: usize) -> Vec<u8> {
+    let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ len as u64 | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn u(e: ump::UmpError) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}
+
+fn open(e: &Ends) -> Result<i32> {
+    ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+    let ch = ump::open(e.me, e.peer, want(&e.transport)?).map_err(|e| anyhow::anyhow!("ump_open: {e}"))?;
+    let t0 = Instant::now();
+    loop {
+        match ump::wait(Some(ch), Some(Duration::from_secs(60))).map_err(u)? {
+            Some(Event::Open(_)) => break,
+            Some(_) => continue,
+            None => bail!("the other side did not open the channel within 60 s"),
+        }
+    }
+    eprintln!(
+        "channel {:#x} <-> {:#x} open over {:?} after {:.1} ms",
+        e.me,
+        e.peer,
+        ump::transport(ch).map_err(u)?,
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(ch)
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Serve { ends } => {
+            let ch = open(&ends)?;
+            let mut buf = vec![0u8; 16 << 20];
+            let mut n = 0u64;
+            loop {
+                match ump::read(ch, &mut buf) {
+                    Ok(len) => ump::write(ch, &buf[..len]).map_err(u)?,
+                    Err(ump::UmpError::Channel(ump::ChanError::Closed(_))) => break,
+                    Err(e) => bail!("serve: {e}"),
+                }
+                n += 1;
+            }
+            println!("served {n} messages");
+            ump::exit().map_err(u)?;
+        }
+        Cmd::Pingpong { ends, sizes, rounds } => {
+            let ch = open(&ends)?;
+            let sizes: Vec<usize> = sizes.split(',').map(size).collect::<Result<_>>()?;
+            let mut buf = vec![0u8; sizes.iter().copied().max().unwrap_or(0).max(1)];
+            let mut seq = 0u64;
+            for &s in &sizes {
+                let mut best = f64::MAX;
+                for _ in 0..rounds {
+                    seq += 1;
+                    let msg = pattern(seq, s);
+                    let t0 = Instant::now();
+                    ump::write(ch, &msg).map_err(u)?;
+                    let n = ump::read(ch, &mut buf).map_err(u)?;
+                    best = best.min(t0.elapsed().as_secs_f64());
+                    if n != s || buf[..n] != msg[..] {
+                        bail!("size {s}: echo of {n} bytes differs from what was sent");
+                    }
+                }
+                println!("size {s} ok: best round trip {:.1} us", best * 1e6);
+            }
+            ump::close(ch).map_err(u)?;
+            println!("pingpong ok: {} sizes", sizes.len());
+        }
+        Cmd::Send { ends, size: s, nb } => {
+            let ch = open(&ends)?;
+            let msg = pattern(7, size(&s)?);
+            let t0 = Instant::now();
+            if nb {
+                ump::nbwrite(ch, &msg).map_err(u)?;
+                println!("nbwrite started");
+                loop {
+                    match ump::wait(Some(ch), Some(Duration::from_secs(120))).map_err(u)? {
+                        Some(Event::WriteDone(_)) => break,
+                        Some(_) => std::thread::sleep(Duration::from_millis(1)),
+                        None => bail!("no WriteDone event"),
+                    }
+                }
+                ump::nbwrite_result(ch).map_err(u)?;
+            } else {
+                ump::write(ch, &msg).map_err(u)?;
+            }
+            println!("sent {} bytes in {:.1} ms", msg.len(), t0.elapsed().as_secs_f64() * 1e3);
+            // Stay until the reader closes: it checks we are alive while it reads.
+            let t1 = Instant::now();
+            while !matches!(ump::wait(Some(ch), Some(Duration::from_secs(60))), Ok(Some(Event::Closed(_))))
+                && t1.elapsed() < Duration::from_secs(60)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            ump::close(ch).map_err(u)?;
+        }
+        Cmd::Recv { ends, max, delay_ms } => {
+            let ch = open(&ends)?;
+            std::thread::sleep(Duration::from_millis(delay_ms));
+            let mut buf = vec![0u8; size(&max)?];
+            let t0 = Instant::now();
+            let n = ump::read(ch, &mut buf).map_err(|e| anyhow::anyhow!("recv: {e}"))?;
+            if buf[..n] != pattern(7, n)[..] {
+                bail!("received {n} bytes that are not what was sent");
+            }
+            println!("received {n} bytes intact in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+            ump::close(ch).map_err(u)?;
+        }
+    }
+    Ok(())
+}

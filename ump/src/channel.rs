@@ -1,0 +1,351 @@
+//! A UMP channel: a duplex link between two 64-bit endpoint handles, made
+//! of two halves (one per side, see [`crate::ring`]). Side 0 is the lower
+//! handle. Where the halves live is the transport:
+//!
+//! - shared memory: one `/dev/shm/ump-ch-<lo>-<hi>` file, both halves in it;
+//! - MEMORY CHANNEL: one region per half (libimc), keyed by the handle
+//!   pair. Each side maps its own half for transmit only (no loopback, as
+//!   in the revised UMP) and the other half for receive.
+//!
+//! # Opening
+//!
+//! A channel is complete only when both sides have opened it. Each side
+//! zeroes its half's indexes, writes who it is, and its session token in
+//! OPEN; when it sees the other side's token it echoes it in ACK; a side is
+//! complete when the other side's ACK carries its own token. Until then it
+//! re-sends its header (over MEMORY CHANNEL a write made before the other
+//! side attached is lost), so stale words from an earlier channel with the
+//! same handles can never complete a new one.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::mem::Mem;
+use crate::ring::{self, Consumer, Producer, RingError, CLOSED, HEAD, OPEN, TAIL, WHO};
+
+/// The echo of the other side's token.
+pub const ACK: usize = 32;
+
+/// Where a channel's buffers live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Shared memory between processes of one guest.
+    Shm,
+    /// MEMORY CHANNEL between guests.
+    Mc,
+}
+
+/// Is the other side still there? (`Err`: why not.)
+pub type Liveness = Box<dyn Fn(u64) -> Result<(), String> + Send + Sync>;
+
+/// One open channel.
+pub struct Channel {
+    /// This side's handle.
+    pub local: u64,
+    /// The other side's handle.
+    pub remote: u64,
+    /// Where its buffers live.
+    pub transport: Transport,
+    /// Ring bytes per direction.
+    pub size: usize,
+    out: Arc<dyn Mem>,
+    peer: Arc<dyn Mem>,
+    session: u64,
+    complete: AtomicBool,
+    closed: AtomicBool,
+    /// The token of the other side we last echoed.
+    acked: AtomicU64,
+    pub(crate) tx: Mutex<Producer>,
+    pub(crate) rx: Mutex<Consumer>,
+    alive: Liveness,
+    last_check: AtomicU64,
+    started: Instant,
+    /// Mappings and regions the halves live in (released on drop).
+    _keep: Box<dyn Send + Sync>,
+    /// Who we are in WHO (node << 32 | pid).
+    who: u64,
+}
+
+/// Why a channel operation failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChanError {
+    /// The other side closed the channel (mid-message: the partial message
+    /// is dropped, never delivered).
+    Closed(String),
+    /// The other side's process or node is gone.
+    PeerDead(String),
+    /// The channel is not complete yet (the other side has not opened it).
+    NotOpen,
+    /// We closed it.
+    ClosedHere,
+    /// The ring is corrupt.
+    Corrupt(String),
+    /// The message does not fit the buffer.
+    TooBig(usize),
+    /// Gave up waiting.
+    Timeout,
+}
+
+impl std::fmt::Display for ChanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChanError::Closed(s) => write!(f, "the other side closed the channel{s}"),
+            ChanError::PeerDead(s) => write!(f, "the other side is gone: {s}"),
+            ChanError::NotOpen => write!(f, "the channel is not open on the other side yet"),
+            ChanError::ClosedHere => write!(f, "the channel was closed"),
+            ChanError::Corrupt(s) => write!(f, "channel buffer corrupt: {s}"),
+            ChanError::TooBig(n) => write!(f, "the message ({n} bytes) does not fit the buffer"),
+            ChanError::Timeout => write!(f, "timed out"),
+        }
+    }
+}
+
+/// How often a waiting side asks whether the other one is alive.
+const LIVENESS_EVERY: Duration = Duration::from_millis(100);
+
+impl Channel {
+    /// A channel over halves `out` (ours) and `peer` (theirs).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        local: u64,
+        remote: u64,
+        transport: Transport,
+        size: usize,
+        out: Arc<dyn Mem>,
+        peer: Arc<dyn Mem>,
+        who: u64,
+        alive: Liveness,
+        keep: Box<dyn Send + Sync>,
+    ) -> Arc<Channel> {
+        let session = fresh_token();
+        let c = Arc::new(Channel {
+            local,
+            remote,
+            transport,
+            size,
+            tx: Mutex::new(Producer::new(out.clone(), peer.clone(), size)),
+            rx: Mutex::new(Consumer::new(out.clone(), peer.clone(), size)),
+            out,
+            peer,
+            session,
+            complete: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            acked: AtomicU64::new(0),
+            alive,
+            last_check: AtomicU64::new(0),
+            started: Instant::now(),
+            _keep: keep,
+            who,
+        });
+        c.announce();
+        c
+    }
+
+    /// (Re-)sends our header: indexes zero, who we are, our token.
+    fn announce(&self) {
+        self.out.store(HEAD, 0);
+        self.out.store(TAIL, 0);
+        self.out.store(WHO, self.who);
+        let peer_token = self.peer.load(OPEN);
+        if peer_token != 0 && peer_token != CLOSED {
+            self.out.store(ACK, peer_token);
+            self.acked.store(peer_token, Ordering::Relaxed);
+        }
+        self.out.store(OPEN, self.session);
+    }
+
+    /// Advances the opening handshake; true once complete.
+    pub fn poll_open(&self) -> bool {
+        if self.complete.load(Ordering::Acquire) {
+            return true;
+        }
+        let peer_token = self.peer.load(OPEN);
+        if peer_token != 0 && peer_token != CLOSED && self.out_ack() != peer_token {
+            self.out.store(ACK, peer_token);
+            self.acked.store(peer_token, Ordering::Relaxed);
+        }
+        if peer_token != 0 && peer_token != CLOSED && self.peer.load(ACK) == self.session {
+            self.complete.store(true, Ordering::Release);
+            return true;
+        }
+        // Re-send now and then: a write made before the other side mapped
+        // its receive side is lost.
+        let now = self.started.elapsed().as_millis() as u64;
+        if now / 10 != self.last_check.swap(now / 10, Ordering::Relaxed) {
+            self.announce();
+        }
+        false
+    }
+
+    fn out_ack(&self) -> u64 {
+        self.acked.load(Ordering::Relaxed)
+    }
+
+    /// Complete (both sides opened).
+    pub fn is_complete(&self) -> bool {
+        self.complete.load(Ordering::Acquire)
+    }
+
+    /// Whether the other side closed its end.
+    pub fn peer_closed(&self) -> bool {
+        self.is_complete() && self.peer.load(OPEN) == CLOSED
+    }
+
+    /// The other side's identity (node << 32 | pid).
+    pub fn peer_who(&self) -> u64 {
+        self.peer.load(WHO)
+    }
+
+    /// The wait callback of ring operations: stops on our close, on the
+    /// other side's close (reported after the data it sent), on its death
+    /// (checked now and then), and at `deadline`.
+    fn check(&self, deadline: Option<Instant>, reading: bool) -> Result<(), ChanError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(ChanError::ClosedHere);
+        }
+        if self.peer.load(OPEN) == CLOSED {
+            // A reader first drains what was sent before the close.
+            if !reading || self.rx.try_lock().map(|mut r| r.available() == 0).unwrap_or(true) {
+                return Err(ChanError::Closed(String::new()));
+            }
+        }
+        let now = self.started.elapsed().as_millis() as u64;
+        let last = self.last_check.load(Ordering::Relaxed);
+        if now >= last + LIVENESS_EVERY.as_millis() as u64 {
+            self.last_check.store(now, Ordering::Relaxed);
+            (self.alive)(self.peer_who()).map_err(ChanError::PeerDead)?;
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            return Err(ChanError::Timeout);
+        }
+        Ok(())
+    }
+
+    fn ring_err(&self, e: RingError, what: &str) -> ChanError {
+        match e {
+            RingError::Corrupt(s) => ChanError::Corrupt(s),
+            RingError::TooBig(n) => ChanError::TooBig(n),
+            RingError::Stopped(s) => match s.split_once(':') {
+                Some(("closed", rest)) if !rest.is_empty() => ChanError::Closed(format!(" {what}{rest}")),
+                Some(("closed", _)) => ChanError::Closed(String::new()),
+                Some(("closedhere", _)) => ChanError::ClosedHere,
+                Some(("dead", rest)) => ChanError::PeerDead(rest.trim().into()),
+                Some(("timeout", _)) => ChanError::Timeout,
+                _ => ChanError::Corrupt(s),
+            },
+        }
+    }
+
+    fn wait_open(&self, deadline: Option<Instant>) -> Result<(), ChanError> {
+        let mut spins = 0u32;
+        while !self.poll_open() {
+            if self.closed.load(Ordering::Acquire) {
+                return Err(ChanError::ClosedHere);
+            }
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return Err(ChanError::NotOpen);
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(())
+    }
+
+    fn encode(e: ChanError) -> String {
+        match e {
+            ChanError::ClosedHere => "closedhere:".into(),
+            ChanError::Closed(_) => "closed:".into(),
+            ChanError::PeerDead(s) => format!("dead: {s}"),
+            ChanError::Timeout => "timeout:".into(),
+            other => other.to_string(),
+        }
+    }
+
+    /// Writes one message (blocking until all of it is in the ring).
+    pub fn write(&self, msg: &[u8], deadline: Option<Instant>) -> Result<(), ChanError> {
+        self.wait_open(deadline)?;
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wait = || self.check(deadline, false).map_err(Self::encode);
+        tx.write(msg, &mut wait).map_err(|e| self.ring_err(e, "while writing"))
+    }
+
+    /// Reads one message into `buf`; returns its length.
+    pub fn read(&self, buf: &mut [u8], deadline: Option<Instant>) -> Result<usize, ChanError> {
+        self.wait_open(deadline)?;
+        let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let mid = rx.mid_message();
+        let mut wait = || {
+            if self.closed.load(Ordering::Acquire) {
+                return Err("closedhere:".into());
+            }
+            if self.peer.load(OPEN) == CLOSED {
+                return Err("closed: in the middle of a message (the partial message is dropped)".into());
+            }
+            let now = self.started.elapsed().as_millis() as u64;
+            if now >= self.last_check.load(Ordering::Relaxed) + LIVENESS_EVERY.as_millis() as u64 {
+                self.last_check.store(now, Ordering::Relaxed);
+                (self.alive)(self.peer.load(WHO)).map_err(|e| format!("dead: {e}"))?;
+            }
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return Err("timeout:".into());
+            }
+            Ok(())
+        };
+        let r = rx.read(buf, &mut wait);
+        match r {
+            Err(RingError::Stopped(s)) if s.starts_with("closed:") && !mid && !rx.mid_message() => {
+                Err(ChanError::Closed(String::new()))
+            }
+            r => r.map_err(|e| self.ring_err(e, "")),
+        }
+    }
+
+    /// Length of the next message if one has (started to) arrive(d).
+    pub fn pending(&self) -> Option<usize> {
+        if !self.is_complete() {
+            return None;
+        }
+        self.rx.try_lock().ok().and_then(|mut r| r.peek().ok().flatten())
+    }
+
+    /// Closes our side: the other side sees CLOSED after everything we
+    /// wrote; a transfer of ours in progress stops with an error.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.out.store(OPEN, CLOSED);
+    }
+
+    /// Whether we closed it.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Bytes this side has written into its ring.
+    pub fn produced(&self) -> u64 {
+        self.tx.try_lock().map(|t| t.produced()).unwrap_or(0)
+    }
+
+    /// Ring bytes a message of `len` takes.
+    pub fn footprint(len: usize) -> usize {
+        ring::footprint(len)
+    }
+}
+
+/// A fresh nonzero token (time and a counter: unique per process).
+pub fn fresh_token() -> u64 {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let v =
+        t ^ (std::process::id() as u64) << 40 ^ N.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    if v == 0 || v == CLOSED {
+        1
+    } else {
+        v
+    }
+}

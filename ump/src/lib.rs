@@ -1,0 +1,832 @@
+//! UMP, Universal Message Passing (seed 000, "Universal Message Passing",
+//! Table 3): duplex channels between 64-bit endpoint handles, over shared
+//! memory inside a guest or MEMORY CHANNEL between guests, with the same
+//! calls for both. The C library (`libump`, `ump.h`) is [`capi`].
+//!
+//! - [`ring`]: the lockless single-producer single-consumer buffer.
+//! - [`mem`]: the two kinds of memory under it.
+//! - [`channel`]: opening handshake, streaming, close and peer death.
+//! - this module: the process's channels, the transports, events.
+//!
+//! The data path (`write`, `read`) makes no system call while data moves;
+//! a side that has to wait spins, then yields, and now and then checks that
+//! the other side is still alive.
+
+#![warn(missing_docs)]
+
+pub mod capi;
+pub mod channel;
+pub mod mem;
+pub mod ring;
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub use channel::{ChanError, Channel, Transport};
+use mem::{Local, Mem, Raw, Window};
+
+/// Configuration (`ump_init`).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Ring bytes per direction, shared-memory channels.
+    pub shm_buffer: usize,
+    /// Ring bytes per direction, MEMORY CHANNEL channels.
+    pub mc_buffer: usize,
+    /// Channels this process may have open (buffers are allocated as
+    /// channels open, up to this).
+    pub max_channels: usize,
+    /// How long `open` waits to learn where the other side is (UMP_ANY).
+    pub locate_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        // The paper's non-blocking runs: 256 KiB (shared memory), 32 KiB
+        // (MEMORY CHANNEL).
+        Config { shm_buffer: 256 << 10, mc_buffer: 32 << 10, max_channels: 64, locate_timeout: Duration::from_secs(30) }
+    }
+}
+
+/// Largest ring: what one MEMORY CHANNEL region or shm file may hold.
+pub const MAX_BUFFER: usize = 64 << 20;
+
+impl Config {
+    /// From the environment: `UMP_SHM_BUFFER`, `UMP_MC_BUFFER` (bytes, or
+    /// with a K/M suffix), `UMP_MAX_CHANNELS`.
+    pub fn from_env() -> Result<Config, UmpError> {
+        let mut c = Config::default();
+        let size = |name: &str, v: &mut usize| -> Result<(), UmpError> {
+            if let Ok(s) = std::env::var(name) {
+                *v = parse_size(&s)
+                    .ok_or_else(|| UmpError::Invalid(format!("{name}={s:?}: a size like 65536 or 64K")))?;
+            }
+            Ok(())
+        };
+        size("UMP_SHM_BUFFER", &mut c.shm_buffer)?;
+        size("UMP_MC_BUFFER", &mut c.mc_buffer)?;
+        if let Ok(s) = std::env::var("UMP_MAX_CHANNELS") {
+            c.max_channels = s.parse().map_err(|_| UmpError::Invalid(format!("UMP_MAX_CHANNELS={s:?}")))?;
+        }
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Rejects sizes that cannot work.
+    pub fn check(&self) -> Result<(), UmpError> {
+        for (what, v) in [("shared-memory", self.shm_buffer), ("MEMORY CHANNEL", self.mc_buffer)] {
+            if !(4096..=MAX_BUFFER).contains(&v) || v % 8 != 0 {
+                return Err(UmpError::Invalid(format!(
+                    "{what} buffer of {v} bytes: 4 KiB to {} MiB, a multiple of 8",
+                    MAX_BUFFER >> 20
+                )));
+            }
+        }
+        if self.max_channels == 0 {
+            return Err(UmpError::Invalid("max_channels must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (n, mul) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    n.parse::<usize>().ok()?.checked_mul(mul)
+}
+
+/// Why a UMP call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UmpError {
+    /// `init` was not called (or `exit` was).
+    NotInitialized,
+    /// A bad argument.
+    Invalid(String),
+    /// No such channel.
+    NoChannel(i32),
+    /// Too many channels.
+    TooMany(usize),
+    /// A channel with these handles is open in this process already, or
+    /// the other side's half is held by a live process.
+    Busy(String),
+    /// The transport is not available (MEMORY CHANNEL without imcd).
+    NoTransport(String),
+    /// The channel failed.
+    Channel(ChanError),
+    /// The operating system said no.
+    Os(String),
+}
+
+impl std::fmt::Display for UmpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UmpError::NotInitialized => write!(f, "ump_init has not been called"),
+            UmpError::Invalid(s) => write!(f, "invalid argument: {s}"),
+            UmpError::NoChannel(c) => write!(f, "no channel {c}"),
+            UmpError::TooMany(n) => write!(f, "{n} channels open already (UMP_MAX_CHANNELS)"),
+            UmpError::Busy(s) => write!(f, "busy: {s}"),
+            UmpError::NoTransport(s) => write!(f, "transport not available: {s}"),
+            UmpError::Channel(e) => write!(f, "{e}"),
+            UmpError::Os(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+impl From<ChanError> for UmpError {
+    fn from(e: ChanError) -> Self {
+        UmpError::Channel(e)
+    }
+}
+
+/// Transport choice of `open`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// Where the other side is: shared memory on this guest, MEMORY CHANNEL otherwise.
+    Any,
+    /// Shared memory.
+    Shm,
+    /// MEMORY CHANNEL.
+    Mc,
+}
+
+/// What `wait` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The channel is complete (both sides opened it); for a listener, a
+    /// new channel.
+    Open(i32),
+    /// A message (or its start) is there to read.
+    Message(i32),
+    /// A non-blocking write finished.
+    WriteDone(i32),
+    /// A non-blocking read finished.
+    ReadDone(i32),
+    /// The other side closed the channel or died.
+    Closed(i32),
+}
+
+/// A non-blocking operation in progress.
+struct Nb {
+    done: Arc<AtomicBool>,
+    result: Arc<Mutex<Option<Result<usize, ChanError>>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    progress: Option<Arc<AtomicUsize>>,
+}
+
+struct Entry {
+    ch: Arc<Channel>,
+    reported_open: bool,
+    reported_closed: bool,
+    nbwrite: Option<Nb>,
+    nbread: Option<Nb>,
+}
+
+struct State {
+    cfg: Config,
+    next: i32,
+    chans: HashMap<i32, Entry>,
+    /// Handles listening (`ump_listen`) and the peers already accepted.
+    listening: HashMap<u64, HashSet<u64>>,
+    imc: Option<Arc<Mutex<mc_guest::imc::Imc>>>,
+    node: u32,
+    stats: (u64, u64),
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+fn state() -> Result<MutexGuard<'static, Option<State>>, UmpError> {
+    let g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if g.is_none() {
+        return Err(UmpError::NotInitialized);
+    }
+    Ok(g)
+}
+
+fn with<T>(f: impl FnOnce(&mut State) -> Result<T, UmpError>) -> Result<T, UmpError> {
+    let mut g = state()?;
+    f(g.as_mut().expect("checked"))
+}
+
+/// This guest's MEMORY CHANNEL node (0 off a cluster).
+fn my_node() -> u32 {
+    std::fs::read_to_string("/run/mc-node").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
+/// `ump_init`: sets UMP up for this process.
+pub fn init(cfg: Config) -> Result<(), UmpError> {
+    cfg.check()?;
+    let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if g.is_some() {
+        return Err(UmpError::Busy("ump_init was called already".into()));
+    }
+    let imc = mc_guest::imc::Imc::connect().ok().map(|i| Arc::new(Mutex::new(i)));
+    *g = Some(State {
+        cfg,
+        next: 1,
+        chans: HashMap::new(),
+        listening: HashMap::new(),
+        imc,
+        node: my_node(),
+        stats: (0, 0),
+    });
+    Ok(())
+}
+
+/// `ump_exit`: closes every channel and frees what UMP holds.
+pub fn exit() -> Result<(), UmpError> {
+    let mut g = state()?;
+    let st = g.take().expect("checked");
+    for (_, e) in st.chans {
+        finish(e);
+    }
+    for h in st.listening.keys() {
+        let _ = std::fs::remove_file(marker(*h));
+        let _ = std::fs::remove_dir_all(listen_dir(*h));
+    }
+    Ok(())
+}
+
+fn finish(mut e: Entry) {
+    e.ch.close();
+    for nb in [e.nbwrite.take(), e.nbread.take()].into_iter().flatten() {
+        if let Some(t) = nb.thread {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Where a handle announces that it lives on this guest.
+fn marker(h: u64) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/ump-ep-{h:016x}"))
+}
+
+fn listen_dir(h: u64) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/ump-listen-{h:016x}"))
+}
+
+fn shm_path(lo: u64, hi: u64) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/ump-ch-{lo:016x}-{hi:016x}"))
+}
+
+/// MEMORY CHANNEL key of half `side` of the channel (lo, hi); bit 63 is imcd's.
+fn mc_key(lo: u64, hi: u64, side: u64) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in lo.to_le_bytes().into_iter().chain(hi.to_le_bytes()) {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    (h & 0x0FFF_FFFF_FFFF_FFFE | side) | 0x5000_0000_0000_0000
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks.
+    pid != 0
+        && (unsafe { libc::kill(pid as i32, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH))
+}
+
+/// A shared mapping of a file we keep open.
+struct FileMap {
+    raw: Raw,
+    _file: std::fs::File,
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // SAFETY: from the mmap in `map_file`, unmapped once.
+        unsafe { libc::munmap(self.raw.ptr.cast(), self.raw.len) };
+    }
+}
+
+// SAFETY: see `Raw`: the mapping lives as long as the FileMap.
+unsafe impl Send for FileMap {}
+// SAFETY: as for Send.
+unsafe impl Sync for FileMap {}
+
+fn map_file(f: std::fs::File, len: usize) -> Result<FileMap, UmpError> {
+    // SAFETY: a shared read-write mapping of a file of at least `len` bytes; checked below.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(UmpError::Os(format!("mmap: {}", std::io::Error::last_os_error())));
+    }
+    Ok(FileMap { raw: Raw { ptr: p.cast(), len }, _file: f })
+}
+
+/// The sub-range of a mapping one half takes.
+fn half(raw: Raw, index: usize, half_len: usize) -> Raw {
+    // SAFETY: the caller mapped 2 * half_len bytes.
+    Raw { ptr: unsafe { raw.ptr.add(index * half_len) }, len: half_len }
+}
+
+fn open_shm(st: &State, local: u64, remote: u64) -> Result<Arc<Channel>, UmpError> {
+    let (lo, hi) = (local.min(remote), local.max(remote));
+    let side = usize::from(local > remote);
+    let size = st.cfg.shm_buffer;
+    let half_len = ring::half_len(size);
+    let path = shm_path(lo, hi);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| UmpError::Os(format!("{}: {e}", path.display())))?;
+    // SAFETY: flock(2) on a file we hold open: the two openers set up one at a time.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    let len = f.metadata().map_err(|e| UmpError::Os(e.to_string()))?.len() as usize;
+    let fresh = len == 0;
+    if fresh {
+        f.set_len((2 * half_len) as u64).map_err(|e| UmpError::Os(e.to_string()))?;
+    } else if len != 2 * half_len {
+        return Err(UmpError::Invalid(format!(
+            "the other side opened this channel with a {} byte buffer, this process uses {size} (UMP_SHM_BUFFER)",
+            len / 2 - ring::RING
+        )));
+    }
+    let map = map_file(f, 2 * half_len)?;
+    let mine = Local(half(map.raw, side, half_len));
+    let theirs = Local(half(map.raw, 1 - side, half_len));
+    if !fresh {
+        let open = mine.load(ring::OPEN);
+        let who = mine.load(ring::WHO);
+        if open != 0 && open != ring::CLOSED && pid_alive(who as u32) {
+            return Err(UmpError::Busy(format!("channel {local:#x}->{remote:#x} is open in process {}", who as u32)));
+        }
+        // Whatever an earlier process left in our half goes.
+        let mut zero = vec![0u8; half_len];
+        zero.truncate(half_len / 8 * 8);
+        mine.write(0, &zero);
+        let them = theirs.load(ring::WHO) as u32;
+        if theirs.load(ring::OPEN) == ring::CLOSED || (them != 0 && !pid_alive(them)) {
+            theirs.write(0, &zero);
+        }
+    }
+    // SAFETY: as above.
+    unsafe { libc::flock(map._file.as_raw_fd(), libc::LOCK_UN) };
+    let (out, peer): (Arc<dyn Mem>, Arc<dyn Mem>) = (Arc::new(mine), Arc::new(theirs));
+    let alive: channel::Liveness = Box::new(|who| {
+        let pid = who as u32;
+        if pid == 0 || pid_alive(pid) {
+            Ok(())
+        } else {
+            Err(format!("process {pid} has exited"))
+        }
+    });
+    let who = (st.node as u64) << 32 | std::process::id() as u64;
+    Ok(Channel::new(local, remote, Transport::Shm, size, out, peer, who, alive, Box::new((map, path))))
+}
+
+/// Keeps the channel's regions: attachments, then the allocations.
+struct McKeep {
+    _tx: mc_guest::imc::Attached,
+    _rx: mc_guest::imc::Attached,
+    imc: Arc<Mutex<mc_guest::imc::Imc>>,
+    ids: [u32; 2],
+}
+
+impl Drop for McKeep {
+    fn drop(&mut self) {
+        let imc = self.imc.lock().unwrap_or_else(|e| e.into_inner());
+        for id in self.ids {
+            let _ = imc.asdealloc(id);
+        }
+    }
+}
+
+fn open_mc(st: &State, local: u64, remote: u64) -> Result<Arc<Channel>, UmpError> {
+    let imc =
+        st.imc.clone().ok_or_else(|| UmpError::NoTransport("MEMORY CHANNEL needs imcd (not reachable)".into()))?;
+    let (lo, hi) = (local.min(remote), local.max(remote));
+    let side = u64::from(local > remote);
+    let size = st.cfg.mc_buffer;
+    let bytes = ring::half_len(size) as u64;
+    let c = imc.lock().unwrap_or_else(|e| e.into_inner());
+    let err = |e: mc_guest::imc::ImcError| UmpError::NoTransport(format!("imcd: {e}"));
+    let (mine, ..) = c.asalloc(mc_key(lo, hi, side), bytes, 0o666, false).map_err(err)?;
+    let (theirs, ..) = c.asalloc(mc_key(lo, hi, 1 - side), bytes, 0o666, false).map_err(err)?;
+    // Receive first: the other side's first writes must land here.
+    let rx = c.asattach(theirs, false, false).map_err(err)?;
+    let tx = c.asattach(mine, true, false).map_err(err)?;
+    drop(c);
+    let (out, peer): (Arc<dyn Mem>, Arc<dyn Mem>) = (
+        Arc::new(Window(Raw { ptr: tx.as_ptr(), len: tx.len() })),
+        Arc::new(Window(Raw { ptr: rx.as_ptr(), len: rx.len() })),
+    );
+    let probe = imc.clone();
+    let alive: channel::Liveness = Box::new(move |who| {
+        let (node, pid) = ((who >> 32) as u32, who as u32);
+        if pid == 0 {
+            return Ok(());
+        }
+        match probe.lock().unwrap_or_else(|e| e.into_inner()).kill(&node.to_string(), pid as i32, 0) {
+            Ok(()) => Ok(()),
+            Err(mc_guest::imc::ImcError::Refused { code, message }) if code == "NOHOST" || code == "ERRNO" => {
+                Err(format!("process {pid} on node {node}: {message}"))
+            }
+            Err(_) => Ok(()), // imcd busy or gone: do not guess
+        }
+    });
+    let who = (st.node as u64) << 32 | std::process::id() as u64;
+    let keep = McKeep { _tx: tx, _rx: rx, imc: imc.clone(), ids: [mine, theirs] };
+    Ok(Channel::new(local, remote, Transport::Mc, size, out, peer, who, alive, Box::new(keep)))
+}
+
+/// Where to open (local, remote) with `want`, deciding UMP_ANY: an
+/// existing shared-memory channel, else the other side's marker on this
+/// guest, else MEMORY CHANNEL (or shared memory when there is no imcd).
+fn choose(st: &State, local: u64, remote: u64, want: Want) -> Transport {
+    match want {
+        Want::Shm => Transport::Shm,
+        Want::Mc => Transport::Mc,
+        Want::Any => {
+            let (lo, hi) = (local.min(remote), local.max(remote));
+            if shm_path(lo, hi).exists() || marker(remote).exists() || st.imc.is_none() {
+                Transport::Shm
+            } else {
+                Transport::Mc
+            }
+        }
+    }
+}
+
+/// `ump_open`: opens (our side of) the channel between `local` and
+/// `remote`; it is complete once the other side opens it too (`wait`
+/// reports [`Event::Open`]; `read` and `write` wait for it).
+pub fn open(local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
+    if local == remote {
+        return Err(UmpError::Invalid(format!("both ends are handle {local:#x}")));
+    }
+    with(|st| {
+        if st.chans.len() >= st.cfg.max_channels {
+            return Err(UmpError::TooMany(st.chans.len()));
+        }
+        if st.chans.values().any(|e| e.ch.local == local && e.ch.remote == remote && !e.ch.is_closed()) {
+            return Err(UmpError::Busy(format!("channel {local:#x}->{remote:#x} is open in this process")));
+        }
+        let _ = std::fs::write(marker(local), format!("{}\n", std::process::id()));
+        // A listener on this guest learns of us through its folder.
+        if listen_dir(remote).is_dir() {
+            let _ = std::fs::write(listen_dir(remote).join(format!("{local:016x}")), b"");
+        }
+        let ch = match choose(st, local, remote, want) {
+            Transport::Shm => open_shm(st, local, remote)?,
+            Transport::Mc => open_mc(st, local, remote)?,
+        };
+        let id = st.next;
+        st.next += 1;
+        st.chans.insert(id, Entry { ch, reported_open: false, reported_closed: false, nbwrite: None, nbread: None });
+        Ok(id)
+    })
+}
+
+/// `ump_listen`: `local` accepts channels from handles it does not know
+/// (on this guest): `wait` reports each as [`Event::Open`] of a new channel.
+pub fn listen(local: u64) -> Result<(), UmpError> {
+    with(|st| {
+        std::fs::create_dir_all(listen_dir(local)).map_err(|e| UmpError::Os(e.to_string()))?;
+        let _ = std::fs::write(marker(local), format!("{}\n", std::process::id()));
+        st.listening.entry(local).or_default();
+        Ok(())
+    })
+}
+
+/// `ump_close`: closes a channel (a non-blocking write still streaming
+/// stops; the other side gets an error for that message, never half of it).
+pub fn close(id: i32) -> Result<(), UmpError> {
+    let e = with(|st| st.chans.remove(&id).ok_or(UmpError::NoChannel(id)))?;
+    finish(e);
+    Ok(())
+}
+
+fn channel(id: i32) -> Result<Arc<Channel>, UmpError> {
+    with(|st| st.chans.get(&id).map(|e| e.ch.clone()).ok_or(UmpError::NoChannel(id)))
+}
+
+fn busy_nb(id: i32, write: bool) -> Result<(), UmpError> {
+    with(|st| {
+        let e = st.chans.get_mut(&id).ok_or(UmpError::NoChannel(id))?;
+        let nb = if write { &mut e.nbwrite } else { &mut e.nbread };
+        if nb.as_ref().is_some_and(|n| !n.done.load(Ordering::Acquire)) {
+            return Err(UmpError::Busy(format!(
+                "a non-blocking {} on channel {id} is still running",
+                if write { "write" } else { "read" }
+            )));
+        }
+        *nb = None;
+        Ok(())
+    })
+}
+
+/// `ump_write`: writes a whole message; returns when all of it is in the
+/// channel buffer (large ones stream through it while the reader reads).
+pub fn write(id: i32, msg: &[u8]) -> Result<(), UmpError> {
+    busy_nb(id, true)?;
+    let ch = channel(id)?;
+    ch.write(msg, None)?;
+    let _ = with(|st| {
+        st.stats.0 += msg.len() as u64;
+        Ok(())
+    });
+    Ok(())
+}
+
+/// `ump_read`: reads the next message into `buf` (waits for it); returns
+/// its length. A message longer than `buf` is left in the channel
+/// ([`ChanError::TooBig`] says how long it is).
+pub fn read(id: i32, buf: &mut [u8]) -> Result<usize, UmpError> {
+    busy_nb(id, false)?;
+    let ch = channel(id)?;
+    let n = ch.read(buf, None)?;
+    let _ = with(|st| {
+        st.stats.1 += n as u64;
+        Ok(())
+    });
+    Ok(n)
+}
+
+/// `ump_read` with a deadline.
+pub fn read_timeout(id: i32, buf: &mut [u8], timeout: Duration) -> Result<usize, UmpError> {
+    busy_nb(id, false)?;
+    Ok(channel(id)?.read(buf, Some(Instant::now() + timeout))?)
+}
+
+/// `ump_nbwrite`: starts writing a message and returns; a background thread
+/// finishes it ([`Event::WriteDone`]). The message is copied first, so the
+/// caller's buffer is free at once.
+pub fn nbwrite(id: i32, msg: &[u8]) -> Result<(), UmpError> {
+    busy_nb(id, true)?;
+    let ch = channel(id)?;
+    let msg = msg.to_vec();
+    let done = Arc::new(AtomicBool::new(false));
+    let result = Arc::new(Mutex::new(None));
+    let (d, r) = (done.clone(), result.clone());
+    let thread = std::thread::spawn(move || {
+        let out = ch.write(&msg, None).map(|()| msg.len());
+        *r.lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
+        d.store(true, Ordering::Release);
+    });
+    with(|st| {
+        let e = st.chans.get_mut(&id).ok_or(UmpError::NoChannel(id))?;
+        e.nbwrite = Some(Nb { done, result, thread: Some(thread), progress: None });
+        Ok(())
+    })
+}
+
+/// A buffer a background read fills (C callers keep it alive until done).
+#[derive(Clone, Copy)]
+struct UserBuf(*mut u8, usize);
+// SAFETY: the caller of `nbread` promises the buffer outlives the read
+// (ump.h says so); only the background thread writes it meanwhile.
+unsafe impl Send for UserBuf {}
+
+/// `ump_nbread`: starts reading the next message into `buf` and returns
+/// once `min` bytes of it (or all of it) are in; a background thread reads
+/// the rest ([`Event::ReadDone`], then [`nbread_result`]).
+///
+/// # Safety
+/// `buf` must stay valid, and untouched by the caller, until the read is done.
+pub unsafe fn nbread(id: i32, buf: *mut u8, size: usize, min: usize) -> Result<usize, UmpError> {
+    busy_nb(id, false)?;
+    let ch = channel(id)?;
+    let progress = ch.rx.lock().unwrap_or_else(|e| e.into_inner()).progress();
+    progress.store(0, Ordering::Release);
+    let done = Arc::new(AtomicBool::new(false));
+    let result = Arc::new(Mutex::new(None));
+    let (d, r, b) = (done.clone(), result.clone(), UserBuf(buf, size));
+    let chr = ch.clone();
+    let thread = std::thread::spawn(move || {
+        let b = b;
+        // SAFETY: the caller's promise (see above).
+        let slice = unsafe { std::slice::from_raw_parts_mut(b.0, b.1) };
+        let out = chr.read(slice, None);
+        *r.lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
+        d.store(true, Ordering::Release);
+    });
+    with(|st| {
+        let e = st.chans.get_mut(&id).ok_or(UmpError::NoChannel(id))?;
+        e.nbread = Some(Nb { done: done.clone(), result, thread: Some(thread), progress: Some(progress.clone()) });
+        Ok(())
+    })?;
+    let mut spins = 0u32;
+    loop {
+        let got = progress.load(Ordering::Acquire);
+        if done.load(Ordering::Acquire) || got >= min {
+            return Ok(got);
+        }
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// The outcome of the last non-blocking read (`None` while it runs).
+pub fn nbread_result(id: i32) -> Result<Option<usize>, UmpError> {
+    with(|st| {
+        let e = st.chans.get_mut(&id).ok_or(UmpError::NoChannel(id))?;
+        let Some(nb) = &mut e.nbread else { return Err(UmpError::Invalid(format!("no read on channel {id}"))) };
+        if !nb.done.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        if let Some(t) = nb.thread.take() {
+            let _ = t.join();
+        }
+        let r = nb.result.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match r {
+            Some(Ok(n)) => Ok(Some(n)),
+            Some(Err(e)) => Err(UmpError::Channel(e)),
+            None => Ok(None),
+        }
+    })
+}
+
+/// The outcome of the last non-blocking write (`None` while it runs).
+pub fn nbwrite_result(id: i32) -> Result<Option<()>, UmpError> {
+    with(|st| {
+        let e = st.chans.get_mut(&id).ok_or(UmpError::NoChannel(id))?;
+        let Some(nb) = &mut e.nbwrite else { return Err(UmpError::Invalid(format!("no write on channel {id}"))) };
+        if !nb.done.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        if let Some(t) = nb.thread.take() {
+            let _ = t.join();
+        }
+        let r = nb.result.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match r {
+            Some(Ok(_)) => Ok(Some(())),
+            Some(Err(e)) => Err(UmpError::Channel(e)),
+            None => Ok(None),
+        }
+    })
+}
+
+/// One look at a channel for `wait`.
+fn look(id: i32, e: &mut Entry) -> Option<Event> {
+    if !e.reported_open {
+        if e.ch.poll_open() {
+            e.reported_open = true;
+            return Some(Event::Open(id));
+        }
+        return None;
+    }
+    if let Some(nb) = &mut e.nbwrite {
+        if nb.done.load(Ordering::Acquire) && nb.thread.is_some() {
+            if let Some(t) = nb.thread.take() {
+                let _ = t.join();
+            }
+            return Some(Event::WriteDone(id));
+        }
+    }
+    let reading = e.nbread.as_ref().is_some_and(|n| !n.done.load(Ordering::Acquire));
+    if let Some(nb) = &mut e.nbread {
+        if nb.done.load(Ordering::Acquire) && nb.progress.take().is_some() {
+            return Some(Event::ReadDone(id));
+        }
+    }
+    if !reading && e.ch.pending().is_some() {
+        return Some(Event::Message(id));
+    }
+    if !e.reported_closed && e.ch.peer_closed() {
+        e.reported_closed = true;
+        return Some(Event::Closed(id));
+    }
+    None
+}
+
+/// New channels of listening handles (opened from our side too).
+fn accept(st: &mut State) -> Vec<i32> {
+    let mut new = Vec::new();
+    let handles: Vec<u64> = st.listening.keys().copied().collect();
+    for h in handles {
+        let Ok(dir) = std::fs::read_dir(listen_dir(h)) else { continue };
+        for f in dir.flatten() {
+            let Some(peer) = f.file_name().to_str().and_then(|s| u64::from_str_radix(s, 16).ok()) else { continue };
+            let _ = std::fs::remove_file(f.path());
+            if !st.listening.get_mut(&h).is_some_and(|s| s.insert(peer)) {
+                continue;
+            }
+            let (lo, hi) = (h.min(peer), h.max(peer));
+            let t = if shm_path(lo, hi).exists() { Transport::Shm } else { Transport::Mc };
+            let ch = match t {
+                Transport::Shm => open_shm(st, h, peer),
+                Transport::Mc => open_mc(st, h, peer),
+            };
+            if let Ok(ch) = ch {
+                let id = st.next;
+                st.next += 1;
+                st.chans.insert(
+                    id,
+                    Entry { ch, reported_open: false, reported_closed: false, nbwrite: None, nbread: None },
+                );
+                new.push(id);
+            }
+        }
+    }
+    new
+}
+
+/// `ump_wait`: waits up to `timeout` (None: for ever) for an event on
+/// channel `id`, or on any channel of this process (`id` None).
+pub fn wait(id: Option<i32>, timeout: Option<Duration>) -> Result<Option<Event>, UmpError> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let mut spins = 0u32;
+    loop {
+        let ev = with(|st| {
+            if id.is_none() {
+                accept(st);
+            }
+            let mut ids: Vec<i32> = match id {
+                Some(i) if !st.chans.contains_key(&i) => return Err(UmpError::NoChannel(i)),
+                Some(i) => vec![i],
+                None => st.chans.keys().copied().collect(),
+            };
+            ids.sort_unstable();
+            for i in ids {
+                if let Some(e) = st.chans.get_mut(&i) {
+                    if let Some(ev) = look(i, e) {
+                        return Ok(Some(ev));
+                    }
+                }
+            }
+            Ok(None)
+        })?;
+        if ev.is_some() {
+            return Ok(ev);
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            return Ok(None);
+        }
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else if spins < 4096 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// `ump_mcast`: writes one message to every channel in `ids`.
+pub fn mcast(ids: &[i32], msg: &[u8]) -> Result<(), UmpError> {
+    let chans: Vec<Arc<Channel>> = ids.iter().map(|&i| channel(i)).collect::<Result<_, _>>()?;
+    for c in &chans {
+        c.write(msg, None)?;
+    }
+    Ok(())
+}
+
+/// What `ump_info` reports.
+#[derive(Debug, Clone, Default)]
+pub struct Info {
+    /// Channels open.
+    pub channels: usize,
+    /// Of them over MEMORY CHANNEL.
+    pub mc_channels: usize,
+    /// Shared-memory ring bytes.
+    pub shm_buffer: usize,
+    /// MEMORY CHANNEL ring bytes.
+    pub mc_buffer: usize,
+    /// Channel limit.
+    pub max_channels: usize,
+    /// This guest's node.
+    pub node: u32,
+    /// imcd reachable (MEMORY CHANNEL transport available).
+    pub mc_available: bool,
+    /// Bytes written by blocking writes.
+    pub bytes_written: u64,
+    /// Bytes read by blocking reads.
+    pub bytes_read: u64,
+}
+
+/// `ump_info`.
+pub fn info() -> Result<Info, UmpError> {
+    with(|st| {
+        Ok(Info {
+            channels: st.chans.len(),
+            mc_channels: st.chans.values().filter(|e| e.ch.transport == Transport::Mc).count(),
+            shm_buffer: st.cfg.shm_buffer,
+            mc_buffer: st.cfg.mc_buffer,
+            max_channels: st.cfg.max_channels,
+            node: st.node,
+            mc_available: st.imc.is_some(),
+            bytes_written: st.stats.0,
+            bytes_read: st.stats.1,
+        })
+    })
+}
+
+/// The transport a channel ended up on.
+pub fn transport(id: i32) -> Result<Transport, UmpError> {
+    Ok(channel(id)?.transport)
+}

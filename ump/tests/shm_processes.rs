@@ -1,0 +1,102 @@
+//! UMP between real processes over the shared-memory transport
+//! (`ump-tool`, the same binary the QEMU tier runs in guests).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tool() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ump-tool"))
+}
+
+/// Handles no other test (or run) uses.
+fn handles() -> (String, String) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    let base = (std::process::id() as u64) << 20 | N.fetch_add(2, Ordering::Relaxed) << 1;
+    (base.to_string(), (base + 1).to_string())
+}
+
+#[test]
+fn streaming_1_byte_to_16_mib_through_a_small_buffer() {
+    let (a, b) = handles();
+    let serve = tool()
+        .args(["serve", "--me", &a, "--peer", &b, "--transport", "shm"])
+        .env("UMP_SHM_BUFFER", "64K")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = tool()
+        .args(["pingpong", "--me", &b, "--peer", &a, "--transport", "shm", "--rounds", "2"])
+        .args(["--sizes", "1,2,3,4,5,8,100,4095,4096,4097,65535,65536,65537,1M,16M"])
+        .env("UMP_SHM_BUFFER", "64K")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("size 16777216 ok") && text.contains("pingpong ok: 15 sizes"), "{text}");
+    let served = serve.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&served.stdout).contains("served 30 messages"));
+}
+
+#[test]
+fn a_dead_writer_is_an_error_for_the_reader_not_a_hang() {
+    let (a, b) = handles();
+    // The writer streams 16 MiB through a 64 KiB buffer nobody reads yet...
+    let mut send = tool()
+        .args(["send", "--me", &a, "--peer", &b, "--transport", "shm", "--size", "16M"])
+        .env("UMP_SHM_BUFFER", "64K")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let recv = tool()
+        .args(["recv", "--me", &b, "--peer", &a, "--transport", "shm", "--delay-ms", "1500"])
+        .env("UMP_SHM_BUFFER", "64K")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // ...and dies while it waits for room.
+    std::thread::sleep(Duration::from_millis(800));
+    send.kill().unwrap();
+    send.wait().unwrap();
+    let t0 = Instant::now();
+    let out = recv.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the reader must not report a message");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("received"));
+    assert!(err.contains("has exited") || err.contains("gone"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "the reader noticed only after {:?}", t0.elapsed());
+}
+
+#[test]
+fn nonblocking_write_completes_with_an_event() {
+    let (a, b) = handles();
+    let recv = tool()
+        .args(["recv", "--me", &b, "--peer", &a, "--delay-ms", "300"])
+        .env("UMP_SHM_BUFFER", "64K")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let send = tool()
+        .args(["send", "--me", &a, "--peer", &b, "--size", "3M", "--nb"])
+        .env("UMP_SHM_BUFFER", "64K")
+        .output()
+        .unwrap();
+    let sent = String::from_utf8_lossy(&send.stdout);
+    assert!(send.status.success(), "{sent}{}", String::from_utf8_lossy(&send.stderr));
+    assert!(sent.contains("nbwrite started") && sent.contains("sent 3145728 bytes"), "{sent}");
+    let got = recv.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&got.stdout).contains("received 3145728 bytes intact"));
+}
+
+#[test]
+fn buffer_sizes_that_cannot_work_are_refused() {
+    let (a, b) = handles();
+    for bad in ["100", "12", "65M", "lots"] {
+        let out = tool().args(["serve", "--me", &a, "--peer", &b]).env("UMP_SHM_BUFFER", bad).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "UMP_SHM_BUFFER={bad} accepted");
+        assert!(err.contains("UMP_SHM_BUFFER") || err.contains("4 KiB to 64 MiB"), "{bad}: {err}");
+    }
+}
