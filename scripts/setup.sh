@@ -217,7 +217,7 @@ setup_rust() {
     step "rust: building static guest binaries (mc-agent, mctool, imcd, libimc.a)"
     (cd "$REPO" && RUSTFLAGS="-C target-feature=+crt-static" \
         cargo build --release -q --target x86_64-unknown-linux-gnu \
-        --target-dir "$REPO/target/guest" -p mc-agent -p mc-guest -p mc-libimc 2>&1 \
+        --target-dir "$REPO/target/guest" -p mc-agent -p mc-guest -p mc-libimc -p mc-ump 2>&1 \
         | grep -v "dropping unsupported crate type .cdylib.") ; [ "${PIPESTATUS[0]}" = 0 ] || die "guest build failed"
     step "c: installing libimc (target/guest/libimc) and building the C programs (figure6, ...)"
     local gbin="$REPO/target/guest/x86_64-unknown-linux-gnu/release"

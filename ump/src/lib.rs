@@ -182,6 +182,7 @@ struct Nb {
 
 struct Entry {
     ch: Arc<Channel>,
+    want: Want,
     reported_open: bool,
     reported_closed: bool,
     nbwrite: Option<Nb>,
@@ -197,6 +198,8 @@ struct State {
     imc: Option<Arc<Mutex<mc_guest::imc::Imc>>>,
     node: u32,
     stats: (u64, u64),
+    /// The channel `wait` last reported a message on.
+    last_message: i32,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -235,6 +238,7 @@ pub fn init(cfg: Config) -> Result<(), UmpError> {
         imc,
         node: my_node(),
         stats: (0, 0),
+        last_message: 0,
     });
     Ok(())
 }
@@ -243,11 +247,15 @@ pub fn init(cfg: Config) -> Result<(), UmpError> {
 pub fn exit() -> Result<(), UmpError> {
     let mut g = state()?;
     let st = g.take().expect("checked");
+    let mut handles: HashSet<u64> = st.chans.values().map(|e| e.ch.local).collect();
     for (_, e) in st.chans {
         finish(e);
     }
+    handles.extend(st.listening.keys());
+    for h in handles {
+        let _ = std::fs::remove_file(marker(h));
+    }
     for h in st.listening.keys() {
-        let _ = std::fs::remove_file(marker(*h));
         let _ = std::fs::remove_dir_all(listen_dir(*h));
     }
     Ok(())
@@ -265,6 +273,12 @@ fn finish(mut e: Entry) {
 /// Where a handle announces that it lives on this guest.
 fn marker(h: u64) -> PathBuf {
     PathBuf::from(format!("/dev/shm/ump-ep-{h:016x}"))
+}
+
+/// Whether a live process on this guest has announced handle `h` (a
+/// marker left by a process that died does not count).
+fn marker_alive(h: u64) -> bool {
+    std::fs::read_to_string(marker(h)).ok().and_then(|s| s.trim().parse::<u32>().ok()).is_some_and(pid_alive)
 }
 
 fn listen_dir(h: u64) -> PathBuf {
@@ -381,7 +395,25 @@ fn open_shm(st: &State, local: u64, remote: u64) -> Result<Arc<Channel>, UmpErro
         }
     });
     let who = (st.node as u64) << 32 | std::process::id() as u64;
-    Ok(Channel::new(local, remote, Transport::Shm, size, out, peer, who, alive, Box::new((map, path))))
+    let keep = ShmKeep { map, path, peer_open: (1 - side) * half_len + ring::OPEN };
+    Ok(Channel::new(local, remote, Transport::Shm, size, out, peer, who, alive, Box::new(keep)))
+}
+
+/// Keeps a shared-memory channel's file mapped; the side that closes last
+/// (the other side's OPEN reads CLOSED, or it never came) removes the file.
+struct ShmKeep {
+    map: FileMap,
+    path: PathBuf,
+    peer_open: usize,
+}
+
+impl Drop for ShmKeep {
+    fn drop(&mut self) {
+        let other = Local(self.map.raw).load(self.peer_open);
+        if other == ring::CLOSED || other == 0 {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// Keeps the channel's regions: attachments, then the allocations.
@@ -448,7 +480,7 @@ fn choose(st: &State, local: u64, remote: u64, want: Want) -> Transport {
         Want::Mc => Transport::Mc,
         Want::Any => {
             let (lo, hi) = (local.min(remote), local.max(remote));
-            if shm_path(lo, hi).exists() || marker(remote).exists() || st.imc.is_none() {
+            if shm_path(lo, hi).exists() || marker_alive(remote) || st.imc.is_none() {
                 Transport::Shm
             } else {
                 Transport::Mc
@@ -482,9 +514,26 @@ pub fn open(local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
         };
         let id = st.next;
         st.next += 1;
-        st.chans.insert(id, Entry { ch, reported_open: false, reported_closed: false, nbwrite: None, nbread: None });
+        st.chans.insert(id, Entry { ch, want, reported_open: false, reported_closed: false, nbwrite: None, nbread: None });
         Ok(id)
     })
+}
+
+/// UMP_ANY, both sides first at once: one may have chosen MEMORY CHANNEL
+/// before the other's marker appeared while the other chose shared memory.
+/// Until a channel is complete, shared memory wins: a side on MEMORY
+/// CHANNEL that sees the shared-memory channel appear moves there.
+fn converge(st: &State, e: &mut Entry) {
+    if e.want != Want::Any || e.ch.transport != Transport::Mc || e.ch.is_complete() {
+        return;
+    }
+    let (lo, hi) = (e.ch.local.min(e.ch.remote), e.ch.local.max(e.ch.remote));
+    if shm_path(lo, hi).exists() {
+        if let Ok(ch) = open_shm(st, e.ch.local, e.ch.remote) {
+            e.ch.close();
+            e.ch = ch;
+        }
+    }
 }
 
 /// `ump_listen`: `local` accepts channels from handles it does not know
@@ -670,8 +719,15 @@ pub fn nbwrite_result(id: i32) -> Result<Option<()>, UmpError> {
     })
 }
 
-/// One look at a channel for `wait`.
-fn look(id: i32, e: &mut Entry) -> Option<Event> {
+/// One look at a channel for `wait`: the one-time events (open, done,
+/// closed) when `edges`, else whether a message waits. `wait` looks for
+/// one-time events on every channel first, so a channel with messages
+/// always waiting cannot hide the others' events.
+fn look(id: i32, e: &mut Entry, edges: bool) -> Option<Event> {
+    if !edges {
+        let reading = e.nbread.as_ref().is_some_and(|n| !n.done.load(Ordering::Acquire));
+        return (e.reported_open && !reading && e.ch.pending().is_some()).then_some(Event::Message(id));
+    }
     if !e.reported_open {
         if e.ch.poll_open() {
             e.reported_open = true;
@@ -687,16 +743,13 @@ fn look(id: i32, e: &mut Entry) -> Option<Event> {
             return Some(Event::WriteDone(id));
         }
     }
-    let reading = e.nbread.as_ref().is_some_and(|n| !n.done.load(Ordering::Acquire));
     if let Some(nb) = &mut e.nbread {
         if nb.done.load(Ordering::Acquire) && nb.progress.take().is_some() {
             return Some(Event::ReadDone(id));
         }
     }
-    if !reading && e.ch.pending().is_some() {
-        return Some(Event::Message(id));
-    }
-    if !e.reported_closed && e.ch.peer_closed() {
+    // Closed only once everything sent before the close was read.
+    if !e.reported_closed && e.ch.peer_closed() && e.ch.pending().is_none() {
         e.reported_closed = true;
         return Some(Event::Closed(id));
     }
@@ -726,7 +779,7 @@ fn accept(st: &mut State) -> Vec<i32> {
                 st.next += 1;
                 st.chans.insert(
                     id,
-                    Entry { ch, reported_open: false, reported_closed: false, nbwrite: None, nbread: None },
+                    Entry { ch, want: Want::Any, reported_open: false, reported_closed: false, nbwrite: None, nbread: None },
                 );
                 new.push(id);
             }
@@ -751,9 +804,22 @@ pub fn wait(id: Option<i32>, timeout: Option<Duration>) -> Result<Option<Event>,
                 None => st.chans.keys().copied().collect(),
             };
             ids.sort_unstable();
-            for i in ids {
-                if let Some(e) = st.chans.get_mut(&i) {
-                    if let Some(ev) = look(i, e) {
+            for &i in &ids {
+                if let Some(mut e) = st.chans.remove(&i) {
+                    converge(st, &mut e);
+                    st.chans.insert(i, e);
+                }
+            }
+            // One-time events first, then messages, starting after the
+            // channel that had the last message (round robin).
+            let start = ids.iter().position(|&i| i > st.last_message).unwrap_or(0);
+            ids.rotate_left(start);
+            for edges in [true, false] {
+                for &i in &ids {
+                    if let Some(ev) = st.chans.get_mut(&i).and_then(|e| look(i, e, edges)) {
+                        if let Event::Message(m) = ev {
+                            st.last_message = m;
+                        }
                         return Ok(Some(ev));
                     }
                 }

@@ -100,3 +100,28 @@ fn buffer_sizes_that_cannot_work_are_refused() {
         assert!(err.contains("UMP_SHM_BUFFER") || err.contains("4 KiB to 64 MiB"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn four_processes_every_pair_at_once() {
+    let base = (std::process::id() as u64) << 20 | 0xF0000;
+    let hs: Vec<u64> = (1..=4).map(|i| base + i).collect();
+    let kids: Vec<_> = hs
+        .iter()
+        .map(|&h| {
+            let peers: Vec<String> = hs.iter().filter(|&&p| p != h).map(|p| p.to_string()).collect();
+            tool()
+                .args(["mesh", "--me", &h.to_string(), "--peers", &peers.join(","), "--rounds", "25"])
+                .env("UMP_SHM_BUFFER", "16K")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains("mesh ok: 25 rounds with 3 peers"), "{text}");
+    }
+}

@@ -59,6 +59,22 @@ enum Cmd {
         #[arg(long)]
         nb: bool,
     },
+    /// Talk to every peer at once: each round, a message of varying size
+    /// to each (non-blocking writes), then one from each, all checked.
+    Mesh {
+        /// Our handle.
+        #[arg(long)]
+        me: u64,
+        /// The other handles, comma separated.
+        #[arg(long)]
+        peers: String,
+        /// Rounds.
+        #[arg(long, default_value_t = 20)]
+        rounds: u64,
+        /// Largest message.
+        #[arg(long, default_value = "100K")]
+        max: String,
+    },
     /// Receive one message and check it is the pattern `send` sends.
     Recv {
         #[command(flatten)]
@@ -168,6 +184,7 @@ fn main() -> Result<()> {
                 println!("size {s} ok: best round trip {:.1} us", best * 1e6);
             }
             ump::close(ch).map_err(u)?;
+            ump::exit().map_err(u)?;
             println!("pingpong ok: {} sizes", sizes.len());
         }
         Cmd::Send { ends, size: s, nb } => {
@@ -197,6 +214,48 @@ fn main() -> Result<()> {
                 std::thread::sleep(Duration::from_millis(1));
             }
             ump::close(ch).map_err(u)?;
+            ump::exit().map_err(u)?;
+        }
+        Cmd::Mesh { me, peers, rounds, max } => {
+            let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
+            let max = size(&max)?;
+            ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+            let chans: Vec<i32> = peers.iter().map(|&p| ump::open(me, p, Want::Any)).collect::<Result<_, _>>().map_err(u)?;
+            let mut open = std::collections::HashSet::new();
+            while open.len() < chans.len() {
+                match ump::wait(None, Some(Duration::from_secs(60))).map_err(u)? {
+                    Some(Event::Open(c)) => {
+                        open.insert(c);
+                    }
+                    Some(_) => {}
+                    None => bail!("only {} of {} channels opened within 60 s", open.len(), chans.len()),
+                }
+            }
+            let len = |from: u64, to: u64, r: u64| ((r * 7919 + from * 104_729 + to * 13) % max as u64) as usize;
+            let mut buf = vec![0u8; max];
+            for r in 0..rounds {
+                for (&p, &c) in peers.iter().zip(&chans) {
+                    ump::nbwrite(c, &pattern(me * 1_000_003 + r, len(me, p, r))).map_err(u)?;
+                }
+                for (&p, &c) in peers.iter().zip(&chans) {
+                    let n = ump::read(c, &mut buf).map_err(u)?;
+                    let want = pattern(p * 1_000_003 + r, len(p, me, r));
+                    if buf[..n] != want[..] {
+                        bail!("round {r}: the message from {p} ({n} bytes) is not what it sent");
+                    }
+                }
+                for &c in &chans {
+                    while ump::nbwrite_result(c).map_err(u)?.is_none() {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+            }
+            let kinds: Vec<String> =
+                peers.iter().zip(&chans).map(|(p, &c)| format!("{p}:{:?}", ump::transport(c).unwrap())).collect();
+            println!("mesh ok: {rounds} rounds with {} peers, transports {}", peers.len(), kinds.join(","));
+            // Let the others finish reading before our channels close.
+            std::thread::sleep(Duration::from_millis(500));
+            ump::exit().map_err(u)?;
         }
         Cmd::Recv { ends, max, delay_ms } => {
             let ch = open(&ends)?;
@@ -209,6 +268,7 @@ fn main() -> Result<()> {
             }
             println!("received {n} bytes intact in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
             ump::close(ch).map_err(u)?;
+            ump::exit().map_err(u)?;
         }
     }
     Ok(())
