@@ -1,0 +1,56 @@
+//! QEMU tier for UMP (issue 6): channels between guests over MEMORY
+//! CHANNEL, and between processes of one guest over shared memory, with
+//! the same program (`ump-tool`).
+
+use mc_tests::Cluster;
+
+fn up(name: &str, nodes: usize) -> Cluster {
+    let c = Cluster::up(name, nodes);
+    c.imcd_ready();
+    c
+}
+
+/// Every message size from 0 B to 1 MiB there and back between two
+/// guests, contents checked, through a 32 KiB MEMORY CHANNEL buffer (the
+/// large ones stream through it).
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn ump_pingpong_two_guests() {
+    let c = up("t-ump", 2);
+    c.background(1, "serve", "ump-tool serve --me 1 --peer 2");
+    let sizes = "0,1,2,3,4,5,7,8,9,31,32,33,100,1K,4K,8K,32K,33K,64K,256K,1M";
+    let out = c.exec(0, &["ump-tool", "pingpong", "--me", "2", "--peer", "1", "--rounds", "2", "--sizes", sizes]);
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}{err}");
+    assert!(err.contains("open over Mc"), "guests talk over MEMORY CHANNEL: {err}");
+    assert!(text.contains("size 1048576 ok") && text.contains("pingpong ok: 21 sizes"), "{text}");
+    let (rc, log) = c.background_result(1, "serve", 60);
+    assert_eq!(rc, "0", "{log}");
+    assert!(log.contains("served 42 messages"), "{log}");
+}
+
+/// Four processes on two guests, every pair talking at once: the pairs on
+/// one guest over shared memory, the others over MEMORY CHANNEL, chosen
+/// by UMP_ANY with the same program.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn ump_mixed_transports() {
+    let c = up("t-ump-mixed", 2);
+    let all = [1u64, 2, 3, 4];
+    for h in all {
+        let node = if h <= 2 { 0 } else { 1 };
+        let peers: Vec<String> = all.iter().filter(|&&p| p != h).map(|p| p.to_string()).collect();
+        c.background(node, &format!("m{h}"), &format!("ump-tool mesh --me {h} --peers {} --rounds 10", peers.join(",")));
+    }
+    for h in all {
+        let node = if h <= 2 { 0 } else { 1 };
+        let (rc, log) = c.background_result(node, &format!("m{h}"), 240);
+        assert_eq!(rc, "0", "process {h}:\n{log}");
+        assert!(log.contains("mesh ok: 10 rounds with 3 peers"), "process {h}:\n{log}");
+        for p in all.iter().filter(|&&p| p != h) {
+            let same = (h <= 2) == (*p <= 2);
+            let want = format!("{p}:{}", if same { "Shm" } else { "Mc" });
+            assert!(log.contains(&want), "process {h} to {p} should be {want}:\n{log}");
+        }
+    }
+}
