@@ -40,7 +40,11 @@ fn ump_mixed_transports() {
     for h in all {
         let node = if h <= 2 { 0 } else { 1 };
         let peers: Vec<String> = all.iter().filter(|&&p| p != h).map(|p| p.to_string()).collect();
-        c.background(node, &format!("m{h}"), &format!("ump-tool mesh --me {h} --peers {} --rounds 10", peers.join(",")));
+        c.background(
+            node,
+            &format!("m{h}"),
+            &format!("ump-tool mesh --me {h} --peers {} --rounds 10", peers.join(",")),
+        );
     }
     for h in all {
         let node = if h <= 2 { 0 } else { 1 };
@@ -53,4 +57,38 @@ fn ump_mixed_transports() {
             assert!(log.contains(&want), "process {h} to {p} should be {want}:\n{log}");
         }
     }
+}
+
+/// `ump_mcast` to three guests: every receiver gets every message intact
+/// and in order, and the sender puts each message on the wire once (its
+/// outbuf is received by every node), not once per receiver: the hub
+/// counts the bytes node 0 sent.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn ump_mcast_reaches_all() {
+    let c = up("t-ump-mcast", 4);
+    for n in 1..4 {
+        c.background(n, "mr", &format!("ump-tool mcast-recv --me {} --from 1 --count 40", n + 1));
+    }
+    let bytes_in = |c: &Cluster| -> u64 {
+        let s: serde_json::Value = serde_json::from_str(&c.hub(&["stats"])).unwrap();
+        s["nodes"].as_array().unwrap().iter().find(|n| n["node"] == 0).unwrap()["bytes_in"].as_u64().unwrap()
+    };
+    let before = bytes_in(&c);
+    let out = c.exec(0, &["ump-tool", "mcast-send", "--me", "1", "--peers", "2,3,4", "--count", "40"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let sent: u64 = text.split(" bytes").next().and_then(|s| s.rsplit(' ').next()).unwrap().parse().unwrap();
+    for n in 1..4 {
+        let (rc, log) = c.background_result(n, "mr", 120);
+        assert_eq!(rc, "0", "node {n}:\n{log}");
+        assert!(log.contains("open over Mc") && log.contains("received 40 multicast messages intact"), "{log}");
+    }
+    let wire = bytes_in(&c) - before;
+    eprintln!("ump_mcast: {sent} bytes to 3 receivers, {wire} bytes from the sender's node on the wire");
+    assert!(wire > sent, "the payload went out ({wire} bytes on the wire for {sent})");
+    assert!(
+        wire < sent + sent / 2,
+        "each message went out once, not once per receiver: {wire} bytes on the wire for {sent} bytes to 3 receivers"
+    );
 }

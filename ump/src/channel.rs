@@ -274,6 +274,39 @@ impl Channel {
         tx.write(msg, &mut wait).map_err(|e| self.ring_err(e, "while writing"))
     }
 
+    /// Writes a multicast record pointing into an outbuf (see
+    /// [`crate::ring::Producer::write_record`]); returns our producer index
+    /// after it (the record is consumed once the reader's index passes it).
+    pub fn write_record(
+        &self,
+        len: usize,
+        key: u64,
+        off: u64,
+        size: u64,
+        deadline: Option<Instant>,
+    ) -> Result<u64, ChanError> {
+        self.wait_open(deadline)?;
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wait = || self.check(deadline, false).map_err(Self::encode);
+        tx.write_record(len, key, off, size, &mut wait).map_err(|e| self.ring_err(e, "while writing"))?;
+        Ok(tx.produced())
+    }
+
+    /// Whether the other side's process is still there.
+    pub fn alive(&self) -> Result<(), ChanError> {
+        (self.alive)(self.peer_who()).map_err(ChanError::PeerDead)
+    }
+
+    /// The reader's index of our ring (bytes it has consumed).
+    pub fn consumed(&self) -> u64 {
+        self.peer.load(TAIL)
+    }
+
+    /// Lets reads follow multicast records into senders' outbufs.
+    pub fn set_resolver(&self, r: ring::Resolver) {
+        self.rx.lock().unwrap_or_else(|e| e.into_inner()).set_resolver(r);
+    }
+
     /// Reads one message into `buf`; returns its length.
     pub fn read(&self, buf: &mut [u8], deadline: Option<Instant>) -> Result<usize, ChanError> {
         self.wait_open(deadline)?;

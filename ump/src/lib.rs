@@ -41,13 +41,21 @@ pub struct Config {
     pub max_channels: usize,
     /// How long `open` waits to learn where the other side is (UMP_ANY).
     pub locate_timeout: Duration,
+    /// Bytes of this process's multicast outbuf (a multiple of 8 KiB).
+    pub outbuf: usize,
 }
 
 impl Default for Config {
     fn default() -> Self {
         // The paper's non-blocking runs: 256 KiB (shared memory), 32 KiB
         // (MEMORY CHANNEL).
-        Config { shm_buffer: 256 << 10, mc_buffer: 32 << 10, max_channels: 64, locate_timeout: Duration::from_secs(30) }
+        Config {
+            shm_buffer: 256 << 10,
+            mc_buffer: 32 << 10,
+            max_channels: 64,
+            locate_timeout: Duration::from_secs(30),
+            outbuf: OUTBUF_DEFAULT,
+        }
     }
 }
 
@@ -68,6 +76,7 @@ impl Config {
         };
         size("UMP_SHM_BUFFER", &mut c.shm_buffer)?;
         size("UMP_MC_BUFFER", &mut c.mc_buffer)?;
+        size("UMP_OUTBUF", &mut c.outbuf)?;
         if let Ok(s) = std::env::var("UMP_MAX_CHANNELS") {
             c.max_channels = s.parse().map_err(|_| UmpError::Invalid(format!("UMP_MAX_CHANNELS={s:?}")))?;
         }
@@ -84,6 +93,13 @@ impl Config {
                     MAX_BUFFER >> 20
                 )));
             }
+        }
+        if !(8192..=MAX_BUFFER).contains(&self.outbuf) || self.outbuf % 8192 != 0 {
+            return Err(UmpError::Invalid(format!(
+                "outbuf of {} bytes: 8 KiB to {} MiB, a multiple of 8 KiB (UMP_OUTBUF)",
+                self.outbuf,
+                MAX_BUFFER >> 20
+            )));
         }
         if self.max_channels == 0 {
             return Err(UmpError::Invalid("max_channels must be at least 1".into()));
@@ -200,6 +216,49 @@ struct State {
     stats: (u64, u64),
     /// The channel `wait` last reported a message on.
     last_message: i32,
+    /// Our outbuf (made by the first multicast over MEMORY CHANNEL).
+    outbuf: Option<Arc<Mutex<Outbuf>>>,
+    /// Other processes' outbufs we have mapped for receive, by key.
+    outbufs_in: Arc<Mutex<HashMap<u64, OutbufIn>>>,
+}
+
+/// A sender's outbuf, mapped for receive here.
+struct OutbufIn {
+    mem: Arc<dyn Mem>,
+    _rx: mc_guest::imc::Attached,
+    _id: u32,
+}
+
+/// This process's outbuf: one region, written only by us and mapped for
+/// transmit to every node (the SCRAMNet billboard idea, seed 002, and the
+/// outbufs seed 000 designed but never shipped). It is allocated
+/// coherently, so every node receives it from the start and a receiver
+/// that maps it when the first record arrives sees every message in it.
+struct Outbuf {
+    key: u64,
+    size: u64,
+    tx: Window,
+    _attached: mc_guest::imc::Attached,
+    /// Bytes used so far (messages start on 8-byte boundaries and never wrap).
+    head: u64,
+    /// Records not yet consumed: (channel, our index after the record,
+    /// outbuf offset of its message).
+    pending: Vec<(Arc<Channel>, u64, u64)>,
+}
+
+/// Default outbuf bytes (`UMP_OUTBUF`).
+pub const OUTBUF_DEFAULT: usize = 1 << 20;
+
+impl Outbuf {
+    /// Drops records their readers have consumed (or can no longer).
+    fn reclaim(&mut self) {
+        self.pending.retain(|(ch, after, _)| !ch.is_closed() && !ch.peer_closed() && ch.consumed() < *after);
+    }
+
+    /// The oldest byte still needed.
+    fn oldest(&self) -> u64 {
+        self.pending.iter().map(|p| p.2).min().unwrap_or(self.head)
+    }
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -239,6 +298,8 @@ pub fn init(cfg: Config) -> Result<(), UmpError> {
         node: my_node(),
         stats: (0, 0),
         last_message: 0,
+        outbuf: None,
+        outbufs_in: Arc::new(Mutex::new(HashMap::new())),
     });
     Ok(())
 }
@@ -468,7 +529,9 @@ fn open_mc(st: &State, local: u64, remote: u64) -> Result<Arc<Channel>, UmpError
     });
     let who = (st.node as u64) << 32 | std::process::id() as u64;
     let keep = McKeep { _tx: tx, _rx: rx, imc: imc.clone(), ids: [mine, theirs] };
-    Ok(Channel::new(local, remote, Transport::Mc, size, out, peer, who, alive, Box::new(keep)))
+    let ch = Channel::new(local, remote, Transport::Mc, size, out, peer, who, alive, Box::new(keep));
+    install_resolver(st, &ch);
+    Ok(ch)
 }
 
 /// Where to open (local, remote) with `want`, deciding UMP_ANY: an
@@ -514,9 +577,30 @@ pub fn open(local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
         };
         let id = st.next;
         st.next += 1;
-        st.chans.insert(id, Entry { ch, want, reported_open: false, reported_closed: false, nbwrite: None, nbread: None });
+        st.chans
+            .insert(id, Entry { ch, want, reported_open: false, reported_closed: false, nbwrite: None, nbread: None });
         Ok(id)
     })
+}
+
+/// Lets a channel's reads follow multicast records into the senders'
+/// outbufs, mapping each outbuf (for receive) the first time.
+fn install_resolver(st: &State, ch: &Channel) {
+    let (Some(imc), cache) = (st.imc.clone(), st.outbufs_in.clone()) else { return };
+    ch.set_resolver(Arc::new(move |key, size| {
+        let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(o) = c.get(&key) {
+            return Some(o.mem.clone());
+        }
+        let i = imc.lock().unwrap_or_else(|e| e.into_inner());
+        // The outbuf exists (its record came after it); finding it by key
+        // also holds it for us while we read from it.
+        let (id, ..) = i.asalloc_flags(key, size, 0o666, false, true).ok()?;
+        let rx = i.asattach(id, false, false).ok()?;
+        let mem: Arc<dyn Mem> = Arc::new(Window(Raw { ptr: rx.as_ptr(), len: rx.len() }));
+        c.insert(key, OutbufIn { mem: mem.clone(), _rx: rx, _id: id });
+        Some(mem)
+    }));
 }
 
 /// UMP_ANY, both sides first at once: one may have chosen MEMORY CHANNEL
@@ -779,7 +863,14 @@ fn accept(st: &mut State) -> Vec<i32> {
                 st.next += 1;
                 st.chans.insert(
                     id,
-                    Entry { ch, want: Want::Any, reported_open: false, reported_closed: false, nbwrite: None, nbread: None },
+                    Entry {
+                        ch,
+                        want: Want::Any,
+                        reported_open: false,
+                        reported_closed: false,
+                        nbwrite: None,
+                        nbread: None,
+                    },
                 );
                 new.push(id);
             }
@@ -843,11 +934,99 @@ pub fn wait(id: Option<i32>, timeout: Option<Duration>) -> Result<Option<Event>,
     }
 }
 
-/// `ump_mcast`: writes one message to every channel in `ids`.
+/// The outbuf's key: one per process (node and pid); bit 63 is imcd's.
+fn outbuf_key(node: u32, pid: u32) -> u64 {
+    0x6000_0000_0000_0000 | (node as u64) << 32 | pid as u64
+}
+
+fn outbuf(st: &mut State) -> Result<Arc<Mutex<Outbuf>>, UmpError> {
+    if let Some(o) = &st.outbuf {
+        return Ok(o.clone());
+    }
+    let imc = st.imc.clone().ok_or_else(|| UmpError::NoTransport("MEMORY CHANNEL needs imcd".into()))?;
+    let size = st.cfg.outbuf as u64;
+    let key = outbuf_key(st.node, std::process::id());
+    let i = imc.lock().unwrap_or_else(|e| e.into_inner());
+    let err = |e: mc_guest::imc::ImcError| UmpError::NoTransport(format!("imcd: outbuf: {e}"));
+    let (id, ..) = i.asalloc_flags(key, size, 0o666, false, true).map_err(err)?;
+    let tx = i.asattach(id, true, false).map_err(err)?;
+    let o = Outbuf {
+        key,
+        size,
+        tx: Window(Raw { ptr: tx.as_ptr(), len: tx.len() }),
+        _attached: tx,
+        head: 0,
+        pending: Vec::new(),
+    };
+    let o = Arc::new(Mutex::new(o));
+    st.outbuf = Some(o.clone());
+    Ok(o)
+}
+
+/// `ump_mcast`: writes one message to every channel in `ids`. Over
+/// MEMORY CHANNEL the message is written once, into this process's outbuf
+/// (received by every node), and each channel gets a 32-byte record
+/// pointing at it; shared-memory channels (and messages larger than half
+/// the outbuf) get an ordinary write. Order with the channel's other
+/// messages is kept: the record sits in the channel's own ring.
 pub fn mcast(ids: &[i32], msg: &[u8]) -> Result<(), UmpError> {
     let chans: Vec<Arc<Channel>> = ids.iter().map(|&i| channel(i)).collect::<Result<_, _>>()?;
-    for c in &chans {
+    let mut seen = HashSet::new();
+    if let Some(dup) = ids.iter().find(|i| !seen.insert(**i)) {
+        return Err(UmpError::Invalid(format!("channel {dup} twice in the multicast list")));
+    }
+    let (mc, local): (Vec<_>, Vec<_>) = chans.into_iter().partition(|c| c.transport == Transport::Mc);
+    for c in &local {
         c.write(msg, None)?;
+    }
+    if mc.is_empty() {
+        return Ok(());
+    }
+    let ob = with(|st| if msg.len() as u64 <= st.cfg.outbuf as u64 / 2 { outbuf(st).map(Some) } else { Ok(None) })?;
+    let Some(ob) = ob else {
+        for c in &mc {
+            c.write(msg, None)?;
+        }
+        return Ok(());
+    };
+    let mut o = ob.lock().unwrap_or_else(|e| e.into_inner());
+    let padded = msg.len().div_ceil(8) as u64 * 8;
+    let mut start = o.head;
+    if start % o.size + padded > o.size {
+        start = start.div_ceil(o.size) * o.size; // never wrap a message
+    }
+    let end = start + padded.max(8);
+    // Room: the oldest message a reader may still copy must not be overwritten.
+    let mut spins = 0u32;
+    loop {
+        o.reclaim();
+        if end - o.oldest() <= o.size {
+            break;
+        }
+        spins += 1;
+        if spins % 4096 == 0 {
+            // A reader that died never consumes its record: drop it.
+            o.pending.retain(|(c, ..)| c.alive().is_ok());
+        }
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    let pos = (start % o.size) as usize;
+    let whole = msg.len() / 8 * 8;
+    o.tx.write(pos, &msg[..whole]);
+    if whole < msg.len() {
+        let mut last = [0u8; 8];
+        last[..msg.len() - whole].copy_from_slice(&msg[whole..]);
+        o.tx.write(pos + whole, &last);
+    }
+    o.head = end;
+    let (key, size) = (o.key, o.size);
+    for c in mc {
+        let after = c.write_record(msg.len(), key, start, size, None)?;
+        o.pending.push((c, after, start));
     }
     Ok(())
 }

@@ -37,6 +37,14 @@ pub const RING: usize = 64;
 pub const CLOSED: u64 = u64::MAX;
 /// High half of a message header.
 const MAGIC: u64 = 0x554D_5031; // "UMP1"
+/// High half of the header of a multicast record: the payload is in the
+/// sender's outbuf; the record says where (outbuf key, offset, outbuf size).
+const MAGIC_OUTBUF: u64 = 0x554D_504D; // "UMPM"
+/// Words of a multicast record after its header.
+const RECORD_WORDS: usize = 3;
+
+/// Finds a sender's outbuf by its key and size (maps it on first use).
+pub type Resolver = Arc<dyn Fn(u64, u64) -> Option<Arc<dyn Mem>> + Send + Sync>;
 
 /// Bytes a half of a ring of `size` bytes takes.
 pub fn half_len(size: usize) -> usize {
@@ -139,6 +147,21 @@ impl Producer {
         }
         Ok(())
     }
+
+    /// Writes a multicast record: a message of `len` bytes that sits at
+    /// byte `off` (mod `size`) of the outbuf `key`, already written there.
+    pub fn write_record(&mut self, len: usize, key: u64, off: u64, size: u64, wait: Waiter) -> Result<(), RingError> {
+        let len = u32::try_from(len).map_err(|_| RingError::TooBig(len))?;
+        let mut rec = Vec::with_capacity(8 * (1 + RECORD_WORDS));
+        for w in [MAGIC_OUTBUF << 32 | len as u64, key, off, size] {
+            rec.extend_from_slice(&w.to_ne_bytes());
+        }
+        let mut at = 0;
+        while at < rec.len() {
+            at += self.push(&rec[at..], wait)?;
+        }
+        Ok(())
+    }
 }
 
 /// The consumer end of one direction.
@@ -152,12 +175,26 @@ pub struct Consumer {
     current: Option<(usize, usize)>,
     /// Payload bytes of the current message copied out (for watchers).
     progress: Arc<std::sync::atomic::AtomicUsize>,
+    /// Where multicast records point to.
+    resolver: Option<Resolver>,
 }
 
 impl Consumer {
     /// The consumer reading `peer`'s ring, publishing its index in `out`.
     pub fn new(out: Arc<dyn Mem>, peer: Arc<dyn Mem>, size: usize) -> Consumer {
-        Consumer { out, peer, size, tail: 0, head: 0, current: None, progress: Default::default() }
+        Consumer { out, peer, size, tail: 0, head: 0, current: None, progress: Default::default(), resolver: None }
+    }
+
+    /// Lets this consumer follow multicast records into senders' outbufs.
+    pub fn set_resolver(&mut self, r: Resolver) {
+        self.resolver = Some(r);
+    }
+
+    fn next_is_record(&mut self) -> bool {
+        let mut h = [0u8; 8];
+        let pos = (self.tail % self.size as u64) as usize;
+        self.peer.read(RING + pos, &mut h);
+        u64::from_ne_bytes(h) >> 32 == MAGIC_OUTBUF
     }
 
     /// Bytes available now.
@@ -223,10 +260,37 @@ impl Consumer {
         let pos = (self.tail % self.size as u64) as usize;
         self.peer.read(RING + pos, &mut h);
         let h = u64::from_ne_bytes(h);
-        if h >> 32 != MAGIC {
+        if h >> 32 != MAGIC && h >> 32 != MAGIC_OUTBUF {
             return Err(RingError::Corrupt(format!("bad message header {h:#018x} at byte {}", self.tail)));
         }
         Ok(Some((h & 0xFFFF_FFFF) as usize))
+    }
+
+    /// Reads a multicast record (its header is next) and copies its
+    /// message out of the sender's outbuf: all in one go, since the payload
+    /// was in place before the record was written.
+    fn read_record(&mut self, len: usize, buf: &mut [u8], wait: Waiter) -> Result<usize, RingError> {
+        let mut rec = [0u8; 8 * (1 + RECORD_WORDS)];
+        self.pop(&mut rec, wait)?;
+        let w = |i: usize| u64::from_ne_bytes(rec[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+        let (key, off, size) = (w(1), w(2), w(3));
+        let ob = self.resolver.as_ref().and_then(|r| r(key, size)).ok_or_else(|| {
+            RingError::Corrupt(format!("multicast record names outbuf {key:#x}, which cannot be mapped"))
+        })?;
+        let start = (off % size.max(1)) as usize;
+        let padded = len.div_ceil(8) * 8;
+        if size == 0 || start + padded > size as usize || start + padded > ob.len() {
+            return Err(RingError::Corrupt(format!("multicast record {off}+{len} outside an outbuf of {size}")));
+        }
+        let whole = len / 8 * 8;
+        ob.read(start, &mut buf[..whole]);
+        if whole < len {
+            let mut last = [0u8; 8];
+            ob.read(start + whole, &mut last);
+            buf[whole..len].copy_from_slice(&last[..len - whole]);
+        }
+        self.progress.store(len, std::sync::atomic::Ordering::Release);
+        Ok(len)
     }
 
     /// Reads the next message into `buf` (waiting for it); returns its
@@ -242,6 +306,9 @@ impl Consumer {
         };
         if len > buf.len() {
             return Err(RingError::TooBig(len));
+        }
+        if self.current.is_none() && self.next_is_record() {
+            return self.read_record(len, buf, wait);
         }
         if self.current.is_none() {
             let mut h = [0u8; 8];

@@ -75,6 +75,37 @@ enum Cmd {
         #[arg(long, default_value = "100K")]
         max: String,
     },
+    /// Multicast COUNT messages (sizes up to MAX) to every peer with one
+    /// ump_mcast each; waits until every peer has closed.
+    McastSend {
+        /// Our handle.
+        #[arg(long)]
+        me: u64,
+        /// The receivers' handles, comma separated.
+        #[arg(long)]
+        peers: String,
+        /// Messages.
+        #[arg(long, default_value_t = 50)]
+        count: u64,
+        /// Largest message.
+        #[arg(long, default_value = "64K")]
+        max: String,
+    },
+    /// Receive COUNT multicast messages from FROM and check each.
+    McastRecv {
+        /// Our handle.
+        #[arg(long)]
+        me: u64,
+        /// The sender's handle.
+        #[arg(long)]
+        from: u64,
+        /// Messages.
+        #[arg(long, default_value_t = 50)]
+        count: u64,
+        /// Largest message (as the sender's --max).
+        #[arg(long, default_value = "64K")]
+        max: String,
+    },
     /// Receive one message and check it is the pattern `send` sends.
     Recv {
         #[command(flatten)]
@@ -118,6 +149,11 @@ fn pattern(seq: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Size of multicast message `i` (up to `max`).
+fn mcast_len(i: u64, max: usize) -> usize {
+    ((i * 7919 + 13) % (max as u64 + 1)) as usize
 }
 
 fn u(e: ump::UmpError) -> anyhow::Error {
@@ -220,7 +256,8 @@ fn main() -> Result<()> {
             let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
             let max = size(&max)?;
             ump::init(Config::from_env().map_err(u)?).map_err(u)?;
-            let chans: Vec<i32> = peers.iter().map(|&p| ump::open(me, p, Want::Any)).collect::<Result<_, _>>().map_err(u)?;
+            let chans: Vec<i32> =
+                peers.iter().map(|&p| ump::open(me, p, Want::Any)).collect::<Result<_, _>>().map_err(u)?;
             let mut open = std::collections::HashSet::new();
             while open.len() < chans.len() {
                 match ump::wait(None, Some(Duration::from_secs(60))).map_err(u)? {
@@ -255,6 +292,58 @@ fn main() -> Result<()> {
             println!("mesh ok: {rounds} rounds with {} peers, transports {}", peers.len(), kinds.join(","));
             // Let the others finish reading before our channels close.
             std::thread::sleep(Duration::from_millis(500));
+            ump::exit().map_err(u)?;
+        }
+        Cmd::McastSend { me, peers, count, max } => {
+            let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
+            let max = size(&max)?;
+            ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+            let chans: Vec<i32> =
+                peers.iter().map(|&p| ump::open(me, p, Want::Any)).collect::<Result<_, _>>().map_err(u)?;
+            let mut open = std::collections::HashSet::new();
+            while open.len() < chans.len() {
+                match ump::wait(None, Some(Duration::from_secs(60))).map_err(u)? {
+                    Some(Event::Open(c)) => {
+                        open.insert(c);
+                    }
+                    Some(_) => {}
+                    None => bail!("only {} of {} channels opened within 60 s", open.len(), chans.len()),
+                }
+            }
+            let t0 = Instant::now();
+            let mut bytes = 0;
+            for i in 0..count {
+                let m = pattern(me * 1_000_003 + i, mcast_len(i, max));
+                bytes += m.len();
+                ump::mcast(&chans, &m).map_err(u)?;
+            }
+            println!(
+                "multicast {count} messages, {bytes} bytes, to {} peers in {:.1} ms",
+                chans.len(),
+                t0.elapsed().as_secs_f64() * 1e3
+            );
+            let mut closed = 0;
+            while closed < chans.len() {
+                match ump::wait(None, Some(Duration::from_secs(120))).map_err(u)? {
+                    Some(Event::Closed(_)) => closed += 1,
+                    Some(_) => {}
+                    None => bail!("receivers did not finish"),
+                }
+            }
+            ump::exit().map_err(u)?;
+        }
+        Cmd::McastRecv { me, from, count, max } => {
+            let max = size(&max)?;
+            let ch = open(&Ends { me, peer: from, transport: "any".into() })?;
+            let mut buf = vec![0u8; max.max(1)];
+            for i in 0..count {
+                let n = ump::read(ch, &mut buf).map_err(u)?;
+                if buf[..n] != pattern(from * 1_000_003 + i, mcast_len(i, max))[..] {
+                    bail!("multicast message {i} ({n} bytes) is not what was sent");
+                }
+            }
+            println!("received {count} multicast messages intact");
+            ump::close(ch).map_err(u)?;
             ump::exit().map_err(u)?;
         }
         Cmd::Recv { ends, max, delay_ms } => {
