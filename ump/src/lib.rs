@@ -17,6 +17,7 @@
 pub mod capi;
 pub mod channel;
 pub mod mem;
+pub mod plot;
 pub mod ring;
 
 use std::collections::{HashMap, HashSet};
@@ -193,12 +194,38 @@ struct Nb {
     done: Arc<AtomicBool>,
     result: Arc<Mutex<Option<Result<usize, ChanError>>>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    progress: Option<Arc<AtomicUsize>>,
+    /// Its completion event was reported.
+    reported: bool,
+}
+
+/// A message for a channel's background writer, with where to say it is done.
+type Job = (Vec<u8>, Arc<AtomicBool>, Arc<Mutex<Option<Result<usize, ChanError>>>>);
+
+/// The background thread that finishes a channel's non-blocking writes
+/// (started by the first one, kept for the next).
+struct Writer {
+    jobs: std::sync::mpsc::Sender<Job>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Writer {
+    fn start(ch: Arc<Channel>) -> Writer {
+        let (jobs, rx) = std::sync::mpsc::channel::<Job>();
+        let thread = std::thread::spawn(move || {
+            for (msg, done, result) in rx {
+                let out = ch.write(&msg, None).map(|()| msg.len());
+                *result.lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
+                done.store(true, Ordering::Release);
+            }
+        });
+        Writer { jobs, thread }
+    }
 }
 
 struct Entry {
     ch: Arc<Channel>,
     want: Want,
+    writer: Option<Writer>,
     reported_open: bool,
     reported_closed: bool,
     nbwrite: Option<Nb>,
@@ -324,6 +351,10 @@ pub fn exit() -> Result<(), UmpError> {
 
 fn finish(mut e: Entry) {
     e.ch.close();
+    if let Some(w) = e.writer.take() {
+        drop(w.jobs);
+        let _ = w.thread.join();
+    }
     for nb in [e.nbwrite.take(), e.nbread.take()].into_iter().flatten() {
         if let Some(t) = nb.thread {
             let _ = t.join();
@@ -577,8 +608,10 @@ pub fn open(local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
         };
         let id = st.next;
         st.next += 1;
-        st.chans
-            .insert(id, Entry { ch, want, reported_open: false, reported_closed: false, nbwrite: None, nbread: None });
+        st.chans.insert(
+            id,
+            Entry { ch, want, writer: None, reported_open: false, reported_closed: false, nbwrite: None, nbread: None },
+        );
         Ok(id)
     })
 }
@@ -696,19 +729,14 @@ pub fn read_timeout(id: i32, buf: &mut [u8], timeout: Duration) -> Result<usize,
 /// caller's buffer is free at once.
 pub fn nbwrite(id: i32, msg: &[u8]) -> Result<(), UmpError> {
     busy_nb(id, true)?;
-    let ch = channel(id)?;
     let msg = msg.to_vec();
     let done = Arc::new(AtomicBool::new(false));
     let result = Arc::new(Mutex::new(None));
-    let (d, r) = (done.clone(), result.clone());
-    let thread = std::thread::spawn(move || {
-        let out = ch.write(&msg, None).map(|()| msg.len());
-        *r.lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
-        d.store(true, Ordering::Release);
-    });
     with(|st| {
         let e = st.chans.get_mut(&id).ok_or(UmpError::NoChannel(id))?;
-        e.nbwrite = Some(Nb { done, result, thread: Some(thread), progress: None });
+        let w = e.writer.get_or_insert_with(|| Writer::start(e.ch.clone()));
+        w.jobs.send((msg, done.clone(), result.clone())).map_err(|_| UmpError::Channel(ChanError::ClosedHere))?;
+        e.nbwrite = Some(Nb { done, result, thread: None, reported: false });
         Ok(())
     })
 }
@@ -745,7 +773,7 @@ pub unsafe fn nbread(id: i32, buf: *mut u8, size: usize, min: usize) -> Result<u
     });
     with(|st| {
         let e = st.chans.get_mut(&id).ok_or(UmpError::NoChannel(id))?;
-        e.nbread = Some(Nb { done: done.clone(), result, thread: Some(thread), progress: Some(progress.clone()) });
+        e.nbread = Some(Nb { done: done.clone(), result, thread: Some(thread), reported: false });
         Ok(())
     })?;
     let mut spins = 0u32;
@@ -820,15 +848,14 @@ fn look(id: i32, e: &mut Entry, edges: bool) -> Option<Event> {
         return None;
     }
     if let Some(nb) = &mut e.nbwrite {
-        if nb.done.load(Ordering::Acquire) && nb.thread.is_some() {
-            if let Some(t) = nb.thread.take() {
-                let _ = t.join();
-            }
+        if nb.done.load(Ordering::Acquire) && !nb.reported {
+            nb.reported = true;
             return Some(Event::WriteDone(id));
         }
     }
     if let Some(nb) = &mut e.nbread {
-        if nb.done.load(Ordering::Acquire) && nb.progress.take().is_some() {
+        if nb.done.load(Ordering::Acquire) && !nb.reported {
+            nb.reported = true;
             return Some(Event::ReadDone(id));
         }
     }
@@ -866,6 +893,7 @@ fn accept(st: &mut State) -> Vec<i32> {
                     Entry {
                         ch,
                         want: Want::Any,
+                        writer: None,
                         reported_open: false,
                         reported_closed: false,
                         nbwrite: None,

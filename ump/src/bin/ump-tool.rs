@@ -36,6 +36,36 @@ enum Cmd {
     Serve {
         #[command(flatten)]
         ends: Ends,
+        /// Also echo TCP frames (4-byte length, payload) on this port.
+        #[arg(long)]
+        tcp_port: Option<u16>,
+    },
+    /// The paper's Figures 8 and 9: one-way message time and bandwidth
+    /// against size, blocking and non-blocking writes, over each channel
+    /// given (each peer runs `serve`), and over TCP; prints a table and
+    /// writes two SVG plots.
+    Bench {
+        /// Our handle.
+        #[arg(long)]
+        me: u64,
+        /// A peer on another guest (MEMORY CHANNEL).
+        #[arg(long)]
+        mc_peer: Option<u64>,
+        /// A peer on this guest (shared memory).
+        #[arg(long)]
+        shm_peer: Option<u64>,
+        /// TCP echo of a peer (HOST:PORT), for comparison.
+        #[arg(long)]
+        tcp: Option<String>,
+        /// Message sizes.
+        #[arg(long, default_value = "0,8,64,512,4K,32K,256K,1M")]
+        sizes: String,
+        /// Bytes moved per size (rounds = this / size, at least 5).
+        #[arg(long, default_value = "4M")]
+        volume: String,
+        /// Where to write fig8-latency.svg and fig9-bandwidth.svg.
+        #[arg(long, default_value = "/tmp")]
+        svg_dir: String,
     },
     /// Send messages of each size, read the echo, check it.
     Pingpong {
@@ -151,6 +181,149 @@ fn pattern(seq: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// TCP echo: frames of a 4-byte length and that many bytes, sent back whole.
+fn tcp_echo(l: std::net::TcpListener) {
+    use std::io::{Read, Write};
+    for s in l.incoming() {
+        let Ok(mut s) = s else { continue };
+        let _ = s.set_nodelay(true);
+        let mut buf = vec![0u8; 16 << 20];
+        loop {
+            let mut len = [0u8; 4];
+            if s.read_exact(&mut len).is_err() {
+                break;
+            }
+            let n = u32::from_le_bytes(len) as usize;
+            if n > buf.len() || s.read_exact(&mut buf[..n]).is_err() {
+                break;
+            }
+            if s.write_all(&len).and_then(|_| s.write_all(&buf[..n])).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// One-way time (half the median round trip) of `size`-byte messages.
+fn time_round_trips(rounds: usize, mut trip: impl FnMut() -> Result<()>) -> Result<f64> {
+    let mut t = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let t0 = Instant::now();
+        trip()?;
+        t.push(t0.elapsed().as_secs_f64());
+    }
+    t.sort_by(|a, b| a.total_cmp(b));
+    Ok(t[t.len() / 2] / 2.0)
+}
+
+fn bench(
+    me: u64,
+    peers: &[(&str, u64)],
+    tcp: Option<&str>,
+    sizes: &[usize],
+    volume: usize,
+    svg_dir: &str,
+) -> Result<()> {
+    use std::io::{Read, Write};
+    ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+    let mut series: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
+    let max = sizes.iter().copied().max().unwrap_or(0).max(1);
+    let mut buf = vec![0u8; max];
+    let mut opened = Vec::new();
+    for &(name, peer) in peers {
+        let ch = ump::open(me, peer, Want::Any).map_err(u)?;
+        opened.push(ch);
+        while !matches!(ump::wait(Some(ch), Some(Duration::from_secs(60))).map_err(u)?, Some(Event::Open(_))) {}
+        let kind = format!("{:?}", ump::transport(ch).map_err(u)?);
+        for nb in [false, true] {
+            let mut pts = Vec::new();
+            for &s in sizes {
+                let msg = pattern(s as u64, s);
+                let rounds = (volume / s.max(1024)).clamp(5, 400);
+                let one_way = time_round_trips(rounds, || {
+                    if nb {
+                        ump::nbwrite(ch, &msg).map_err(u)?;
+                    } else {
+                        ump::write(ch, &msg).map_err(u)?;
+                    }
+                    let n = ump::read(ch, &mut buf).map_err(u)?;
+                    if nb {
+                        while ump::nbwrite_result(ch).map_err(u)?.is_none() {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    anyhow::ensure!(n == s && buf[..n] == msg[..], "echo of {s} bytes differs");
+                    Ok(())
+                })?;
+                pts.push((s, one_way));
+            }
+            series.push((format!("{name} ({kind}), {}", if nb { "non-blocking" } else { "blocking" }), pts));
+        }
+    }
+    if let Some(addr) = tcp {
+        let mut s = std::net::TcpStream::connect(addr).with_context(|| format!("TCP {addr}"))?;
+        s.set_nodelay(true)?;
+        let mut pts = Vec::new();
+        for &size in sizes {
+            let msg = pattern(size as u64, size);
+            let rounds = (volume / size.max(1024)).clamp(5, 400);
+            let one_way = time_round_trips(rounds, || {
+                s.write_all(&(size as u32).to_le_bytes())?;
+                s.write_all(&msg)?;
+                let mut len = [0u8; 4];
+                s.read_exact(&mut len)?;
+                s.read_exact(&mut buf[..size])?;
+                anyhow::ensure!(buf[..size] == msg[..], "TCP echo of {size} bytes differs");
+                Ok(())
+            })?;
+            pts.push((size, one_way));
+        }
+        series.push(("TCP".into(), pts));
+    }
+    // The echo processes serve TCP until their channel closes.
+    for ch in opened {
+        ump::close(ch).map_err(u)?;
+    }
+    println!("UMP message time (one way, half the median round trip) and bandwidth (size / time)");
+    print!("{:>10}", "bytes");
+    for (name, _) in &series {
+        print!(" | {name:>34}");
+    }
+    println!();
+    for (i, &s) in sizes.iter().enumerate() {
+        print!("{s:>10}");
+        for (_, pts) in &series {
+            let t = pts[i].1;
+            print!(" | {:>12.1} us {:>11.2} MB/s", t * 1e6, s as f64 / t / 1e6);
+        }
+        println!();
+    }
+    let lat: Vec<ump::plot::Series> = series
+        .iter()
+        .map(|(n, p)| ump::plot::Series {
+            name: n.clone(),
+            points: p.iter().map(|&(s, t)| (s as f64, t * 1e6)).collect(),
+        })
+        .collect();
+    let bw: Vec<ump::plot::Series> = series
+        .iter()
+        .map(|(n, p)| ump::plot::Series {
+            name: n.clone(),
+            points: p.iter().map(|&(s, t)| (s as f64, s as f64 / t / 1e6)).collect(),
+        })
+        .collect();
+    let f8 = format!("{svg_dir}/fig8-latency.svg");
+    let f9 = format!("{svg_dir}/fig9-bandwidth.svg");
+    std::fs::write(
+        &f8,
+        ump::plot::svg("UMP message transfer time (Figure 8)", "message size (bytes)", "one-way time (us)", &lat, true),
+    )?;
+    std::fs::write(&f9, ump::plot::svg("UMP bandwidth (Figure 9)", "message size (bytes)", "MB/s", &bw, true))?;
+    println!("plots: {f8} {f9}");
+    ump::exit().map_err(u)?;
+    Ok(())
+}
+
 /// Size of multicast message `i` (up to `max`).
 fn mcast_len(i: u64, max: usize) -> usize {
     ((i * 7919 + 13) % (max as u64 + 1)) as usize
@@ -184,7 +357,11 @@ fn open(e: &Ends) -> Result<i32> {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Serve { ends } => {
+        Cmd::Serve { ends, tcp_port } => {
+            if let Some(port) = tcp_port {
+                let l = std::net::TcpListener::bind(("0.0.0.0", port)).with_context(|| format!("TCP port {port}"))?;
+                std::thread::spawn(move || tcp_echo(l));
+            }
             let ch = open(&ends)?;
             let mut buf = vec![0u8; 16 << 20];
             let mut n = 0u64;
@@ -293,6 +470,17 @@ fn main() -> Result<()> {
             // Let the others finish reading before our channels close.
             std::thread::sleep(Duration::from_millis(500));
             ump::exit().map_err(u)?;
+        }
+        Cmd::Bench { me, mc_peer, shm_peer, tcp, sizes, volume, svg_dir } => {
+            let sizes: Vec<usize> = sizes.split(',').map(size).collect::<Result<_>>()?;
+            let mut peers = Vec::new();
+            if let Some(p) = mc_peer {
+                peers.push(("other guest", p));
+            }
+            if let Some(p) = shm_peer {
+                peers.push(("this guest", p));
+            }
+            bench(me, &peers, tcp.as_deref(), &sizes, size(&volume)?, &svg_dir)?;
         }
         Cmd::McastSend { me, peers, count, max } => {
             let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
