@@ -598,14 +598,19 @@ pub fn open(local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
             return Err(UmpError::Busy(format!("channel {local:#x}->{remote:#x} is open in this process")));
         }
         let _ = std::fs::write(marker(local), format!("{}\n", std::process::id()));
-        // A listener on this guest learns of us through its folder.
-        if listen_dir(remote).is_dir() {
-            let _ = std::fs::write(listen_dir(remote).join(format!("{local:016x}")), b"");
-        }
         let ch = match choose(st, local, remote, want) {
             Transport::Shm => open_shm(st, local, remote)?,
             Transport::Mc => open_mc(st, local, remote)?,
         };
+        // A listener on this guest learns of us through its folder, once our
+        // half exists (the notice names the transport).
+        if listen_dir(remote).is_dir() {
+            let kind = if ch.transport == Transport::Shm { "shm" } else { "mc" };
+            let tmp = listen_dir(remote).join(format!(".{local:016x}"));
+            if std::fs::write(&tmp, kind).is_ok() {
+                let _ = std::fs::rename(&tmp, listen_dir(remote).join(format!("{local:016x}")));
+            }
+        }
         let id = st.next;
         st.next += 1;
         st.chans.insert(
@@ -791,11 +796,13 @@ pub unsafe fn nbread(id: i32, buf: *mut u8, size: usize, min: usize) -> Result<u
     }
 }
 
-/// The outcome of the last non-blocking read (`None` while it runs).
-pub fn nbread_result(id: i32) -> Result<Option<usize>, UmpError> {
+/// The outcome of a channel's last non-blocking read or write (`None`
+/// while it runs): the message length.
+fn nb_result(id: i32, write: bool) -> Result<Option<usize>, UmpError> {
     with(|st| {
         let e = st.chans.get_mut(&id).ok_or(UmpError::NoChannel(id))?;
-        let Some(nb) = &mut e.nbread else { return Err(UmpError::Invalid(format!("no read on channel {id}"))) };
+        let (nb, what) = if write { (&mut e.nbwrite, "write") } else { (&mut e.nbread, "read") };
+        let Some(nb) = nb else { return Err(UmpError::Invalid(format!("no {what} on channel {id}"))) };
         if !nb.done.load(Ordering::Acquire) {
             return Ok(None);
         }
@@ -803,32 +810,32 @@ pub fn nbread_result(id: i32) -> Result<Option<usize>, UmpError> {
             let _ = t.join();
         }
         let r = nb.result.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        match r {
-            Some(Ok(n)) => Ok(Some(n)),
-            Some(Err(e)) => Err(UmpError::Channel(e)),
-            None => Ok(None),
-        }
+        r.transpose().map_err(UmpError::Channel)
     })
+}
+
+/// The outcome of the last non-blocking read (`None` while it runs).
+pub fn nbread_result(id: i32) -> Result<Option<usize>, UmpError> {
+    nb_result(id, false)
 }
 
 /// The outcome of the last non-blocking write (`None` while it runs).
 pub fn nbwrite_result(id: i32) -> Result<Option<()>, UmpError> {
-    with(|st| {
-        let e = st.chans.get_mut(&id).ok_or(UmpError::NoChannel(id))?;
-        let Some(nb) = &mut e.nbwrite else { return Err(UmpError::Invalid(format!("no write on channel {id}"))) };
-        if !nb.done.load(Ordering::Acquire) {
-            return Ok(None);
-        }
-        if let Some(t) = nb.thread.take() {
-            let _ = t.join();
-        }
-        let r = nb.result.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        match r {
-            Some(Ok(_)) => Ok(Some(())),
-            Some(Err(e)) => Err(UmpError::Channel(e)),
-            None => Ok(None),
-        }
-    })
+    Ok(nb_result(id, true)?.map(|_| ()))
+}
+
+/// The bytes of test message `seq` of `len` bytes (every byte depends on
+/// both), as `ump-tool` sends and checks them.
+pub fn pattern(seq: u64, len: usize) -> Vec<u8> {
+    let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ len as u64 | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
 }
 
 /// One look at a channel for `wait`: the one-time events (open, done,
@@ -875,17 +882,16 @@ fn accept(st: &mut State) -> Vec<i32> {
         let Ok(dir) = std::fs::read_dir(listen_dir(h)) else { continue };
         for f in dir.flatten() {
             let Some(peer) = f.file_name().to_str().and_then(|s| u64::from_str_radix(s, 16).ok()) else { continue };
-            let _ = std::fs::remove_file(f.path());
-            if !st.listening.get_mut(&h).is_some_and(|s| s.insert(peer)) {
+            let kind = std::fs::read_to_string(f.path()).unwrap_or_default();
+            if st.listening.get(&h).is_some_and(|s| s.contains(&peer)) {
+                let _ = std::fs::remove_file(f.path());
                 continue;
             }
-            let (lo, hi) = (h.min(peer), h.max(peer));
-            let t = if shm_path(lo, hi).exists() { Transport::Shm } else { Transport::Mc };
-            let ch = match t {
-                Transport::Shm => open_shm(st, h, peer),
-                Transport::Mc => open_mc(st, h, peer),
-            };
+            // A notice stays until its channel could be opened (next wait retries).
+            let ch = if kind == "mc" { open_mc(st, h, peer) } else { open_shm(st, h, peer) };
             if let Ok(ch) = ch {
+                let _ = std::fs::remove_file(f.path());
+                st.listening.entry(h).or_default().insert(peer);
                 let id = st.next;
                 st.next += 1;
                 st.chans.insert(

@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ump::{Config, Event, Want};
+use ump::{pattern, Config, Event, Want};
 
 fn tool() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ump-tool"));
@@ -15,19 +15,6 @@ fn tool() -> Command {
 
 fn next_event(ch: Option<i32>) -> Event {
     ump::wait(ch, Some(Duration::from_secs(30))).unwrap().expect("an event within 30 s")
-}
-
-fn pattern(seq: u64, len: usize) -> Vec<u8> {
-    // The same pattern as ump-tool's.
-    let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ len as u64 | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use ump::{Config, Event, Want};
+use ump::{pattern, Config, Event, Want};
 
 #[derive(Parser)]
 #[command(about = "UMP channels from a shell")]
@@ -168,19 +168,6 @@ fn size(s: &str) -> Result<usize> {
     Ok(n.parse::<usize>().with_context(|| format!("size {s:?}"))? * m)
 }
 
-/// The bytes of message `seq` of `len` bytes: every byte depends on both.
-fn pattern(seq: u64, len: usize) -> Vec<u8> {
-    let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ len as u64 | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// TCP echo: frames of a 4-byte length and that many bytes, sent back whole.
 fn tcp_echo(l: std::net::TcpListener) {
     use std::io::{Read, Write};
@@ -329,6 +316,22 @@ fn mcast_len(i: u64, max: usize) -> usize {
     ((i * 7919 + 13) % (max as u64 + 1)) as usize
 }
 
+/// Opens a channel from `me` to each peer (UMP_ANY) and waits until all are complete.
+fn open_all(me: u64, peers: &[u64]) -> Result<Vec<i32>> {
+    let chans: Vec<i32> = peers.iter().map(|&p| ump::open(me, p, Want::Any)).collect::<Result<_, _>>().map_err(u)?;
+    let mut open = std::collections::HashSet::new();
+    while open.len() < chans.len() {
+        match ump::wait(None, Some(Duration::from_secs(60))).map_err(u)? {
+            Some(Event::Open(c)) => {
+                open.insert(c);
+            }
+            Some(_) => {}
+            None => bail!("only {} of {} channels opened within 60 s", open.len(), chans.len()),
+        }
+    }
+    Ok(chans)
+}
+
 fn u(e: ump::UmpError) -> anyhow::Error {
     anyhow::anyhow!("{e}")
 }
@@ -433,18 +436,7 @@ fn main() -> Result<()> {
             let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
             let max = size(&max)?;
             ump::init(Config::from_env().map_err(u)?).map_err(u)?;
-            let chans: Vec<i32> =
-                peers.iter().map(|&p| ump::open(me, p, Want::Any)).collect::<Result<_, _>>().map_err(u)?;
-            let mut open = std::collections::HashSet::new();
-            while open.len() < chans.len() {
-                match ump::wait(None, Some(Duration::from_secs(60))).map_err(u)? {
-                    Some(Event::Open(c)) => {
-                        open.insert(c);
-                    }
-                    Some(_) => {}
-                    None => bail!("only {} of {} channels opened within 60 s", open.len(), chans.len()),
-                }
-            }
+            let chans = open_all(me, &peers)?;
             let len = |from: u64, to: u64, r: u64| ((r * 7919 + from * 104_729 + to * 13) % max as u64) as usize;
             let mut buf = vec![0u8; max];
             for r in 0..rounds {
@@ -486,18 +478,7 @@ fn main() -> Result<()> {
             let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
             let max = size(&max)?;
             ump::init(Config::from_env().map_err(u)?).map_err(u)?;
-            let chans: Vec<i32> =
-                peers.iter().map(|&p| ump::open(me, p, Want::Any)).collect::<Result<_, _>>().map_err(u)?;
-            let mut open = std::collections::HashSet::new();
-            while open.len() < chans.len() {
-                match ump::wait(None, Some(Duration::from_secs(60))).map_err(u)? {
-                    Some(Event::Open(c)) => {
-                        open.insert(c);
-                    }
-                    Some(_) => {}
-                    None => bail!("only {} of {} channels opened within 60 s", open.len(), chans.len()),
-                }
-            }
+            let chans = open_all(me, &peers)?;
             let t0 = Instant::now();
             let mut bytes = 0;
             for i in 0..count {
