@@ -71,6 +71,11 @@ pub enum Request {
         /// Region id.
         id: u32,
     },
+    /// Whether region `key` exists (without allocating or holding it).
+    Find {
+        /// Clusterwide key.
+        key: u64,
+    },
     /// `imc_gethosts`: the nodes running imcd, with their host names.
     Hosts,
     /// `imc_kill`: send signal `sig` to process `pid` on `host` (a host
@@ -623,6 +628,16 @@ impl Imc {
         let id = set.id;
         drop(set);
         self.asdealloc(id)
+    }
+
+    /// Whether region `key` exists: its (id, pages), without allocating it.
+    pub fn find(&self, key: u64) -> Result<Option<(u32, u64)>, ImcError> {
+        match self.call(&Request::Find { key }) {
+            Ok((Reply::Region { id, pages, .. }, _)) => Ok(Some((id, pages))),
+            Ok((other, _)) => Err(ImcError::Protocol(format!("{other:?}"))),
+            Err(ImcError::Refused { code, .. }) if code == "NOTFOUND" => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// `imc_gethosts`: (node, host name) of every node running imcd.

@@ -97,7 +97,7 @@ impl Default for GuestSection {
         GuestSection {
             memory_mib: 256,
             cpus: 1,
-            cmdline: "console=ttyS0 intel_iommu=on panic=-1 quiet".into(),
+            cmdline: "console=ttyS0 intel_iommu=on panic=-1 no_timer_check quiet".into(),
             imcd: true,
             lan: true,
             kernel: String::new(),

@@ -27,6 +27,18 @@ fn ump_pingpong_two_guests() {
     let (rc, log) = c.background_result(1, "serve", 60);
     assert_eq!(rc, "0", "{log}");
     assert!(log.contains("served 42 messages"), "{log}");
+
+    // ump_listen: a server on node 1 accepts clients it does not know, one
+    // from the other guest (MEMORY CHANNEL inbox) and one from its own.
+    c.background(1, "listen", "ump-tool listen --me 50 --count 2");
+    c.poll_until(1, &["cat", "/tmp/listen.log"], 20, |o| o.contains("listening"));
+    let far = c.exec(0, &["ump-tool", "pingpong", "--me", "60", "--peer", "50", "--sizes", "8,5000", "--rounds", "1"]);
+    assert!(far.status.success(), "{}", String::from_utf8_lossy(&far.stderr));
+    let near = c.exec(1, &["ump-tool", "pingpong", "--me", "61", "--peer", "50", "--sizes", "8", "--rounds", "1"]);
+    assert!(near.status.success(), "{}", String::from_utf8_lossy(&near.stderr));
+    let (rc, log) = c.background_result(1, "listen", 60);
+    assert_eq!(rc, "0", "{log}");
+    assert!(log.contains("on a Mc channel") && log.contains("on a Shm channel"), "{log}");
 }
 
 /// Four processes on two guests, every pair talking at once: the pairs on

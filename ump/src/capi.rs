@@ -146,12 +146,15 @@ pub extern "C" fn ump_close(channel: c_int) -> c_int {
     rc(crate::close(channel))
 }
 
-/// `ump_listen`: `local` accepts channels from unknown handles on this guest.
+/// `ump_listen`: `local` accepts channels from handles it does not know,
+/// on this guest (`UMP_SHM`), from other guests (`UMP_MC`), or both (`UMP_ANY`).
 #[no_mangle]
 pub extern "C" fn ump_listen(local: u64, transport: c_int) -> c_int {
     rc(match transport {
-        UMP_ANY | UMP_SHM => crate::listen(local),
-        t => Err(UmpError::Invalid(format!("ump_listen: transport {t} (listening works on this guest: UMP_SHM)"))),
+        UMP_ANY => crate::listen(local, Want::Any),
+        UMP_SHM => crate::listen(local, Want::Shm),
+        UMP_MC => crate::listen(local, Want::Mc),
+        t => Err(UmpError::Invalid(format!("ump_listen: transport {t}"))),
     })
 }
 

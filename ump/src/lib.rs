@@ -247,6 +247,82 @@ struct State {
     outbuf: Option<Arc<Mutex<Outbuf>>>,
     /// Other processes' outbufs we have mapped for receive, by key.
     outbufs_in: Arc<Mutex<HashMap<u64, OutbufIn>>>,
+    /// Inboxes of our listening handles (MEMORY CHANNEL), by handle.
+    inboxes: HashMap<u64, Inbox>,
+}
+
+/// A listening handle's inbox in MEMORY CHANNEL space: one coherent page
+/// of 1024 words, 16 per node. An opener on node n writes its handle into
+/// a free word of n's part (processes of one node take turns under a
+/// flock, so no two openers ever write one word at once); the listener
+/// reads the handles, opens the channels and clears the words.
+struct Inbox {
+    rx: Window,
+    tx: Window,
+    _maps: (mc_guest::imc::Attached, mc_guest::imc::Attached),
+}
+
+/// Words of an inbox per node.
+const INBOX_PER_NODE: usize = 16;
+
+fn listen_key(h: u64) -> u64 {
+    0x5800_0000_0000_0000 | (h & 0x07FF_FFFF_FFFF_FFFF)
+}
+
+/// Maps listening handle `h`'s inbox (receive and transmit), creating it if `create`.
+fn map_inbox(imc: &mc_guest::imc::Imc, h: u64, create: bool) -> Result<Option<(Inbox, u32)>, UmpError> {
+    let err = |e: mc_guest::imc::ImcError| UmpError::NoTransport(format!("imcd: inbox: {e}"));
+    if !create && imc.find(listen_key(h)).map_err(err)?.is_none() {
+        return Ok(None);
+    }
+    let (id, ..) = imc.asalloc_flags(listen_key(h), 8192, 0o666, false, true).map_err(err)?;
+    let rx = imc.asattach(id, false, false).map_err(err)?;
+    let tx = imc.asattach(id, true, false).map_err(err)?;
+    let inbox = Inbox {
+        rx: Window(Raw { ptr: rx.as_ptr(), len: rx.len() }),
+        tx: Window(Raw { ptr: tx.as_ptr(), len: tx.len() }),
+        _maps: (rx, tx),
+    };
+    Ok(Some((inbox, id)))
+}
+
+/// Tells a listener on another guest that `local` opened a channel to it
+/// (if `remote` listens there).
+fn notify_listener(st: &State, local: u64, remote: u64) -> Result<(), UmpError> {
+    let Some(imc) = st.imc.clone() else { return Ok(()) };
+    let i = imc.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((inbox, id)) = map_inbox(&i, remote, false)? else { return Ok(()) };
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(format!("/run/ump-inbox-{remote:016x}.lock"))
+        .map_err(|e| UmpError::Os(e.to_string()))?;
+    // SAFETY: flock(2) on a file we hold open.
+    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+    let base = (st.node as usize % 64) * INBOX_PER_NODE;
+    let slots: Vec<usize> = (base..base + INBOX_PER_NODE).collect();
+    let r = match slots
+        .iter()
+        .find(|&&w| inbox.rx.load(w * 8) == local)
+        .or_else(|| slots.iter().find(|&&w| inbox.rx.load(w * 8) == 0))
+    {
+        Some(&w) => {
+            inbox.tx.store(w * 8, local);
+            // Wait until it is in our copy too: the next opener here must see the word taken.
+            let t0 = Instant::now();
+            while inbox.rx.load(w * 8) != local && t0.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            Ok(())
+        }
+        None => Err(UmpError::Busy(format!("the inbox of listener {remote:#x} is full for this node"))),
+    };
+    // SAFETY: as above.
+    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_UN) };
+    drop(inbox);
+    let _ = i.asdealloc(id);
+    r
 }
 
 /// A sender's outbuf, mapped for receive here.
@@ -327,6 +403,7 @@ pub fn init(cfg: Config) -> Result<(), UmpError> {
         last_message: 0,
         outbuf: None,
         outbufs_in: Arc::new(Mutex::new(HashMap::new())),
+        inboxes: HashMap::new(),
     });
     Ok(())
 }
@@ -602,6 +679,9 @@ pub fn open(local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
             Transport::Shm => open_shm(st, local, remote)?,
             Transport::Mc => open_mc(st, local, remote)?,
         };
+        if ch.transport == Transport::Mc {
+            notify_listener(st, local, remote)?;
+        }
         // A listener on this guest learns of us through its folder, once our
         // half exists (the notice names the transport).
         if listen_dir(remote).is_dir() {
@@ -658,12 +738,29 @@ fn converge(st: &State, e: &mut Entry) {
     }
 }
 
-/// `ump_listen`: `local` accepts channels from handles it does not know
-/// (on this guest): `wait` reports each as [`Event::Open`] of a new channel.
-pub fn listen(local: u64) -> Result<(), UmpError> {
+/// `ump_listen`: `local` accepts channels from handles it does not know:
+/// `wait` reports each as [`Event::Open`] of a new channel. On this guest
+/// through a folder in `/dev/shm`; from other guests (`want` Any or Mc,
+/// with imcd) through an inbox in MEMORY CHANNEL space.
+pub fn listen(local: u64, want: Want) -> Result<(), UmpError> {
     with(|st| {
-        std::fs::create_dir_all(listen_dir(local)).map_err(|e| UmpError::Os(e.to_string()))?;
-        let _ = std::fs::write(marker(local), format!("{}\n", std::process::id()));
+        if want != Want::Mc {
+            std::fs::create_dir_all(listen_dir(local)).map_err(|e| UmpError::Os(e.to_string()))?;
+            let _ = std::fs::write(marker(local), format!("{}\n", std::process::id()));
+        }
+        if want != Want::Shm {
+            match st.imc.clone() {
+                Some(imc) => {
+                    let i = imc.lock().unwrap_or_else(|e| e.into_inner());
+                    let (inbox, _) = map_inbox(&i, local, true)?.expect("created");
+                    st.inboxes.insert(local, inbox);
+                }
+                None if want == Want::Mc => {
+                    return Err(UmpError::NoTransport("listening over MEMORY CHANNEL needs imcd".into()))
+                }
+                None => {}
+            }
+        }
         st.listening.entry(local).or_default();
         Ok(())
     })
@@ -877,6 +974,43 @@ fn look(id: i32, e: &mut Entry, edges: bool) -> Option<Event> {
 /// New channels of listening handles (opened from our side too).
 fn accept(st: &mut State) -> Vec<i32> {
     let mut new = Vec::new();
+    // From other guests: handles in our inboxes.
+    let mut found = Vec::new();
+    for (&h, inbox) in &st.inboxes {
+        for w in 0..64 * INBOX_PER_NODE {
+            let peer = inbox.rx.load(w * 8);
+            if peer != 0 {
+                found.push((h, w, peer));
+            }
+        }
+    }
+    for (h, w, peer) in found {
+        let fresh = !st.listening.get(&h).is_some_and(|s| s.contains(&peer));
+        if fresh {
+            match open_mc(st, h, peer) {
+                Ok(ch) => {
+                    st.listening.entry(h).or_default().insert(peer);
+                    let id = st.next;
+                    st.next += 1;
+                    let e = Entry {
+                        ch,
+                        want: Want::Mc,
+                        writer: None,
+                        reported_open: false,
+                        reported_closed: false,
+                        nbwrite: None,
+                        nbread: None,
+                    };
+                    st.chans.insert(id, e);
+                    new.push(id);
+                }
+                Err(_) => continue, // the word stays: the next wait tries again
+            }
+        }
+        if let Some(inbox) = st.inboxes.get(&h) {
+            inbox.tx.store(w * 8, 0);
+        }
+    }
     let handles: Vec<u64> = st.listening.keys().copied().collect();
     for h in handles {
         let Ok(dir) = std::fs::read_dir(listen_dir(h)) else { continue };

@@ -27,7 +27,7 @@ fn listen_wait_nbread_and_close_mid_message() {
     // 1. A listener learns of a client it did not know, and sees its
     //    messages and its close as events.
     let server = base + 1;
-    ump::listen(server).unwrap();
+    ump::listen(server, Want::Any).unwrap();
     let client = tool()
         .args(["pingpong", "--me", &(base + 2).to_string(), "--peer", &server.to_string()])
         .args(["--sizes", "8,100000", "--rounds", "1"])

@@ -567,6 +567,10 @@ impl<'a> Daemon<'a> {
                     Err(e) => (error("NOMEM", e), None),
                 }
             }
+            Request::Find { key } => match self.dir.find(key) {
+                Some(r) => (Reply::Region { id: r.id, first_page: r.first_page, pages: r.pages, created: false }, None),
+                None => (refusal(&RegionError::NotFound(key)), None),
+            },
             Request::Hosts => {
                 let hosts = self.n.imcd_hosts();
                 let list = (0..MAX_NODES)

@@ -105,6 +105,16 @@ enum Cmd {
         #[arg(long, default_value = "100K")]
         max: String,
     },
+    /// Listen on handle ME (this guest and others) for COUNT channels from
+    /// handles it does not know; echo one message on each.
+    Listen {
+        /// Our handle.
+        #[arg(long)]
+        me: u64,
+        /// Channels to accept.
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+    },
     /// Multicast COUNT messages (sizes up to MAX) to every peer with one
     /// ump_mcast each; waits until every peer has closed.
     McastSend {
@@ -473,6 +483,29 @@ fn main() -> Result<()> {
                 peers.push(("this guest", p));
             }
             bench(me, &peers, tcp.as_deref(), &sizes, size(&volume)?, &svg_dir)?;
+        }
+        Cmd::Listen { me, count } => {
+            ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+            ump::listen(me, Want::Any).map_err(u)?;
+            println!("listening on {me}");
+            use std::io::Write;
+            std::io::stdout().flush()?;
+            let mut served = std::collections::HashSet::new();
+            let mut buf = vec![0u8; 1 << 20];
+            while served.len() < count {
+                match ump::wait(None, Some(Duration::from_secs(120))).map_err(u)? {
+                    Some(Event::Message(c)) => {
+                        let n = ump::read(c, &mut buf).map_err(u)?;
+                        ump::write(c, &buf[..n]).map_err(u)?;
+                        served.insert(c);
+                        println!("echoed {n} bytes on a {:?} channel", ump::transport(c).map_err(u)?);
+                    }
+                    Some(_) => {}
+                    None => bail!("only {} of {count} channels within 120 s", served.len()),
+                }
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            ump::exit().map_err(u)?;
         }
         Cmd::McastSend { me, peers, count, max } => {
             let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
