@@ -106,6 +106,21 @@ fn rc<T>(r: Result<T, UmpError>) -> c_int {
     }
 }
 
+/// The caller's message: `len` readable bytes at `buf` (NULL only when empty).
+///
+/// # Safety
+/// `buf` must point to `len` readable bytes that outlive the returned slice.
+unsafe fn message<'a>(buf: *const u8, len: usize, what: &str) -> Result<&'a [u8], UmpError> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if buf.is_null() {
+        return Err(UmpError::Invalid(format!("{what}: buf is NULL")));
+    }
+    // SAFETY: the caller's promise (see above).
+    Ok(unsafe { std::slice::from_raw_parts(buf, len) })
+}
+
 /// `ump_init`: configuration from the environment (`UMP_SHM_BUFFER`,
 /// `UMP_MC_BUFFER`, `UMP_MAX_CHANNELS`).
 #[no_mangle]
@@ -212,16 +227,8 @@ pub unsafe extern "C" fn ump_read(channel: c_int, buf: *mut u8, size: usize, len
 #[no_mangle]
 pub unsafe extern "C" fn ump_write(channel: c_int, buf: *const u8, len: usize) -> c_int {
     rc((|| {
-        if buf.is_null() && len > 0 {
-            return Err(UmpError::Invalid("ump_write: buf is NULL".into()));
-        }
-        let slice = if len == 0 {
-            &[][..]
-        } else {
-            // SAFETY: the caller gives `len` readable bytes at `buf`.
-            unsafe { std::slice::from_raw_parts(buf, len) }
-        };
-        crate::write(channel, slice)
+        // SAFETY: the caller's buffer, as ump.h describes it.
+        crate::write(channel, unsafe { message(buf, len, "ump_write") }?)
     })())
 }
 
@@ -262,16 +269,8 @@ pub unsafe extern "C" fn ump_nbread_done(channel: c_int, len: *mut usize) -> c_i
 #[no_mangle]
 pub unsafe extern "C" fn ump_nbwrite(channel: c_int, buf: *const u8, len: usize) -> c_int {
     rc((|| {
-        if buf.is_null() && len > 0 {
-            return Err(UmpError::Invalid("ump_nbwrite: buf is NULL".into()));
-        }
-        let slice = if len == 0 {
-            &[][..]
-        } else {
-            // SAFETY: the caller gives `len` readable bytes at `buf`.
-            unsafe { std::slice::from_raw_parts(buf, len) }
-        };
-        crate::nbwrite(channel, slice)
+        // SAFETY: the caller's buffer, as ump.h describes it.
+        crate::nbwrite(channel, unsafe { message(buf, len, "ump_nbwrite") }?)
     })())
 }
 
