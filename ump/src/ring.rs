@@ -90,15 +90,18 @@ impl Producer {
         self.head
     }
 
-    /// Free bytes, contiguous from the head (refreshing the consumer's index).
-    fn room(&mut self) -> usize {
-        let used = (self.head - self.tail) as usize;
-        if used == self.size {
+    /// Free bytes, contiguous from the head (refreshing the consumer's
+    /// index when the ring looks full). An index from the other side that
+    /// makes no sense (past our head, or more than a ring behind) is an error.
+    fn room(&mut self) -> Result<usize, RingError> {
+        if self.head.wrapping_sub(self.tail) as usize >= self.size {
             self.tail = self.peer.load(TAIL);
         }
-        let used = (self.head - self.tail) as usize;
+        let used = self.head.checked_sub(self.tail).filter(|&u| u <= self.size as u64).ok_or_else(|| {
+            RingError::Corrupt(format!("consumer index {} does not fit producer index {}", self.tail, self.head))
+        })? as usize;
         let pos = (self.head % self.size as u64) as usize;
-        (self.size - used).min(self.size - pos)
+        Ok((self.size - used).min(self.size - pos))
     }
 
     /// Waits for room, then writes up to `src.len()` bytes (a multiple of 8)
@@ -106,14 +109,11 @@ impl Producer {
     fn push(&mut self, src: &[u8], wait: Waiter) -> Result<usize, RingError> {
         let mut spins = 0u32;
         let room = loop {
-            let r = self.room();
+            let r = self.room()?;
             if r > 0 {
                 break r;
             }
             self.tail = self.peer.load(TAIL);
-            if self.tail > self.head {
-                return Err(RingError::Corrupt(format!("consumer index {} past producer {}", self.tail, self.head)));
-            }
             backoff(&mut spins, wait).map_err(RingError::Stopped)?;
         };
         let n = room.min(src.len());
@@ -225,7 +225,9 @@ impl Consumer {
         if self.head == self.tail {
             self.head = self.peer.load(HEAD);
         }
-        (self.head - self.tail) as usize
+        // A producer index behind ours is garbage: reads as "more than a
+        // ring", which the callers report as corrupt.
+        self.head.checked_sub(self.tail).map_or(usize::MAX, |a| a as usize)
     }
 
     /// True while a message has been started but not finished.
@@ -247,7 +249,7 @@ impl Consumer {
                 return Ok(a);
             }
             self.head = self.peer.load(HEAD);
-            if (self.head - self.tail) as usize >= n {
+            if self.head.checked_sub(self.tail).is_none_or(|a| a as usize >= n) {
                 continue;
             }
             self.publish(true);
@@ -277,8 +279,12 @@ impl Consumer {
         if let Some((len, _)) = self.current {
             return Ok(Some(len));
         }
-        if self.available() < 8 {
-            return Ok(None);
+        match self.available() {
+            a if a > self.size => {
+                return Err(RingError::Corrupt(format!("producer index {} does not fit ours {}", self.head, self.tail)))
+            }
+            a if a < 8 => return Ok(None),
+            _ => {}
         }
         let mut h = [0u8; 8];
         let pos = (self.tail % self.size as u64) as usize;
@@ -500,6 +506,29 @@ mod tests {
         p.a.store(HEAD, 1 << 40);
         let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 4096);
         assert!(matches!(cons.read(&mut buf, &mut forever()), Err(RingError::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_garbage_consumer_index_is_reported_not_a_panic() {
+        let p = pair(4096);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096);
+        // Fill the ring so the producer has to look at the consumer's index...
+        let mut give_up = || Err("stop".to_string());
+        assert!(prod.write(&msg(1, 5000), &mut give_up).is_err());
+        // ...which is nonsense: far behind, then ahead of us.
+        for bad in [1u64 << 40, u64::MAX] {
+            p.b.store(TAIL, bad);
+            let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096);
+            prod.head = 8192;
+            prod.tail = 0;
+            assert!(matches!(prod.write(&msg(2, 64), &mut forever()), Err(RingError::Corrupt(_))), "{bad}");
+        }
+        // A producer index behind ours, for the consumer.
+        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 4096);
+        cons.tail = 100;
+        p.a.store(HEAD, 8);
+        cons.head = 8;
+        assert!(matches!(cons.read(&mut [0u8; 64], &mut forever()), Err(RingError::Corrupt(_))));
     }
 
     #[test]
