@@ -164,6 +164,20 @@ struct Node {
 }
 
 impl Node {
+    /// Stores our host row (token, name, ready) and our error count again,
+    /// about once a second: a node whose imcd set up its receive side
+    /// after we first wrote them (all imcds start together at boot) would
+    /// otherwise never have them. Our own copy comes back by loopback.
+    fn reannounce(&self) {
+        for w in (host::TOKEN..host::NAME + host::NAME_WORDS).chain([host::READY]) {
+            let v = self.host(self.me, w);
+            if v != 0 {
+                self.put_host(self.me, w, v);
+            }
+        }
+        self.put(ERRCNT_PAGE, self.me, self.word(ERRCNT_PAGE, self.me));
+    }
+
     /// Error handling, once per mapper tick and on the ERROR interrupt:
     /// publishes this adapter's error count to every node (page 5) when it
     /// moved, clears the error bits it has counted (so an ACK answer with
@@ -305,7 +319,12 @@ fn mapper(n: &Node, io: &Mutex<Io>, bus: AdapterBus, irq: Option<&Interrupt>, st
     };
     let mut served = [0u64; MAX_NODES];
     let mut published = None;
+    let mut ticks = 0u64;
     while !stop.load(Ordering::Relaxed) {
+        ticks += 1;
+        if ticks % 500 == 0 {
+            n.reannounce();
+        }
         match irq {
             Some(irq) => {
                 if irq.wait(MAPPER_TICK).unwrap_or(0) > 0 {
