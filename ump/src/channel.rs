@@ -59,7 +59,10 @@ pub struct Channel {
     pub(crate) tx: Mutex<Producer>,
     pub(crate) rx: Mutex<Consumer>,
     alive: Liveness,
-    last_check: AtomicU64,
+    /// When we last resent our header while opening (10 ms units since `started`).
+    last_announce: AtomicU64,
+    /// When we last checked the other side is alive (ms since `started`).
+    last_liveness: AtomicU64,
     started: Instant,
     /// Mappings and regions the halves live in (released on drop).
     _keep: Box<dyn Send + Sync>,
@@ -133,7 +136,8 @@ impl Channel {
             closed: AtomicBool::new(false),
             acked: AtomicU64::new(0),
             alive,
-            last_check: AtomicU64::new(0),
+            last_announce: AtomicU64::new(0),
+            last_liveness: AtomicU64::new(0),
             started: Instant::now(),
             _keep: keep,
             who,
@@ -172,7 +176,7 @@ impl Channel {
         // Re-send now and then: a write made before the other side mapped
         // its receive side is lost.
         let now = self.started.elapsed().as_millis() as u64;
-        if now / 10 != self.last_check.swap(now / 10, Ordering::Relaxed) {
+        if now / 10 != self.last_announce.swap(now / 10, Ordering::Relaxed) {
             self.announce();
         }
         false
@@ -197,23 +201,19 @@ impl Channel {
         self.peer.load(WHO)
     }
 
-    /// The wait callback of ring operations: stops on our close, on the
-    /// other side's close (reported after the data it sent), on its death
-    /// (checked now and then), and at `deadline`.
-    fn check(&self, deadline: Option<Instant>, reading: bool) -> Result<(), ChanError> {
+    /// Why a ring operation should stop waiting, if it should: we closed,
+    /// the other side closed (`closed` says what that means for this
+    /// operation), it died (checked every [`LIVENESS_EVERY`]), or `deadline`.
+    fn stop_reason(&self, deadline: Option<Instant>, closed: &str) -> Result<(), ChanError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(ChanError::ClosedHere);
         }
         if self.peer.load(OPEN) == CLOSED {
-            // A reader first drains what was sent before the close.
-            if !reading || self.rx.try_lock().map(|mut r| r.available() == 0).unwrap_or(true) {
-                return Err(ChanError::Closed(String::new()));
-            }
+            return Err(ChanError::Closed(closed.into()));
         }
         let now = self.started.elapsed().as_millis() as u64;
-        let last = self.last_check.load(Ordering::Relaxed);
-        if now >= last + LIVENESS_EVERY.as_millis() as u64 {
-            self.last_check.store(now, Ordering::Relaxed);
+        if now >= self.last_liveness.load(Ordering::Relaxed) + LIVENESS_EVERY.as_millis() as u64 {
+            self.last_liveness.store(now, Ordering::Relaxed);
             (self.alive)(self.peer_who()).map_err(ChanError::PeerDead)?;
         }
         if deadline.is_some_and(|d| Instant::now() > d) {
@@ -222,19 +222,27 @@ impl Channel {
         Ok(())
     }
 
-    fn ring_err(&self, e: RingError, what: &str) -> ChanError {
-        match e {
+    /// Runs a ring operation whose waits stop for [`Channel::stop_reason`],
+    /// and turns its error into the channel's.
+    fn waiting<T>(
+        &self,
+        deadline: Option<Instant>,
+        closed: &str,
+        op: impl FnOnce(ring::Waiter) -> Result<T, RingError>,
+    ) -> Result<T, ChanError> {
+        let mut why = None;
+        let r = op(&mut || {
+            self.stop_reason(deadline, closed).map_err(|e| {
+                let text = e.to_string();
+                why = Some(e);
+                text
+            })
+        });
+        r.map_err(|e| match e {
             RingError::Corrupt(s) => ChanError::Corrupt(s),
             RingError::TooBig(n) => ChanError::TooBig(n),
-            RingError::Stopped(s) => match s.split_once(':') {
-                Some(("closed", rest)) if !rest.is_empty() => ChanError::Closed(format!(" {what}{rest}")),
-                Some(("closed", _)) => ChanError::Closed(String::new()),
-                Some(("closedhere", _)) => ChanError::ClosedHere,
-                Some(("dead", rest)) => ChanError::PeerDead(rest.trim().into()),
-                Some(("timeout", _)) => ChanError::Timeout,
-                _ => ChanError::Corrupt(s),
-            },
-        }
+            RingError::Stopped(s) => why.take().unwrap_or(ChanError::Corrupt(s)),
+        })
     }
 
     fn wait_open(&self, deadline: Option<Instant>) -> Result<(), ChanError> {
@@ -256,22 +264,11 @@ impl Channel {
         Ok(())
     }
 
-    fn encode(e: ChanError) -> String {
-        match e {
-            ChanError::ClosedHere => "closedhere:".into(),
-            ChanError::Closed(_) => "closed:".into(),
-            ChanError::PeerDead(s) => format!("dead: {s}"),
-            ChanError::Timeout => "timeout:".into(),
-            other => other.to_string(),
-        }
-    }
-
     /// Writes one message (blocking until all of it is in the ring).
     pub fn write(&self, msg: &[u8], deadline: Option<Instant>) -> Result<(), ChanError> {
         self.wait_open(deadline)?;
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let mut wait = || self.check(deadline, false).map_err(Self::encode);
-        tx.write(msg, &mut wait).map_err(|e| self.ring_err(e, "while writing"))
+        self.waiting(deadline, "", |wait| tx.write(msg, wait))
     }
 
     /// Writes a multicast record pointing into an outbuf (see
@@ -287,8 +284,7 @@ impl Channel {
     ) -> Result<u64, ChanError> {
         self.wait_open(deadline)?;
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let mut wait = || self.check(deadline, false).map_err(Self::encode);
-        tx.write_record(len, key, off, size, &mut wait).map_err(|e| self.ring_err(e, "while writing"))?;
+        self.waiting(deadline, "", |wait| tx.write_record(len, key, off, size, wait))?;
         Ok(tx.produced())
     }
 
@@ -312,29 +308,11 @@ impl Channel {
         self.wait_open(deadline)?;
         let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
         let mid = rx.mid_message();
-        let mut wait = || {
-            if self.closed.load(Ordering::Acquire) {
-                return Err("closedhere:".into());
-            }
-            if self.peer.load(OPEN) == CLOSED {
-                return Err("closed: in the middle of a message (the partial message is dropped)".into());
-            }
-            let now = self.started.elapsed().as_millis() as u64;
-            if now >= self.last_check.load(Ordering::Relaxed) + LIVENESS_EVERY.as_millis() as u64 {
-                self.last_check.store(now, Ordering::Relaxed);
-                (self.alive)(self.peer.load(WHO)).map_err(|e| format!("dead: {e}"))?;
-            }
-            if deadline.is_some_and(|d| Instant::now() > d) {
-                return Err("timeout:".into());
-            }
-            Ok(())
-        };
-        let r = rx.read(buf, &mut wait);
-        match r {
-            Err(RingError::Stopped(s)) if s.starts_with("closed:") && !mid && !rx.mid_message() => {
-                Err(ChanError::Closed(String::new()))
-            }
-            r => r.map_err(|e| self.ring_err(e, "")),
+        let closed = " in the middle of a message (the partial message is dropped)";
+        match self.waiting(deadline, closed, |wait| rx.read(buf, wait)) {
+            // Closed between messages: nothing was lost.
+            Err(ChanError::Closed(_)) if !mid && !rx.mid_message() => Err(ChanError::Closed(String::new())),
+            r => r,
         }
     }
 

@@ -40,8 +40,6 @@ pub struct Config {
     /// Channels this process may have open (buffers are allocated as
     /// channels open, up to this).
     pub max_channels: usize,
-    /// How long `open` waits to learn where the other side is (UMP_ANY).
-    pub locate_timeout: Duration,
     /// Bytes of this process's multicast outbuf (a multiple of 8 KiB).
     pub outbuf: usize,
 }
@@ -50,13 +48,7 @@ impl Default for Config {
     fn default() -> Self {
         // The paper's non-blocking runs: 256 KiB (shared memory), 32 KiB
         // (MEMORY CHANNEL).
-        Config {
-            shm_buffer: 256 << 10,
-            mc_buffer: 32 << 10,
-            max_channels: 64,
-            locate_timeout: Duration::from_secs(30),
-            outbuf: OUTBUF_DEFAULT,
-        }
+        Config { shm_buffer: 256 << 10, mc_buffer: 32 << 10, max_channels: 64, outbuf: OUTBUF_DEFAULT }
     }
 }
 
@@ -230,6 +222,12 @@ struct Entry {
     reported_closed: bool,
     nbwrite: Option<Nb>,
     nbread: Option<Nb>,
+}
+
+impl Entry {
+    fn new(ch: Arc<Channel>, want: Want) -> Entry {
+        Entry { ch, want, writer: None, reported_open: false, reported_closed: false, nbwrite: None, nbread: None }
+    }
 }
 
 struct State {
@@ -544,8 +542,7 @@ fn open_shm(st: &State, local: u64, remote: u64) -> Result<Arc<Channel>, UmpErro
             return Err(UmpError::Busy(format!("channel {local:#x}->{remote:#x} is open in process {}", who as u32)));
         }
         // Whatever an earlier process left in our half goes.
-        let mut zero = vec![0u8; half_len];
-        zero.truncate(half_len / 8 * 8);
+        let zero = vec![0u8; half_len];
         mine.write(0, &zero);
         let them = theirs.load(ring::WHO) as u32;
         if theirs.load(ring::OPEN) == ring::CLOSED || (them != 0 && !pid_alive(them)) {
@@ -693,10 +690,7 @@ pub fn open(local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
         }
         let id = st.next;
         st.next += 1;
-        st.chans.insert(
-            id,
-            Entry { ch, want, writer: None, reported_open: false, reported_closed: false, nbwrite: None, nbread: None },
-        );
+        st.chans.insert(id, Entry::new(ch, want));
         Ok(id)
     })
 }
@@ -992,16 +986,7 @@ fn accept(st: &mut State) -> Vec<i32> {
                     st.listening.entry(h).or_default().insert(peer);
                     let id = st.next;
                     st.next += 1;
-                    let e = Entry {
-                        ch,
-                        want: Want::Mc,
-                        writer: None,
-                        reported_open: false,
-                        reported_closed: false,
-                        nbwrite: None,
-                        nbread: None,
-                    };
-                    st.chans.insert(id, e);
+                    st.chans.insert(id, Entry::new(ch, Want::Mc));
                     new.push(id);
                 }
                 Err(_) => continue, // the word stays: the next wait tries again
@@ -1028,18 +1013,7 @@ fn accept(st: &mut State) -> Vec<i32> {
                 st.listening.entry(h).or_default().insert(peer);
                 let id = st.next;
                 st.next += 1;
-                st.chans.insert(
-                    id,
-                    Entry {
-                        ch,
-                        want: Want::Any,
-                        writer: None,
-                        reported_open: false,
-                        reported_closed: false,
-                        nbwrite: None,
-                        nbread: None,
-                    },
-                );
+                st.chans.insert(id, Entry::new(ch, Want::Any));
                 new.push(id);
             }
         }
