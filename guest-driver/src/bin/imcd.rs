@@ -224,8 +224,12 @@ impl Node {
 
     /// Nodes that are up and run a ready imcd.
     fn imcd_hosts(&self) -> u64 {
-        let m = self.members();
-        (0..MAX_NODES).filter(|&n| m & (1 << n) != 0 && self.host(n, host::READY) != 0).fold(0, |b, n| b | 1 << n)
+        self.ready_among(self.members())
+    }
+
+    /// Of the nodes in `members`, those that run a ready imcd.
+    fn ready_among(&self, members: u64) -> u64 {
+        (0..MAX_NODES).filter(|&n| members & (1 << n) != 0 && self.host(n, host::READY) != 0).fold(0, |b, n| b | 1 << n)
     }
 
     fn host_name(&self, n: usize) -> String {
@@ -675,9 +679,9 @@ impl<'a> Daemon<'a> {
                 e => error("ERRNO", std::io::Error::from_raw_os_error(e as i32)),
             };
         }
-        self.relay_seq += 1;
-        let seq = now_ns().max(self.relay_seq);
-        self.relay_seq = seq;
+        // Increasing, and unlike any earlier run's (a restarted imcd).
+        self.relay_seq = now_ns().max(self.relay_seq + 1);
+        let seq = self.relay_seq;
         let row = self.n.me * relay::ROW;
         let n = self.n;
         n.put(RELAY_PAGE, row + relay::DEST, dest as u64);
@@ -723,7 +727,7 @@ impl<'a> Daemon<'a> {
         let members = self.n.members();
         let gone = self.members & !members;
         self.members = members;
-        let ready = self.n.imcd_hosts() | 1 << self.n.me;
+        let ready = self.n.ready_among(members) | 1 << self.n.me;
         let elected = ready.trailing_zeros() as usize == self.n.me;
         for dead in (0..MAX_NODES).filter(|&d| gone & (1 << d) != 0) {
             if elected {
