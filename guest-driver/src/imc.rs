@@ -301,6 +301,20 @@ impl Attached {
         unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u64>(), v) }
     }
 
+    /// 4-byte store at `off` (transmit mappings).
+    pub fn store32(&self, off: usize, v: u32) {
+        assert!(off % 4 == 0 && off + 4 <= self.len, "store at {off} outside {} bytes", self.len);
+        // SAFETY: in bounds and aligned (asserted); the mapping lives as long as self.
+        unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u32>(), v) }
+    }
+
+    /// 4-byte load at `off` (receive mappings).
+    pub fn load32(&self, off: usize) -> u32 {
+        assert!(off % 4 == 0 && off + 4 <= self.len, "load at {off} outside {} bytes", self.len);
+        // SAFETY: as in `store32`.
+        unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u32>()) }
+    }
+
     /// 8-byte load at `off` (receive mappings).
     pub fn load64(&self, off: usize) -> u64 {
         assert!(off % 8 == 0 && off + 8 <= self.len, "load at {off} outside {} bytes", self.len);

@@ -109,21 +109,9 @@ fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Resul
     Ok(((q(0.5), q(0.99)), bw))
 }
 
-fn load32(m: &Attached, off: usize) -> u32 {
-    assert!(off % 4 == 0 && off + 4 <= m.len());
-    // SAFETY: in bounds and aligned (asserted); the mapping lives as long as `m`.
-    unsafe { std::ptr::read_volatile(m.as_ptr().add(off).cast::<u32>()) }
-}
-
-fn store32(m: &Attached, off: usize, v: u32) {
-    assert!(off % 4 == 0 && off + 4 <= m.len());
-    // SAFETY: as in `load32`.
-    unsafe { std::ptr::write_volatile(m.as_ptr().add(off).cast::<u32>(), v) }
-}
-
 fn wait32(m: &Attached, off: usize, v: u32, limit: Duration) -> Result<()> {
     let t0 = Instant::now();
-    while load32(m, off) != v {
+    while m.load32(off) != v {
         if t0.elapsed() > limit {
             bail!("no answer {v} from the echo process within {limit:?}");
         }
@@ -150,16 +138,16 @@ fn main() -> Result<()> {
             println!("echo ready");
             use std::io::Write;
             std::io::stdout().flush()?;
-            let mut last = load32(&rx, CTL);
+            let mut last = rx.load32(CTL);
             let mut idle = Instant::now();
             loop {
-                let v = load32(&rx, CTL);
+                let v = rx.load32(CTL);
                 if v != last {
                     if v == QUIT {
                         println!("echo done");
                         return Ok(());
                     }
-                    store32(&tx, 0, v);
+                    tx.store32(0, v);
                     last = v;
                     idle = Instant::now();
                 } else if idle.elapsed() > limit {
@@ -187,7 +175,7 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
     for _ in 0..cli.rounds {
         let x = next();
         let t0 = Instant::now();
-        store32(&tx, CTL, x);
+        tx.store32(CTL, x);
         wait32(&rx, 0, x, limit).context("latency")?;
         rtts.push(t0.elapsed());
     }
@@ -206,7 +194,7 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
             // Wait for each block (a full buffer must not be overwritten
             // before the reader had it, as a message layer would).
             let x = next();
-            store32(&tx, CTL, x);
+            tx.store32(CTL, x);
             wait32(&rx, 0, x, limit).context("bandwidth")?;
         }
         let s = t0.elapsed().as_secs_f64();
@@ -245,7 +233,7 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
         Some(peer) => Some(tcp_measure(peer, cli.rounds, cli.volume, &sizes)?),
         None => None,
     };
-    store32(&tx, CTL, QUIT);
+    tx.store32(CTL, QUIT);
 
     let t = |f: &dyn Fn(&((f64, f64), Vec<f64>)) -> f64, unit: &str| match &tcp {
         Some(x) => format!("{:.1} {unit}", f(x)),
