@@ -9,6 +9,20 @@ fn up(name: &str, nodes: usize) -> Cluster {
     c
 }
 
+/// Starts `mctool imc-alloc … --hold S` (tag `tag`) on node `n` and
+/// returns its first answer (IMC_SUCCESS or the refusal) once it is there.
+fn hold(c: &Cluster, n: usize, tag: &str, cmd: &str) -> String {
+    c.background(n, tag, cmd);
+    c.poll_until(n, &["cat", &format!("/tmp/{tag}.log")], 30, |o| o.contains("IMC_"))
+}
+
+/// Like [`hold`], insisting on success.
+fn hold_ok(c: &Cluster, n: usize, tag: &str, cmd: &str) -> String {
+    let log = hold(c, n, tag, cmd);
+    assert!(log.contains("IMC_SUCCESS"), "node {n}, {cmd}:\n{log}");
+    log
+}
+
 fn out(c: &Cluster, n: usize, argv: &[&str]) -> String {
     String::from_utf8(c.run(n, argv)).unwrap()
 }
@@ -94,11 +108,8 @@ fn values(log: &str, prefix: &str) -> Vec<i32> {
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn coherent_region_late_attach_sees_history() {
     let c = up("t-coherent", 2);
-    c.background(0, "hc", "mctool imc-alloc --key 60 --mode 666 --coherent --hold 300");
-    c.background(0, "hn", "mctool imc-alloc --key 61 --mode 666 --hold 300");
-    for tag in ["hc", "hn"] {
-        c.poll_until(0, &["cat", &format!("/tmp/{tag}.log")], 30, |o| o.contains("IMC_SUCCESS"));
-    }
+    hold_ok(&c, 0, "hc", "mctool imc-alloc --key 60 --mode 666 --coherent --hold 300");
+    hold_ok(&c, 0, "hn", "mctool imc-alloc --key 61 --mode 666 --hold 300");
     out(&c, 0, &["mctool", "imc-put", "--key", "60", "--value", "9"]);
     out(&c, 0, &["mctool", "imc-put", "--key", "61", "--value", "9"]);
     // Node 1 attaches only now.
@@ -142,21 +153,17 @@ fn ckerrcnt_detects_injected_error() {
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn permission_denied_for_other_uid() {
     let c = up("t-perm", 1);
-    let hold = |tag: &str, cmd: &str| {
-        c.background(0, tag, cmd);
-        c.poll_until(0, &["cat", &format!("/tmp/{tag}.log")], 30, |o| o.contains("IMC_"))
-    };
-    let made = hold("h77", "mctool imc-alloc --key 77 --mode 600 --hold 300");
+    let made = hold(&c, 0, "h77", "mctool imc-alloc --key 77 --mode 600 --hold 300");
     assert!(made.contains("IMC_SUCCESS") && made.contains("created"), "{made}");
     let denied = c.exec(0, &["mctool", "--uid", "1000", "imc-alloc", "--key", "77"]);
     assert!(!denied.status.success());
     assert!(String::from_utf8_lossy(&denied.stderr).contains("IMC_PERMISSION"), "{denied:?}");
     // Mode 644: others may read (attach for receive), so the region is found.
-    hold("h78", "mctool imc-alloc --key 78 --mode 644 --hold 300");
+    hold(&c, 0, "h78", "mctool imc-alloc --key 78 --mode 644 --hold 300");
     let ok = out(&c, 0, &["mctool", "--uid", "1000", "imc-alloc", "--key", "78"]);
     assert!(ok.contains("IMC_SUCCESS") && ok.contains("existing"), "{ok}");
     // The owner itself is fine with 600.
-    let own = hold("h79", "mctool --uid 1000 imc-alloc --key 79 --mode 600 --hold 300");
+    let own = hold(&c, 0, "h79", "mctool --uid 1000 imc-alloc --key 79 --mode 600 --hold 300");
     assert!(own.contains("created"), "{own}");
     let again = out(&c, 0, &["mctool", "--uid", "1000", "imc-alloc", "--key", "79"]);
     assert!(again.contains("existing"), "{again}");
@@ -170,8 +177,7 @@ fn permission_denied_for_other_uid() {
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn imc_dealloc_frees_pages_on_every_node() {
     let c = up("t-imcfree", 2);
-    c.background(0, "h0", "mctool imc-alloc --key 50 --mode 666 --hold 300");
-    c.poll_until(0, &["cat", "/tmp/h0.log"], 30, |o| o.contains("IMC_SUCCESS"));
+    hold_ok(&c, 0, "h0", "mctool imc-alloc --key 50 --mode 666 --hold 300");
     c.background(1, "get", "mctool imc-get --key 50 --value 5 --timeout 60");
     c.poll_until(1, &["cat", "/tmp/get.log"], 20, |o| o.contains("waiting"));
     out(&c, 0, &["mctool", "imc-put", "--key", "50", "--value", "5"]);
@@ -223,17 +229,14 @@ fn imc_kill_signals_remote_process() {
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn node_failure_repairs_descriptors() {
     let c = up("t-fail", 3);
-    c.background(0, "h70", "mctool imc-alloc --key 70 --mode 666 --hold 600");
-    c.poll_until(0, &["cat", "/tmp/h70.log"], 30, |o| o.contains("IMC_SUCCESS"));
+    hold_ok(&c, 0, "h70", "mctool imc-alloc --key 70 --mode 666 --hold 600");
     c.run(2, &["sh", "-c", "kill $(pidof imcd); sleep 1; imcd --test-hooks > /tmp/imcd2.log 2>&1 &"]);
     let log2 = c.poll_until(2, &["cat", "/tmp/imcd2.log"], 30, |o| o.contains("listening"));
     assert!(log2.contains("sent the directory by a running node"), "{log2}");
     // The newcomer sees node 0's region, and holds two of its own.
-    c.background(2, "h70b", "mctool imc-alloc --key 70 --mode 666 --hold 600");
-    let h = c.poll_until(2, &["cat", "/tmp/h70b.log"], 30, |o| o.contains("IMC_"));
+    let h = hold(&c, 2, "h70b", "mctool imc-alloc --key 70 --mode 666 --hold 600");
     assert!(h.contains("existing"), "{h}");
-    c.background(2, "h71", "mctool imc-alloc --key 71 --mode 666 --hold 600");
-    c.poll_until(2, &["cat", "/tmp/h71.log"], 30, |o| o.contains("IMC_SUCCESS"));
+    hold_ok(&c, 2, "h71", "mctool imc-alloc --key 71 --mode 666 --hold 600");
     // Node 2 stops dead mid-update of entry 0 with the lock held...
     c.background(2, "drill", "mctool imc-drill --id 0");
     c.poll_until(2, &["cat", "/tmp/imcd2.log"], 30, |o| o.contains("abandoned an update"));
