@@ -279,25 +279,25 @@ pub unsafe fn ordered_copy(dst: *mut u8, src: &[u8]) {
     let mut i = 0;
     let n = src.len();
     while i < n {
-        // SAFETY (for every arm): `p..p + width` is inside `dst..dst + n`
-        // (checked by `n - i >= width`), aligned to `width` (checked on the
-        // address), and the caller promised it is writable. The atomic types
-        // only need alignment and validity; the memory is shared with the
-        // guest, which is why plain references are never made.
+        // SAFETY: i < n, so the pointer stays inside the caller's range.
         let p = unsafe { dst.add(i) };
         let left = n - i;
         let addr = p as usize;
-        if addr % 8 == 0 && left >= 8 {
+        if addr.is_multiple_of(8) && left >= 8 {
             let v = u64::from_ne_bytes(src[i..i + 8].try_into().unwrap());
-            // SAFETY: as above.
+            // SAFETY (this arm and the others): `p..p + width` is inside
+            // `dst..dst + n` (`left >= width`), aligned to `width` (checked
+            // on the address), and the caller promised it is writable. The
+            // atomic types need only alignment and validity; the memory is
+            // shared with the guest, so plain references are never made.
             unsafe { AtomicU64::from_ptr(p.cast()) }.store(v, Release);
             i += 8;
-        } else if addr % 4 == 0 && left >= 4 {
+        } else if addr.is_multiple_of(4) && left >= 4 {
             let v = u32::from_ne_bytes(src[i..i + 4].try_into().unwrap());
             // SAFETY: as above.
             unsafe { AtomicU32::from_ptr(p.cast()) }.store(v, Release);
             i += 4;
-        } else if addr % 2 == 0 && left >= 2 {
+        } else if addr.is_multiple_of(2) && left >= 2 {
             let v = u16::from_ne_bytes(src[i..i + 2].try_into().unwrap());
             // SAFETY: as above.
             unsafe { AtomicU16::from_ptr(p.cast()) }.store(v, Release);
