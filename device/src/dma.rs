@@ -285,7 +285,7 @@ pub unsafe fn ordered_copy(dst: *mut u8, src: &[u8]) {
         let addr = p as usize;
         if addr.is_multiple_of(8) && left >= 8 {
             let v = u64::from_ne_bytes(src[i..i + 8].try_into().unwrap());
-            // SAFETY (this arm and the others): `p..p + width` is inside
+            // SAFETY: in this arm and the others, `p..p + width` is inside
             // `dst..dst + n` (`left >= width`), aligned to `width` (checked
             // on the address), and the caller promised it is writable. The
             // atomic types need only alignment and validity; the memory is
