@@ -1,41 +1,43 @@
 //! The MEMORY CHANNEL adapter: register file, page control table, transmit
 //! window, receive DMA, interrupts and ACK pages, behind the [`Device`] trait.
 //!
-//! Two threads touch an adapter:
-//! - the vfio-user thread (QEMU's requests, in order): register and PCT
-//!   accesses and transmit-window stores, which become `Write` packets;
-//! - the receive thread: ordered `Deliver` packets from the hub, applied to
-//!   guest memory through the DMA maps in the order they arrive; it also
-//!   answers ACK stores and rejoins the hub after a link loss.
+//! Two kinds of thread touch an adapter:
+//! - its vfio-user thread (QEMU's requests, in order): register and PCT
+//!   accesses and transmit-window stores, which become write packets handed
+//!   to the adapter's [`Uplink`];
+//! - whoever delivers ordered writes: on a hub's local port, the vfio-user
+//!   thread of whichever guest made the write (under the hub's order lock);
+//!   on a link port, the link's receive thread ([`crate::remote`]). It calls
+//!   [`Shared::deliver`], which applies the bytes to guest memory through the
+//!   DMA maps, and returns ACK answers for the deliverer to send.
 //!
-//! What both need lives in [`Shared`]: atomics for the PCT and counters, a
-//! mutex for the interrupt state and one for the link's writing half. The
-//! receive thread never waits for the vfio-user thread, and never writes
-//! guest memory outside a DMA map.
+//! What both need lives in [`Shared`]: atomics for the PCT and counters and
+//! a mutex for the interrupt state (taken last, never held across anything
+//! that waits). A deliverer never waits for the vfio-user thread, and never
+//! writes guest memory outside a DMA map.
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::BufReader;
 use std::io::{self, BufWriter, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use mc_hub::client::{self, HubAddr, Joined, Stream};
-use mc_hub::link::{self, LinkError, Msg, ANY_NODE, BROADCAST, FLAG_ACK, FLAG_ACK_REPLY, FLAG_LOOPBACK, MAX_DATA};
+use mc_link::{ANY_NODE, BROADCAST, FLAG_ACK, FLAG_LOOPBACK, MAX_DATA};
 use tracing::{debug, info, warn};
 
 use crate::dma::DmaSpace;
+use crate::link_client::{HubAddr, Joined, Stream};
+use crate::remote::RemoteLink;
+use crate::uplink::{AckReply, LinkInfo, Unplugged, Uplink, WritePacket};
 use crate::pci::{ConfigSpace, CONFIG_SIZE};
 use crate::regs::{self, err, int, pct, reg, ACK_VALID, MSIX_VECTORS, NOTIFY_DEPTH, NOTIFY_EMPTY, PAGE_SIZE};
 use crate::vfio_user::{self, region, region_flags, Device, Errno, IrqSet, RegionInfo};
 
 /// Node id value of `NODE` while the adapter has not joined a hub.
 pub const NO_NODE: u32 = 0xFFFF;
-/// Pause between attempts to rejoin the hub after the link went down.
-pub const RECONNECT_INTERVAL: Duration = Duration::from_millis(200);
 
 /// How the adapter is set up.
 #[derive(Debug, Clone)]
@@ -164,22 +166,6 @@ pub struct Shared {
     /// Next sequence number expected from the hub (gap detection).
     next_seq: AtomicU64,
     irq: Mutex<Irq>,
-    /// Writing half of the link (None while down).
-    link: Mutex<Option<LinkTx>>,
-}
-
-/// The writing half of a link, with the link sequence number of its next frame.
-struct LinkTx {
-    w: BufWriter<Stream>,
-    seq: u16,
-}
-
-impl LinkTx {
-    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        link::write_stamped(&mut self.w, frame, self.seq)?;
-        self.seq = self.seq.wrapping_add(1);
-        Ok(())
-    }
 }
 
 impl Shared {
@@ -207,7 +193,6 @@ impl Shared {
                 msix_pending: vec![false; MSIX_VECTORS as usize],
                 ..Irq::default()
             }),
-            link: Mutex::new(None),
         }
     }
 
@@ -216,6 +201,11 @@ impl Shared {
         self.err_status.fetch_or(bits, Ordering::SeqCst);
         let _ = self.err_count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_add(1));
         self.irq.lock().unwrap().raise(int::ERROR);
+    }
+
+    /// Clears error status bits without counting anything (link installed).
+    pub fn err_status_clear(&self, bits: u32) {
+        self.err_status.fetch_and(!bits, Ordering::SeqCst);
     }
 
     /// Current error status bits.
@@ -295,18 +285,10 @@ impl Shared {
         irq.raise(int::NOTIFY);
     }
 
-    /// Sends one frame on the link now (receive-thread sends: ACK replies).
-    fn send_now(&self, frame: &[u8]) {
-        let mut link = self.link.lock().unwrap();
-        if let Some(tx) = link.as_mut() {
-            if tx.send(frame).and_then(|_| tx.w.flush()).is_err() {
-                *link = None;
-            }
-        }
-    }
-
-    /// Applies one ordered delivery from the hub.
-    fn deliver(&self, seq: u64, src: u16, flags: u16, addr: u64, data: &[u8]) {
+    /// Applies one ordered delivery. For a store to an ACK page nothing is
+    /// applied; the answer is returned, for the deliverer to put into the
+    /// global order as a point-to-point write to the ACK's sender.
+    pub fn deliver(&self, seq: u64, src: u16, flags: u16, addr: u64, data: &[u8]) -> Option<AckReply> {
         // The global order only moves forward (numbers we do not receive are
         // other nodes' point-to-point traffic; lost frames show in the link
         // sequence instead).
@@ -317,21 +299,28 @@ impl Shared {
         }
         self.last_seq.store(seq, Ordering::Relaxed);
         if flags & FLAG_ACK != 0 {
-            self.ack_reply(src, addr);
+            self.ack_reply(src, addr)
         } else {
             self.apply(addr, data);
+            None
         }
     }
 
-    /// Answers an ACK store: our error status, into byte `node` of the page
-    /// in the sender's receive buffer.
-    fn ack_reply(&self, src: u16, addr: u64) {
-        let Some(me) = self.node_id() else { return };
+    /// A node joined (`up`) or left, at `seq` in the global order.
+    pub fn member(&self, seq: u64, node: u16, up: bool) {
+        self.next_seq.store(seq + 1, Ordering::SeqCst);
+        info!(node, up, "membership change");
+        self.set_member(node, up);
+        self.link_event();
+    }
+
+    /// Our answer to an ACK store: our error status, into byte `node` of
+    /// the page in the sender's receive buffer.
+    fn ack_reply(&self, src: u16, addr: u64) -> Option<AckReply> {
+        let me = self.node_id()?;
         let page_base = addr - addr % PAGE_SIZE;
         let status = (self.err_status() as u8 & !ACK_VALID) | ACK_VALID;
-        let frame =
-            Msg::Write { dest: src, flags: FLAG_ACK_REPLY, addr: page_base + me as u64, data: &[status] }.encode();
-        self.send_now(&frame);
+        Some(AckReply { dest: src, addr: page_base + me as u64, status })
     }
 
     /// Writes received bytes to guest memory, page by page, per the PCT.
@@ -373,24 +362,32 @@ impl Shared {
         }
     }
 
-    /// Takes a joined link into use (first join or rejoin).
-    fn install_link(&self, joined: &Joined, writer: BufWriter<Stream>) {
-        self.node.store(joined.node as u32 | (joined.max_nodes as u32) << 16, Ordering::SeqCst);
-        self.home_node.store(joined.node as u32, Ordering::SeqCst);
+    /// The link came up (first join or rejoin): node id, ports, members.
+    pub fn link_up(&self, info: &LinkInfo) {
+        self.node.store(info.node as u32 | (info.max_nodes as u32) << 16, Ordering::SeqCst);
+        self.home_node.store(info.node as u32, Ordering::SeqCst);
         self.members.store(0, Ordering::SeqCst);
-        for m in &joined.members {
+        for m in &info.members {
             self.set_member(*m, true);
         }
-        self.next_seq.store(joined.next_seq, Ordering::SeqCst);
-        // Our Hello was link frame 0.
-        *self.link.lock().unwrap() = Some(LinkTx { w: writer, seq: 1 });
+        self.next_seq.store(info.next_seq, Ordering::SeqCst);
         self.link_up.store(true, Ordering::SeqCst);
         self.link_event();
     }
 
-    fn link_down(&self, reason: &str) {
+    /// The node id this adapter rejoins as after a link loss.
+    pub fn home_node(&self) -> u16 {
+        self.home_node.load(Ordering::SeqCst) as u16
+    }
+
+    /// True while the link is up.
+    pub fn is_link_up(&self) -> bool {
+        self.link_up.load(Ordering::SeqCst)
+    }
+
+    /// The link went down: no node id, no members, LINK_DOWN and the LINK cause.
+    pub fn link_down(&self, reason: &str) {
         warn!("link to hub down: {reason}");
-        *self.link.lock().unwrap() = None;
         let was_up = self.link_up.swap(false, Ordering::SeqCst);
         self.node.fetch_or(NO_NODE, Ordering::SeqCst);
         self.members.store(0, Ordering::SeqCst);
@@ -432,6 +429,7 @@ pub struct Adapter {
     shared: Arc<Shared>,
     config: ConfigSpace,
     pending: Option<Pending>,
+    uplink: Arc<dyn Uplink>,
 }
 
 impl Adapter {
@@ -449,85 +447,61 @@ impl Adapter {
         }
         let pages = aspace / PAGE_SIZE;
         let shared = Arc::new(Shared::new(pages));
-        Ok(Adapter { config: ConfigSpace::new(Self::pct_bar_size(pages), aspace), shared, pending: None })
+        Ok(Adapter {
+            config: ConfigSpace::new(Self::pct_bar_size(pages), aspace),
+            shared,
+            pending: None,
+            uplink: Arc::new(Unplugged),
+        })
     }
 
     fn pct_bar_size(pages: u64) -> u64 {
         (pages * pct::ENTRY).next_power_of_two().max(4096)
     }
 
-    /// Joins the hub at `cfg.hub`, retrying for `cfg.hub_wait`, and starts the
-    /// receive thread, which rejoins by itself whenever the link goes down.
+    /// The state deliverers use (a hub's local port keeps it).
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Plugs the adapter's cable in: its writes go to `uplink` from now on.
+    pub fn set_uplink(&mut self, uplink: Arc<dyn Uplink>) {
+        self.flush_pending();
+        self.uplink = uplink;
+    }
+
+    /// Joins the hub at `cfg.hub` over a link port (retrying for
+    /// `cfg.hub_wait`); the link rejoins by itself whenever it goes down.
     pub fn connect(&mut self, cfg: &AdapterConfig) -> io::Result<()> {
-        let deadline = Instant::now() + cfg.hub_wait;
-        let (joined, reader, writer) = loop {
-            match client::join_addr(&cfg.hub, &hello(cfg, self.shared.pages)) {
-                Ok(j) => break j,
-                // A refusal (wrong secret, id taken) will not change by retrying.
-                Err(e)
-                    if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::PermissionDenied)
-                        && e.to_string().contains("refused") =>
-                {
-                    return Err(io::Error::new(e.kind(), format!("cannot join hub at {}: {e}", cfg.hub)));
-                }
-                Err(e) if Instant::now() < deadline => {
-                    debug!("hub not reachable yet: {e}");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(e) => return Err(io::Error::new(e.kind(), format!("cannot join hub at {}: {e}", cfg.hub))),
-            }
-        };
-        info!(node = joined.node, ports = joined.max_nodes, members = ?joined.members, "joined hub");
-        self.start(joined, reader, writer, Some(cfg.clone()));
+        let link = RemoteLink::connect(self.shared.clone(), cfg)?;
+        self.set_uplink(Arc::new(link));
         Ok(())
     }
 
-    /// Uses an already-joined link (from [`client::join`]); no rejoin after a loss.
+    /// Uses an already-joined link (from `link_client::join`); no rejoin after a loss.
     pub fn attach_link(&mut self, joined: Joined, reader: UnixStream, writer: BufWriter<UnixStream>) {
         let writer =
             BufWriter::with_capacity(64 * 1024, Stream::Unix(writer.into_inner().expect("fresh writer is empty")));
-        self.start(joined, Stream::Unix(reader), writer, None);
-    }
-
-    fn start(&mut self, joined: Joined, reader: Stream, writer: BufWriter<Stream>, rejoin: Option<AdapterConfig>) {
-        self.shared.err_status.fetch_and(!err::LINK_DOWN, Ordering::SeqCst);
-        self.shared.install_link(&joined, writer);
-        let shared = self.shared.clone();
-        let link_seq = joined.next_link_seq;
-        std::thread::Builder::new()
-            .name("mc-rx".into())
-            .spawn(move || receive_loop(shared, reader, link_seq, rejoin))
-            .expect("spawn receive thread");
+        let link = RemoteLink::attach(self.shared.clone(), joined, Stream::Unix(reader), writer);
+        self.set_uplink(Arc::new(link));
     }
 
     fn flush_pending(&mut self) {
         let Some(p) = self.pending.take() else { return };
-        let frame = Msg::Write { dest: p.dest, flags: p.flags, addr: p.addr, data: &p.data }.encode();
-        let mut link = self.shared.link.lock().unwrap();
-        let sent = match link.as_mut() {
-            Some(tx) => tx.send(&frame).is_ok(),
-            None => false,
-        };
-        if sent {
-            self.shared.tx_packets.fetch_add(1, Ordering::Relaxed);
-        } else {
+        let w = WritePacket { dest: p.dest, flags: p.flags, addr: p.addr, data: &p.data };
+        match self.uplink.send(&w) {
+            Ok(()) => {
+                self.shared.tx_packets.fetch_add(1, Ordering::Relaxed);
+            }
             // Link down: the store is lost, as on a cable that is unplugged.
-            *link = None;
-            drop(link);
-            self.shared.raise_error(err::LINK_DOWN);
+            Err(_) => self.shared.raise_error(err::LINK_DOWN),
         }
     }
 
-    /// Sends the packet being built and everything buffered for the hub.
+    /// Sends the packet being built and everything queued for the hub.
     fn flush_link(&mut self) {
         self.flush_pending();
-        let mut link = self.shared.link.lock().unwrap();
-        if let Some(tx) = link.as_mut() {
-            if let Err(e) = tx.w.flush() {
-                warn!("link to hub lost while sending: {e}");
-                *link = None;
-            }
-        }
+        self.uplink.flush();
     }
 
     /// A store of `data` at transmit-window offset `off`.
@@ -665,66 +639,6 @@ impl Adapter {
         for (word, v) in words {
             self.shared.pct[word as usize].store(v, Ordering::Release);
         }
-    }
-}
-
-/// The `Hello` this adapter sends.
-fn hello(cfg: &AdapterConfig, pages: u64) -> client::Hello<'_> {
-    client::Hello {
-        want_node: cfg.want_node,
-        page_size: PAGE_SIZE as u32,
-        aspace_pages: pages as u32,
-        name: &cfg.name,
-        secret: cfg.secret.as_deref(),
-    }
-}
-
-fn receive_loop(shared: Arc<Shared>, reader: Stream, mut link_seq: u16, rejoin: Option<AdapterConfig>) {
-    let mut buf = Vec::with_capacity(MAX_DATA + 64);
-    // Frames are read through a buffer: one read(2) per batch, not two per frame.
-    let mut reader = BufReader::with_capacity(64 * 1024, reader);
-    loop {
-        let reason = loop {
-            let hdr = match link::read_frame(&mut reader, &mut buf) {
-                Ok(h) => h,
-                Err(e) => break e.to_string(),
-            };
-            let lost = link::check_link_seq(&mut link_seq, hdr.link_seq);
-            if lost != 0 {
-                warn!(lost, "frames from the hub went missing (link sequence skipped)");
-                shared.raise_error(err::SEQ_GAP);
-            }
-            match Msg::parse(&hdr, &buf) {
-                Ok(Msg::Deliver { seq, src, flags, addr, data }) => shared.deliver(seq, src, flags, addr, data),
-                Ok(Msg::Member { seq, node, up }) => {
-                    shared.next_seq.store(seq + 1, Ordering::SeqCst);
-                    info!(node, up, "membership change");
-                    shared.set_member(node, up);
-                    shared.link_event();
-                }
-                // Framing is intact: count it, drop the packet, go on.
-                Err(LinkError::BadCrc) => shared.raise_error(err::CRC),
-                Ok(other) => break format!("unexpected {other:?} from hub"),
-                Err(e) => break e.to_string(),
-            }
-        };
-        shared.link_down(&reason);
-        let Some(cfg) = &rejoin else { return };
-        // Rejoin as the same node, for as long as it takes.
-        let mut again = cfg.clone();
-        again.want_node = shared.home_node.load(Ordering::SeqCst) as u16;
-        reader = loop {
-            std::thread::sleep(RECONNECT_INTERVAL);
-            match client::join_addr(&again.hub, &hello(&again, shared.pages)) {
-                Ok((joined, r, w)) => {
-                    info!(node = joined.node, "rejoined hub");
-                    shared.install_link(&joined, w);
-                    link_seq = joined.next_link_seq;
-                    break BufReader::with_capacity(64 * 1024, r);
-                }
-                Err(e) => debug!("rejoin failed: {e}"),
-            }
-        };
     }
 }
 
@@ -876,13 +790,7 @@ impl Device for Adapter {
     fn batch_limit(&mut self) {
         // Complete packets go out; the one being built is bounded by its
         // page and goes out when full, on a page change or when idle.
-        let mut link = self.shared.link.lock().unwrap();
-        if let Some(tx) = link.as_mut() {
-            if let Err(e) = tx.w.flush() {
-                warn!("link to hub lost while sending: {e}");
-                *link = None;
-            }
-        }
+        self.uplink.flush();
     }
 
     fn disconnected(&mut self) {

@@ -6,12 +6,16 @@
 //!   format — the adapter's datasheet in code (`docs/adapter.md` in prose).
 //! - [`adapter`]: the device: registers, PCT, transmit window, receive DMA.
 //! - [`dma`]: guest memory through QEMU's DMA maps (interval map over memfds).
+//! - [`link_client`]: a blocking client of the hub's link protocol (joining, streams).
 //! - [`pci`]: PCI configuration space.
 //! - [`vfio_user`]: the vfio-user protocol server (socket, framing, dispatch).
 #![warn(missing_docs)]
 
 pub mod adapter;
 pub mod dma;
+pub mod link_client;
+pub mod remote;
+pub mod uplink;
 pub mod pci;
 /// The register map, shared with the driver (crate `mc-regs`).
 pub use mc_regs as regs;

@@ -13,9 +13,9 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Instant;
 
-use mc_hub::client;
+use mc_adapter::link_client;
 use mc_hub::hub::{Hub, HubConfig};
-use mc_hub::link::{self, Msg, ANY_NODE, BROADCAST};
+use mc_link::{self as link, Msg, ANY_NODE, BROADCAST};
 
 /// Writes between flushes of a sender's socket buffer.
 const FLUSH_EVERY: usize = 32;

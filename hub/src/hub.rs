@@ -49,7 +49,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, Mutex, Notify};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::link::{self, Header, Kind, Msg, ANY_NODE, AUTH_LEN, BROADCAST, FLAG_LOOPBACK, HEADER_LEN};
+use mc_link::{self as link, Header, Kind, Msg, ANY_NODE, AUTH_LEN, BROADCAST, FLAG_LOOPBACK, HEADER_LEN};
 
 /// How long a new connection may take to send its `Hello`.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::hub::{Control, ControlReply, Hub, HubConfig, NodeStats};
-use crate::link::{self, Msg};
+use mc_link::{self as link, Msg};
 
 /// One ordered event as a receiving node saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,9 +6,9 @@ use std::os::unix::net::UnixStream;
 
 use std::time::Duration;
 
-use mc_hub::client::{self, Joined};
+use mc_adapter::link_client::{self, Joined};
 
-use mc_hub::link::{self, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
+use mc_link::{self as link, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long "nothing arrives" is watched for.

@@ -8,9 +8,9 @@ use std::sync::{Arc, Barrier};
 
 use std::time::Duration;
 
-use mc_hub::client;
+use mc_adapter::link_client;
 
-use mc_hub::link::{Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
+use mc_link::{Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -124,11 +124,11 @@ fn two_guests_over_tcp_transport() {
     let addr = std::fs::read_to_string(c.run_dir().join("hub.tcp")).unwrap();
     let mut raw = std::net::TcpStream::connect(addr.trim()).unwrap();
     let mut buf = Vec::new();
-    let _challenge = mc_hub::link::read_frame(&mut raw, &mut buf).unwrap();
+    let _challenge = mc_link::read_frame(&mut raw, &mut buf).unwrap();
     let hello =
-        mc_hub::link::Msg::Hello { want_node: 0xFFFF, page_size: 8192, aspace_pages: 8, auth: None, name: "intruder" };
+        mc_link::Msg::Hello { want_node: 0xFFFF, page_size: 8192, aspace_pages: 8, auth: None, name: "intruder" };
     std::io::Write::write_all(&mut raw, &hello.encode()).unwrap();
-    let h = mc_hub::link::read_frame(&mut raw, &mut buf).unwrap();
-    assert!(matches!(mc_hub::link::Msg::parse(&h, &buf), Ok(mc_hub::link::Msg::Refuse { .. })));
+    let h = mc_link::read_frame(&mut raw, &mut buf).unwrap();
+    assert!(matches!(mc_link::Msg::parse(&h, &buf), Ok(mc_link::Msg::Refuse { .. })));
     assert!(c.hub(&["stats"]).contains("\"rejected\": 1"));
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use mc_hub::hub::{Control, ControlReply, Hub, HubConfig, PCAP_LINKTYPE};
-use mc_hub::link::{self, Msg, MAX_NODES};
+use mc_link::{self as link, Msg, MAX_NODES};
 
 /// The MEMORY CHANNEL hub: one global order for every write of every node.
 #[derive(Parser, Debug)]

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use mc_adapter::adapter::{Adapter, AdapterConfig};
 use mc_adapter::regs::{self, PAGE_SIZE};
-use mc_hub::client;
-use mc_hub::link::ANY_NODE;
+use mc_adapter::link_client;
+use mc_link::ANY_NODE;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
@@ -465,7 +465,7 @@ impl AdapterHandle {
         let mut adapter = Adapter::new(ASPACE).expect("Adapter::new");
         let cfg = AdapterConfig {
             aspace: ASPACE,
-            hub: mc_hub::client::HubAddr::Unix(hub.path.clone()),
+            hub: mc_adapter::link_client::HubAddr::Unix(hub.path.clone()),
             secret: None,
             want_node: ANY_NODE,
             name: name.to_string(),

@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::link::{self, Msg, AUTH_LEN};
+use mc_link::{self as link, Msg, AUTH_LEN};
 
 /// Where a hub listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +62,14 @@ impl Stream {
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
         })
+    }
+
+    /// Shuts both directions down: the peer and our own reader see the end.
+    pub fn shutdown(&self) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+        }
     }
 
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {

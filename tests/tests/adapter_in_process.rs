@@ -1091,7 +1091,7 @@ fn hub_restart_adapters_reconnect() {
 #[test]
 fn adapter_joins_over_tcp_with_secret() {
     use mc_adapter::adapter::{Adapter, AdapterConfig};
-    use mc_hub::client::HubAddr;
+    use mc_adapter::link_client::HubAddr;
     let secret = b"a cluster secret of some length".to_vec();
     let hub = Hub::start_with(mc_hub::hub::HubConfig { secret: Some(secret.clone()), ..Default::default() });
     let tcp = hub.listen_tcp();
@@ -1099,7 +1099,7 @@ fn adapter_joins_over_tcp_with_secret() {
         aspace: 1 << 20,
         hub: HubAddr::Tcp(tcp.clone()),
         secret: Some(s.to_vec()),
-        want_node: mc_hub::link::ANY_NODE,
+        want_node: mc_link::ANY_NODE,
         name: "remote".into(),
         hub_wait: Duration::from_secs(2),
     };
