@@ -30,10 +30,10 @@ use tracing::{debug, info, warn};
 
 use crate::dma::DmaSpace;
 use crate::link_client::{HubAddr, Joined, Stream};
-use crate::remote::RemoteLink;
-use crate::uplink::{AckReply, LinkInfo, Unplugged, Uplink, WritePacket};
 use crate::pci::{ConfigSpace, CONFIG_SIZE};
 use crate::regs::{self, err, int, pct, reg, ACK_VALID, MSIX_VECTORS, NOTIFY_DEPTH, NOTIFY_EMPTY, PAGE_SIZE};
+use crate::remote::RemoteLink;
+use crate::uplink::{AckReply, LinkInfo, Unplugged, Uplink, WritePacket};
 use crate::vfio_user::{self, region, region_flags, Device, Errno, IrqSet, RegionInfo};
 
 /// Node id value of `NODE` while the adapter has not joined a hub.

@@ -14,9 +14,9 @@
 pub mod adapter;
 pub mod dma;
 pub mod link_client;
+pub mod pci;
 pub mod remote;
 pub mod uplink;
-pub mod pci;
 /// The register map, shared with the driver (crate `mc-regs`).
 pub use mc_regs as regs;
 pub mod vfio_user;

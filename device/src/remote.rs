@@ -238,14 +238,7 @@ impl RemoteLink {
     ) -> RemoteLink {
         let inner = Arc::new(Inner {
             shared,
-            q: Mutex::new(Queue {
-                frames: VecDeque::new(),
-                bytes: 0,
-                kick: false,
-                stream: None,
-                epoch: 0,
-                up: false,
-            }),
+            q: Mutex::new(Queue { frames: VecDeque::new(), bytes: 0, kick: false, stream: None, epoch: 0, up: false }),
             room: Condvar::new(),
             work: Condvar::new(),
         });
@@ -293,9 +286,8 @@ fn receive_loop(inner: Arc<Inner>, reader: Stream, mut link_seq: u16, rejoin: Op
             match Msg::parse(&hdr, &buf) {
                 Ok(Msg::Deliver { seq, src, flags, addr, data }) => {
                     if let Some(a) = shared.deliver(seq, src, flags, addr, data) {
-                        let frame =
-                            Msg::Write { dest: a.dest, flags: FLAG_ACK_REPLY, addr: a.addr, data: &[a.status] }
-                                .encode();
+                        let frame = Msg::Write { dest: a.dest, flags: FLAG_ACK_REPLY, addr: a.addr, data: &[a.status] }
+                            .encode();
                         // Never waits: the receive thread must keep draining the hub.
                         let _ = inner.push(frame, false);
                     }

@@ -314,18 +314,35 @@ fn le64(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
 }
 
+/// How the server presents itself to the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionConfig {
+    /// Advertise `write_multiple` (QEMU then may pack posted writes into
+    /// `REGION_WRITE_MULTI`). QEMU 10.1 and 10.2 also route every message
+    /// through their vfio-user iothread once it is advertised (their
+    /// `VFIO_PROXY_USE_MULTI` includes `VFIO_PROXY_FORCE_QUEUED`): one more
+    /// thread wake-up per store. `docs/adapter.md` has the measurements.
+    pub write_multiple: bool,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        ConnectionConfig { write_multiple: true }
+    }
+}
+
 /// The capabilities we answer `VERSION` with.
-pub fn capabilities_json() -> String {
-    serde_json::json!({
-        "capabilities": {
-            "max_msg_fds": MAX_FDS,
-            "max_data_xfer_size": MAX_XFER,
-            "pgsizes": 4096,
-            "max_dma_maps": crate::dma::MAX_DMA_MAPS,
-            "write_multiple": true,
-        }
-    })
-    .to_string()
+pub fn capabilities_json(cfg: &ConnectionConfig) -> String {
+    let mut caps = serde_json::json!({
+        "max_msg_fds": MAX_FDS,
+        "max_data_xfer_size": MAX_XFER,
+        "pgsizes": 4096,
+        "max_dma_maps": crate::dma::MAX_DMA_MAPS,
+    });
+    if cfg.write_multiple {
+        caps["write_multiple"] = serde_json::Value::Bool(true);
+    }
+    serde_json::json!({ "capabilities": caps }).to_string()
 }
 
 /// Outcome of handling one request.
@@ -358,15 +375,22 @@ pub struct Connection<'d, D: Device> {
     out: Vec<u8>,
     idle_pending: bool,
     since_idle: u32,
+    cfg: ConnectionConfig,
 }
 
 /// Receive buffer: the largest accepted message plus room for the next ones.
 const RX_BUF: usize = MAX_MSG + 64 * 1024;
 
 impl<'d, D: Device> Connection<'d, D> {
-    /// Wraps an accepted stream.
+    /// Wraps an accepted stream (default settings).
     pub fn new(stream: UnixStream, dev: &'d mut D) -> Self {
+        Self::with_config(stream, dev, ConnectionConfig::default())
+    }
+
+    /// Wraps an accepted stream.
+    pub fn with_config(stream: UnixStream, dev: &'d mut D, cfg: ConnectionConfig) -> Self {
         Connection {
+            cfg,
             stream,
             dev,
             rx: vec![0; RX_BUF],
@@ -612,7 +636,7 @@ impl<'d, D: Device> Connection<'d, D> {
                     return Err(Errno(libc::ENOTSUP));
                 }
                 let mut out = vec![0u8; 4];
-                out.extend_from_slice(capabilities_json().as_bytes());
+                out.extend_from_slice(capabilities_json(&self.cfg).as_bytes());
                 out.push(0);
                 Ok(out)
             }
@@ -749,10 +773,15 @@ impl<'d, D: Device> Connection<'d, D> {
 /// Accepts clients on `listener` one after the other and serves each until
 /// it leaves. Returns only when accepting fails.
 pub fn serve<D: Device>(listener: &UnixListener, dev: &mut D) -> io::Result<()> {
+    serve_with(listener, dev, &ConnectionConfig::default())
+}
+
+/// [`serve`] with the given settings.
+pub fn serve_with<D: Device>(listener: &UnixListener, dev: &mut D, cfg: &ConnectionConfig) -> io::Result<()> {
     loop {
         let (stream, _) = listener.accept()?;
         info!("vfio-user client connected");
-        match Connection::new(stream, dev).run() {
+        match Connection::with_config(stream, dev, cfg.clone()).run() {
             Ok(()) => info!("vfio-user client disconnected"),
             Err(e) => warn!("vfio-user connection closed: {e}"),
         }

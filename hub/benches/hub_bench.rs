@@ -13,7 +13,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Instant;
 
-use mc_adapter::link_client;
+use mc_adapter::link_client as client;
 use mc_hub::hub::{Hub, HubConfig};
 use mc_link::{self as link, Msg, ANY_NODE, BROADCAST};
 

@@ -1,8 +1,12 @@
 //! `mc-hub`: the MEMORY CHANNEL hub.
 //!
 //! # Layout
-//! - [`hub`]: the server: node ids, the global order, fan-out, flow control,
-//!   control requests, capture.
+//! - [`hub`]: the server's handle and settings; the module doc has the
+//!   ordering, the lock order and flow control.
+//! - `order`: the global order: the ordering step, ports, membership events.
+//! - `link_port`: link ports (remote adapters over sockets).
+//! - `control`: control requests (counters, faults on purpose).
+//! - `capture`: the pcap capture of every ordered frame.
 //! - [`local`]: local ports: the adapters of guests on this host, served
 //!   over vfio-user by the hub itself, so a store reaches the other guests'
 //!   memory in the thread that received it.
@@ -10,8 +14,12 @@
 //! - `testing` (feature `testing`): a real hub on its own runtime, for tests.
 #![warn(missing_docs)]
 
+mod capture;
+mod control;
 pub mod hub;
+mod link_port;
 pub mod local;
+mod order;
 /// The link protocol (crate `mc-link`).
 pub use mc_link as link;
 #[cfg(feature = "testing")]

@@ -6,7 +6,7 @@ use std::os::unix::net::UnixStream;
 
 use std::time::Duration;
 
-use mc_adapter::link_client::{self, Joined};
+use mc_adapter::link_client::{self as client, Joined};
 
 use mc_link::{self as link, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 

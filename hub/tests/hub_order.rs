@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 
 use std::time::Duration;
 
-use mc_adapter::link_client;
+use mc_adapter::link_client as client;
 
 use mc_link::{Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use mc_adapter::link_client::{self, HubAddr, Joined, Stream};
+use mc_adapter::link_client::{self as client, HubAddr, Joined, Stream};
 use mc_hub::hub::{Control, ControlReply, HubConfig};
 use mc_link::{self as link, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 

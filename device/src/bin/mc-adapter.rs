@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use mc_adapter::adapter::{Adapter, AdapterConfig};
-use mc_adapter::vfio_user;
 use mc_adapter::link_client::HubAddr;
+use mc_adapter::vfio_user;
 use mc_link::ANY_NODE;
 
 /// A MEMORY CHANNEL for PCI adapter for one QEMU guest.

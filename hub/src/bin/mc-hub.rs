@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use mc_adapter::vfio_user::ConnectionConfig;
 use mc_hub::hub::{Control, ControlReply, Hub, HubConfig, PCAP_LINKTYPE};
+use mc_hub::local::LocalConfig;
 use mc_link::{self as link, Msg, MAX_NODES};
 
 /// The MEMORY CHANNEL hub: one global order for every write of every node.
@@ -41,6 +43,18 @@ struct Args {
     /// Write every ordered frame to this pcap file (see docs/hub.md).
     #[arg(long)]
     pcap: Option<PathBuf>,
+    /// Serve a local guest's adapter: NODE:NAME:SOCKET (repeatable). QEMU's
+    /// vfio-user-pci connects to SOCKET; the guest's stores reach the other
+    /// local guests in one hop (see docs/hub.md, "Ports").
+    #[arg(long = "local", value_name = "NODE:NAME:SOCKET")]
+    locals: Vec<String>,
+    /// MEMORY CHANNEL address space of local adapters, in MiB (power of two, 1 to 4096).
+    #[arg(long, default_value_t = 512)]
+    aspace_mib: u64,
+    /// Advertise vfio-user `write_multiple` to QEMU on local ports
+    /// (docs/adapter.md has the measurements behind the default).
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new(), default_value = "true")]
+    write_multiple: bool,
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
@@ -60,6 +74,19 @@ enum Cmd {
         /// The capture file.
         file: PathBuf,
     },
+}
+
+/// Parses `NODE:NAME:SOCKET`.
+fn parse_local(s: &str) -> anyhow::Result<(u16, String, PathBuf)> {
+    let mut it = s.splitn(3, ':');
+    let (Some(n), Some(name), Some(path)) = (it.next(), it.next(), it.next()) else {
+        anyhow::bail!("--local '{s}' is not NODE:NAME:SOCKET");
+    };
+    let node = n.parse::<u16>().map_err(|_| anyhow::anyhow!("--local '{s}': '{n}' is not a node id"))?;
+    if path.is_empty() {
+        anyhow::bail!("--local '{s}': empty socket path");
+    }
+    Ok((node, name.to_string(), PathBuf::from(path)))
 }
 
 fn ctl(control: PathBuf, c: Control) -> anyhow::Result<()> {
@@ -165,6 +192,8 @@ fn run() -> anyhow::Result<()> {
             std::fs::remove_file(p)?;
         }
     }
+    let locals = args.locals.iter().map(|s| parse_local(s)).collect::<anyhow::Result<Vec<_>>>()?;
+    let aspace = args.aspace_mib.checked_shl(20).filter(|_| args.aspace_mib <= 4096).unwrap_or(0);
     let cfg = HubConfig {
         max_nodes: args.max_nodes,
         queue_depth: args.queue_depth,
@@ -178,6 +207,21 @@ fn run() -> anyhow::Result<()> {
         let hub = Hub::new(cfg);
         if let Some(p) = &args.pcap {
             hub.capture_to(p).map_err(|e| anyhow::anyhow!("cannot write the capture {}: {e}", p.display()))?;
+        }
+        for (node, name, path) in &locals {
+            if path.exists() {
+                std::fs::remove_file(path)?;
+            }
+            let l = std::os::unix::net::UnixListener::bind(path)
+                .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", path.display()))?;
+            let lc = LocalConfig {
+                node: *node,
+                name: name.clone(),
+                aspace,
+                vfio: ConnectionConfig { write_multiple: args.write_multiple },
+            };
+            hub.add_local(lc, l, tokio::runtime::Handle::current()).map_err(|e| anyhow::anyhow!("--local: {e}"))?;
+            tracing::info!(node, name, socket = %path.display(), "local port serving vfio-user");
         }
         if let Some(c) = &args.control {
             let cl = tokio::net::UnixListener::bind(c)
@@ -213,6 +257,9 @@ fn run() -> anyhow::Result<()> {
         Ok::<_, anyhow::Error>(())
     })?;
     let _ = std::fs::remove_file(&socket);
+    for (_, _, p) in &locals {
+        let _ = std::fs::remove_file(p);
+    }
     if let Some(c) = &args.control {
         let _ = std::fs::remove_file(c);
     }

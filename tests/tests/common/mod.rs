@@ -24,8 +24,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mc_adapter::adapter::{Adapter, AdapterConfig};
+use mc_adapter::link_client as client;
 use mc_adapter::regs::{self, PAGE_SIZE};
-use mc_adapter::link_client;
 use mc_link::ANY_NODE;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};

@@ -1,0 +1,242 @@
+//! Control requests: the `--control` socket (`mc-hub ctl`, `mc-cluster hub
+//! -- …`): counters, and faults on purpose (link down and up, corrupted and
+//! delayed frames) for link ports and local ports alike.
+//!
+//! Runs on the hub's tokio tasks. Takes the control view's mutex, never the
+//! order lock while holding it (lock order: order lock, then control view),
+//! so `stats` and `link-down` answer at once even while a full receiver
+//! holds the bus.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixListener;
+use tracing::{info, warn};
+
+use crate::hub::{CtlView, Hub};
+use crate::order::PortCtl;
+
+/// Longest control request line accepted.
+const MAX_CONTROL_LINE: usize = 4096;
+
+/// A control request (one JSON object per line on the control socket; also
+/// the `mc-hub ctl` subcommands).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, clap::Subcommand)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Control {
+    /// Per-node packet counters and queue depths (JSON).
+    Stats,
+    /// Take NODE's link down and keep it down until link-up.
+    LinkDown {
+        /// Node id.
+        node: u16,
+    },
+    /// Let NODE rejoin.
+    LinkUp {
+        /// Node id.
+        node: u16,
+    },
+    /// Corrupt the next COUNT frames to NODE (its adapter counts CRC errors).
+    Corrupt {
+        /// Node id.
+        node: u16,
+        /// Frames to corrupt.
+        #[arg(default_value_t = 1)]
+        count: u32,
+    },
+    /// Hold every frame to NODE back by MICROS microseconds (0 to stop).
+    Delay {
+        /// Node id.
+        node: u16,
+        /// Microseconds.
+        micros: u64,
+    },
+}
+
+/// One node's line in [`ControlReply::Stats`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Node id.
+    pub node: u16,
+    /// Name the adapter gave.
+    pub name: String,
+    /// Writes received from it.
+    pub writes_in: u64,
+    /// Payload bytes received from it.
+    pub bytes_in: u64,
+    /// Frames queued for it.
+    pub frames_out: u64,
+    /// Frames waiting in its queue now.
+    pub queued: usize,
+    /// Frames corrupted on purpose.
+    pub corrupted: u64,
+    /// Writes from it that were dropped.
+    pub dropped: u64,
+    /// Frames from it that went missing (its link sequence skipped).
+    pub link_gaps: u64,
+}
+
+/// The answer to a [`Control`] request.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum ControlReply {
+    /// Done.
+    Ok,
+    /// Counters.
+    Stats {
+        /// Next sequence number.
+        next_seq: u64,
+        /// Nodes that are up.
+        nodes: Vec<NodeStats>,
+        /// Nodes held down by control.
+        held_down: Vec<u16>,
+        /// Connections refused: garbage, bad Hello, failed authentication, full hub.
+        rejected: u64,
+        /// Nodes cut off because their queue stayed full.
+        stalled: u64,
+    },
+    /// Refused.
+    Error {
+        /// Why.
+        message: String,
+    },
+}
+
+impl Hub {
+    /// Answers control requests on `listener` (one JSON object per line each
+    /// way) until `shutdown` completes.
+    pub async fn serve_control(
+        &self,
+        listener: UnixListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                acc = listener.accept() => {
+                    let stream = match acc {
+                        Ok((s, _)) => s,
+                        Err(e) => {
+                            // Out of fds and the like: back off and keep answering.
+                            warn!("control accept failed: {e}");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    };
+                    let hub = self.clone();
+                    tokio::spawn(async move {
+                        let (r, mut w) = stream.into_split();
+                        let mut lines = BufReader::new(r.take(64 * MAX_CONTROL_LINE as u64)).lines();
+                        while let Ok(Some(line)) = lines.next_line().await {
+                            let reply = if line.len() > MAX_CONTROL_LINE {
+                                ControlReply::Error { message: format!("request over {MAX_CONTROL_LINE} bytes") }
+                            } else {
+                                match serde_json::from_str::<Control>(&line) {
+                                    Ok(c) => hub.control(c).await,
+                                    Err(e) => ControlReply::Error { message: format!("bad request: {e}") },
+                                }
+                            };
+                            let mut out = serde_json::to_vec(&reply).unwrap_or_default();
+                            out.push(b'\n');
+                            if w.write_all(&out).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// Carries out one control request. Never waits for the ordering lock.
+    pub async fn control(&self, c: Control) -> ControlReply {
+        let mut ctl = self.shared.ctl.lock().unwrap();
+        let max = self.shared.cfg.max_nodes;
+        let node_of = |n: u16| {
+            if (n as usize) < max {
+                Ok(n as usize)
+            } else {
+                Err(ControlReply::Error { message: format!("node {n} is outside this hub's {max} ports") })
+            }
+        };
+        let connected = |ctl: &CtlView, n: u16| -> Result<std::sync::Arc<PortCtl>, ControlReply> {
+            let i = node_of(n)?;
+            ctl.ports[i].clone().ok_or_else(|| ControlReply::Error { message: format!("node {n} is not connected") })
+        };
+        match c {
+            Control::Stats => ControlReply::Stats {
+                next_seq: self.shared.seq_hint.load(Ordering::Relaxed),
+                nodes: ctl
+                    .ports
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, p)| p.as_ref().map(|p| (i, p)))
+                    .map(|(i, p)| NodeStats {
+                        node: i as u16,
+                        name: p.name.clone(),
+                        writes_in: p.stats.writes_in.load(Ordering::Relaxed),
+                        bytes_in: p.stats.bytes_in.load(Ordering::Relaxed),
+                        frames_out: p.stats.frames_out.load(Ordering::Relaxed),
+                        queued: p.tx.as_ref().map_or(0, |tx| tx.max_capacity() - tx.capacity()),
+                        corrupted: p.stats.corrupted.load(Ordering::Relaxed),
+                        dropped: p.stats.dropped.load(Ordering::Relaxed),
+                        link_gaps: p.stats.link_gaps.load(Ordering::Relaxed),
+                    })
+                    .collect(),
+                held_down: ctl.held_down.iter().enumerate().filter(|(_, h)| **h).map(|(i, _)| i as u16).collect(),
+                rejected: self.shared.rejected.load(Ordering::Relaxed),
+                stalled: self.shared.stalled.load(Ordering::Relaxed),
+            },
+            Control::Delay { node, micros } => match connected(&ctl, node) {
+                Err(e) => e,
+                Ok(p) => {
+                    p.delay.store(micros, Ordering::SeqCst);
+                    ControlReply::Ok
+                }
+            },
+            Control::Corrupt { node, count } => match connected(&ctl, node) {
+                Err(e) => e,
+                Ok(p) => {
+                    p.corrupt.fetch_add(count, Ordering::SeqCst);
+                    ControlReply::Ok
+                }
+            },
+            Control::LinkDown { node } => match node_of(node) {
+                Err(e) => e,
+                Ok(i) => {
+                    ctl.held_down[i] = true;
+                    if let Some(p) = &ctl.ports[i] {
+                        p.kick.notify_one();
+                    }
+                    let local = ctl.local[i].is_some();
+                    // Lock order: the order lock before the control view.
+                    drop(ctl);
+                    if local {
+                        self.leave_local(node, "link taken down by hub control");
+                    }
+                    info!(node, "link held down by control");
+                    ControlReply::Ok
+                }
+            },
+            Control::LinkUp { node } => match node_of(node) {
+                Err(e) => e,
+                Ok(i) => {
+                    ctl.held_down[i] = false;
+                    let local = ctl.local[i].is_some();
+                    drop(ctl);
+                    if local {
+                        // A remote adapter rejoins by itself; a local port's
+                        // cable is plugged back in here.
+                        self.rejoin_local(node);
+                    }
+                    info!(node, "link released by control");
+                    ControlReply::Ok
+                }
+            },
+        }
+    }
+}

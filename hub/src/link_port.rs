@@ -1,0 +1,278 @@
+//! Link ports: remote `mc-adapter` processes over a Unix socket or TCP,
+//! speaking the link protocol of `mc-link`.
+//!
+//! Each connection has two tokio tasks: a reader (authentication, `Hello`,
+//! then the adapter's writes into the order) and a writer (the port's queue
+//! out to the socket, batched, with link sequence numbers stamped on the way
+//! and faults on purpose applied: corruption, delay).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mc_adapter::uplink::WritePacket;
+use mc_link::{self as link, Header, Kind, Msg, ANY_NODE, AUTH_LEN, BROADCAST, HEADER_LEN};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::mpsc;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::hub::Shared;
+use crate::order::{Frame, Port, PortCtl, PortKind, MEMBER_ROOM};
+
+/// How long a new connection may take to send its `Hello`.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes buffered for a port after which its writer flushes without
+/// waiting for more.
+const FLUSH_AT: usize = 32 * 1024;
+
+/// Writes a shared frame with this link's next sequence number (see [`link`]).
+async fn write_stamped<W: AsyncWrite + Unpin>(w: &mut W, f: &[u8], seq: &mut u16) -> std::io::Result<()> {
+    w.write_all(&f[..6]).await?;
+    w.write_all(&seq.to_le_bytes()).await?;
+    w.write_all(&f[8..]).await?;
+    *seq = seq.wrapping_add(1);
+    Ok(())
+}
+
+async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<Header> {
+    let mut h = [0u8; HEADER_LEN];
+    r.read_exact(&mut h).await?;
+    let hdr = Header::parse(&h).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    buf.resize(hdr.len, 0);
+    r.read_exact(buf).await?;
+    Ok(hdr)
+}
+
+fn invalid(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
+}
+
+/// 32 bytes from the kernel's random source for an authentication challenge.
+pub(crate) fn random_nonce() -> [u8; AUTH_LEN] {
+    let mut n = [0u8; AUTH_LEN];
+    let mut f = std::fs::File::open("/dev/urandom").expect("/dev/urandom");
+    std::io::Read::read_exact(&mut f, &mut n).expect("reading /dev/urandom");
+    n
+}
+
+async fn refuse<W: AsyncWrite + Unpin>(shared: &Shared, w: &mut W, reason: &str) -> std::io::Result<()> {
+    shared.rejected.fetch_add(1, Ordering::Relaxed);
+    warn!("refusing peer: {reason}");
+    w.write_all(&Msg::Refuse { reason }.encode()).await?;
+    w.flush().await
+}
+
+/// Serves one link port connection: authentication, join, then the
+/// adapter's writes into the order and the ordered frames back out, until the
+/// link drops; then the node's departure is announced.
+pub(crate) async fn handle<R, W>(
+    shared: Arc<Shared>,
+    r: R,
+    w: W,
+    challenge: Option<[u8; AUTH_LEN]>,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    // Frames are read through a buffer: one read(2) per batch, not two per frame.
+    let mut r = tokio::io::BufReader::with_capacity(64 * 1024, r);
+    let mut buf = Vec::new();
+    // Our link frames: the challenge (if any) is frame 0.
+    let mut first_link_seq: u16 = 0;
+    if let Some(nonce) = challenge {
+        w.write_all(&Msg::Challenge { nonce }.encode()).await?;
+        w.flush().await?;
+        first_link_seq = 1;
+    }
+    let hdr = match tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut r, &mut buf)).await {
+        Ok(Ok(h)) => h,
+        Ok(Err(e)) => {
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
+            warn!("garbage from new peer ({e}); closing");
+            return Ok(());
+        }
+        Err(_) => {
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
+            warn!("peer sent no Hello within {HELLO_TIMEOUT:?}; closing");
+            return Ok(());
+        }
+    };
+    let (want, name, auth) = match Msg::parse(&hdr, &buf) {
+        Ok(Msg::Hello { want_node, name, auth, .. }) => (want_node, name.to_string(), auth),
+        Ok(other) => {
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
+            warn!("peer opened with {:?} instead of Hello; closing", kind_of(&other));
+            return Ok(());
+        }
+        Err(e) => {
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
+            warn!("garbage from new peer ({e}); closing");
+            return Ok(());
+        }
+    };
+    if let Some(nonce) = challenge {
+        let secret = shared.cfg.secret.as_deref().unwrap_or_default();
+        let ok = auth.is_some_and(|tag| link::auth_ok(secret, &nonce, &tag));
+        if !ok {
+            let why = if auth.is_none() { "no cluster secret presented" } else { "wrong cluster secret" };
+            return refuse(&shared, &mut w, &format!("authentication failed for '{name}': {why}")).await;
+        }
+    }
+
+    // Join: choose a port, send Welcome, announce to the others.
+    let (node, mut rx, port) = match join_link(&shared, want, &name) {
+        Ok(j) => j,
+        Err(reason) => return refuse(&shared, &mut w, &reason).await,
+    };
+    let stats = port.stats.clone();
+    let out_port = port.clone();
+    let span = info_span!("node", node, %name);
+    info!(parent: &span, "adapter joined");
+
+    let out_stats = stats.clone();
+    let writer = tokio::spawn(
+        async move {
+            let send = |f: Frame| {
+                // Corrupt on purpose: flip one payload bit; the CRC no longer matches.
+                if f.len() > HEADER_LEN && out_port.take_corrupt() {
+                    let mut bad = f.as_ref().clone();
+                    let last = bad.len() - 1;
+                    bad[last] ^= 0x01;
+                    out_stats.corrupted.fetch_add(1, Ordering::Relaxed);
+                    return Arc::new(bad);
+                }
+                f
+            };
+            // Link sequence numbers continue after the challenge, if one was sent.
+            let mut link_seq: u16 = first_link_seq;
+            while let Some(f) = rx.recv().await {
+                let d = out_port.delay.load(Ordering::Relaxed);
+                if d > 0 {
+                    tokio::time::sleep(Duration::from_micros(d)).await;
+                }
+                write_stamped(&mut w, &send(f), &mut link_seq).await?;
+                // Gather what is queued; give the ordering step one chance to
+                // add more before the write(2): under load this turns a
+                // syscall per frame into one per batch.
+                let mut yielded = false;
+                loop {
+                    while let Ok(f) = rx.try_recv() {
+                        write_stamped(&mut w, &send(f), &mut link_seq).await?;
+                    }
+                    if yielded || w.buffer().len() >= FLUSH_AT {
+                        break;
+                    }
+                    yielded = true;
+                    tokio::task::yield_now().await;
+                }
+                out_port.room.notify_waiters();
+                w.flush().await?;
+            }
+            Ok::<(), std::io::Error>(())
+        }
+        .instrument(span.clone()),
+    );
+
+    let result = async {
+        // The Hello was the adapter's frame 0.
+        let mut expect_seq: u16 = hdr.link_seq.wrapping_add(1);
+        loop {
+            let hdr = tokio::select! {
+                h = read_frame(&mut r, &mut buf) => h?,
+                _ = port.kick.notified() => return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "link taken down by hub control")),
+            };
+            let lost = link::check_link_seq(&mut expect_seq, hdr.link_seq);
+            if lost != 0 {
+                warn!(node, lost, "frames from the adapter went missing (link sequence skipped)");
+                stats.link_gaps.fetch_add(lost as u64, Ordering::Relaxed);
+            }
+            match Msg::parse(&hdr, &buf).map_err(invalid)? {
+                Msg::Write { dest, flags, addr, data } => {
+                    if dest != BROADCAST && dest as usize >= shared.cfg.max_nodes {
+                        // Framing is intact; only this write is bad. Drop and count it.
+                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        debug!(node, dest, "write to a node outside the hub's ports dropped");
+                        continue;
+                    }
+                    if !shared.order(node, &WritePacket { dest, flags, addr, data }).await {
+                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        debug!(node, dest, "write to a node that is not up dropped");
+                    }
+                }
+                other => return Err(invalid(format!("unexpected {:?} from an adapter", kind_of(&other)))),
+            }
+        }
+    }
+    .instrument(span.clone())
+    .await;
+
+    // Leave: free the port and tell everybody.
+    {
+        let mut st = shared.state.lock().unwrap();
+        st.ports[node as usize] = None;
+        shared.ctl.lock().unwrap().ports[node as usize] = None;
+        shared.announce(&mut st, node, false);
+    }
+    let _enter = span.enter();
+    writer.abort();
+    match &result {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => info!(node, %name, "adapter left"),
+        Err(e) => warn!(node, %name, "adapter disconnected: {e}"),
+        Ok(()) => {}
+    }
+    result
+}
+
+/// Chooses a node id for a link port, announces it and queues its `Welcome`.
+fn join_link(shared: &Shared, want: u16, name: &str) -> Result<(u16, mpsc::Receiver<Frame>, Arc<PortCtl>), String> {
+    let mut guard = shared.state.lock().unwrap();
+    let st = &mut *guard;
+    let (held_down, local) = {
+        let c = shared.ctl.lock().unwrap();
+        (c.held_down.clone(), c.local.iter().map(Option::is_some).collect::<Vec<bool>>())
+    };
+    let max = shared.cfg.max_nodes;
+    let node = if want != ANY_NODE {
+        match st.ports.get(want as usize) {
+            None => return Err(format!("node id {want} is outside this hub's {max} ports")),
+            Some(Some(p)) => return Err(format!("node id {want} is already taken by '{}'", p.ctl.name)),
+            Some(None) if held_down[want as usize] => {
+                return Err(format!("link of node {want} is held down by the hub"))
+            }
+            Some(None) if local[want as usize] => return Err(format!("node id {want} is a local port of this hub")),
+            Some(None) => want,
+        }
+    } else {
+        let free = |i: usize| st.ports[i].is_none() && !held_down[i] && !local[i];
+        let sticky = st.names.get(name).copied().filter(|&i| free(i as usize));
+        sticky
+            .or_else(|| (0..max).find(|&i| free(i)).map(|i| i as u16))
+            .ok_or_else(|| format!("hub is full ({max} ports)"))?
+    };
+    if !name.is_empty() {
+        st.names.insert(name.to_string(), node);
+    }
+    let (tx, rx) = mpsc::channel(shared.cfg.queue_depth.max(2) + MEMBER_ROOM);
+    let ctl = Arc::new(PortCtl::new(name, Some(tx.clone())));
+    shared.announce(st, node, true);
+    let members = Shared::members(st, node);
+    let welcome = Msg::Welcome { node, max_nodes: max as u16, next_seq: st.next_seq, members }.encode();
+    tx.try_send(Arc::new(welcome)).expect("fresh channel has room");
+    st.ports[node as usize] = Some(Port { ctl: ctl.clone(), kind: PortKind::Link(tx), failed: AtomicBool::new(false) });
+    shared.ctl.lock().unwrap().ports[node as usize] = Some(ctl.clone());
+    Ok((node, rx, ctl))
+}
+
+fn kind_of(m: &Msg<'_>) -> Kind {
+    match m {
+        Msg::Hello { .. } => Kind::Hello,
+        Msg::Welcome { .. } => Kind::Welcome,
+        Msg::Write { .. } => Kind::Write,
+        Msg::Deliver { .. } => Kind::Deliver,
+        Msg::Member { .. } => Kind::Member,
+        Msg::Refuse { .. } => Kind::Refuse,
+        Msg::Challenge { .. } => Kind::Challenge,
+    }
+}

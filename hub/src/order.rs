@@ -1,0 +1,317 @@
+//! The global order: the one lock every write of every node passes through,
+//! the ports it fans out to, and membership events.
+//!
+//! Owns [`State`] (behind [`Shared::state`], the order lock). Threads that
+//! take it: the vfio-user threads of local guests (their stores), the tokio
+//! tasks reading link ports (remote adapters' writes), joins and leaves of
+//! both kinds, and control requests that take a local port down or up.
+//!
+//! One ordering step ([`Shared::try_order`]) numbers a write and, under the
+//! lock, queues it on every receiving link port and applies it to every
+//! receiving local port's guest memory: the numbering thread is the
+//! delivering thread for local ports, so a store reaches another guest on
+//! this host in one hop. Nothing in a step waits: a link port without room
+//! makes the step return [`Step::Full`] before anything is numbered, and the
+//! caller waits for room with the lock released ([`Shared::order`],
+//! [`Shared::order_blocking`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mc_adapter::adapter::Shared as Device;
+use mc_adapter::regs::err;
+use mc_adapter::uplink::{AckReply, UplinkError, WritePacket};
+use mc_link::{self as link, Msg, BROADCAST, FLAG_ACK_REPLY, FLAG_LOOPBACK};
+use tokio::sync::{mpsc, Notify};
+use tracing::{debug, warn};
+
+use crate::hub::{PortStats, Shared};
+
+/// A frame as queued for link ports: encoded once, shared by every queue.
+pub(crate) type Frame = Arc<Vec<u8>>;
+
+/// Frames every link port's queue keeps free for membership events, which
+/// are queued without waiting: writes wait while fewer slots are free.
+pub(crate) const MEMBER_ROOM: usize = 64;
+/// Longest wait for room before a writer looks again (a writer's room
+/// signal can come between the step that found no room and the wait).
+const ROOM_POLL: Duration = Duration::from_millis(1);
+
+/// What control requests need of a port. Kept apart from the ordering state
+/// so that `stats` and `link-down` answer at once even while a full receiver
+/// holds the bus.
+pub(crate) struct PortCtl {
+    pub name: String,
+    /// The link port's queue (None for a local port).
+    pub tx: Option<mpsc::Sender<Frame>>,
+    pub stats: Arc<PortStats>,
+    /// Frames still to corrupt on the way out.
+    pub corrupt: AtomicU32,
+    /// Wakes a link port's reader to close the link.
+    pub kick: Notify,
+    /// Microseconds to hold each frame back (fault injection).
+    pub delay: AtomicU64,
+    /// Signalled by a link port's writer each time it has taken frames.
+    pub room: Notify,
+}
+
+impl PortCtl {
+    pub fn new(name: &str, tx: Option<mpsc::Sender<Frame>>) -> PortCtl {
+        PortCtl {
+            name: name.to_string(),
+            tx,
+            stats: Arc::new(PortStats::default()),
+            corrupt: AtomicU32::new(0),
+            kick: Notify::new(),
+            delay: AtomicU64::new(0),
+            room: Notify::new(),
+        }
+    }
+
+    /// Takes one from the corruption count, if any is left.
+    pub fn take_corrupt(&self) -> bool {
+        self.corrupt.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1)).is_ok()
+    }
+}
+
+/// How a port reaches its node.
+pub(crate) enum PortKind {
+    /// A remote adapter over a socket: frames go into its writer's queue.
+    Link(mpsc::Sender<Frame>),
+    /// A guest whose adapter this hub serves: writes are applied to its
+    /// memory by the ordering thread.
+    Local(Arc<Device>),
+}
+
+pub(crate) struct Port {
+    pub ctl: Arc<PortCtl>,
+    pub kind: PortKind,
+    /// Cut off (stalled): skip it until its removal is announced.
+    pub failed: AtomicBool,
+}
+
+pub(crate) struct State {
+    pub next_seq: u64,
+    pub ports: Vec<Option<Port>>,
+    /// Node id each name last had.
+    pub names: HashMap<String, u16>,
+}
+
+/// The outcome of one ordering step.
+pub(crate) enum Step {
+    /// Numbered and delivered; ACK answers of local receivers to order next
+    /// (answering node, answer).
+    Done(Vec<(u16, AckReply)>),
+    /// The writer's port is not up (a local port taken down): nothing done.
+    NotUp,
+    /// Point-to-point to a node that is not up: dropped, no number taken.
+    NoDest,
+    /// This link port has no room: nothing done; wait for room and retry.
+    Full(u16, Arc<PortCtl>),
+}
+
+/// The answer write an ACK receiver sends back.
+fn ack_write(a: &AckReply) -> (u16, u16, u64, [u8; 1]) {
+    (a.dest, FLAG_ACK_REPLY, a.addr, [a.status])
+}
+
+impl Shared {
+    /// One ordering step for a write of node `src` (see the module doc).
+    pub(crate) fn try_order(&self, src: u16, w: &WritePacket<'_>) -> Step {
+        let mut guard = self.state.lock().unwrap();
+        let st = &mut *guard;
+        let Some(Some(sender)) = st.ports.get(src as usize) else { return Step::NotUp };
+        let sender = sender.ctl.clone();
+        if w.dest != BROADCAST && st.ports.get(w.dest as usize).is_none_or(Option::is_none) {
+            sender.stats.writes_in.fetch_add(1, Ordering::Relaxed);
+            sender.stats.bytes_in.fetch_add(w.data.len() as u64, Ordering::Relaxed);
+            return Step::NoDest;
+        }
+        let loopback = w.flags & FLAG_LOOPBACK != 0;
+        let wanted =
+            |id: usize| if id == src as usize { loopback } else { w.dest == BROADCAST || w.dest as usize == id };
+        // Room first: nothing is numbered unless every receiver can take it.
+        let mut links = false;
+        for (id, port) in st.ports.iter().enumerate() {
+            let Some(port) = port else { continue };
+            if !wanted(id) || port.failed.load(Ordering::Relaxed) {
+                continue;
+            }
+            if let PortKind::Link(tx) = &port.kind {
+                if tx.capacity() <= MEMBER_ROOM && !tx.is_closed() {
+                    return Step::Full(id as u16, port.ctl.clone());
+                }
+                links = true;
+            }
+        }
+        sender.stats.writes_in.fetch_add(1, Ordering::Relaxed);
+        sender.stats.bytes_in.fetch_add(w.data.len() as u64, Ordering::Relaxed);
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        self.seq_hint.store(seq + 1, Ordering::Relaxed);
+        debug!(seq, src, dest = w.dest, addr = w.addr, len = w.data.len(), "ordered");
+        let capture = self.capture.lock().unwrap();
+        let frame: Option<Frame> =
+            (links || capture.is_some()).then(|| Arc::new(link::deliver_from_write(seq, src, w.flags, w.addr, w.data)));
+        if let (Some(c), Some(f)) = (capture.as_ref(), &frame) {
+            c.record(f);
+        }
+        drop(capture);
+        let mut acks = Vec::new();
+        for (id, port) in st.ports.iter().enumerate() {
+            let Some(port) = port else { continue };
+            if !wanted(id) || port.failed.load(Ordering::Relaxed) {
+                continue;
+            }
+            port.ctl.stats.frames_out.fetch_add(1, Ordering::Relaxed);
+            match &port.kind {
+                PortKind::Link(tx) => {
+                    // Room was checked above and only ordering steps (under
+                    // this lock) fill queues; a closed queue is a node leaving.
+                    let _ = tx.try_send(frame.clone().expect("encoded for link ports"));
+                }
+                PortKind::Local(dev) => {
+                    let d = port.ctl.delay.load(Ordering::Relaxed);
+                    if d > 0 {
+                        // A slow local receiver holds the bus, as on the shared bus.
+                        std::thread::sleep(Duration::from_micros(d));
+                    }
+                    if port.ctl.take_corrupt() {
+                        // Counted like a frame that failed its CRC; not applied.
+                        port.ctl.stats.corrupted.fetch_add(1, Ordering::Relaxed);
+                        dev.raise_error(err::CRC);
+                        continue;
+                    }
+                    if let Some(a) = dev.deliver(seq, src, w.flags, w.addr, w.data) {
+                        acks.push((id as u16, a));
+                    }
+                }
+            }
+        }
+        Step::Done(acks)
+    }
+
+    /// Orders a write from a link port's reader task, waiting for room when
+    /// a receiver's queue is full. False when the write was dropped.
+    pub(crate) async fn order(&self, src: u16, w: &WritePacket<'_>) -> bool {
+        let mut first_full: Option<Instant> = None;
+        loop {
+            match self.try_order(src, w) {
+                Step::Done(acks) => {
+                    for (from, a) in acks {
+                        let (dest, flags, addr, data) = ack_write(&a);
+                        Box::pin(self.order(from, &WritePacket { dest, flags, addr, data: &data })).await;
+                    }
+                    return true;
+                }
+                Step::NotUp | Step::NoDest => return false,
+                Step::Full(id, port) => {
+                    let since = *first_full.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= self.cfg.stall_timeout {
+                        self.cut_off(id, &port);
+                        first_full = None;
+                    } else {
+                        // A wake-up can be missed between the step and the
+                        // wait: the poll interval bounds the delay that costs.
+                        let _ = tokio::time::timeout(ROOM_POLL, port.room.notified()).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Orders a write from a local guest's vfio-user thread, waiting (on
+    /// `rt`) for room when a link port's queue is full.
+    pub(crate) fn order_blocking(
+        &self,
+        src: u16,
+        w: &WritePacket<'_>,
+        rt: &tokio::runtime::Handle,
+    ) -> Result<(), UplinkError> {
+        let mut first_full: Option<Instant> = None;
+        loop {
+            match self.try_order(src, w) {
+                Step::Done(acks) => {
+                    for (from, a) in acks {
+                        let (dest, flags, addr, data) = ack_write(&a);
+                        let _ = self.order_blocking(from, &WritePacket { dest, flags, addr, data: &data }, rt);
+                    }
+                    return Ok(());
+                }
+                Step::NotUp => return Err(UplinkError::Down),
+                Step::NoDest => {
+                    if let Some(Some(p)) = self.state.lock().unwrap().ports.get(src as usize) {
+                        p.ctl.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(());
+                }
+                Step::Full(id, port) => {
+                    let since = *first_full.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= self.cfg.stall_timeout {
+                        self.cut_off(id, &port);
+                        first_full = None;
+                    } else {
+                        rt.block_on(async {
+                            let _ = tokio::time::timeout(ROOM_POLL, port.room.notified()).await;
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// A receiver kept its queue full for the stall timeout: it is declared
+    /// failed (its link closed, its departure announced by its reader).
+    fn cut_off(&self, id: u16, ctl: &Arc<PortCtl>) {
+        let st = self.state.lock().unwrap();
+        let Some(Some(port)) = st.ports.get(id as usize) else { return };
+        // The same port still (not a newcomer on the same id).
+        if Arc::ptr_eq(&port.ctl, ctl) && !port.failed.swap(true, Ordering::Relaxed) {
+            warn!(node = id, timeout = ?self.cfg.stall_timeout, "receiver stalled with a full queue: cutting it off");
+            self.stalled.fetch_add(1, Ordering::Relaxed);
+            port.ctl.kick.notify_one();
+        }
+    }
+
+    /// Announces a membership change to every port except `node` itself, in
+    /// the global order. Never waits: link ports keep [`MEMBER_ROOM`] free
+    /// for this; one that has not even that is stalled and is cut off.
+    pub(crate) fn announce(&self, st: &mut State, node: u16, up: bool) {
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        self.seq_hint.store(seq + 1, Ordering::Relaxed);
+        let frame: Frame = Arc::new(Msg::Member { seq, node, up }.encode());
+        if let Some(c) = self.capture.lock().unwrap().as_ref() {
+            c.record(&frame);
+        }
+        for (id, port) in st.ports.iter().enumerate() {
+            let Some(port) = port else { continue };
+            if id as u16 == node || port.failed.load(Ordering::Relaxed) {
+                continue;
+            }
+            port.ctl.stats.frames_out.fetch_add(1, Ordering::Relaxed);
+            match &port.kind {
+                PortKind::Link(tx) => {
+                    if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(frame.clone()) {
+                        warn!(node = id, "receiver has no room even for a membership event: cutting it off");
+                        port.failed.store(true, Ordering::Relaxed);
+                        self.stalled.fetch_add(1, Ordering::Relaxed);
+                        port.ctl.kick.notify_one();
+                    }
+                }
+                PortKind::Local(dev) => dev.member(seq, node, up),
+            }
+        }
+    }
+
+    /// Members up now (for a `Welcome`), `extra` included.
+    pub(crate) fn members(st: &State, extra: u16) -> Vec<u16> {
+        let mut m: Vec<u16> = st.ports.iter().enumerate().filter(|(_, p)| p.is_some()).map(|(i, _)| i as u16).collect();
+        m.push(extra);
+        m.sort_unstable();
+        m.dedup();
+        m
+    }
+}
