@@ -161,6 +161,11 @@ impl Hub {
         }
     }
 
+    /// Ports of this hub (node ids 0..max_nodes).
+    pub fn max_nodes(&self) -> usize {
+        self.shared.cfg.max_nodes
+    }
+
     /// Writes every ordered frame (deliveries and membership events) to a
     /// pcap file from now on; see `docs/hub.md` for reading it.
     pub fn capture_to(&self, path: &Path) -> std::io::Result<()> {

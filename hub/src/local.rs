@@ -141,6 +141,8 @@ impl Hub {
             ctl.local[node as usize] = Some(port.clone());
         }
         adapter.set_uplink(Arc::new(LocalUplink { hub: self.shared.clone(), node, rt }));
+        // Powered on with the cable plugged in: no link error to report.
+        port.dev.err_status_clear(mc_adapter::regs::err::LINK_DOWN);
         self.rejoin_local(node);
         let hub = self.clone();
         std::thread::Builder::new()

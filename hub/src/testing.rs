@@ -71,6 +71,8 @@ pub struct TestHub {
     rt: Option<tokio::runtime::Runtime>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<Task>,
+    /// Node ids of the local ports added.
+    locals: std::sync::Mutex<Vec<u16>>,
     _dir: tempfile::TempDir,
 }
 
@@ -85,7 +87,15 @@ impl TestHub {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("hub.sock");
         let (hub, rt, shutdown, task) = launch(&path, cfg);
-        TestHub { path, hub, rt: Some(rt), shutdown: Some(shutdown), task: Some(task), _dir: dir }
+        TestHub {
+            path,
+            hub,
+            rt: Some(rt),
+            shutdown: Some(shutdown),
+            task: Some(task),
+            locals: std::sync::Mutex::new(Vec::new()),
+            _dir: dir,
+        }
     }
 
     /// Kills the hub (every link drops, nothing is said) and starts a fresh
@@ -110,6 +120,27 @@ impl TestHub {
         let h = self.hub.clone();
         rt.spawn(async move { h.serve_tcp(l, std::future::pending()).await });
         addr
+    }
+
+    /// Adds a local port for `name` (the lowest node id not in use): the hub
+    /// serves an adapter with `aspace` bytes of address space on a vfio-user
+    /// socket in the hub's temporary folder. Returns the socket and the node id.
+    pub fn add_local(&self, name: &str, aspace: u64) -> (PathBuf, u16) {
+        let mut locals = self.locals.lock().unwrap();
+        let used: Vec<u16> = self.stats().iter().map(|n| n.node).chain(locals.iter().copied()).collect();
+        let node = (0..u16::MAX).find(|n| !used.contains(n)).expect("a free node id");
+        let sock = self.path.with_file_name(format!("local-{node}.sock"));
+        let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind local port socket");
+        let rt = self.rt.as_ref().expect("running").handle().clone();
+        let cfg = crate::local::LocalConfig {
+            node,
+            name: name.to_string(),
+            aspace,
+            vfio: mc_adapter::vfio_user::ConnectionConfig::default(),
+        };
+        self.hub.add_local(cfg, listener, rt).expect("add local port");
+        locals.push(node);
+        (sock, node)
     }
 
     /// Carries out one control request.

@@ -32,11 +32,23 @@ pub struct ClusterSection {
     pub hub_ports: usize,
     /// MEMORY CHANNEL address space in MiB (power of two).
     pub aspace_mib: u64,
+    /// Where the guests' adapters run: `in-hub` (local ports of the hub: a
+    /// store reaches the other guests in one hop) or `per-guest` (one
+    /// `mc-adapter` process per guest on a link port: fault isolation, and
+    /// the TCP transport).
+    pub adapters: String,
 }
 
 impl Default for ClusterSection {
     fn default() -> Self {
-        ClusterSection { nodes: 2, hub_ports: 8, aspace_mib: 512 }
+        ClusterSection { nodes: 2, hub_ports: 8, aspace_mib: 512, adapters: "in-hub".into() }
+    }
+}
+
+impl ClusterSection {
+    /// True when the hub serves the guests' adapters itself.
+    pub fn in_hub(&self) -> bool {
+        self.adapters == "in-hub"
     }
 }
 
@@ -120,6 +132,10 @@ pub struct QemuSection {
     pub extra_args: Vec<String>,
     /// Seconds to wait for every guest agent to answer.
     pub boot_timeout_s: u64,
+    /// Offer vfio-user `write_multiple` to QEMU: `auto` (off for QEMU 10.x,
+    /// where it sends every access through QEMU's vfio-user thread; on from
+    /// 11.0), `on` or `off`. docs/adapter.md has the measurements.
+    pub write_multiple: String,
 }
 
 impl Default for QemuSection {
@@ -130,6 +146,7 @@ impl Default for QemuSection {
             firmware_dirs: vec!["/usr/share/qemu".into(), "/usr/share/seabios".into()],
             extra_args: Vec::new(),
             boot_timeout_s: 180,
+            write_multiple: "auto".into(),
         }
     }
 }
@@ -164,6 +181,15 @@ impl Config {
         }
         if !c.aspace_mib.is_power_of_two() || !(1..=4096).contains(&c.aspace_mib) {
             bail!("cluster.aspace_mib must be a power of two from 1 to 4096, not {}", c.aspace_mib);
+        }
+        if !["in-hub", "per-guest"].contains(&c.adapters.as_str()) {
+            bail!("cluster.adapters must be in-hub or per-guest, not '{}'", c.adapters);
+        }
+        if c.in_hub() && self.hub.transport == "tcp" {
+            bail!("hub.transport = \"tcp\" is for per-guest adapters: set cluster.adapters = \"per-guest\"");
+        }
+        if !["auto", "on", "off"].contains(&self.qemu.write_multiple.as_str()) {
+            bail!("qemu.write_multiple must be auto, on or off, not '{}'", self.qemu.write_multiple);
         }
         if self.hub.queue_depth < 2 {
             bail!("hub.queue_depth must be at least 2, not {}", self.hub.queue_depth);

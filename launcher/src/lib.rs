@@ -151,6 +151,39 @@ fn kvm_works(paths: &Paths, cfg: &Config, qemu: &Path, kernel: &Path) -> Result<
     r
 }
 
+/// QEMU's version as (major, minor), from `qemu --version`.
+pub fn qemu_version(qemu: &Path) -> Result<(u32, u32)> {
+    let out = Command::new(qemu).arg("--version").output().with_context(|| format!("cannot run {}", qemu.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_qemu_version(&text).with_context(|| format!("{} --version said: {}", qemu.display(), text.trim()))
+}
+
+/// Parses the first line of `qemu --version` ("QEMU emulator version 10.2.2 (…)").
+pub fn parse_qemu_version(text: &str) -> Result<(u32, u32)> {
+    let v = text
+        .lines()
+        .next()
+        .and_then(|l| l.split("version ").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .context("no version in the output")?;
+    let mut it = v.split('.').map(|x| x.parse::<u32>());
+    match (it.next(), it.next()) {
+        (Some(Ok(a)), Some(Ok(b))) => Ok((a, b)),
+        _ => bail!("cannot read version '{v}'"),
+    }
+}
+
+/// Whether to offer vfio-user `write_multiple`: `auto` turns it off before
+/// QEMU 11.0, whose client then sends every access through its vfio-user
+/// thread (docs/adapter.md has the measurements).
+pub fn write_multiple(setting: &str, qemu: (u32, u32)) -> bool {
+    match setting {
+        "on" => true,
+        "off" => false,
+        _ => qemu.0 >= 11,
+    }
+}
+
 fn choose_accel(paths: &Paths, cfg: &Config, qemu: &Path, kernel: &Path) -> Result<String> {
     match cfg.qemu.accel.as_str() {
         "tcg" => Ok("tcg".into()),
@@ -185,7 +218,17 @@ pub fn plan(paths: &Paths, opts: &UpOptions) -> Result<Plan> {
         }
         Ok(p)
     };
+    let qemu_version = qemu_version(&qemu)?;
+    if qemu_version < (10, 1) {
+        bail!(
+            "{} is QEMU {}.{}: vfio-user-pci needs 10.1 or newer (scripts/setup.sh builds one)",
+            qemu.display(),
+            qemu_version.0,
+            qemu_version.1
+        );
+    }
     Ok(Plan {
+        write_multiple: write_multiple(&cfg.qemu.write_multiple, qemu_version),
         name: opts.name.clone(),
         nodes,
         run_dir: paths.run_dir(&opts.name),

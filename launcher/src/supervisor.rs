@@ -50,6 +50,9 @@ pub struct Plan {
     pub accel: String,
     /// The cluster definition.
     pub config: Config,
+    /// Offer vfio-user `write_multiple` to QEMU (from `qemu.write_multiple`
+    /// and QEMU's version).
+    pub write_multiple: bool,
 }
 
 /// Cluster status in `state.json`.
@@ -71,7 +74,8 @@ pub enum Status {
 /// One node's processes.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct NodeState {
-    /// Adapter pid.
+    /// Pid of the process serving the node's adapter (the hub's with
+    /// `cluster.adapters = "in-hub"`).
     pub adapter_pid: u32,
     /// QEMU pid.
     pub qemu_pid: u32,
@@ -341,6 +345,16 @@ fn start(
     if c.hub.pcap {
         argv.extend(["--pcap".into(), rd.join("hub.pcap").display().to_string()]);
     }
+    let wm = if plan.write_multiple { "true" } else { "false" };
+    if c.cluster.in_hub() {
+        // The hub serves every guest's adapter: one local port per node.
+        argv.extend(["--aspace-mib".into(), c.cluster.aspace_mib.to_string(), "--write-multiple".into(), wm.into()]);
+        for n in 0..plan.nodes {
+            let nd = node_dir(rd, n);
+            fs::create_dir_all(&nd)?;
+            argv.extend(["--local".into(), format!("{n}:{}-node{n}:{}", plan.name, nd.join("adapter.sock").display())]);
+        }
+    }
     let tcp = c.hub.transport == "tcp";
     let secret_file = rd.join("hub.secret");
     let addr_file = rd.join("hub.tcp");
@@ -358,7 +372,22 @@ fn start(
     let mut hub = spawn(&argv, &hub_log)?;
     state.hub_pid = hub.id();
     let ready = if tcp { &addr_file } else { &hub_sock };
-    let r = wait_for_path(ready, &mut hub, "mc-hub", Duration::from_secs(10), &hub_log);
+    let mut r = wait_for_path(ready, &mut hub, "mc-hub", Duration::from_secs(10), &hub_log);
+    if c.cluster.in_hub() {
+        for n in 0..plan.nodes {
+            if r.is_ok() {
+                let sock = node_dir(rd, n).join("adapter.sock");
+                r = wait_for_path(
+                    &sock,
+                    &mut hub,
+                    &format!("local port of node {n}"),
+                    Duration::from_secs(10),
+                    &hub_log,
+                );
+            }
+            state.nodes[n].adapter_pid = hub.id();
+        }
+    }
     children.push(("hub".into(), hub));
     r?;
     // What adapters are told: the socket, or the TCP address and the secret.
@@ -372,7 +401,7 @@ fn start(
         ev.say(&format!("hub listening ({} ports)", c.cluster.hub_ports));
     }
 
-    for n in 0..plan.nodes {
+    for n in (0..plan.nodes).filter(|_| !c.cluster.in_hub()) {
         let nd = node_dir(rd, n);
         fs::create_dir_all(&nd)?;
         let sock = nd.join("adapter.sock");
@@ -386,6 +415,8 @@ fn start(
             format!("{}-node{n}", plan.name),
             "--aspace-mib".into(),
             c.cluster.aspace_mib.to_string(),
+            "--write-multiple".into(),
+            wm.into(),
         ]);
         let mut ad = spawn(&argv, &log)?;
         state.nodes[n].adapter_pid = ad.id();
@@ -393,7 +424,11 @@ fn start(
         children.push((format!("adapter{n}"), ad));
         r?;
     }
-    ev.say(&format!("{} adapters joined the hub", plan.nodes));
+    if c.cluster.in_hub() {
+        ev.say(&format!("{} adapters on local ports of the hub", plan.nodes));
+    } else {
+        ev.say(&format!("{} adapters joined the hub", plan.nodes));
+    }
 
     let t0 = Instant::now();
     let mut qemu_idx = Vec::new();

@@ -752,8 +752,8 @@ fn adapter_interrupt_intx_automask() {
 #[test]
 fn adapter_link_down_and_rejoin() {
     let hub = Hub::start();
-    let mut a = Node::start_connected(&hub, "a", IOVA, RAM_OFF, RAM);
-    let mut b = Node::start_connected(&hub, "b", IOVA, RAM_OFF, RAM);
+    let mut a = Node::start_rejoining(&hub, "a", IOVA, RAM_OFF, RAM);
+    let mut b = Node::start_rejoining(&hub, "b", IOVA, RAM_OFF, RAM);
     let (na, nb) = (a.adapter.node, b.adapter.node);
     let both = (1 << na) | (1 << nb);
     let ports = 8 << 16;
@@ -1163,4 +1163,94 @@ fn pipelined_dma_maps_keep_their_own_fds() {
         expect[at as usize..at as usize + 8].copy_from_slice(&(0xF00D + k as u64).to_le_bytes());
         assert_eq!(f.all(), expect, "file {k} holds exactly its one store");
     }
+}
+
+/// A local port whose QEMU goes away is announced as failed, like a node
+/// that died; a new QEMU on the same socket brings the node back, as the
+/// same node id.
+#[test]
+fn local_port_qemu_gone_is_announced_as_failed() {
+    let hub = Hub::start();
+    let mut a = Node::start_local(&hub, "a", IOVA, RAM_OFF, RAM);
+    let b = Node::start_local(&hub, "b", IOVA, RAM_OFF, RAM);
+    let (na, nb) = (a.adapter.node, b.adapter.node);
+    let both = (1 << na) | (1 << nb);
+    poll("A to see B", || (a.vfio.reg(reg::MEMBERS_LO) == both).then_some(()));
+    let events = a.vfio.reg(reg::LINK_EVENTS);
+
+    // B's QEMU dies: its socket closes.
+    let sock = b.adapter.sock.clone();
+    drop(b);
+    poll("A to see B fail", || (a.vfio.reg(reg::MEMBERS_LO) == 1 << na).then_some(()));
+    assert_eq!(a.vfio.reg(reg::LINK_EVENTS), events + 1);
+    assert!(hub.stats().iter().all(|n| n.node != nb), "the hub still lists B");
+    // A store to B point-to-point is dropped at the hub, nothing else breaks.
+    a.vfio.set_pct(2, pct::TX | pct::P2P | ((nb as u64) << pct::DEST_SHIFT), 0);
+    a.vfio.region_write(BAR_TX, 2 * PAGE_SIZE, &[1; 8], true);
+    assert_eq!(a.vfio.reg(reg::ERR_STATUS), 0);
+    poll("the hub to count the dropped write", || (hub.node_stats(na).dropped == 1).then_some(()));
+
+    // A new QEMU for B: same node id, and stores reach it again.
+    let mut vfio = VfioClient::connect(&sock);
+    let ram = GuestRam::new(RAM_OFF + RAM);
+    vfio.dma_map(IOVA, RAM, &ram, RAM_OFF);
+    vfio.region_write(CONFIG_REGION, PCI_COMMAND, &PCI_COMMAND_MEMORY_MASTER.to_le_bytes(), false);
+    poll("B to come back", || (vfio.reg(reg::NODE) & 0xFFFF == nb as u32).then_some(()));
+    poll("A to see B back", || (a.vfio.reg(reg::MEMBERS_LO) == both).then_some(()));
+    vfio.set_pct(2, pct::RX, rx_buf(2));
+    a.vfio.region_write(BAR_TX, 2 * PAGE_SIZE + 8, &[7; 8], true);
+    poll("the store to reach the new B", || (ram.read(ram_at(2, 8), 8) == [7; 8]).then_some(()));
+}
+
+/// ACK answers on a link port never wait behind the adapter's own
+/// back-pressure. A floods stores that come back to itself (loopback) while
+/// the hub's queue to it is tiny, and B asks A for its error status through
+/// an ACK page in the middle of it. The answer must come, and the flood must
+/// finish, without the hub cutting A off: a receive thread that waited for
+/// the link's writer (held up by the hub, which waited for that receive
+/// thread to drain) stalled until the hub's stall timeout.
+#[test]
+fn link_ack_answers_never_wait_behind_backpressure() {
+    let hub = Hub::start_with(mc_hub::hub::HubConfig {
+        queue_depth: 2,
+        stall_timeout: Duration::from_secs(60),
+        ..Default::default()
+    });
+    let mut a = Node::start_link(&hub, "a", IOVA, RAM_OFF, RAM);
+    let mut b = Node::start_link(&hub, "b", IOVA, RAM_OFF, RAM);
+    let na = a.adapter.node as u64;
+    a.vfio.set_pct(3, pct::TX | pct::RX | pct::LOOPBACK, rx_buf(3));
+    b.vfio.set_pct(7, pct::TX | pct::RX | pct::ACK, rx_buf(7));
+    const STORES: u64 = 200_000;
+    const BATCH: u64 = 4096;
+    let t0 = Instant::now();
+    // A's fake QEMU pipelines the flood from its own thread, one packet per
+    // store (stride 16), like a busy vCPU; B asks for ACKs meanwhile.
+    let Node { adapter: a_adapter, vfio: mut a_vfio, ram: a_ram } = a;
+    let flood = std::thread::spawn(move || {
+        let mut i = 0;
+        while i < STORES {
+            let batch: Vec<(u32, u64, Vec<u8>)> = (i..(i + BATCH).min(STORES))
+                .map(|k| (BAR_TX, 3 * PAGE_SIZE + (k * 16) % PAGE_SIZE, (k + 1).to_le_bytes().to_vec()))
+                .collect();
+            a_vfio.region_writes_posted_batch(&batch);
+            i += BATCH;
+        }
+        a_vfio
+    });
+    let mut answers = 0;
+    while !flood.is_finished() || answers == 0 {
+        b.ram.write(ram_at(7, 0), &[0; 8]);
+        b.vfio.region_write(BAR_TX, 7 * PAGE_SIZE, &[answers as u8; 8], true);
+        poll("A's ACK answer during the flood", || (b.ram.read(ram_at(7, na), 1)[0] == 0x80).then_some(()));
+        answers += 1;
+    }
+    let mut a_vfio = flood.join().unwrap();
+    let at = RAM_OFF + 3 * PAGE_SIZE + ((STORES - 1) * 16) % PAGE_SIZE;
+    poll("the flood to come back to A", || (a_ram.read(at, 8) == STORES.to_le_bytes()).then_some(()));
+    eprintln!("{STORES} looped-back stores and {answers} ACK rounds in {:?}", t0.elapsed());
+    a_adapter.assert_alive();
+    assert_eq!(a_vfio.reg(reg::ERR_STATUS), 0);
+    assert_eq!(a_vfio.reg(reg::LINK), 1);
+    assert_eq!(hub.stats_json()["stalled"], 0, "the hub cut a node off");
 }

@@ -35,6 +35,10 @@ struct Args {
     /// Seconds to keep trying to reach the hub at start.
     #[arg(long, default_value_t = 10)]
     hub_wait: u64,
+    /// Advertise vfio-user `write_multiple` to QEMU (docs/adapter.md has
+    /// the measurements behind the default).
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new(), default_value = "true")]
+    write_multiple: bool,
 }
 
 fn main() {
@@ -80,6 +84,7 @@ fn run() -> anyhow::Result<()> {
     let listener = UnixListener::bind(&args.socket)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.socket.display()))?;
     tracing::info!(socket = %args.socket.display(), "vfio-user server listening");
-    vfio_user::serve(&listener, &mut adapter)?;
+    let vfio = vfio_user::ConnectionConfig { write_multiple: args.write_multiple };
+    vfio_user::serve_with(&listener, &mut adapter, &vfio)?;
     Ok(())
 }

@@ -3,9 +3,12 @@
 //! - [`Hub`]: a real `mc-hub` on a Unix socket in a temporary directory,
 //!   served by a tokio runtime the test owns, stopped on drop; its control
 //!   requests (link down/up, corrupt, stats) are made with [`Hub::control`].
-//! - [`AdapterHandle`]: a real [`Adapter`] joined to that hub (by
-//!   `attach_link`, or by `connect` so that it rejoins after a link loss),
-//!   serving vfio-user on its own Unix socket from a background thread.
+//! - [`AdapterHandle`]: a real [`Adapter`] on that hub, on the kind of port
+//!   [`ports`] says: a local port (the hub serves the adapter's vfio-user
+//!   socket itself) or a link port (an adapter joined by `attach_link`, or by
+//!   `connect` so that it rejoins after a link loss, serving vfio-user on its
+//!   own Unix socket from a background thread). `scripts/test.sh` runs the
+//!   in-process suites once with each (`MC_TEST_PORTS=local|link`).
 //! - [`VfioClient`]: a minimal vfio-user client ("fake QEMU"): VERSION,
 //!   DMA_MAP with the guest RAM memfd passed by SCM_RIGHTS, REGION_READ,
 //!   REGION_WRITE (posted or not), REGION_WRITE_MULTI, SET_IRQS with
@@ -428,7 +431,25 @@ impl AsRawFd for GuestRam {
 /// (shared with the hub's own tests).
 pub use mc_hub::testing::TestHub as Hub;
 
-/// An adapter joined to a hub and serving vfio-user on a socket.
+/// Which kind of hub port the in-process tests put adapters on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ports {
+    /// The hub serves the adapter (the default; the fast path).
+    Local,
+    /// A separate adapter joined over the link protocol (per-guest adapters).
+    Link,
+}
+
+/// The port kind from `MC_TEST_PORTS` (`local`, the default, or `link`).
+pub fn ports() -> Ports {
+    match std::env::var("MC_TEST_PORTS").as_deref() {
+        Ok("link") => Ports::Link,
+        Ok("local") | Err(_) => Ports::Local,
+        Ok(other) => panic!("MC_TEST_PORTS must be local or link, not '{other}'"),
+    }
+}
+
+/// An adapter on a hub, serving vfio-user on a socket.
 pub struct AdapterHandle {
     /// vfio-user socket.
     pub sock: PathBuf,
@@ -436,21 +457,40 @@ pub struct AdapterHandle {
     pub node: u16,
     /// Ports of the hub.
     pub max_nodes: u16,
-    thread: JoinHandle<io::Result<()>>,
-    _dir: tempfile::TempDir,
+    /// The serving thread of a link-port adapter (a local port's thread is the hub's).
+    thread: Option<JoinHandle<io::Result<()>>>,
+    _dir: Option<tempfile::TempDir>,
 }
 
 /// Address space of the test adapters: 1 MiB = 128 pages.
 pub const ASPACE: u64 = 1 << 20;
 
 impl AdapterHandle {
-    /// Creates an adapter with a 1 MiB address space, joins `hub` and serves.
+    /// Creates an adapter with a 1 MiB address space on `hub`, on the kind
+    /// of port [`ports`] says.
     pub fn start(hub: &Hub, name: &str) -> AdapterHandle {
         Self::start_with(hub, name, ASPACE)
     }
 
-    /// Joins with [`client::join`] and [`Adapter::attach_link`]: no rejoin after a link loss.
+    /// Like [`AdapterHandle::start`] with an address space of `aspace` bytes.
     pub fn start_with(hub: &Hub, name: &str, aspace: u64) -> AdapterHandle {
+        match ports() {
+            Ports::Local => Self::start_local(hub, name, aspace),
+            Ports::Link => Self::start_link(hub, name, aspace),
+        }
+    }
+
+    /// A local port: the hub serves the adapter (its writes are ordered and
+    /// delivered by its own vfio-user thread).
+    pub fn start_local(hub: &Hub, name: &str, aspace: u64) -> AdapterHandle {
+        let (sock, node) = hub.add_local(name, aspace);
+        let max_nodes = hub.hub.max_nodes() as u16;
+        AdapterHandle { sock, node, max_nodes, thread: None, _dir: None }
+    }
+
+    /// A link port: joins with [`client::join`] and [`Adapter::attach_link`];
+    /// no rejoin after a link loss.
+    pub fn start_link(hub: &Hub, name: &str, aspace: u64) -> AdapterHandle {
         let mut adapter = Adapter::new(aspace).expect("Adapter::new");
         let (joined, reader, writer) =
             client::join(&hub.path, ANY_NODE, PAGE_SIZE as u32, (aspace / PAGE_SIZE) as u32, name).expect("join hub");
@@ -490,7 +530,7 @@ impl AdapterHandle {
             .name(format!("vfio-user-{name}"))
             .spawn(move || mc_adapter::vfio_user::serve(&listener, &mut adapter))
             .unwrap();
-        AdapterHandle { sock, node, max_nodes, thread, _dir: dir }
+        AdapterHandle { sock, node, max_nodes, thread: Some(thread), _dir: Some(dir) }
     }
 
     /// Connects a fresh fake QEMU (VERSION negotiated).
@@ -500,7 +540,9 @@ impl AdapterHandle {
 
     /// The server thread must still be running (no panic, no accept failure).
     pub fn assert_alive(&self) {
-        assert!(!self.thread.is_finished(), "vfio-user server thread of the adapter has exited");
+        if let Some(t) = &self.thread {
+            assert!(!t.is_finished(), "vfio-user server thread of the adapter has exited");
+        }
     }
 }
 
@@ -530,6 +572,26 @@ impl Node {
     /// Like [`Node::start`], with an adapter that rejoins after a link loss.
     pub fn start_connected(hub: &Hub, name: &str, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
         Self::with_adapter(AdapterHandle::start_connected(hub, name), iova, ram_offset, ram_size)
+    }
+
+    /// A node that comes back after a link loss by itself: a local port
+    /// (the hub plugs it back in) or, with link ports, an adapter that
+    /// rejoins ([`Node::start_connected`]).
+    pub fn start_rejoining(hub: &Hub, name: &str, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
+        match ports() {
+            Ports::Local => Self::start(hub, name, iova, ram_offset, ram_size),
+            Ports::Link => Self::start_connected(hub, name, iova, ram_offset, ram_size),
+        }
+    }
+
+    /// A node on a local port, whatever [`ports`] says.
+    pub fn start_local(hub: &Hub, name: &str, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
+        Self::with_adapter(AdapterHandle::start_local(hub, name, ASPACE), iova, ram_offset, ram_size)
+    }
+
+    /// A node on a link port, whatever [`ports`] says.
+    pub fn start_link(hub: &Hub, name: &str, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
+        Self::with_adapter(AdapterHandle::start_link(hub, name, ASPACE), iova, ram_offset, ram_size)
     }
 
     fn with_adapter(adapter: AdapterHandle, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
