@@ -30,7 +30,7 @@ NAME8=bench-lat8
 
 ROUNDS=2000
 WARMUP=200
-STORES=20000
+STORES=100000
 HUB_NODES=2,8
 QUICK=0
 OUT=$REPO/bench-out
@@ -77,6 +77,10 @@ TMP=$(mktemp -d)
 
 T0=$(date +%s)
 say() { printf '[%4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
+# The host's load average (1 and 5 min): guests spin on 2 cores, so anything
+# else running on the host shows up in the tails (and the medians).
+load() { cut -d' ' -f1,2 /proc/loadavg; }
+LOAD_START=$(load)
 fail() { echo "latency-bench: error: $*" >&2; exit 1; }
 cleanup() {
     "$M" --name $NAME down >/dev/null 2>&1 || true
@@ -106,7 +110,7 @@ say "booting 2 guests (cluster $NAME, $(basename "$CFG"))"
 ACCEL=$(sed -n 's/.*"accel": *"\([a-z]*\)".*/\1/p' "$REPO/.run/$NAME/state.json" 2>/dev/null || true)
 CLOCK=$(x 0 cat /sys/devices/system/clocksource/clocksource0/current_clocksource)
 CPUS=$(x 0 nproc)
-say "guests: ${ACCEL:-?}, $CPUS vCPU each, clocksource $CLOCK; host: $(nproc) cores"
+say "guests: ${ACCEL:-?}, $CPUS vCPU each, clocksource $CLOCK; host: $(nproc) cores, load average $(load)"
 
 # pingpong VIA [PING-ARGS...]: pong on node 1 (background), ping on node 0.
 # Prints the ping's result line.
@@ -162,6 +166,7 @@ UMP_B=$(awk '$1 == "0" && $2 == "|" { print $3 }' "$TMP/ump.out")
 UMP_NB=$(awk '$1 == "0" && $2 == "|" { print $8 }' "$TMP/ump.out")
 [ -n "$UMP_B" ] || { cat "$TMP/ump.out" >&2; fail "no 0-byte row in ump-tool's output"; }
 say "    UMP 0 bytes, one way (half the median round trip of 400): blocking $UMP_B us, non-blocking $UMP_NB us"
+LOAD_2NODE=$(load)
 "$M" --name $NAME down >/dev/null
 
 # ------------------------------------------------------------ 8 nodes ------
@@ -183,30 +188,37 @@ else
     say "8 nodes storing at once: booting 8 guests (cluster $NAME8; minutes under TCG)"
     "$M" --name $NAME8 down >/dev/null 2>&1 || true
     "$M" --name $NAME8 up --nodes 8 --config "$CFG" | sed 's/^/    /'
-    pids=()
+    # The guest agent runs one command at a time: bench-tx runs in the
+    # guests' background, held at a start line until /tmp/go appears.
     for n in 0 1 2 3 4 5 6 7; do
-        "$M" --name $NAME8 exec $n --timeout 1800 -- sh -c \
-            "touch /tmp/armed; until [ -e /tmp/go ]; do sleep 0.05; done; exec mctool bench-tx --stride 16 --stores $STORES" \
-            >"$TMP/btx$n.out" 2>&1 &
-        pids+=($!)
-    done
-    for n in 0 1 2 3 4 5 6 7; do
-        "$M" --name $NAME8 exec $n -- sh -c 'i=0; until [ -e /tmp/armed ]; do [ $i -ge 600 ] && exit 1; i=$((i+1)); sleep 0.1; done' \
-            || fail "node $n never got ready for bench-tx"
+        "$M" --name $NAME8 exec $n -- sh -c "(until [ -e /tmp/go ]; do sleep 0.05; done
+            mctool bench-tx --stride 16 --stores $STORES >/tmp/btx.log 2>&1; echo \$? >/tmp/btx.rc) &" \
+            || fail "could not start bench-tx on node $n"
     done
     stats_sample >"$TMP/stats.txt" || fail "hub stats failed"
     [ "$(wc -w <"$TMP/stats.txt")" = 17 ] || fail "hub stats did not list 8 nodes: $(cat "$TMP/stats.txt")"
-    say "    every node storing $STORES x 8 bytes, stride 16 (one packet per store); sampling the hub's counters"
+    say "    host load average $(load); every node storing $STORES x 8 bytes, stride 16 (one packet per store); sampling the hub's counters"
     gopids=()
     for n in 0 1 2 3 4 5 6 7; do "$M" --name $NAME8 exec $n -- touch /tmp/go & gopids+=($!); done
     for p in "${gopids[@]}"; do wait "$p" || fail "could not start bench-tx everywhere"; done
-    running() { local p; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
-    while running; do
+    # Every store is one packet: done when the hub has taken 8 x STORES more
+    # writes (or when nothing moved for 60 s).
+    total() { awk '{ s = 0; for (i = 0; i < 8; i++) s += $(2 + 2 * i); print s }' <<<"$1"; }
+    first=$(total "$(head -1 "$TMP/stats.txt")")
+    last=$first; still=0
+    while [ $(( last - first )) -lt $(( 8 * STORES )) ]; do
         sleep 1
-        stats_sample >>"$TMP/stats.txt" || true
+        line=$(stats_sample) || fail "hub stats failed"
+        echo "$line" >>"$TMP/stats.txt"
+        now=$(total "$line")
+        if [ "$now" = "$last" ]; then still=$((still + 1)); else still=0; fi
+        [ $still -lt 60 ] || { echo "    the hub took no writes for 60 s ($(( now - first )) of $(( 8 * STORES )))"; break; }
+        last=$now
     done
-    for i in 0 1 2 3 4 5 6 7; do
-        wait "${pids[$i]}" || fail "bench-tx on node $i failed: $(cat "$TMP/btx$i.out")"
+    for n in 0 1 2 3 4 5 6 7; do
+        "$M" --name $NAME8 exec $n -- sh -c 'i=0; until [ -e /tmp/btx.rc ]; do [ $i -ge 600 ] && exit 1; i=$((i+1)); sleep 0.1; done
+            cat /tmp/btx.log; exit "$(cat /tmp/btx.rc)"' >"$TMP/btx$n.out" 2>&1 \
+            || fail "bench-tx on node $n failed: $(cat "$TMP/btx$n.out")"
     done
     stats_sample >>"$TMP/stats.txt"
     cp "$TMP/stats.txt" "$OUT/latency-8node-hub-stats.txt"
@@ -240,7 +252,7 @@ else
     fi
     RUN_PKTS=$(awk -v p="$ALL_PKTS" -v s="$ALL_SECS" 'BEGIN { printf "%.0f", p / s }')
     RUN_DELS=$(awk -v p="$ALL_DELS" -v s="$ALL_SECS" 'BEGIN { printf "%.0f", p / s }')
-    say "    hub, all 8 storing ($SECS s of samples): $PKTS writes_in, $DELS frames_out"
+    say "    hub, all 8 links carrying writes ($SECS s of samples): $PKTS writes_in, $DELS frames_out"
     say "    hub, whole run ($ALL_SECS s): $ALL_PKTS writes_in, $ALL_DELS frames_out (expected packets x 7 receivers = $(( ALL_PKTS * 7 )))"
     "$M" --name $NAME8 down >/dev/null
 fi
@@ -249,6 +261,7 @@ fi
 one() { field "$1" "one_way_$2_us"; }
 echo
 echo "== latency-bench: $(date -u '+%Y-%m-%d %H:%M UTC'), ${ACCEL:-?} guests ($CPUS vCPU, clocksource $CLOCK), $(nproc) host cores =="
+echo "host load average (1, 5 min): $LOAD_START at the start, $LOAD_2NODE after the 2-node part, $(load) at the end"
 echo "one way = RTT / 2 of 8-byte values, $ROUNDS round trips after $WARMUP warm-up, nearest-rank percentiles (raw RTTs: $OUT/latency-rtt-*.txt)"
 echo "TCP: $LAN"
 echo
@@ -270,11 +283,11 @@ if [ "$QUICK" = 1 ]; then
     echo "8 nodes storing at once: skipped (--quick)"
 else
     printf '%-44s %14s %14s\n' "8 nodes storing at once (bench-tx, stride 16)" "packets/s" "deliveries/s"
-    printf '%-44s %14s %14s\n' "hub counters, while all 8 stored" "$AGG_PKTS" "$AGG_DELS"
+    printf '%-44s %14s %14s\n' "hub counters, while all 8 links carried writes" "$AGG_PKTS" "$AGG_DELS"
     printf '%-44s %14s %14s\n' "hub counters, whole run" "$RUN_PKTS" "$RUN_DELS"
-    printf '%-44s %14s %14s\n' "sum of the nodes' own rates" "$(printf '%.0f' "$SUM_RATE")" \
-        "$(awk -v r="$SUM_RATE" 'BEGIN { printf "%.0f", r * 7 }')"
-    echo "(packets = writes_in, deliveries = frames_out, summed over nodes; 7 receivers each; $STORES stores per node)"
+    printf '%-44s %14s %14s\n' "stores issued (sum of bench-tx's own rates)" "$(printf '%.0f' "$SUM_RATE")" "-"
+    echo "(packets = writes_in, deliveries = frames_out, summed over nodes; 7 receivers each; $STORES stores per node;"
+    echo " bench-tx's rate is how fast stores leave the guest into the adapter, ahead of the hub)"
 fi
 echo
 echo "host-only (no guests): hub_bench, N simulated adapters all broadcasting over Unix sockets"
