@@ -13,11 +13,16 @@
 //!   a writer dying mid-update.
 //! - [`regions`]: the clusterwide region directory (keys to pages) built on both.
 //! - [`imc`]: the TruCluster MEMORY CHANNEL API as a client of `imcd` (regions so far).
+//! - [`ivshmem`]: QEMU's `ivshmem-plain` shared memory, mapped through sysfs
+//!   (the comparison floor of `mctool pingpong --via ivshmem`).
+//! - [`stats`]: nearest-rank percentiles of raw latency samples.
 #![warn(missing_docs)]
 
 pub mod cluster_lock;
 pub mod imc;
+pub mod ivshmem;
 pub mod regions;
+pub mod stats;
 pub mod toggled;
 pub mod vfio;
 

@@ -81,6 +81,10 @@ impl Default for HubSection {
     }
 }
 
+/// Size of the shared memory behind `[guest] ivshmem` (a power of two, as
+/// `ivshmem-plain` requires for its BAR).
+pub const IVSHMEM_MIB: u64 = 1;
+
 /// `[guest]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -98,6 +102,10 @@ pub struct GuestSection {
     /// 10.0.0.N+1), over a loopback multicast group of this cluster: for
     /// comparing MEMORY CHANNEL with TCP in the same run.
     pub lan: bool,
+    /// QEMU's `ivshmem-plain` device in every guest, all backed by one
+    /// shared file (`<run>/ivshmem`, [`IVSHMEM_MIB`] MiB): plain shared
+    /// memory between the guests, the floor MEMORY CHANNEL is compared with.
+    pub ivshmem: bool,
     /// Kernel image; empty: the one `scripts/setup.sh` fetched.
     pub kernel: String,
     /// Initramfs; empty: the one `scripts/setup.sh` built.
@@ -112,6 +120,7 @@ impl Default for GuestSection {
             cmdline: "console=ttyS0 intel_iommu=on panic=-1 no_timer_check quiet".into(),
             imcd: true,
             lan: true,
+            ivshmem: false,
             kernel: String::new(),
             initrd: String::new(),
         }
@@ -304,5 +313,21 @@ mod tests {
         assert!(Config::parse("[cluster]\nhub_ports = 0").is_err());
         assert!(Config::parse("[qemu]\naccel = \"fast\"").is_err());
         assert!(Config::parse("[cluster]\naspace_mib = 3").is_err());
+    }
+
+    #[test]
+    fn ivshmem_is_off_by_default_and_checked() {
+        assert!(!Config::parse("").unwrap().guest.ivshmem);
+        assert!(Config::parse("[guest]\nivshmem = true").unwrap().guest.ivshmem);
+        assert!(Config::parse("[guest]\nivshmem = 1").is_err());
+        let e = Config::parse("[guest]\nivshmm = true").unwrap_err().to_string();
+        assert!(e.contains("ivshmm") && e.contains("line 2"), "{e}");
+        for f in ["default.toml", "latency-bench.toml"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../qemu-configs").join(f);
+            Config::load(&path).unwrap();
+        }
+        let bench = Path::new(env!("CARGO_MANIFEST_DIR")).join("../qemu-configs/latency-bench.toml");
+        let c = Config::load(&bench).unwrap();
+        assert!(c.guest.ivshmem && !c.guest.imcd);
     }
 }

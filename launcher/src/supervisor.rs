@@ -10,7 +10,8 @@
 //! (status and pids), `events.log` (progress lines `up` prints),
 //! `supervisor.log`, `hub.log`, `hub.sock`, `hub.ctl` (control), with the TCP
 //! transport `hub.tcp` (address) and `hub.secret`, and `node<N>/` with
-//! `adapter.{sock,log}`, `qemu.log`, `console.log`, `agent.sock`.
+//! `adapter.{sock,log}`, `qemu.log`, `console.log`, `agent.sock`; with
+//! `[guest] ivshmem`, `ivshmem` (the guests' shared memory, removed at the end).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -25,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::agent;
-use crate::config::Config;
+use crate::config::{Config, IVSHMEM_MIB};
 
 /// Everything the supervisor needs, written by `up` into `plan.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -208,6 +209,20 @@ pub fn lan_port(run_dir: &Path) -> u16 {
     20000 + (h % 40000) as u16
 }
 
+/// The file behind every guest's `ivshmem-plain` device (`[guest] ivshmem`).
+pub fn ivshmem_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("ivshmem")
+}
+
+/// Creates the zeroed shared file every guest's `ivshmem-plain` maps, at its
+/// full size before any QEMU starts (so none of them races to create it).
+fn create_ivshmem(run_dir: &Path) -> Result<()> {
+    let p = ivshmem_path(run_dir);
+    let f = File::create(&p).with_context(|| format!("creating {}", p.display()))?;
+    f.set_len(IVSHMEM_MIB << 20).with_context(|| format!("sizing {}", p.display()))?;
+    Ok(())
+}
+
 /// QEMU's argument list for node `n`.
 pub fn qemu_argv(plan: &Plan, n: usize) -> Vec<String> {
     let c = &plan.config;
@@ -254,6 +269,15 @@ pub fn qemu_argv(plan: &Plan, n: usize) -> Vec<String> {
         push(&format!("socket,id=lan,mcast=230.0.0.1:{},localaddr=127.0.0.1", lan_port(&plan.run_dir)));
         push("-device");
         push(&format!("virtio-net-pci,netdev=lan,romfile=,mac=52:54:00:4d:{:02x}:{:02x}", n >> 8 & 0xFF, n & 0xFF));
+    }
+    if c.guest.ivshmem {
+        push("-object");
+        push(&format!(
+            "memory-backend-file,id=ivsh,share=on,mem-path={},size={IVSHMEM_MIB}M",
+            ivshmem_path(&plan.run_dir).display()
+        ));
+        push("-device");
+        push("ivshmem-plain,memdev=ivsh");
     }
     push("-serial");
     push(&format!("file:{}", nd.join("console.log").display()));
@@ -312,6 +336,7 @@ pub fn run(run_dir: &Path) -> Result<()> {
     let _ = fs::remove_file(run_dir.join("hub.ctl"));
     let _ = fs::remove_file(run_dir.join("hub.secret"));
     let _ = fs::remove_file(run_dir.join("hub.tcp"));
+    let _ = fs::remove_file(ivshmem_path(run_dir));
     state.status = if failed { Status::Failed } else { Status::Down };
     state.save(run_dir)?;
     events.say(if failed { "torn down after failure" } else { "down" });
@@ -430,6 +455,9 @@ fn start(
         ev.say(&format!("{} adapters joined the hub", plan.nodes));
     }
 
+    if c.guest.ivshmem {
+        create_ivshmem(rd)?;
+    }
     let t0 = Instant::now();
     let mut qemu_idx = Vec::new();
     for n in 0..plan.nodes {
@@ -522,5 +550,37 @@ fn teardown(children: &mut [(String, Child)]) {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(config: &str) -> Plan {
+        Plan {
+            name: "t".into(),
+            nodes: 2,
+            run_dir: PathBuf::from("/r"),
+            hub_bin: PathBuf::from("mc-hub"),
+            adapter_bin: PathBuf::from("mc-adapter"),
+            qemu: PathBuf::from("qemu"),
+            kernel: PathBuf::from("k"),
+            initrd: PathBuf::from("i"),
+            accel: "tcg".into(),
+            config: Config::parse(config).unwrap(),
+        }
+    }
+
+    #[test]
+    fn ivshmem_device_only_when_asked() {
+        let off = qemu_argv(&plan(""), 1).join(" ");
+        assert!(!off.contains("ivshmem"), "{off}");
+        let on = qemu_argv(&plan("[guest]\nivshmem = true"), 1).join(" ");
+        assert!(
+            on.contains("-object memory-backend-file,id=ivsh,share=on,mem-path=/r/ivshmem,size=1M")
+                && on.contains("-device ivshmem-plain,memdev=ivsh"),
+            "{on}"
+        );
     }
 }

@@ -17,6 +17,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use mc_guest::imc::{Attached, Imc};
+use mc_guest::stats::Summary;
+
+/// A duration in microseconds.
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
 
 /// Data pages plus one control page.
 const DATA: usize = 1 << 20;
@@ -94,8 +100,7 @@ fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Resul
         frame(&mut s, &[])?;
         rtts.push(t0.elapsed());
     }
-    rtts.sort();
-    let q = |p: f64| rtts[((rtts.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6 / 2.0;
+    let one_way = Summary::of(&mut rtts).context("no round trips (--rounds 0)")?.div(2);
     let block = vec![0x5Au8; DATA];
     let mut bw = Vec::new();
     for &size in sizes {
@@ -106,7 +111,7 @@ fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Resul
         }
         bw.push((size * reps) as f64 / t0.elapsed().as_secs_f64() / 1e6);
     }
-    Ok(((q(0.5), q(0.99)), bw))
+    Ok(((us(one_way.p50), us(one_way.p99)), bw))
 }
 
 fn wait32(m: &Attached, off: usize, v: u32, limit: Duration) -> Result<()> {
@@ -179,8 +184,7 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
         wait32(&rx, 0, x, limit).context("latency")?;
         rtts.push(t0.elapsed());
     }
-    rtts.sort();
-    let q = |p: f64| rtts[((rtts.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6 / 2.0;
+    let one_way = Summary::of(&mut rtts).context("no round trips (--rounds 0)")?.div(2);
 
     let sizes = [8 << 10, 64 << 10, 256 << 10, 1 << 20];
     let mut bw = Vec::new();
@@ -246,8 +250,8 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
         println!("{what:<40} {mbs:>11.1} MB/s {:>18} {:>10}", t(&|x| x.1[i], "MB/s"), "64 MB/s");
     }
     let lat = |what: &str, v: f64, tcp: String, paper: &str| println!("{what:<40} {v:>13.1} us {tcp:>18} {paper:>10}");
-    lat("latency, 4 bytes, one way (p50)", q(0.5), t(&|x| x.0 .0, "us"), "2.9 us");
-    lat("latency, one way (p99)", q(0.99), t(&|x| x.0 .1, "us"), "");
+    lat("latency, 4 bytes, one way (p50)", us(one_way.p50), t(&|x| x.0 .0, "us"), "2.9 us");
+    lat("latency, one way (p99)", us(one_way.p99), t(&|x| x.0 .1, "us"), "");
     let row = |what: &str, v: f64, paper: &str| println!("{what:<40} {v:>13.3} us {:>18} {paper:>10}", "");
     row("read error count (imc_rderrcnt)", rderr, "< 1 us");
     row("check error count (imc_ckerrcnt)", ckerr, "< 5 us");

@@ -316,21 +316,41 @@ enum Cmd {
         #[arg(long, default_value_t = 8)]
         stride: u64,
     },
-    /// Round trips between two nodes: `pong` on one, then `ping` on the other.
+    /// Round trips of 8-byte values between two nodes: `pong` on one (it
+    /// echoes), then `ping` on the other (it measures; one way = RTT / 2).
+    /// Over MEMORY CHANNEL (stores into the transmit window, polled receive
+    /// memory), TCP (the cluster LAN) or ivshmem (shared memory, polled).
     Pingpong {
         /// ping (measures) or pong (echoes).
         #[arg(long)]
         role: String,
-        /// Round trips.
+        /// mc, tcp or ivshmem.
+        #[arg(long, default_value = "mc")]
+        via: String,
+        /// Measured round trips.
         #[arg(long, default_value_t = 200)]
         rounds: u64,
-        /// Page ping writes and pong reads.
+        /// Round trips before the measured ones, not recorded (both sides
+        /// must be given the same).
+        #[arg(long, default_value_t = 0)]
+        warmup: u64,
+        /// mc: page ping writes and pong reads.
         #[arg(long, default_value_t = 32)]
         ping_page: u64,
-        /// Page pong writes and ping reads.
+        /// mc: page pong writes and ping reads.
         #[arg(long, default_value_t = 33)]
         pong_page: u64,
-        /// Give up after this many seconds.
+        /// tcp, ping: the pong node's address (its LAN IP).
+        #[arg(long)]
+        peer: Option<String>,
+        /// tcp: the port pong listens on.
+        #[arg(long, default_value_t = 5997)]
+        port: u16,
+        /// ping: also write every round trip, in nanoseconds, one a line, in
+        /// the order measured.
+        #[arg(long)]
+        samples: Option<PathBuf>,
+        /// Give up after this many seconds without an answer.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
     },
@@ -706,8 +726,7 @@ fn lock_test(nodes: usize, rounds: u64, page: u64, timeout: u64) -> Result<()> {
     for p in [lock_page, counter_page, barrier_page] {
         disable_rx(&a, p);
     }
-    waits.sort();
-    let p50 = waits[waits.len() / 2].as_secs_f64() * 1e6;
+    let p50 = mc_guest::stats::Summary::of(&mut waits).map_or(0.0, |s| s.p50.as_secs_f64() * 1e6);
     if seen != total {
         bail!("node {me}: counter reads {seen}, expected {total}: updates were lost or never arrived");
     }
@@ -783,57 +802,262 @@ fn imc_lock_test(key: u64, procs: usize, rounds: u64, total: u64, timeout: u64) 
     Ok(())
 }
 
-fn pingpong(role: &str, rounds: u64, ping_page: u64, pong_page: u64, timeout: u64) -> Result<()> {
-    let (rx_page, tx_page_no) = match role {
-        "ping" => (pong_page, ping_page),
-        "pong" => (ping_page, pong_page),
+/// One end of a ping-pong: 8-byte values, never 0, sent and awaited.
+trait Wire {
+    /// Sends `v` to the other end.
+    fn send(&mut self, v: u64) -> Result<()>;
+    /// Pong: waits for the next value from the other end.
+    fn next(&mut self, limit: Duration) -> Result<u64>;
+    /// Ping: waits until the other end has sent `v` back.
+    fn wait_for(&mut self, v: u64, limit: Duration) -> Result<()>;
+    /// Leaves the device as it was found.
+    fn finish(&mut self) {}
+}
+
+/// MEMORY CHANNEL: stores into our transmit page, polling our receive page.
+struct McWire {
+    a: Adapter,
+    buf: RxBuffer,
+    rx_page: u64,
+    tx_page: u64,
+    last: u64,
+}
+
+impl McWire {
+    fn open(role: &str, rx_page: u64, tx_page_no: u64) -> Result<McWire> {
+        let buffer = PathBuf::from(format!("/dev/shm/mc-pingpong-{role}"));
+        let (a, buf) = setup_rx(&[rx_page], &buffer)?;
+        tx_page(&a, tx_page_no)?;
+        // setup_rx cleared the buffer: nothing has arrived yet.
+        Ok(McWire { a, buf, rx_page, tx_page: tx_page_no, last: 0 })
+    }
+
+    fn rx_off(&self) -> usize {
+        (self.rx_page * PAGE_SIZE) as usize
+    }
+}
+
+impl Wire for McWire {
+    fn send(&mut self, v: u64) -> Result<()> {
+        self.a.store64(self.tx_page * PAGE_SIZE, v);
+        Ok(())
+    }
+    fn next(&mut self, limit: Duration) -> Result<u64> {
+        self.last = poll_change(|| self.buf.read64(self.rx_off()), self.last, limit)?;
+        Ok(self.last)
+    }
+    fn wait_for(&mut self, v: u64, limit: Duration) -> Result<()> {
+        wait_value(&self.buf, self.rx_off(), v, limit).map(|_| ())
+    }
+    fn finish(&mut self) {
+        disable_rx(&self.a, self.rx_page);
+        let (bits, iova) = self.a.page(self.tx_page);
+        self.a.set_page(self.tx_page, bits & !pct::TX, iova);
+    }
+}
+
+/// ivshmem: ping's word at offset 0, pong's at 64 (another cache line).
+struct IvshmemWire {
+    mem: mc_guest::ivshmem::Ivshmem,
+    rx_off: usize,
+    tx_off: usize,
+    last: u64,
+}
+
+impl IvshmemWire {
+    fn open(role: &str) -> Result<IvshmemWire> {
+        let mem = mc_guest::ivshmem::Ivshmem::open()?;
+        let (rx_off, tx_off) = if role == "ping" { (64, 0) } else { (0, 64) };
+        if role == "pong" {
+            // Clear our answer word; whatever ping's word holds (an earlier
+            // run's value) is not a ping.
+            mem.write64(tx_off, 0);
+        }
+        let last = mem.read64(rx_off);
+        Ok(IvshmemWire { mem, rx_off, tx_off, last })
+    }
+}
+
+impl Wire for IvshmemWire {
+    fn send(&mut self, v: u64) -> Result<()> {
+        self.mem.write64(self.tx_off, v);
+        Ok(())
+    }
+    fn next(&mut self, limit: Duration) -> Result<u64> {
+        self.last = poll_change(|| self.mem.read64(self.rx_off), self.last, limit)?;
+        Ok(self.last)
+    }
+    fn wait_for(&mut self, v: u64, limit: Duration) -> Result<()> {
+        let t0 = Instant::now();
+        while self.mem.read64(self.rx_off) != v {
+            if t0.elapsed() > limit {
+                bail!("no echo of {v:#x} within {limit:?}");
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+}
+
+/// TCP: 8 bytes each way on one connection, Nagle off.
+struct TcpWire {
+    s: std::net::TcpStream,
+}
+
+impl TcpWire {
+    /// Pong: listen on `port`, tell the caller we are ready, take one connection.
+    fn accept(port: u16, limit: Duration) -> Result<TcpWire> {
+        let l =
+            std::net::TcpListener::bind(("0.0.0.0", port)).with_context(|| format!("listening on TCP port {port}"))?;
+        l.set_nonblocking(true)?;
+        println!("pong ready");
+        std::io::stdout().flush()?;
+        let t0 = Instant::now();
+        let s = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if t0.elapsed() > limit {
+                        bail!("no ping connected to TCP port {port} within {limit:?}");
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => return Err(e).context("accepting the ping connection"),
+            }
+        };
+        s.set_nonblocking(false)?;
+        Self::tune(s, limit)
+    }
+
+    /// Ping: connect to pong at `peer:port`.
+    fn connect(peer: &str, port: u16, limit: Duration) -> Result<TcpWire> {
+        let s =
+            std::net::TcpStream::connect((peer, port)).with_context(|| format!("TCP connection to {peer}:{port}"))?;
+        Self::tune(s, limit)
+    }
+
+    fn tune(s: std::net::TcpStream, limit: Duration) -> Result<TcpWire> {
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(limit))?;
+        Ok(TcpWire { s })
+    }
+}
+
+impl Wire for TcpWire {
+    fn send(&mut self, v: u64) -> Result<()> {
+        self.s.write_all(&v.to_le_bytes()).context("TCP send")
+    }
+    fn next(&mut self, _limit: Duration) -> Result<u64> {
+        use std::io::Read;
+        let mut b = [0u8; 8];
+        self.s.read_exact(&mut b).context("TCP receive (read timeout is --timeout)")?;
+        Ok(u64::from_le_bytes(b))
+    }
+    fn wait_for(&mut self, v: u64, limit: Duration) -> Result<()> {
+        let got = self.next(limit)?;
+        if got != v {
+            bail!("TCP echo {got:#x} is not the {v:#x} sent");
+        }
+        Ok(())
+    }
+}
+
+/// Polls `read` until it returns something other than `last` (and not 0).
+fn poll_change(read: impl Fn() -> u64, last: u64, limit: Duration) -> Result<u64> {
+    let t0 = Instant::now();
+    loop {
+        let v = read();
+        if v != 0 && v != last {
+            return Ok(v);
+        }
+        if t0.elapsed() > limit {
+            bail!("no ping within {limit:?}");
+        }
+        std::hint::spin_loop();
+    }
+}
+
+struct PingpongArgs {
+    role: String,
+    via: String,
+    rounds: u64,
+    warmup: u64,
+    ping_page: u64,
+    pong_page: u64,
+    peer: Option<String>,
+    port: u16,
+    samples: Option<PathBuf>,
+    timeout: u64,
+}
+
+fn pingpong(p: PingpongArgs) -> Result<()> {
+    let ping = match p.role.as_str() {
+        "ping" => true,
+        "pong" => false,
         other => bail!("--role must be ping or pong, not '{other}'"),
     };
-    let buffer = PathBuf::from(format!("/dev/shm/mc-pingpong-{role}"));
-    let (a, buf) = setup_rx(&[rx_page], &buffer)?;
-    tx_page(&a, tx_page_no)?;
-    let tx_addr = tx_page_no * PAGE_SIZE;
-    let rx_off = (rx_page * PAGE_SIZE) as usize;
-    let limit = Duration::from_secs(timeout);
-    if role == "pong" {
-        println!("pong ready");
-        let mut last = 0;
-        for _ in 0..rounds {
-            let t0 = Instant::now();
-            let v = loop {
-                let v = buf.read64(rx_off);
-                if v != 0 && v != last {
-                    break v;
-                }
-                if t0.elapsed() > limit {
-                    bail!("no ping within {limit:?}");
-                }
-                std::hint::spin_loop();
-            };
-            last = v;
-            a.store64(tx_addr, v);
-        }
-        disable_rx(&a, rx_page);
-        return Ok(());
+    if p.rounds == 0 {
+        bail!("--rounds must be at least 1");
     }
-    let nonce = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64) << 16;
-    let mut rtts = Vec::with_capacity(rounds as usize);
-    for i in 1..=rounds {
+    let total = p.rounds.checked_add(p.warmup).filter(|&t| t <= u32::MAX as u64);
+    let total = total.context("--rounds plus --warmup must be at most 2^32 - 1")?;
+    if p.via != "tcp" && p.peer.is_some() {
+        bail!("--peer is only for --via tcp");
+    }
+    let limit = Duration::from_secs(p.timeout);
+    let mut wire: Box<dyn Wire> = match p.via.as_str() {
+        "mc" => {
+            let (rx, tx) = if ping { (p.pong_page, p.ping_page) } else { (p.ping_page, p.pong_page) };
+            Box::new(McWire::open(&p.role, rx, tx)?)
+        }
+        "ivshmem" => Box::new(IvshmemWire::open(&p.role)?),
+        "tcp" if ping => {
+            let peer =
+                p.peer.as_deref().context("--via tcp --role ping needs --peer IP (the pong node's LAN address)")?;
+            Box::new(TcpWire::connect(peer, p.port, limit)?)
+        }
+        "tcp" => Box::new(TcpWire::accept(p.port, limit)?),
+        other => bail!("--via must be mc, tcp or ivshmem, not '{other}'"),
+    };
+    if !ping {
+        if p.via != "tcp" {
+            println!("pong ready");
+            std::io::stdout().flush()?;
+        }
+        let r = (0..total).try_for_each(|_| {
+            let v = wire.next(limit)?;
+            wire.send(v)
+        });
+        wire.finish();
+        return r;
+    }
+    // Values never seen before on this wire: the clock in the high half.
+    let nonce = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64) << 32;
+    let mut rtts = Vec::with_capacity(p.rounds as usize);
+    let r = (1..=total).try_for_each(|i| {
         let v = nonce | i;
         let t0 = Instant::now();
-        a.store64(tx_addr, v);
-        wait_value(&buf, rx_off, v, limit)?;
-        rtts.push(t0.elapsed());
+        wire.send(v)?;
+        wire.wait_for(v, limit)?;
+        if i > p.warmup {
+            rtts.push(t0.elapsed());
+        }
+        Ok::<(), anyhow::Error>(())
+    });
+    wire.finish();
+    r?;
+    if let Some(path) = &p.samples {
+        let text: String = rtts.iter().map(|d| format!("{}\n", d.as_nanos())).collect();
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
-    disable_rx(&a, rx_page);
-    rtts.sort();
-    let q = |p: f64| rtts[((rtts.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
+    let rtt = mc_guest::stats::Summary::of(&mut rtts).context("no samples")?;
     println!(
-        "rounds={rounds} rtt_p50_us={:.1} rtt_p99_us={:.1} one_way_p50_us={:.1} one_way_p99_us={:.1}",
-        q(0.5),
-        q(0.99),
-        q(0.5) / 2.0,
-        q(0.99) / 2.0
+        "via={} rounds={} warmup={} {} {}",
+        p.via,
+        p.rounds,
+        p.warmup,
+        rtt.fields("rtt"),
+        rtt.div(2).fields("one_way")
     );
     Ok(())
 }
@@ -1301,8 +1525,8 @@ fn main() -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Pingpong { role, rounds, ping_page, pong_page, timeout } => {
-            pingpong(&role, rounds, ping_page, pong_page, timeout)
+        Cmd::Pingpong { role, via, rounds, warmup, ping_page, pong_page, peer, port, samples, timeout } => {
+            pingpong(PingpongArgs { role, via, rounds, warmup, ping_page, pong_page, peer, port, samples, timeout })
         }
         Cmd::OrderTest { role, sizes, rounds, page, timeout } => order_test(&role, &sizes, &rounds, page, timeout),
     }

@@ -207,10 +207,10 @@ fn time_round_trips(rounds: usize, mut trip: impl FnMut() -> Result<()>) -> Resu
     for _ in 0..rounds {
         let t0 = Instant::now();
         trip()?;
-        t.push(t0.elapsed().as_secs_f64());
+        t.push(t0.elapsed());
     }
-    t.sort_by(|a, b| a.total_cmp(b));
-    Ok(t[t.len() / 2] / 2.0)
+    let median = mc_guest::stats::Summary::of(&mut t).context("no round trips")?.p50;
+    Ok(median.as_secs_f64() / 2.0)
 }
 
 fn bench(

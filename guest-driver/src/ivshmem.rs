@@ -1,0 +1,135 @@
+//! QEMU's `ivshmem-plain` device (PCI `1af4:1110`) from user space: its
+//! BAR 2 is memory shared with every other guest that maps the same host
+//! backend (`[guest] ivshmem = true` in a cluster config). No driver is
+//! needed: the BAR is mapped through sysfs (`resource2`).
+//!
+//! Plain shared memory between two VMs, polled by both, is the floor a
+//! guest-to-guest interconnect is measured against.
+
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+
+/// PCI vendor id of QEMU's virtio and ivshmem devices (Red Hat).
+pub const VENDOR_ID: u16 = 0x1af4;
+/// PCI device id of `ivshmem-plain` (and `ivshmem-doorbell`).
+pub const DEVICE_ID: u16 = 0x1110;
+/// The BAR that holds the shared memory.
+pub const SHARED_BAR: u32 = 2;
+
+/// Why the shared memory could not be mapped.
+#[derive(Debug, thiserror::Error)]
+pub enum IvshmemError {
+    /// No such PCI function in this guest.
+    #[error(
+        "no ivshmem device (PCI {VENDOR_ID:04x}:{DEVICE_ID:04x}) in /sys/bus/pci/devices: \
+         start the cluster with [guest] ivshmem = true (qemu-configs/latency-bench.toml)"
+    )]
+    NotFound,
+    /// A sysfs step failed.
+    #[error("{what}: {err}")]
+    Os {
+        /// The step.
+        what: String,
+        /// The OS error.
+        err: io::Error,
+    },
+    /// The BAR is not what the device should have.
+    #[error("{0}")]
+    Unexpected(String),
+}
+
+fn os(what: impl Into<String>) -> impl FnOnce(io::Error) -> IvshmemError {
+    let what = what.into();
+    move |err| IvshmemError::Os { what, err }
+}
+
+/// The shared memory of the guest's `ivshmem-plain` device, mapped.
+pub struct Ivshmem {
+    /// PCI address of the device (`0000:00:05.0`).
+    pub bdf: String,
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Ivshmem {
+    /// Finds the device, enables its memory decoding if nothing has, and
+    /// maps BAR 2 shared, read and write.
+    pub fn open() -> Result<Ivshmem, IvshmemError> {
+        let bdf = match crate::vfio::find_pci(VENDOR_ID, DEVICE_ID) {
+            Ok(b) => b,
+            Err(crate::vfio::VfioError::NotFound(_)) => return Err(IvshmemError::NotFound),
+            Err(e) => return Err(IvshmemError::Unexpected(e.to_string())),
+        };
+        let dir = PathBuf::from("/sys/bus/pci/devices").join(&bdf);
+        // No driver binds this device: make sure the BAR decodes (PCI
+        // command register bit 1) before touching it.
+        let config = fs::read(dir.join("config")).map_err(os(format!("reading the config space of {bdf}")))?;
+        if config.len() < 6 {
+            return Err(IvshmemError::Unexpected(format!("config space of {bdf} is only {} bytes", config.len())));
+        }
+        if config[4] & 0x2 == 0 {
+            fs::write(dir.join("enable"), "1").map_err(os(format!("enabling {bdf}")))?;
+        }
+        let res = dir.join(format!("resource{SHARED_BAR}"));
+        let f =
+            OpenOptions::new().read(true).write(true).open(&res).map_err(os(format!("opening {}", res.display())))?;
+        let len = f.metadata().map_err(os(format!("size of {}", res.display())))?.len() as usize;
+        if len < 8 {
+            return Err(IvshmemError::Unexpected(format!("BAR {SHARED_BAR} of {bdf} is {len} bytes")));
+        }
+        // SAFETY: a shared mapping of the whole BAR through its sysfs
+        // resource file (sysfs checks the range); nothing else in this
+        // process aliases it, and it is unmapped once, in Drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(IvshmemError::Os {
+                what: format!("mapping {}", res.display()),
+                err: io::Error::last_os_error(),
+            });
+        }
+        Ok(Ivshmem { bdf, ptr: ptr.cast(), len })
+    }
+
+    /// Size of the shared memory in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty (never, once open).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Volatile 8-byte read at `off` (8-byte aligned): the other guests
+    /// write concurrently.
+    pub fn read64(&self, off: usize) -> u64 {
+        assert!(off % 8 == 0 && off + 8 <= self.len, "bad 8-byte read at {off}");
+        // SAFETY: in bounds and aligned (asserted), inside the mapping made in `open`.
+        unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u64>()) }
+    }
+
+    /// Volatile 8-byte write at `off` (8-byte aligned).
+    pub fn write64(&self, off: usize, v: u64) {
+        assert!(off % 8 == 0 && off + 8 <= self.len, "bad 8-byte write at {off}");
+        // SAFETY: in bounds and aligned (asserted), inside the writable mapping made in `open`.
+        unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u64>(), v) }
+    }
+}
+
+impl Drop for Ivshmem {
+    fn drop(&mut self) {
+        // SAFETY: the mapping from `open`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
