@@ -569,6 +569,7 @@ mod tests {
             initrd: PathBuf::from("i"),
             accel: "tcg".into(),
             config: Config::parse(config).unwrap(),
+            write_multiple: false,
         }
     }
 
@@ -582,5 +583,30 @@ mod tests {
                 && on.contains("-device ivshmem-plain,memdev=ivsh"),
             "{on}"
         );
+    }
+
+    #[test]
+    fn write_multiple_follows_the_qemu_version() {
+        use crate::{parse_qemu_version, write_multiple};
+        let v = parse_qemu_version("QEMU emulator version 10.2.2 (Debian 1:10.2.2+ds-1)\nCopyright").unwrap();
+        assert_eq!(v, (10, 2));
+        assert!(!write_multiple("auto", v));
+        assert!(write_multiple("auto", (11, 0)));
+        assert!(write_multiple("on", v));
+        assert!(!write_multiple("off", (11, 1)));
+        assert!(parse_qemu_version("no version here").is_err());
+        assert!(parse_qemu_version("QEMU emulator version x.y").is_err());
+    }
+
+    #[test]
+    fn adapters_setting_is_checked() {
+        assert!(Config::parse("[cluster]\nadapters = \"in-hub\"").unwrap().cluster.in_hub());
+        assert!(!Config::parse("[cluster]\nadapters = \"per-guest\"").unwrap().cluster.in_hub());
+        let e = Config::parse("[cluster]\nadapters = \"both\"").unwrap_err().to_string();
+        assert!(e.contains("in-hub or per-guest"), "{e}");
+        let e = Config::parse("[hub]\ntransport = \"tcp\"").unwrap_err().to_string();
+        assert!(e.contains("per-guest"), "{e}");
+        let e = Config::parse("[qemu]\nwrite_multiple = \"yes\"").unwrap_err().to_string();
+        assert!(e.contains("auto, on or off"), "{e}");
     }
 }
