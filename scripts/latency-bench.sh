@@ -34,6 +34,8 @@ STORES=100000
 HUB_NODES=2,8
 QUICK=0
 OUT=$REPO/bench-out
+ADAPTERS=in-hub
+WRITE_MULTIPLE=auto
 
 usage() {
     cat <<EOF
@@ -43,6 +45,9 @@ usage: scripts/latency-bench.sh [options]
   --stores N        8-byte stores per node in the 8-node part (default $STORES)
   --hub-nodes LIST  node counts of the host-only hub benchmark (default $HUB_NODES)
   --quick           skip the 8-node part (it boots 8 guests: minutes)
+  --adapters MODE   in-hub (default: local ports of the hub) or per-guest
+                    (one mc-adapter process per guest on a link port)
+  --write-multiple W  auto (default), on or off: vfio-user write_multiple
   --out DIR         where raw samples go (default bench-out/)
   -h, --help        this text
 EOF
@@ -66,6 +71,14 @@ while [ $# -gt 0 ]; do
             [[ $2 =~ ^[0-9]+(,[0-9]+)*$ ]] || die_usage "--hub-nodes is a comma-separated list of node counts, not '$2'"
             HUB_NODES=$2; shift 2 ;;
         --quick) QUICK=1; shift ;;
+        --adapters)
+            need_value "$@"
+            [[ $2 == in-hub || $2 == per-guest ]] || die_usage "--adapters is in-hub or per-guest, not '$2'"
+            ADAPTERS=$2; shift 2 ;;
+        --write-multiple)
+            need_value "$@"
+            [[ $2 == auto || $2 == on || $2 == off ]] || die_usage "--write-multiple is auto, on or off, not '$2'"
+            WRITE_MULTIPLE=$2; shift 2 ;;
         --out) need_value "$@"; OUT=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) die_usage "unknown argument '$1'" ;;
@@ -74,6 +87,10 @@ done
 [ -x "$M" ] || { echo "latency-bench: $M missing: run scripts/setup.sh first" >&2; exit 1; }
 mkdir -p "$OUT"
 TMP=$(mktemp -d)
+# The bench's cluster config: latency-bench.toml with the data path asked for.
+sed "s/^\[qemu\]$/[qemu]\nwrite_multiple = \"$WRITE_MULTIPLE\"/" "$REPO/qemu-configs/latency-bench.toml" >"$TMP/cluster.toml"
+printf '\n[cluster]\nadapters = "%s"\n' "$ADAPTERS" >>"$TMP/cluster.toml"
+CFG=$TMP/cluster.toml
 
 T0=$(date +%s)
 say() { printf '[%4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
@@ -102,9 +119,17 @@ say "host-only: cargo bench -p mc-hub --bench hub_bench (MC_BENCH_NODES=$HUB_NOD
     >"$TMP/hub-bench.out" || { cat "$TMP/hub-bench.err" >&2; fail "the hub benchmark failed"; }
 HOST_ROWS=$(grep -E '^ *[0-9]+ +[0-9]+B \|' "$TMP/hub-bench.out" || true)
 [ -n "$HOST_ROWS" ] || fail "the hub benchmark printed no figures (see its output above)"
+# The whole store path without guests: a fake QEMU pipelines posted 8-byte
+# writes into adapter A's vfio-user socket; adapter B's memfd RAM receives.
+for ports in local link; do
+    say "host-only: cargo bench -p mc-tests --bench adapter_throughput (MC_TEST_PORTS=$ports)"
+    (cd "$REPO" && MC_TEST_PORTS=$ports cargo bench -q -p mc-tests --bench adapter_throughput 2>"$TMP/pipe-$ports.err") \
+        >"$TMP/pipe-$ports.out" || { cat "$TMP/pipe-$ports.err" >&2; fail "the adapter pipeline benchmark failed"; }
+    sed 's/^/    /' "$TMP/pipe-$ports.out"
+done
 
 # ------------------------------------------------------------ 2 nodes ------
-say "booting 2 guests (cluster $NAME, $(basename "$CFG"))"
+say "booting 2 guests (cluster $NAME, latency-bench.toml, adapters $ADAPTERS, write_multiple $WRITE_MULTIPLE)"
 "$M" --name $NAME down >/dev/null 2>&1 || true
 "$M" --name $NAME up --nodes 2 --config "$CFG" | sed 's/^/    /'
 ACCEL=$(sed -n 's/.*"accel": *"\([a-z]*\)".*/\1/p' "$REPO/.run/$NAME/state.json" 2>/dev/null || true)
@@ -263,6 +288,7 @@ echo
 echo "== latency-bench: $(date -u '+%Y-%m-%d %H:%M UTC'), ${ACCEL:-?} guests ($CPUS vCPU, clocksource $CLOCK), $(nproc) host cores =="
 echo "host load average (1, 5 min): $LOAD_START at the start, $LOAD_2NODE after the 2-node part, $(load) at the end"
 echo "one way = RTT / 2 of 8-byte values, $ROUNDS round trips after $WARMUP warm-up, nearest-rank percentiles (raw RTTs: $OUT/latency-rtt-*.txt)"
+echo "MEMORY CHANNEL: adapters $ADAPTERS, vfio-user write_multiple $WRITE_MULTIPLE ($(grep -o '"write_multiple": *[a-z]*' "$REPO/.run/$NAME/plan.json" 2>/dev/null | tr -d ' "' || echo '?'))"
 echo "TCP: $LAN"
 echo
 printf '%-44s %10s %10s %10s\n' "guest -> guest, one way" "p50 us" "p99 us" "p99.9 us"
@@ -295,6 +321,17 @@ printf '%-28s %7s %12s %14s %13s %13s\n' "path" "payload" "writes/s" "deliveries
 while read -r nodes payload _ w d _ p50 p99; do
     printf '%-28s %7s %12s %14s %13s %13s\n' "hub, $nodes nodes" "$payload" "$w" "$d" "$p50" "$p99"
 done <<<"$HOST_ROWS"
-# LOCAL PORTS ROW: the data-path rewrite adds a "local ports" row here (the
-# same figures through its local ports), measured like the hub rows above.
-printf '%-28s %7s %12s %14s %13s %13s\n' "local ports" "-" "-" "-" "-" "(not yet)"
+echo
+echo "host-only (no guests): fake QEMU -> adapter A's vfio-user socket -> hub -> adapter B's memfd RAM"
+printf '%-28s %14s %14s %13s %13s\n' "port kind" "packets/s" "(coalesced)" "p50 us" "p99 us"
+for ports in local link; do
+    f=$TMP/pipe-$ports.out
+    strided=$(awk '/^strided/ { for (i = 1; i <= NF; i++) if ($(i+1) == "packets/s") print $i }' "$f")
+    seqw=$(awk '/^sequential/ { for (i = 1; i <= NF; i++) if ($(i+1) == "writes/s") print $i }' "$f")
+    p50=$(sed -n 's/.* p50 \([0-9.]*\) us.*/\1/p' "$f")
+    p99=$(sed -n 's/.* p99 \([0-9.]*\) us.*/\1/p' "$f")
+    label=$([ $ports = local ] && echo "local ports (in-hub)" || echo "link ports (per-guest)")
+    printf '%-28s %14s %14s %13s %13s\n' "$label" "$strided" "$seqw w/s" "$p50" "$p99"
+done
+echo "(packets/s: one packet per store; coalesced: 8-byte writes/s when stores are contiguous;"
+echo " p50/p99: one store from the socket to the peer's memory)"

@@ -37,7 +37,7 @@ struct Args {
     hub_wait: u64,
     /// Advertise vfio-user `write_multiple` to QEMU (docs/adapter.md has
     /// the measurements behind the default).
-    #[arg(long, value_parser = clap::builder::BoolishValueParser::new(), default_value = "true")]
+    #[arg(long, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), default_value = "true")]
     write_multiple: bool,
 }
 

@@ -53,7 +53,7 @@ struct Args {
     aspace_mib: u64,
     /// Advertise vfio-user `write_multiple` to QEMU on local ports
     /// (docs/adapter.md has the measurements behind the default).
-    #[arg(long, value_parser = clap::builder::BoolishValueParser::new(), default_value = "true")]
+    #[arg(long, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), default_value = "true")]
     write_multiple: bool,
     #[command(subcommand)]
     cmd: Option<Cmd>,
