@@ -3,7 +3,9 @@
 # everything is already built), then:
 #   fast tier  — unit and in-process tests (real sockets, memfd guest RAM, real hub)
 #   QEMU tier  — real guests booted by mc-cluster (tests/tests/*.rs, #[ignore]d
-#                in a plain `cargo test`, run here with --ignored)
+#                in a plain `cargo test`, run here with --ignored), with the
+#                adapters on the hub's local ports (the default), then a
+#                subset again with per-guest adapter processes
 # Usage: scripts/test.sh [--fast]   (--fast: skip the QEMU tier)
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,4 +34,13 @@ if [ "$FAST_ONLY" = 0 ]; then
     t0=$(date +%s)
     cargo test --release -p mc-tests -- --ignored --test-threads=1
     echo "QEMU tier: $(( $(date +%s) - t0 )) s"
+    echo
+    echo "==> QEMU tier, per-guest adapters (mc-adapter processes on link ports): a representative subset"
+    t0=$(date +%s)
+    MC_TEST_ADAPTERS=per-guest cargo test --release -p mc-tests -- --ignored --test-threads=1 \
+        two_guests_store_reaches_peer killed_qemu_then_down_leaves_nothing \
+        notification_wakes_waiting_guest_process injected_link_and_crc_errors_reach_the_guest \
+        cluster_spinlock_counts_exactly_across_three_guests imc_kill_signals_remote_process \
+        ump_pingpong_two_guests
+    echo "QEMU tier, per-guest adapters: $(( $(date +%s) - t0 )) s"
 fi

@@ -183,7 +183,8 @@ impl Config {
         Ok(cfg)
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks every value (after parsing, and after command-line overrides).
+    pub fn validate(&self) -> Result<()> {
         let c = &self.cluster;
         if c.hub_ports == 0 || c.hub_ports > mc_link::MAX_NODES {
             bail!("cluster.hub_ports must be between 1 and {}, not {}", mc_link::MAX_NODES, c.hub_ports);

@@ -38,6 +38,8 @@ pub struct UpOptions {
     pub nodes: Option<usize>,
     /// Config file (default: `qemu-configs/default.toml`).
     pub config: Option<PathBuf>,
+    /// Overrides `[cluster] adapters` (`in-hub` or `per-guest`).
+    pub adapters: Option<String>,
 }
 
 /// True when `pid` runs (a zombie, exited but not yet reaped, does not count).
@@ -198,7 +200,11 @@ fn choose_accel(paths: &Paths, cfg: &Config, qemu: &Path, kernel: &Path) -> Resu
 /// Builds the plan for `up` and checks every input before anything starts.
 pub fn plan(paths: &Paths, opts: &UpOptions) -> Result<Plan> {
     let cfg_path = opts.config.clone().unwrap_or_else(|| paths.default_config());
-    let cfg = Config::load(&cfg_path)?;
+    let mut cfg = Config::load(&cfg_path)?;
+    if let Some(a) = &opts.adapters {
+        cfg.cluster.adapters = a.clone();
+        cfg.validate().map_err(|e| anyhow::anyhow!("--adapters {a}: {e}"))?;
+    }
     let nodes = opts.nodes.unwrap_or(cfg.cluster.nodes);
     cfg.check_nodes(nodes)?;
     let qemu = find_qemu(&cfg, paths)?;

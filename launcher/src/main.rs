@@ -30,6 +30,11 @@ enum Cmd {
         /// Cluster definition (default: qemu-configs/default.toml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Where the adapters run, overriding the config: in-hub (local
+        /// ports of the hub, one hop per store) or per-guest (one mc-adapter
+        /// process per guest).
+        #[arg(long, value_parser = ["in-hub", "per-guest"])]
+        adapters: Option<String>,
     },
     /// Run a command in a guest; prints its output and exits with its code.
     Exec {
@@ -104,8 +109,8 @@ fn run() -> Result<i32> {
     }
     let paths = Paths::discover()?;
     match cli.cmd {
-        Cmd::Up { nodes, config } => {
-            let st = up(&paths, &UpOptions { name: cli.name.clone(), nodes, config })?;
+        Cmd::Up { nodes, config, adapters } => {
+            let st = up(&paths, &UpOptions { name: cli.name.clone(), nodes, config, adapters })?;
             println!("cluster '{}' is up: {} nodes ({})", cli.name, st.nodes.len(), st.accel);
             Ok(0)
         }

@@ -55,13 +55,16 @@ impl Cluster {
     }
 
     /// Like [`Cluster::up`] with extra `up` arguments (`--config FILE`).
+    /// `MC_TEST_ADAPTERS=per-guest` (or `in-hub`) chooses where the
+    /// adapters run, for configs that leave it to the default.
     pub fn up_with(name: &str, nodes: usize, extra: &[&str]) -> Cluster {
         let serial = serial();
-        let out = Command::new(mc_cluster())
-            .args(["--name", name, "up", "--nodes", &nodes.to_string()])
-            .args(extra)
-            .output()
-            .unwrap();
+        let mut cmd = Command::new(mc_cluster());
+        cmd.args(["--name", name, "up", "--nodes", &nodes.to_string()]).args(extra);
+        if let Ok(a) = std::env::var("MC_TEST_ADAPTERS") {
+            cmd.args(["--adapters", &a]);
+        }
+        let out = cmd.output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
         let c = Cluster { name: name.into(), nodes, up_output: text.clone(), _serial: serial };
         assert!(out.status.success(), "mc-cluster up failed:\n{text}");

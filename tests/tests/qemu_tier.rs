@@ -62,6 +62,15 @@ fn killed_qemu_then_down_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(100));
     }
     c.run(0, &["true"]);
+    if std::env::var("MC_TEST_ADAPTERS").as_deref() != Ok("per-guest") {
+        // The hub served node 1's adapter: the dead QEMU is announced as a
+        // failed node, and the hub no longer lists it.
+        let stats = c.hub(&["stats"]);
+        assert!(!stats.contains("\"node\": 1,"), "node 1 still listed after its QEMU died:\n{stats}");
+        assert!(stats.contains("\"node\": 0,"), "{stats}");
+        let log = std::fs::read_to_string(rd.join("hub.log")).unwrap();
+        assert!(log.contains("local port left: its QEMU went away"), "{log}");
+    }
     let out = c.exec(1, &["true"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("node 1 is down"));
