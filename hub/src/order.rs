@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use mc_adapter::adapter::Shared as Device;
 use mc_adapter::regs::err;
 use mc_adapter::uplink::{AckReply, UplinkError, WritePacket};
-use mc_link::{self as link, Msg, BROADCAST, FLAG_ACK_REPLY, FLAG_LOOPBACK};
+use mc_link::{Msg, BROADCAST, FLAG_ACK_REPLY, FLAG_LOOPBACK};
 use tokio::sync::{mpsc, Notify};
 use tracing::{debug, warn};
 
@@ -153,8 +153,8 @@ impl Shared {
         self.seq_hint.store(seq + 1, Ordering::Relaxed);
         debug!(seq, src, dest = w.dest, addr = w.addr, len = w.data.len(), "ordered");
         let capture = self.capture.lock().unwrap();
-        let frame: Option<Frame> =
-            (links || capture.is_some()).then(|| Arc::new(link::deliver_from_write(seq, src, w.flags, w.addr, w.data)));
+        let frame: Option<Frame> = (links || capture.is_some())
+            .then(|| Arc::new(Msg::Deliver { seq, src, flags: w.flags, addr: w.addr, data: w.data }.encode()));
         if let (Some(c), Some(f)) = (capture.as_ref(), &frame) {
             c.record(f);
         }
@@ -208,11 +208,7 @@ impl Shared {
                 }
                 Step::NotUp | Step::NoDest => return false,
                 Step::Full(id, port) => {
-                    let since = *first_full.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= self.cfg.stall_timeout {
-                        self.cut_off(id, &port);
-                        first_full = None;
-                    } else {
+                    if self.still_waiting(&mut first_full, id, &port) {
                         // A wake-up can be missed between the step and the
                         // wait: the poll interval bounds the delay that costs.
                         let _ = tokio::time::timeout(ROOM_POLL, port.room.notified()).await;
@@ -248,11 +244,7 @@ impl Shared {
                     return Ok(());
                 }
                 Step::Full(id, port) => {
-                    let since = *first_full.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= self.cfg.stall_timeout {
-                        self.cut_off(id, &port);
-                        first_full = None;
-                    } else {
+                    if self.still_waiting(&mut first_full, id, &port) {
                         rt.block_on(async {
                             let _ = tokio::time::timeout(ROOM_POLL, port.room.notified()).await;
                         });
@@ -260,6 +252,19 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// A writer found port `id` full: true while it should wait for room;
+    /// past the stall timeout the port is cut off instead (and the writer
+    /// tries again without it).
+    fn still_waiting(&self, first_full: &mut Option<Instant>, id: u16, port: &Arc<PortCtl>) -> bool {
+        let since = *first_full.get_or_insert_with(Instant::now);
+        if since.elapsed() < self.cfg.stall_timeout {
+            return true;
+        }
+        self.cut_off(id, port);
+        *first_full = None;
+        false
     }
 
     /// A receiver kept its queue full for the stall timeout: it is declared
