@@ -35,7 +35,7 @@ HUB_NODES=2,8
 QUICK=0
 OUT=$REPO/bench-out
 ADAPTERS=in-hub
-WRITE_MULTIPLE=auto
+WRITE_MULTIPLE=on
 
 usage() {
     cat <<EOF
@@ -47,7 +47,7 @@ usage: scripts/latency-bench.sh [options]
   --quick           skip the 8-node part (it boots 8 guests: minutes)
   --adapters MODE   in-hub (default: local ports of the hub) or per-guest
                     (one mc-adapter process per guest on a link port)
-  --write-multiple W  auto (default), on or off: vfio-user write_multiple
+  --write-multiple W  on (default) or off: vfio-user write_multiple
   --out DIR         where raw samples go (default bench-out/)
   -h, --help        this text
 EOF
@@ -77,7 +77,7 @@ while [ $# -gt 0 ]; do
             ADAPTERS=$2; shift 2 ;;
         --write-multiple)
             need_value "$@"
-            [[ $2 == auto || $2 == on || $2 == off ]] || die_usage "--write-multiple is auto, on or off, not '$2'"
+            [[ $2 == on || $2 == off ]] || die_usage "--write-multiple is on or off, not '$2'"
             WRITE_MULTIPLE=$2; shift 2 ;;
         --out) need_value "$@"; OUT=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;

@@ -141,9 +141,12 @@ pub struct QemuSection {
     pub extra_args: Vec<String>,
     /// Seconds to wait for every guest agent to answer.
     pub boot_timeout_s: u64,
-    /// Offer vfio-user `write_multiple` to QEMU: `auto` (off for QEMU 10.x,
-    /// where it sends every access through QEMU's vfio-user thread; on from
-    /// 11.0), `on` or `off`. docs/adapter.md has the measurements.
+    /// Offer vfio-user `write_multiple` to QEMU: `on` (the default) or
+    /// `off`. Off takes QEMU 10.x's vfio-user thread out of every store's
+    /// path (a quarter of the latency), but then QEMU queues posted stores
+    /// without bound while a guest stores faster than it can send them, and
+    /// register reads behind such a queue time out. docs/adapter.md has the
+    /// measurements.
     pub write_multiple: String,
 }
 
@@ -155,7 +158,7 @@ impl Default for QemuSection {
             firmware_dirs: vec!["/usr/share/qemu".into(), "/usr/share/seabios".into()],
             extra_args: Vec::new(),
             boot_timeout_s: 180,
-            write_multiple: "auto".into(),
+            write_multiple: "on".into(),
         }
     }
 }
@@ -198,8 +201,8 @@ impl Config {
         if c.in_hub() && self.hub.transport == "tcp" {
             bail!("hub.transport = \"tcp\" is for per-guest adapters: set cluster.adapters = \"per-guest\"");
         }
-        if !["auto", "on", "off"].contains(&self.qemu.write_multiple.as_str()) {
-            bail!("qemu.write_multiple must be auto, on or off, not '{}'", self.qemu.write_multiple);
+        if !["on", "off"].contains(&self.qemu.write_multiple.as_str()) {
+            bail!("qemu.write_multiple must be on or off, not '{}'", self.qemu.write_multiple);
         }
         if self.hub.queue_depth < 2 {
             bail!("hub.queue_depth must be at least 2, not {}", self.hub.queue_depth);

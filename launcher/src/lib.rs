@@ -175,17 +175,6 @@ pub fn parse_qemu_version(text: &str) -> Result<(u32, u32)> {
     }
 }
 
-/// Whether to offer vfio-user `write_multiple`: `auto` turns it off before
-/// QEMU 11.0, whose client then sends every access through its vfio-user
-/// thread (docs/adapter.md has the measurements).
-pub fn write_multiple(setting: &str, qemu: (u32, u32)) -> bool {
-    match setting {
-        "on" => true,
-        "off" => false,
-        _ => qemu.0 >= 11,
-    }
-}
-
 fn choose_accel(paths: &Paths, cfg: &Config, qemu: &Path, kernel: &Path) -> Result<String> {
     match cfg.qemu.accel.as_str() {
         "tcg" => Ok("tcg".into()),
@@ -234,7 +223,7 @@ pub fn plan(paths: &Paths, opts: &UpOptions) -> Result<Plan> {
         );
     }
     Ok(Plan {
-        write_multiple: write_multiple(&cfg.qemu.write_multiple, qemu_version),
+        write_multiple: cfg.qemu.write_multiple == "on",
         name: opts.name.clone(),
         nodes,
         run_dir: paths.run_dir(&opts.name),

@@ -64,4 +64,8 @@ fn stores_arrive_in_program_order() {
         assert_eq!(field(line, "last_flag"), rounds, "size {size}: the last round's flag never arrived:\n{clog}");
     }
     assert_eq!(crc, "0", "checker failed:\n{clog}");
+    // With the default settings QEMU keeps up with the store flood: no
+    // register read behind it timed out (docs/adapter.md, write_multiple).
+    let qlog = std::fs::read_to_string(c.run_dir().join("node0/qemu.log")).unwrap_or_default();
+    assert!(!qlog.contains("timed out waiting for reply"), "QEMU's requests to the adapter timed out:\n{qlog}");
 }
