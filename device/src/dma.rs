@@ -3,16 +3,26 @@
 //! QEMU sends one `DMA_MAP` per mapped range, with the fd of the guest RAM
 //! backend (a memfd) and the range's offset in it. While the guest's IOMMU
 //! switches domains that is hundreds of 4 KiB maps, so the maps live in an
-//! interval map (a `BTreeMap` keyed by start IOVA) and every distinct backing
-//! file is mmapped once, whatever the number of maps into it.
+//! interval map (a `BTreeMap` keyed by start IOVA; vm-memory's `GuestMemory`
+//! wants few, large, non-overlapping regions) and every distinct backing file
+//! is mmapped once, whatever the number of maps into it, as a rust-vmm
+//! `vm_memory::MmapRegion`. Every access goes through its bounds-checked
+//! volatile and atomic accessors: this module has no `unsafe`.
+//!
+//! Threads: the vfio-user thread maps and unmaps (write lock); deliverers
+//! (a hub's ordering thread, a link's receive thread) copy (read lock).
 //!
 //! Owns: the mmaps of guest RAM. Must not: write outside a mapped range or
 //! into a read-only one — [`DmaSpace::write`] validates the whole span first
 //! and touches nothing when any byte of it is unmapped.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, Weak};
+
+use vm_memory::{Bytes, FileOffset, MmapRegion, VolatileMemory, VolatileSlice};
 
 use thiserror::Error;
 
@@ -40,47 +50,12 @@ pub enum DmaError {
 }
 
 /// One mmap of a backing file, shared by every range that points into it.
-struct Backing {
-    ptr: *mut u8,
-    len: usize,
-}
+type Backing = MmapRegion<()>;
 
-// SAFETY: the mapping is plain shared memory; concurrent access from several
-// threads is the same as DMA from several engines and is synchronised by the
-// guest protocol, not by Rust references (we only copy through raw pointers).
-unsafe impl Send for Backing {}
-// SAFETY: see `Send`; no `&`/`&mut` references into the mapping are ever made.
-unsafe impl Sync for Backing {}
-
-impl Drop for Backing {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` come from a successful mmap in `Backing::map`
-        // and are unmapped exactly once, here.
-        unsafe {
-            libc::munmap(self.ptr.cast(), self.len);
-        }
-    }
-}
-
-impl Backing {
-    fn map(fd: &OwnedFd, len: usize) -> Result<Backing, DmaError> {
-        // SAFETY: mapping a file we were handed with MAP_SHARED; the result is
-        // checked and only ever accessed through raw-pointer copies.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(DmaError::BadMap(format!("mmap of {len} bytes failed: {}", std::io::Error::last_os_error())));
-        }
-        Ok(Backing { ptr: ptr.cast(), len })
-    }
+/// Maps all of `fd` (shared, read-write).
+fn map_file(fd: OwnedFd, len: usize) -> Result<Backing, DmaError> {
+    MmapRegion::from_file(FileOffset::new(File::from(fd), 0), len)
+        .map_err(|e| DmaError::BadMap(format!("mmap of {len} bytes failed: {e}")))
 }
 
 #[derive(Clone)]
@@ -140,7 +115,7 @@ impl DmaSpace {
                 let b = match maps.files.get(&key).and_then(Weak::upgrade) {
                     Some(b) => b,
                     None => {
-                        let b = Arc::new(Backing::map(&fd, file_len as usize)?);
+                        let b = Arc::new(map_file(fd, file_len as usize)?);
                         maps.files.insert(key, Arc::downgrade(&b));
                         b
                     }
@@ -197,8 +172,9 @@ impl DmaSpace {
         self.len() == 0
     }
 
-    /// Resolves `[iova, iova+len)` into host pointers, or fails without side effects.
-    fn resolve(maps: &Maps, iova: u64, len: usize, write: bool) -> Result<Vec<(*mut u8, usize)>, DmaError> {
+    /// Resolves `[iova, iova+len)` into pieces of mapped files, or fails
+    /// without side effects.
+    fn resolve(maps: &Maps, iova: u64, len: usize, write: bool) -> Result<Vec<(Arc<Backing>, usize, usize)>, DmaError> {
         let mut out = Vec::with_capacity(2);
         let mut at = iova;
         let mut left = len as u64;
@@ -210,19 +186,15 @@ impl DmaSpace {
             }
             let (b, off) = r.backing.as_ref().ok_or(DmaError::NoBacking(at))?;
             let n = left.min(r.end - at);
-            let file_off = off + (at - start);
-            debug_assert!(file_off + n <= b.len as u64);
-            // SAFETY: file_off + n is within the mapping: checked against the
-            // file size when the map was added, and ranges never grow.
-            out.push((unsafe { b.ptr.add(file_off as usize) }, n as usize));
+            out.push((b.clone(), (off + (at - start)) as usize, n as usize));
             at += n;
             left -= n;
         }
         Ok(out)
     }
 
-    /// Copies `data` into guest memory at `iova`. Either every byte is written
-    /// or none is.
+    /// Copies `data` into guest memory at `iova` in ascending address order
+    /// ([`ordered_store`]). Either every byte is written or none is.
     pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), DmaError> {
         if iova.checked_add(data.len() as u64).is_none() {
             return Err(DmaError::Unmapped(iova));
@@ -230,11 +202,10 @@ impl DmaSpace {
         let maps = self.maps.read().unwrap();
         let chunks = Self::resolve(&maps, iova, data.len(), true)?;
         let mut src = data;
-        for (dst, n) in chunks {
-            // SAFETY: `dst..dst+n` lies in a live mapping (we hold the read
-            // lock, so no unmap can run) and does not overlap `src`, which is
-            // host heap memory.
-            unsafe { ordered_copy(dst, &src[..n]) };
+        for (b, off, n) in chunks {
+            // Inside the file: checked against its size when the map was added.
+            let slice = b.get_slice(off, n).map_err(|_| DmaError::Unmapped(iova))?;
+            ordered_store(&slice, off, &src[..n]);
             src = &src[n..];
         }
         Ok(())
@@ -248,72 +219,60 @@ impl DmaSpace {
         let maps = self.maps.read().unwrap();
         let chunks = Self::resolve(&maps, iova, buf.len(), false)?;
         let mut at = 0;
-        for (src, n) in chunks {
-            // SAFETY: as in `write`, the source is a live mapping and the
-            // destination is our own buffer.
-            unsafe { std::ptr::copy_nonoverlapping(src, buf[at..].as_mut_ptr(), n) };
+        for (b, off, n) in chunks {
+            b.get_slice(off, n).map_err(|_| DmaError::Unmapped(iova))?.copy_to(&mut buf[at..at + n]);
             at += n;
         }
         Ok(())
     }
 }
 
-/// Copies `src` to `dst` in ascending address order, each store naturally
-/// aligned and at most 8 bytes wide, each one a release store.
+/// Stores `src` into `dst` (which starts at byte `base` of its mapping) in
+/// ascending address order, each store naturally aligned, at most 8 bytes
+/// wide, and a release store.
 ///
 /// This is what makes a received packet honour MEMORY CHANNEL's ordering
 /// inside one packet: a guest that sees a word also sees every byte before
 /// it in the same packet (a block and the flag stored after it are often
-/// coalesced into one packet). `copy_nonoverlapping` gives no such promise:
-/// glibc's AVX2 `memcpy` writes the first 32 bytes last for mid-sized
-/// copies, so a reader polling the last word saw it before the first one.
-/// Release stores are plain `mov`s on x86 and keep the order on hosts with
-/// weaker memory models too; an aligned store of 8 bytes or less is never
-/// torn, so a guest's aligned 8-byte store arrives whole.
-///
-/// # Safety
-/// `dst..dst + src.len()` must be valid for writes (shared guest memory) and
-/// must not overlap `src`.
-pub unsafe fn ordered_copy(dst: *mut u8, src: &[u8]) {
-    use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::Release};
+/// coalesced into one packet). A bulk copy gives no such promise: glibc's
+/// vector `memcpy` writes the first bytes last for mid-sized copies, so a
+/// reader polling the last word saw it before the first one. Release stores
+/// are plain `mov`s on x86 and keep the order on hosts with weaker memory
+/// models too; an aligned store of 8 bytes or less is never torn, so a
+/// guest's aligned 8-byte store arrives whole. Mappings are page aligned, so
+/// the alignment of `base + i` is the alignment of the host address.
+pub fn ordered_store(dst: &VolatileSlice<'_, ()>, base: usize, src: &[u8]) {
     let mut i = 0;
-    let n = src.len();
+    let n = src.len().min(dst.len());
     while i < n {
-        // SAFETY: i < n, so the pointer stays inside the caller's range.
-        let p = unsafe { dst.add(i) };
         let left = n - i;
-        let addr = p as usize;
-        if addr.is_multiple_of(8) && left >= 8 {
+        let at = base + i;
+        // Every store is inside `dst` and aligned (checked above), so the
+        // accessors cannot fail; they check again anyway.
+        let r = if at % 8 == 0 && left >= 8 {
             let v = u64::from_ne_bytes(src[i..i + 8].try_into().unwrap());
-            // SAFETY: in this arm and the others, `p..p + width` is inside
-            // `dst..dst + n` (`left >= width`), aligned to `width` (checked
-            // on the address), and the caller promised it is writable. The
-            // atomic types need only alignment and validity; the memory is
-            // shared with the guest, so plain references are never made.
-            unsafe { AtomicU64::from_ptr(p.cast()) }.store(v, Release);
             i += 8;
-        } else if addr.is_multiple_of(4) && left >= 4 {
+            dst.store(v, at - base, Ordering::Release)
+        } else if at % 4 == 0 && left >= 4 {
             let v = u32::from_ne_bytes(src[i..i + 4].try_into().unwrap());
-            // SAFETY: as above.
-            unsafe { AtomicU32::from_ptr(p.cast()) }.store(v, Release);
             i += 4;
-        } else if addr.is_multiple_of(2) && left >= 2 {
+            dst.store(v, at - base, Ordering::Release)
+        } else if at % 2 == 0 && left >= 2 {
             let v = u16::from_ne_bytes(src[i..i + 2].try_into().unwrap());
-            // SAFETY: as above.
-            unsafe { AtomicU16::from_ptr(p.cast()) }.store(v, Release);
             i += 2;
+            dst.store(v, at - base, Ordering::Release)
         } else {
-            // SAFETY: as above.
-            unsafe { AtomicU8::from_ptr(p) }.store(src[i], Release);
+            let v = src[i];
             i += 1;
-        }
+            dst.store(v, at - base, Ordering::Release)
+        };
+        debug_assert!(r.is_ok(), "ordered store at {at}: {r:?}");
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::FromRawFd;
 
     fn memfd(len: u64) -> OwnedFd {
         let fd = nix::sys::memfd::memfd_create(c"dma-test", nix::sys::memfd::MemFdCreateFlag::empty()).unwrap();
@@ -322,8 +281,7 @@ mod tests {
     }
 
     fn dup(fd: &OwnedFd) -> OwnedFd {
-        // SAFETY: dup returns a fresh fd that we own.
-        unsafe { OwnedFd::from_raw_fd(libc::dup(fd.as_raw_fd())) }
+        fd.try_clone().unwrap()
     }
 
     #[test]
@@ -385,13 +343,14 @@ mod tests {
     /// word older than the last word is a violation.
     #[test]
     fn writes_land_in_ascending_order_for_a_concurrent_reader() {
-        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::atomic::AtomicBool;
         const LEN: usize = 1 << 16;
         let ram = memfd(LEN as u64);
         let dma = Arc::new(DmaSpace::new());
         dma.map(0, LEN as u64, Some(dup(&ram)), 0, true).unwrap();
-        let reader_map = Backing::map(&ram, LEN).unwrap();
-        let base = reader_map.ptr as usize;
+        // The guest's view: its own mapping of the same memory.
+        let reader_map = map_file(dup(&ram), LEN).unwrap();
+        let guest = reader_map.get_slice(0, LEN).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         for size in [64usize, 1024, 2048, 4096, 8192] {
             stop.store(false, Ordering::SeqCst);
@@ -410,14 +369,8 @@ mod tests {
             let mut last = 0;
             let t0 = std::time::Instant::now();
             while seen < 5000 && t0.elapsed() < std::time::Duration::from_secs(5) {
-                // SAFETY: both words are inside the reader's own mapping of
-                // the memfd, 8-byte aligned; atomics because the writer
-                // stores concurrently.
-                let (flag, first) = unsafe {
-                    let flag = AtomicU64::from_ptr((base + 0x1000 + size - 8) as *mut u64).load(Ordering::Acquire);
-                    let first = AtomicU64::from_ptr((base + 0x1000) as *mut u64).load(Ordering::Acquire);
-                    (flag, first)
-                };
+                let flag: u64 = guest.load(0x1000 + size - 8, Ordering::Acquire).unwrap();
+                let first: u64 = guest.load(0x1000, Ordering::Acquire).unwrap();
                 checks += 1;
                 if first < flag {
                     violations += 1;

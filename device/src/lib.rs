@@ -4,8 +4,14 @@
 //! # Layout
 //! - [`regs`] (crate `mc-regs`, `device/regs/`): BARs, register offsets and bits, the page control table entry
 //!   format — the adapter's datasheet in code (`docs/adapter.md` in prose).
-//! - [`adapter`]: the device: registers, PCT, transmit window, receive DMA.
-//! - [`dma`]: guest memory through QEMU's DMA maps (interval map over memfds).
+//! - [`adapter`]: the device (`adapter/mod.rs`: its state and the vfio-user
+//!   `Device` impl), with `registers` (BAR 0 and the PCT), `tx` (transmit
+//!   window to write packets), `rx` (deliveries into guest memory, ACK
+//!   answers) and `irq` (causes, FIFO, INTx and MSI-X).
+//! - [`uplink`]: where an adapter's writes go (the contract with the hub).
+//! - [`remote`]: a link port: the adapter's socket to a hub in another process.
+//! - [`dma`]: guest memory through QEMU's DMA maps (interval map over
+//!   vm-memory `MmapRegion`s of the memfds), and the ordered copy.
 //! - [`link_client`]: a blocking client of the hub's link protocol (joining, streams).
 //! - [`pci`]: PCI configuration space.
 //! - [`vfio_user`]: the vfio-user protocol server (socket, framing, dispatch).

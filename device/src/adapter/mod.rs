@@ -1,0 +1,404 @@
+//! The MEMORY CHANNEL adapter: register file, page control table, transmit
+//! window, receive DMA, interrupts and ACK pages, behind the [`Device`] trait.
+//!
+//! Two kinds of thread touch an adapter:
+//! - its vfio-user thread (QEMU's requests, in order): register and PCT
+//!   accesses and transmit-window stores, which become write packets handed
+//!   to the adapter's [`Uplink`];
+//! - whoever delivers ordered writes: on a hub's local port, the vfio-user
+//!   thread of whichever guest made the write (under the hub's order lock);
+//!   on a link port, the link's receive thread ([`crate::remote`]). It calls
+//!   [`Shared::deliver`], which applies the bytes to guest memory through the
+//!   DMA maps, and returns ACK answers for the deliverer to send.
+//!
+//! What both need lives in [`Shared`]: atomics for the PCT and counters and
+//! a mutex for the interrupt state (taken last, never held across anything
+//! that waits). A deliverer never waits for the vfio-user thread, and never
+//! writes guest memory outside a DMA map.
+
+mod irq;
+mod registers;
+mod rx;
+mod tx;
+
+use std::io::{self, BufWriter};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mc_link::ANY_NODE;
+use tracing::{info, warn};
+
+use self::irq::Irq;
+use self::tx::Pending;
+use crate::dma::DmaSpace;
+use crate::link_client::{HubAddr, Joined, Stream};
+use crate::pci::{ConfigSpace, CONFIG_SIZE};
+use crate::regs::{self, err, int, pct, MSIX_VECTORS, PAGE_SIZE};
+use crate::remote::RemoteLink;
+use crate::uplink::{LinkInfo, Unplugged, Uplink};
+use crate::vfio_user::{self, region, region_flags, Device, Errno, IrqSet, RegionInfo};
+
+/// Node id value of `NODE` while the adapter has not joined a hub.
+pub const NO_NODE: u32 = 0xFFFF;
+
+/// How the adapter is set up.
+#[derive(Debug, Clone)]
+pub struct AdapterConfig {
+    /// Size of the MEMORY CHANNEL address space in bytes (power of two).
+    pub aspace: u64,
+    /// The hub: `HubAddr::Unix(path)` or `HubAddr::Tcp("host:port")`.
+    pub hub: HubAddr,
+    /// Cluster secret (a TCP hub requires it).
+    pub secret: Option<Vec<u8>>,
+    /// Node id to ask the hub for, or `ANY_NODE`.
+    pub want_node: u16,
+    /// Name given to the hub (logs, stable ids).
+    pub name: String,
+    /// How long to keep trying to reach the hub at start.
+    pub hub_wait: Duration,
+}
+
+impl Default for AdapterConfig {
+    fn default() -> Self {
+        AdapterConfig {
+            aspace: regs::DEFAULT_ASPACE,
+            hub: HubAddr::Unix("mc-hub.sock".into()),
+            secret: None,
+            want_node: ANY_NODE,
+            name: String::from("adapter"),
+            hub_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// State shared by the vfio-user thread and the receive thread.
+pub struct Shared {
+    /// Pages in the address space.
+    pub pages: u64,
+    /// Two words per page, see [`regs::pct`].
+    pct: Box<[AtomicU64]>,
+    /// Guest memory.
+    pub dma: DmaSpace,
+    node: AtomicU32,
+    /// Node id to rejoin as after a link loss.
+    home_node: AtomicU32,
+    link_up: AtomicBool,
+    /// PCI command register's bus master bit: no receive DMA without it.
+    bus_master: AtomicBool,
+    err_status: AtomicU32,
+    err_count: AtomicU32,
+    members: AtomicU64,
+    tx_packets: AtomicU64,
+    rx_packets: AtomicU64,
+    rx_dropped: AtomicU64,
+    link_events: AtomicU32,
+    last_seq: AtomicU64,
+    /// Next sequence number expected from the hub (gap detection).
+    next_seq: AtomicU64,
+    irq: Mutex<Irq>,
+}
+
+impl Shared {
+    fn new(pages: u64) -> Self {
+        Shared {
+            pages,
+            pct: (0..pages * 2).map(|_| AtomicU64::new(0)).collect(),
+            dma: DmaSpace::new(),
+            node: AtomicU32::new(NO_NODE),
+            home_node: AtomicU32::new(ANY_NODE as u32),
+            link_up: AtomicBool::new(false),
+            bus_master: AtomicBool::new(false),
+            err_status: AtomicU32::new(err::LINK_DOWN),
+            err_count: AtomicU32::new(0),
+            members: AtomicU64::new(0),
+            tx_packets: AtomicU64::new(0),
+            rx_packets: AtomicU64::new(0),
+            rx_dropped: AtomicU64::new(0),
+            link_events: AtomicU32::new(0),
+            last_seq: AtomicU64::new(0),
+            next_seq: AtomicU64::new(0),
+            irq: Mutex::new(Irq {
+                msix: (0..MSIX_VECTORS).map(|_| None).collect(),
+                msix_masked: vec![false; MSIX_VECTORS as usize],
+                msix_pending: vec![false; MSIX_VECTORS as usize],
+                ..Irq::default()
+            }),
+        }
+    }
+
+    /// Latches error bits, counts one error and raises the error interrupt cause.
+    pub fn raise_error(&self, bits: u32) {
+        self.err_status.fetch_or(bits, Ordering::SeqCst);
+        let _ = self.err_count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_add(1));
+        self.irq.lock().unwrap().raise(int::ERROR);
+    }
+
+    /// Clears error status bits without counting anything (link installed).
+    pub fn err_status_clear(&self, bits: u32) {
+        self.err_status.fetch_and(!bits, Ordering::SeqCst);
+    }
+
+    /// Current error status bits.
+    pub fn err_status(&self) -> u32 {
+        self.err_status.load(Ordering::SeqCst)
+    }
+
+    /// Errors counted since reset.
+    pub fn err_count(&self) -> u32 {
+        self.err_count.load(Ordering::SeqCst)
+    }
+
+    /// Word `w` (0 or 1) of page `page`'s PCT entry.
+    pub fn pct_word(&self, page: u64, w: u64) -> u64 {
+        self.pct[(page * 2 + w) as usize].load(Ordering::Acquire)
+    }
+
+    fn node_id(&self) -> Option<u16> {
+        let n = self.node.load(Ordering::SeqCst) & 0xFFFF;
+        (n != NO_NODE).then_some(n as u16)
+    }
+
+    fn ports(&self) -> u32 {
+        self.node.load(Ordering::SeqCst) >> 16
+    }
+
+    fn set_member(&self, node: u16, up: bool) {
+        if node < 64 {
+            let bit = 1u64 << node;
+            if up {
+                self.members.fetch_or(bit, Ordering::SeqCst);
+            } else {
+                self.members.fetch_and(!bit, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn link_event(&self) {
+        self.link_events.fetch_add(1, Ordering::Relaxed);
+        self.irq.lock().unwrap().raise(int::LINK);
+    }
+
+    /// The link came up (first join or rejoin): node id, ports, members.
+    pub fn link_up(&self, info: &LinkInfo) {
+        self.node.store(info.node as u32 | (info.max_nodes as u32) << 16, Ordering::SeqCst);
+        self.home_node.store(info.node as u32, Ordering::SeqCst);
+        self.members.store(0, Ordering::SeqCst);
+        for m in &info.members {
+            self.set_member(*m, true);
+        }
+        self.next_seq.store(info.next_seq, Ordering::SeqCst);
+        self.link_up.store(true, Ordering::SeqCst);
+        self.link_event();
+    }
+
+    /// The node id this adapter rejoins as after a link loss.
+    pub fn home_node(&self) -> u16 {
+        self.home_node.load(Ordering::SeqCst) as u16
+    }
+
+    /// True while the link is up.
+    pub fn is_link_up(&self) -> bool {
+        self.link_up.load(Ordering::SeqCst)
+    }
+
+    /// The link went down: no node id, no members, LINK_DOWN and the LINK cause.
+    pub fn link_down(&self, reason: &str) {
+        warn!("link to hub down: {reason}");
+        let was_up = self.link_up.swap(false, Ordering::SeqCst);
+        self.node.fetch_or(NO_NODE, Ordering::SeqCst);
+        self.members.store(0, Ordering::SeqCst);
+        if was_up {
+            self.raise_error(err::LINK_DOWN);
+            self.link_event();
+        }
+    }
+
+    fn reset(&self) {
+        for w in self.pct.iter() {
+            w.store(0, Ordering::Release);
+        }
+        self.err_status.store(if self.link_up.load(Ordering::SeqCst) { 0 } else { err::LINK_DOWN }, Ordering::SeqCst);
+        self.err_count.store(0, Ordering::SeqCst);
+        self.tx_packets.store(0, Ordering::Relaxed);
+        self.rx_packets.store(0, Ordering::Relaxed);
+        self.rx_dropped.store(0, Ordering::Relaxed);
+        self.link_events.store(0, Ordering::Relaxed);
+        let mut irq = self.irq.lock().unwrap();
+        irq.cause = 0;
+        irq.mask = 0;
+        irq.fifo.clear();
+        irq.lost = 0;
+        irq.unmask_all();
+    }
+}
+
+/// The adapter device.
+pub struct Adapter {
+    shared: Arc<Shared>,
+    config: ConfigSpace,
+    pending: Option<Pending>,
+    uplink: Arc<dyn Uplink>,
+}
+
+impl Adapter {
+    /// Creates an adapter with no hub link (tests attach one with [`Adapter::attach_link`]).
+    pub fn new(aspace: u64) -> io::Result<Adapter> {
+        if !(regs::MIN_ASPACE..=regs::MAX_ASPACE).contains(&aspace) || !aspace.is_power_of_two() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "address space must be a power of two between {} MiB and {} MiB, not {aspace} bytes",
+                    regs::MIN_ASPACE >> 20,
+                    regs::MAX_ASPACE >> 20
+                ),
+            ));
+        }
+        let pages = aspace / PAGE_SIZE;
+        let shared = Arc::new(Shared::new(pages));
+        Ok(Adapter {
+            config: ConfigSpace::new(Self::pct_bar_size(pages), aspace),
+            shared,
+            pending: None,
+            uplink: Arc::new(Unplugged),
+        })
+    }
+
+    fn pct_bar_size(pages: u64) -> u64 {
+        (pages * pct::ENTRY).next_power_of_two().max(4096)
+    }
+
+    /// The state deliverers use (a hub's local port keeps it).
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Plugs the adapter's cable in: its writes go to `uplink` from now on.
+    pub fn set_uplink(&mut self, uplink: Arc<dyn Uplink>) {
+        self.flush_pending();
+        self.uplink = uplink;
+    }
+
+    /// Joins the hub at `cfg.hub` over a link port (retrying for
+    /// `cfg.hub_wait`); the link rejoins by itself whenever it goes down.
+    pub fn connect(&mut self, cfg: &AdapterConfig) -> io::Result<()> {
+        let link = RemoteLink::connect(self.shared.clone(), cfg)?;
+        self.set_uplink(Arc::new(link));
+        Ok(())
+    }
+
+    /// Uses an already-joined link (from `link_client::join`); no rejoin after a loss.
+    pub fn attach_link(&mut self, joined: Joined, reader: UnixStream, writer: BufWriter<UnixStream>) {
+        let writer =
+            BufWriter::with_capacity(64 * 1024, Stream::Unix(writer.into_inner().expect("fresh writer is empty")));
+        let link = RemoteLink::attach(self.shared.clone(), joined, Stream::Unix(reader), writer);
+        self.set_uplink(Arc::new(link));
+    }
+}
+
+impl Device for Adapter {
+    fn region_info(&self, index: u32) -> RegionInfo {
+        let rw = region_flags::READ | region_flags::WRITE;
+        match index {
+            regs::BAR_REGS => RegionInfo { size: regs::REGS_SIZE, flags: rw },
+            regs::BAR_PCT => RegionInfo { size: Self::pct_bar_size(self.shared.pages), flags: rw },
+            regs::BAR_TX => RegionInfo { size: self.shared.pages * PAGE_SIZE, flags: rw },
+            region::CONFIG => RegionInfo { size: CONFIG_SIZE, flags: rw },
+            _ => RegionInfo::default(),
+        }
+    }
+
+    fn irq_count(&self, index: u32) -> u32 {
+        match index {
+            vfio_user::irq::INTX | vfio_user::irq::ERR => 1,
+            vfio_user::irq::MSIX => MSIX_VECTORS,
+            _ => 0,
+        }
+    }
+
+    fn region_read(&mut self, index: u32, offset: u64, data: &mut [u8]) -> Result<(), Errno> {
+        if index != regs::BAR_TX {
+            // Anything but a store ends the current packet (bounds its delay).
+            self.flush_link();
+        }
+        match index {
+            regs::BAR_REGS => self.regs_read(offset, data),
+            regs::BAR_PCT => self.pct_read(offset, data),
+            regs::BAR_TX => {
+                // Master abort: all ones and an error bit, never a hang.
+                data.fill(0xFF);
+                self.shared.raise_error(err::TX_READ);
+            }
+            region::CONFIG => self.config.read(offset, data),
+            _ => return Err(Errno(libc::EINVAL)),
+        }
+        Ok(())
+    }
+
+    fn region_write(&mut self, index: u32, offset: u64, data: &[u8]) -> Result<(), Errno> {
+        match index {
+            regs::BAR_REGS => {
+                self.flush_link();
+                self.regs_write(offset, data)
+            }
+            regs::BAR_PCT => self.pct_write(offset, data),
+            regs::BAR_TX => self.tx_store(offset, data),
+            region::CONFIG => {
+                self.config.write(offset, data);
+                self.shared.bus_master.store(self.config.bus_master(), Ordering::Release);
+            }
+            _ => return Err(Errno(libc::EINVAL)),
+        }
+        Ok(())
+    }
+
+    fn dma_map(&mut self, iova: u64, size: u64, fd: Option<OwnedFd>, offset: u64, flags: u32) -> Result<(), Errno> {
+        let writable = flags & vfio_user::dma_flags::WRITE != 0;
+        self.shared.dma.map(iova, size, fd, offset, writable).map_err(|e| {
+            warn!("DMA_MAP refused: {e}");
+            Errno(libc::EINVAL)
+        })
+    }
+
+    fn dma_unmap(&mut self, iova: u64, size: u64, all: bool) -> Result<(), Errno> {
+        if all {
+            self.shared.dma.clear();
+        } else {
+            self.shared.dma.unmap(iova, size);
+        }
+        Ok(())
+    }
+
+    fn set_irqs(&mut self, req: IrqSet) -> Result<(), Errno> {
+        self.shared.irq.lock().unwrap().set_irqs(req);
+        Ok(())
+    }
+
+    fn reset(&mut self) {
+        // Stores the guest made before the reset still go out.
+        self.flush_link();
+        self.shared.reset();
+        info!("adapter reset");
+    }
+
+    fn idle(&mut self) {
+        self.flush_link();
+    }
+
+    fn batch_limit(&mut self) {
+        // Complete packets go out; the one being built is bounded by its
+        // page and goes out when full, on a page change or when idle.
+        self.uplink.flush();
+    }
+
+    fn disconnected(&mut self) {
+        self.shared.dma.clear();
+        let mut irq = self.shared.irq.lock().unwrap();
+        irq.intx = None;
+        irq.msix.iter_mut().for_each(|f| *f = None);
+        irq.err = None;
+        irq.unmask_all();
+    }
+}
