@@ -288,7 +288,7 @@ echo
 echo "== latency-bench: $(date -u '+%Y-%m-%d %H:%M UTC'), ${ACCEL:-?} guests ($CPUS vCPU, clocksource $CLOCK), $(nproc) host cores =="
 echo "host load average (1, 5 min): $LOAD_START at the start, $LOAD_2NODE after the 2-node part, $(load) at the end"
 echo "one way = RTT / 2 of 8-byte values, $ROUNDS round trips after $WARMUP warm-up, nearest-rank percentiles (raw RTTs: $OUT/latency-rtt-*.txt)"
-echo "MEMORY CHANNEL: adapters $ADAPTERS, vfio-user write_multiple $WRITE_MULTIPLE (offered: $(sed -n 's/.*"write_multiple": *\([a-z]*\).*/\1/p' "$REPO/.run/$NAME/plan.json" 2>/dev/null || echo '?'))"
+echo "MEMORY CHANNEL: adapters $ADAPTERS, vfio-user write_multiple $WRITE_MULTIPLE (offered: $(sed -n 's/.*"write_multiple": *\(true\|false\).*/\1/p' "$REPO/.run/$NAME/plan.json" 2>/dev/null || echo '?'))"
 echo "TCP: $LAN"
 echo
 printf '%-44s %10s %10s %10s\n' "guest -> guest, one way" "p50 us" "p99 us" "p99.9 us"
