@@ -74,8 +74,9 @@ pub mod flags {
     pub const ERROR: u32 = 0x20;
 }
 
-/// vfio-user commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// vfio-user commands (`Command::try_from(u16)` gives back unknown numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, num_enum::TryFromPrimitive)]
+#[num_enum(error_type(name = u16, constructor = std::convert::identity))]
 #[repr(u16)]
 pub enum Command {
     /// Version and capability negotiation.
@@ -108,31 +109,6 @@ pub enum Command {
     DirtyPages = 14,
     /// Several small posted region writes in one message.
     RegionWriteMulti = 15,
-}
-
-impl TryFrom<u16> for Command {
-    type Error = u16;
-    fn try_from(v: u16) -> Result<Self, u16> {
-        use Command::*;
-        Ok(match v {
-            1 => Version,
-            2 => DmaMap,
-            3 => DmaUnmap,
-            4 => DeviceGetInfo,
-            5 => DeviceGetRegionInfo,
-            6 => DeviceGetRegionIoFds,
-            7 => DeviceGetIrqInfo,
-            8 => DeviceSetIrqs,
-            9 => RegionRead,
-            10 => RegionWrite,
-            11 => DmaRead,
-            12 => DmaWrite,
-            13 => DeviceReset,
-            14 => DirtyPages,
-            15 => RegionWriteMulti,
-            other => return Err(other),
-        })
-    }
 }
 
 /// VFIO region indexes of a PCI device (`VFIO_PCI_*_REGION_INDEX`).

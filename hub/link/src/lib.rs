@@ -133,8 +133,10 @@ pub enum LinkError {
     BadField(&'static str),
 }
 
-/// Message kinds on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Message kinds on the wire. `Kind::try_from(u8)` refuses unknown kinds
+/// with [`LinkError::BadKind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, num_enum::TryFromPrimitive)]
+#[num_enum(error_type(name = LinkError, constructor = LinkError::BadKind))]
 #[repr(u8)]
 pub enum Kind {
     /// Adapter introduces itself.
@@ -151,22 +153,6 @@ pub enum Kind {
     Refuse = 6,
     /// Hub's authentication challenge (TCP).
     Challenge = 7,
-}
-
-impl TryFrom<u8> for Kind {
-    type Error = LinkError;
-    fn try_from(v: u8) -> Result<Self, LinkError> {
-        Ok(match v {
-            1 => Kind::Hello,
-            2 => Kind::Welcome,
-            3 => Kind::Write,
-            4 => Kind::Deliver,
-            5 => Kind::Member,
-            6 => Kind::Refuse,
-            7 => Kind::Challenge,
-            other => return Err(LinkError::BadKind(other)),
-        })
-    }
 }
 
 /// A validated frame header.
