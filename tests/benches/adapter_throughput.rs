@@ -4,7 +4,8 @@
 //! real hub, DMAs them into memfd guest RAM. Prints figures; asserts nothing
 //! about speed (these machines are noisy).
 //!
-//! Run: `cargo bench -p mc-adapter --bench adapter_throughput`
+//! Run: `cargo bench -p mc-tests --bench adapter_throughput` (`MC_TEST_PORTS=link`
+//! for per-guest adapters on link ports; local ports of the hub otherwise)
 //! (`MC_BENCH_WRITES=N` changes the number of writes per run).
 //!
 //! The original MEMORY CHANNEL moved 64 MB/s in 32-byte packets: about two
