@@ -52,6 +52,30 @@ pub enum DmaError {
 /// One mmap of a backing file, shared by every range that points into it.
 type Backing = MmapRegion<()>;
 
+/// Makes sure nobody can shrink the file behind a map: a receive into a
+/// page past a truncated end would kill the process with SIGBUS (on a hub's
+/// local ports, every guest's adapter at once). QEMU's
+/// `memory-backend-memfd` seals its memfd against shrinking already
+/// (`seal=on`, the default); a memfd that allows sealing gets the seal here;
+/// anything else (a plain file, a memfd created without
+/// `MFD_ALLOW_SEALING`) is refused.
+fn seal_against_shrinking(fd: &OwnedFd) -> Result<(), DmaError> {
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    let refuse = |why: String| {
+        Err(DmaError::BadMap(format!(
+            "guest memory must be a memfd sealed against shrinking (QEMU: memory-backend-memfd): {why}"
+        )))
+    };
+    match fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS) {
+        Ok(s) if SealFlag::from_bits_truncate(s).contains(SealFlag::F_SEAL_SHRINK) => Ok(()),
+        Ok(_) => match fcntl(fd.as_raw_fd(), FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK)) {
+            Ok(_) => Ok(()),
+            Err(e) => refuse(format!("it cannot be sealed ({e})")),
+        },
+        Err(e) => refuse(format!("it is not a memfd ({e})")),
+    }
+}
+
 /// Maps all of `fd` (shared, read-write).
 fn map_file(fd: OwnedFd, len: usize) -> Result<Backing, DmaError> {
     MmapRegion::from_file(FileOffset::new(File::from(fd), 0), len)
@@ -105,6 +129,7 @@ impl DmaSpace {
             None => None,
             Some(fd) => {
                 let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| DmaError::BadMap(format!("fstat: {e}")))?;
+                seal_against_shrinking(&fd)?;
                 let file_len = st.st_size as u64;
                 if offset.checked_add(size).is_none_or(|e| e > file_len) {
                     return Err(DmaError::BadMap(format!(
@@ -275,7 +300,8 @@ mod tests {
     use super::*;
 
     fn memfd(len: u64) -> OwnedFd {
-        let fd = nix::sys::memfd::memfd_create(c"dma-test", nix::sys::memfd::MemFdCreateFlag::empty()).unwrap();
+        let fd =
+            nix::sys::memfd::memfd_create(c"dma-test", nix::sys::memfd::MemFdCreateFlag::MFD_ALLOW_SEALING).unwrap();
         nix::unistd::ftruncate(&fd, len as i64).unwrap();
         fd
     }
@@ -386,5 +412,36 @@ mod tests {
             assert_eq!(violations, 0, "{size}-byte copies: the last word was seen before the first");
             assert!(seen >= 100, "{size}-byte copies: the reader saw only {seen} flags; the test checked nothing");
         }
+    }
+
+    /// A map is only taken when the memory behind it cannot shrink under
+    /// the device (a receive past a truncated end is a SIGBUS): unsealable
+    /// files are refused, sealable memfds are sealed.
+    #[test]
+    fn backing_that_could_shrink_is_sealed_or_refused() {
+        use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+        let dma = DmaSpace::new();
+        let plain = memfd_create(c"unsealable", MemFdCreateFlag::empty()).unwrap();
+        nix::unistd::ftruncate(&plain, 1 << 16).unwrap();
+        match dma.map(0, 0x1000, Some(plain), 0, true) {
+            Err(DmaError::BadMap(m)) => assert!(m.contains("sealed against shrinking"), "{m}"),
+            other => panic!("an unsealable memfd was accepted: {other:?}"),
+        }
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(1 << 16).unwrap();
+        assert!(matches!(dma.map(0, 0x1000, Some(OwnedFd::from(file)), 0, true), Err(DmaError::BadMap(_))));
+        assert!(dma.is_empty());
+
+        let ram = memfd(1 << 16);
+        dma.map(0, 0x4000, Some(dup(&ram)), 0, true).unwrap();
+        assert_eq!(
+            nix::unistd::ftruncate(&ram, 0x1000),
+            Err(nix::errno::Errno::EPERM),
+            "the file behind a map can still shrink"
+        );
+        dma.write(0x3000, &[9; 8]).unwrap();
+        let mut b = [0u8; 8];
+        dma.read(0x3000, &mut b).unwrap();
+        assert_eq!(b, [9; 8]);
     }
 }

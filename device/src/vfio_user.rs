@@ -40,6 +40,12 @@ pub const MAX_XFER: usize = 1 << 20;
 pub const MAX_MSG: usize = MAX_XFER + 64;
 /// Most fds accepted with one message; advertised as `max_msg_fds`.
 pub const MAX_FDS: usize = 8;
+/// Fds the receive buffer has room for: the kernel's `SCM_MAX_FD`, the most
+/// one `SCM_RIGHTS` message can carry. A client that sends more than
+/// [`MAX_FDS`] is refused, and the extra fds are closed, not leaked: a
+/// truncated control message would leave the fds the kernel already
+/// installed open with no way to name them.
+const RECV_FDS: usize = 253;
 /// Most messages handled back to back before [`Device::idle`] runs anyway:
 /// bounds how long batched work can wait while the socket never drains.
 /// 1024 eight-byte stores fill one MEMORY CHANNEL page, the largest packet,
@@ -413,7 +419,7 @@ impl<'d, D: Device> Connection<'d, D> {
         let old_end = self.end;
         let (n, fds) = loop {
             let mut iov = [IoSliceMut::new(&mut self.rx[self.end..])];
-            let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; MAX_FDS]);
+            let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; RECV_FDS]);
             let msg =
                 match recvmsg::<()>(self.stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
                     Ok(m) => m,
@@ -421,7 +427,8 @@ impl<'d, D: Device> Connection<'d, D> {
                     Err(e) => return Err(ServeError::Io(e.into())),
                 };
             if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
-                warn!("client sent more than {MAX_FDS} fds with one message; extra fds dropped");
+                // Only several SCM_RIGHTS in one message get here: hostile.
+                return Err(ServeError::Protocol(format!("more than {RECV_FDS} fds with one message")));
             }
             let mut fds = Vec::new();
             for c in msg.cmsgs().map_err(|e| ServeError::Io(e.into()))? {

@@ -396,9 +396,11 @@ pub struct GuestRam {
 
 impl GuestRam {
     pub fn new(size: u64) -> GuestRam {
-        let fd: OwnedFd =
-            nix::sys::memfd::memfd_create(c"mc-test-guest-ram", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)
-                .expect("memfd_create");
+        let fd: OwnedFd = nix::sys::memfd::memfd_create(
+            c"mc-test-guest-ram",
+            nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC | nix::sys::memfd::MemFdCreateFlag::MFD_ALLOW_SEALING,
+        )
+        .expect("memfd_create");
         nix::unistd::ftruncate(&fd, size as i64).expect("ftruncate");
         GuestRam { file: File::from(fd), size }
     }
