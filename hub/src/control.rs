@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
 use tracing::{info, warn};
 
@@ -21,6 +21,9 @@ use crate::order::PortCtl;
 
 /// Longest control request line accepted.
 const MAX_CONTROL_LINE: usize = 4096;
+/// Longest `delay` accepted: on a local port the ordering thread sleeps that
+/// long per frame, holding the bus, so it must stay short.
+pub const MAX_DELAY_MICROS: u64 = 1_000_000;
 
 /// A control request (one JSON object per line on the control socket; also
 /// the `mc-hub ctl` subcommands).
@@ -47,7 +50,7 @@ pub enum Control {
         #[arg(default_value_t = 1)]
         count: u32,
     },
-    /// Hold every frame to NODE back by MICROS microseconds (0 to stop).
+    /// Hold every frame to NODE back by MICROS microseconds (0 to stop; at most 1 s).
     Delay {
         /// Node id.
         node: u16,
@@ -105,6 +108,39 @@ pub enum ControlReply {
     },
 }
 
+/// Reads one line (without its newline) into `line`, keeping at most `cap`
+/// bytes; a longer line is read to its end and dropped. `Ok(None)` at the
+/// end of the stream, `Ok(Some(true))` for a line that was too long.
+async fn read_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    line: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<Option<bool>> {
+    line.clear();
+    let mut too_long = false;
+    loop {
+        let buf = r.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok((!line.is_empty() || too_long).then_some(too_long));
+        }
+        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], Some(i + 1)),
+            None => (buf, None),
+        };
+        if line.len() + chunk.len() > cap {
+            too_long = true;
+            line.clear();
+        } else if !too_long {
+            line.extend_from_slice(chunk);
+        }
+        let used = done.unwrap_or(buf.len());
+        r.consume(used);
+        if done.is_some() {
+            return Ok(Some(too_long));
+        }
+    }
+}
+
 impl Hub {
     /// Answers control requests on `listener` (one JSON object per line each
     /// way) until `shutdown` completes.
@@ -130,14 +166,20 @@ impl Hub {
                     let hub = self.clone();
                     tokio::spawn(async move {
                         let (r, mut w) = stream.into_split();
-                        let mut lines = BufReader::new(r.take(64 * MAX_CONTROL_LINE as u64)).lines();
-                        while let Ok(Some(line)) = lines.next_line().await {
-                            let reply = if line.len() > MAX_CONTROL_LINE {
+                        let mut r = BufReader::new(r);
+                        let mut line = Vec::with_capacity(256);
+                        // One request per line, for as long as the client likes;
+                        // each line is bounded, and every line gets an answer.
+                        while let Ok(Some(too_long)) = read_line_capped(&mut r, &mut line, MAX_CONTROL_LINE).await {
+                            let reply = if too_long {
                                 ControlReply::Error { message: format!("request over {MAX_CONTROL_LINE} bytes") }
                             } else {
-                                match serde_json::from_str::<Control>(&line) {
-                                    Ok(c) => hub.control(c).await,
-                                    Err(e) => ControlReply::Error { message: format!("bad request: {e}") },
+                                match std::str::from_utf8(&line) {
+                                    Err(_) => ControlReply::Error { message: "request is not UTF-8".into() },
+                                    Ok(text) => match serde_json::from_str::<Control>(text) {
+                                        Ok(c) => hub.control(c).await,
+                                        Err(e) => ControlReply::Error { message: format!("bad request: {e}") },
+                                    },
                                 }
                             };
                             let mut out = serde_json::to_vec(&reply).unwrap_or_default();
@@ -191,6 +233,9 @@ impl Hub {
                 rejected: self.shared.rejected.load(Ordering::Relaxed),
                 stalled: self.shared.stalled.load(Ordering::Relaxed),
             },
+            Control::Delay { micros, .. } if micros > MAX_DELAY_MICROS => {
+                ControlReply::Error { message: format!("delay {micros} us is over the {MAX_DELAY_MICROS} us limit") }
+            }
             Control::Delay { node, micros } => match connected(&ctl, node) {
                 Err(e) => e,
                 Ok(p) => {
@@ -201,7 +246,9 @@ impl Hub {
             Control::Corrupt { node, count } => match connected(&ctl, node) {
                 Err(e) => e,
                 Ok(p) => {
-                    p.corrupt.fetch_add(count, Ordering::SeqCst);
+                    // Saturates: asking for more never wraps around to fewer.
+                    let _ =
+                        p.corrupt.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| Some(c.saturating_add(count)));
                     ControlReply::Ok
                 }
             },

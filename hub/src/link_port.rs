@@ -148,9 +148,13 @@ where
             // Link sequence numbers continue after the challenge, if one was sent.
             let mut link_seq: u16 = first_link_seq;
             while let Some(f) = rx.recv().await {
-                let d = out_port.delay.load(Ordering::Relaxed);
-                if d > 0 {
-                    tokio::time::sleep(Duration::from_micros(d)).await;
+                // Held back while a delay is set; a shorter (or no) delay set
+                // meanwhile takes effect at once.
+                let held = std::time::Instant::now();
+                loop {
+                    let d = Duration::from_micros(out_port.delay.load(Ordering::Relaxed));
+                    let Some(left) = d.checked_sub(held.elapsed()).filter(|l| !l.is_zero()) else { break };
+                    tokio::time::sleep(left.min(Duration::from_millis(10))).await;
                 }
                 write_stamped(&mut w, &send(f), &mut link_seq).await?;
                 // Gather what is queued; give the ordering step one chance to
@@ -251,9 +255,7 @@ fn join_link(shared: &Shared, want: u16, name: &str) -> Result<(u16, mpsc::Recei
             .or_else(|| (0..max).find(|&i| free(i)).map(|i| i as u16))
             .ok_or_else(|| format!("hub is full ({max} ports)"))?
     };
-    if !name.is_empty() {
-        st.names.insert(name.to_string(), node);
-    }
+    st.remember_name(name, node);
     let (tx, rx) = mpsc::channel(shared.cfg.queue_depth.max(2) + MEMBER_ROOM);
     let ctl = Arc::new(PortCtl::new(name, Some(tx.clone())));
     shared.announce(st, node, true);

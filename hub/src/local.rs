@@ -196,7 +196,7 @@ impl Hub {
         let members = Shared::members(st, node);
         st.ports[node as usize] =
             Some(Port { ctl: ctl.clone(), kind: PortKind::Local(port.dev.clone()), failed: AtomicBool::new(false) });
-        st.names.insert(port.name.clone(), node);
+        st.remember_name(&port.name, node);
         sh.ctl.lock().unwrap().ports[node as usize] = Some(ctl);
         port.dev.link_up(&LinkInfo { node, max_nodes: sh.cfg.max_nodes as u16, members, next_seq: st.next_seq });
         info!(node, name = %port.name, "local port joined");

@@ -99,6 +99,29 @@ pub(crate) struct State {
     pub names: HashMap<String, u16>,
 }
 
+impl State {
+    /// Most names remembered for sticky node ids (a restarted guest comes
+    /// back as the same node): without a bound, every distinct name a client
+    /// ever sent would stay in memory.
+    fn names_cap(&self) -> usize {
+        4 * self.ports.len().max(16)
+    }
+
+    /// Remembers that `name` has node `node`. At the bound, names of nodes
+    /// that are not up under that name are forgotten first.
+    pub fn remember_name(&mut self, name: &str, node: u16) {
+        if name.is_empty() {
+            return;
+        }
+        if self.names.len() >= self.names_cap() && !self.names.contains_key(name) {
+            let ports = &self.ports;
+            self.names
+                .retain(|n, id| ports.get(*id as usize).is_some_and(|p| p.as_ref().is_some_and(|p| p.ctl.name == *n)));
+        }
+        self.names.insert(name.to_string(), node);
+    }
+}
+
 /// The outcome of one ordering step.
 pub(crate) enum Step {
     /// Numbered and delivered; ACK answers of local receivers to order next
@@ -318,5 +341,22 @@ impl Shared {
         m.sort_unstable();
         m.dedup();
         m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remembered_names_are_bounded() {
+        let mut st = State { next_seq: 0, ports: (0..8).map(|_| None).collect(), names: HashMap::new() };
+        for i in 0..10_000u32 {
+            st.remember_name(&format!("guest-{i}"), (i % 8) as u16);
+        }
+        assert!(st.names.len() <= st.names_cap(), "{} names kept", st.names.len());
+        assert_eq!(st.names.get("guest-9999"), Some(&7), "the newest name is remembered");
+        st.remember_name("", 3);
+        assert!(!st.names.contains_key(""));
     }
 }

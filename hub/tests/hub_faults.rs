@@ -236,3 +236,40 @@ fn hub_link_seq_counts_frames() {
     assert_eq!(b.recv().seq(), first + 7);
     assert_eq!(b.rx_seq, 2);
 }
+
+/// `corrupt` counts add up without wrapping around, and a frame held back
+/// by a `delay` goes out as soon as the delay is lifted.
+#[test]
+fn corrupt_counts_saturate_and_delays_release() {
+    use mc_hub::hub::Control;
+    let hub = Hub::start();
+    let mut a = Client::join(&hub, "a");
+    let mut b = Client::join(&hub, "b");
+    assert_eq!(a.recv(), member(b.joined.next_seq - 1, b.node(), true));
+    // u32::MAX, then 2 more: a wrapping count would be 1 and stop after one frame.
+    hub.control_ok(Control::Corrupt { node: b.node(), count: u32::MAX });
+    hub.control_ok(Control::Corrupt { node: b.node(), count: 2 });
+    for k in 0..3u64 {
+        a.write(b.node(), 0, 8 * k, &k.to_le_bytes());
+        let hdr = link::read_frame(&mut b.r, &mut b.buf).unwrap();
+        b.rx_seq = b.rx_seq.wrapping_add(1);
+        assert_eq!(Msg::parse(&hdr, &b.buf), Err(link::LinkError::BadCrc), "frame {k} should be corrupted");
+    }
+    assert_eq!(hub.node_stats(b.node()).corrupted, 3);
+    // Stop corrupting: a fresh hub port is the only way to clear it; use A instead.
+    hub.control_ok(Control::Delay { node: a.node(), micros: 900_000 });
+    let t0 = std::time::Instant::now();
+    b.write(a.node(), 0, 0x40, b"held");
+    std::thread::sleep(Duration::from_millis(100));
+    hub.control_ok(Control::Delay { node: a.node(), micros: 0 });
+    assert!(matches!(a.recv(), Seen::Deliver { .. }));
+    assert!(
+        t0.elapsed() < Duration::from_millis(600),
+        "the held frame waited {:?} after the delay was lifted",
+        t0.elapsed()
+    );
+    match hub.control(Control::Delay { node: a.node(), micros: u64::MAX }) {
+        mc_hub::hub::ControlReply::Error { message } => assert!(message.contains("limit"), "{message}"),
+        other => panic!("an endless delay was accepted: {other:?}"),
+    }
+}

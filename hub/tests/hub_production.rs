@@ -383,3 +383,62 @@ fn hub_pcap_records_the_order() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a MEMORY CHANNEL capture"));
 }
+
+/// The control socket answers every line, for as long as a client likes:
+/// bytes that are not UTF-8 and an oversize line get an error reply and the
+/// connection goes on; 20,000 requests (over 256 KiB) on one connection are
+/// all answered; a delay past the limit is refused.
+#[test]
+fn control_socket_answers_every_line() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let (sock, ctl) = (dir.path().join("hub.sock"), dir.path().join("hub.ctl"));
+    let mut hub = std::process::Command::new(env!("CARGO_BIN_EXE_mc-hub"))
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--control")
+        .arg(&ctl)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !ctl.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the hub never made its control socket");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let s = std::os::unix::net::UnixStream::connect(&ctl).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = std::io::BufReader::new(s);
+    let mut ask = |w: &mut std::os::unix::net::UnixStream, req: &[u8]| {
+        w.write_all(req).unwrap();
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        line
+    };
+    let reply = ask(&mut w, b"\xff\xfe{\n");
+    assert!(reply.contains("not UTF-8"), "{reply}");
+    let mut long = vec![b'x'; 5000];
+    long.push(b'\n');
+    let reply = ask(&mut w, &long);
+    assert!(reply.contains("over 4096 bytes"), "{reply}");
+    let reply = ask(&mut w, b"{\"cmd\":\"delay\",\"node\":0,\"micros\":18446744073709551615}\n");
+    assert!(reply.contains("limit"), "{reply}");
+    let one = b"{\"cmd\":\"stats\"}\n";
+    let n = 20_000;
+    assert!(n * one.len() > 256 * 1024);
+    let batch: Vec<u8> = one.iter().copied().cycle().take(one.len() * 100).collect();
+    let mut answered = 0;
+    for _ in 0..n / 100 {
+        w.write_all(&batch).unwrap();
+        for _ in 0..100 {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            assert!(line.starts_with("{\"reply\":\"stats\""), "reply {answered}: {line}");
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, n, "every request is answered");
+    hub.kill().unwrap();
+    let _ = hub.wait();
+}
