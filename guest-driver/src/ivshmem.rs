@@ -8,8 +8,9 @@
 
 use std::fs::{self, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+
+use crate::RxBuffer;
 
 /// PCI vendor id of QEMU's virtio and ivshmem devices (Red Hat).
 pub const VENDOR_ID: u16 = 0x1af4;
@@ -49,8 +50,9 @@ fn os(what: impl Into<String>) -> impl FnOnce(io::Error) -> IvshmemError {
 pub struct Ivshmem {
     /// PCI address of the device (`0000:00:05.0`).
     pub bdf: String,
-    ptr: *mut u8,
-    len: usize,
+    /// The BAR, mapped shared, read and write (the same mapping type as a
+    /// receive buffer: volatile 8-byte accesses, unmapped on drop).
+    mem: RxBuffer,
 }
 
 impl Ivshmem {
@@ -79,57 +81,29 @@ impl Ivshmem {
         if len < 8 {
             return Err(IvshmemError::Unexpected(format!("BAR {SHARED_BAR} of {bdf} is {len} bytes")));
         }
-        // SAFETY: a shared mapping of the whole BAR through its sysfs
-        // resource file (sysfs checks the range); nothing else in this
-        // process aliases it, and it is unmapped once, in Drop.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(IvshmemError::Os {
-                what: format!("mapping {}", res.display()),
-                err: io::Error::last_os_error(),
-            });
-        }
-        Ok(Ivshmem { bdf, ptr: ptr.cast(), len })
+        // sysfs checks the range of a resource file mapping.
+        let mem = RxBuffer::map(&f, len, true).map_err(os(format!("mapping {}", res.display())))?;
+        Ok(Ivshmem { bdf, mem })
     }
 
     /// Size of the shared memory in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.mem.len()
     }
 
     /// True when empty (never, once open).
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.mem.is_empty()
     }
 
     /// Volatile 8-byte read at `off` (8-byte aligned): the other guests
     /// write concurrently.
     pub fn read64(&self, off: usize) -> u64 {
-        assert!(off % 8 == 0 && off + 8 <= self.len, "bad 8-byte read at {off}");
-        // SAFETY: in bounds and aligned (asserted), inside the mapping made in `open`.
-        unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u64>()) }
+        self.mem.read64(off)
     }
 
     /// Volatile 8-byte write at `off` (8-byte aligned).
     pub fn write64(&self, off: usize, v: u64) {
-        assert!(off % 8 == 0 && off + 8 <= self.len, "bad 8-byte write at {off}");
-        // SAFETY: in bounds and aligned (asserted), inside the writable mapping made in `open`.
-        unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u64>(), v) }
-    }
-}
-
-impl Drop for Ivshmem {
-    fn drop(&mut self) {
-        // SAFETY: the mapping from `open`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        self.mem.write64(off, v)
     }
 }

@@ -216,7 +216,9 @@ impl RxBuffer {
         Self::map(&f, len, false)
     }
 
-    fn map(f: &std::fs::File, len: usize, write: bool) -> std::io::Result<RxBuffer> {
+    /// Maps all `len` bytes of `f` shared (read-write with `write`); the
+    /// ivshmem BAR uses this too.
+    pub(crate) fn map(f: &std::fs::File, len: usize, write: bool) -> std::io::Result<RxBuffer> {
         if len == 0 {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty receive buffer"));
         }
