@@ -9,14 +9,13 @@
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
-use tracing::{info, warn};
+use tracing::info;
 
-use crate::hub::{CtlView, Hub};
+use crate::hub::{accept_failed, CtlView, Hub};
 use crate::order::PortCtl;
 
 /// Longest control request line accepted.
@@ -157,9 +156,7 @@ impl Hub {
                     let stream = match acc {
                         Ok((s, _)) => s,
                         Err(e) => {
-                            // Out of fds and the like: back off and keep answering.
-                            warn!("control accept failed: {e}");
-                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            accept_failed("control", &e).await;
                             continue;
                         }
                     };

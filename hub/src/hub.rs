@@ -187,8 +187,7 @@ impl Hub {
                     let (stream, peer) = match acc {
                         Ok(x) => x,
                         Err(e) => {
-                            warn!("accept failed: {e}");
-                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            accept_failed("TCP", &e).await;
                             continue;
                         }
                     };
@@ -219,9 +218,7 @@ impl Hub {
                     let stream = match acc {
                         Ok((s, _)) => s,
                         Err(e) => {
-                            // Out of fds and the like: back off and keep serving.
-                            warn!("accept failed: {e}");
-                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            accept_failed("link", &e).await;
                             continue;
                         }
                     };
@@ -236,6 +233,16 @@ impl Hub {
             }
         }
     }
+}
+
+/// Pause after a failed `accept()` (out of fds and the like): every listener
+/// of the hub backs off and keeps serving, never gives up.
+pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Logs a failed `accept()` on the `what` listener and backs off.
+pub(crate) async fn accept_failed(what: &str, e: &std::io::Error) {
+    warn!("{what} accept failed: {e}");
+    tokio::time::sleep(ACCEPT_BACKOFF).await;
 }
 
 /// Runs a hub on `listener` until `shutdown` completes (no control socket).

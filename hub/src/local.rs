@@ -21,7 +21,6 @@ use std::io;
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use mc_adapter::adapter::{Adapter, Shared as Device};
 use mc_adapter::uplink::{LinkInfo, Uplink, UplinkError, WritePacket};
@@ -29,7 +28,7 @@ use mc_adapter::vfio_user::{Connection, ConnectionConfig};
 use thiserror::Error;
 use tracing::{info, warn};
 
-use crate::hub::{Hub, Shared};
+use crate::hub::{Hub, Shared, ACCEPT_BACKOFF};
 use crate::order::{Port, PortCtl, PortKind};
 
 /// Why a local port could not be created.
@@ -157,9 +156,8 @@ impl Hub {
             let stream = match listener.accept() {
                 Ok((s, _)) => s,
                 Err(e) => {
-                    // Out of fds and the like: back off and keep serving.
                     warn!(node, "vfio-user accept failed: {e}");
-                    std::thread::sleep(Duration::from_millis(100));
+                    std::thread::sleep(ACCEPT_BACKOFF);
                     continue;
                 }
             };
