@@ -10,7 +10,7 @@
 //! - [`local`]: local ports: the adapters of guests on this host, served
 //!   over vfio-user by the hub itself, so a store reaches the other guests'
 //!   memory in the thread that received it.
-//! - [`link`] (crate `mc-link`, `hub/link/`): the wire format link ports speak.
+//! - crate `mc-link` (`hub/link/`): the wire format link ports speak.
 //! - `testing` (feature `testing`): a real hub on its own runtime, for tests.
 #![warn(missing_docs)]
 
@@ -20,7 +20,5 @@ pub mod hub;
 mod link_port;
 pub mod local;
 mod order;
-/// The link protocol (crate `mc-link`).
-pub use mc_link as link;
 #[cfg(feature = "testing")]
 pub mod testing;

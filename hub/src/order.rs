@@ -146,7 +146,7 @@ impl Shared {
         let mut guard = self.state.lock().unwrap();
         let st = &mut *guard;
         let Some(Some(sender)) = st.ports.get(src as usize) else { return Step::NotUp };
-        let sender = sender.ctl.clone();
+        let sender = &sender.ctl;
         if w.dest != BROADCAST && st.ports.get(w.dest as usize).is_none_or(Option::is_none) {
             sender.stats.writes_in.fetch_add(1, Ordering::Relaxed);
             sender.stats.bytes_in.fetch_add(w.data.len() as u64, Ordering::Relaxed);
