@@ -199,7 +199,7 @@ impl DmaSpace {
 
     /// Resolves `[iova, iova+len)` into pieces of mapped files, or fails
     /// without side effects.
-    fn resolve(maps: &Maps, iova: u64, len: usize, write: bool) -> Result<Vec<(Arc<Backing>, usize, usize)>, DmaError> {
+    fn resolve(maps: &Maps, iova: u64, len: usize, write: bool) -> Result<Vec<(&Backing, usize, usize)>, DmaError> {
         let mut out = Vec::with_capacity(2);
         let mut at = iova;
         let mut left = len as u64;
@@ -211,7 +211,7 @@ impl DmaSpace {
             }
             let (b, off) = r.backing.as_ref().ok_or(DmaError::NoBacking(at))?;
             let n = left.min(r.end - at);
-            out.push((b.clone(), (off + (at - start)) as usize, n as usize));
+            out.push((&**b, (off + (at - start)) as usize, n as usize));
             at += n;
             left -= n;
         }
