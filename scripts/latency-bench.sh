@@ -12,7 +12,7 @@
 #   6. 8 guests storing at once (mctool bench-tx, one packet per store):
 #      aggregate packets/s and deliveries/s from the hub's counters
 #      (a second, 8-node cluster: minutes; skipped with --quick);
-#   7. host-only: the hub benchmark (cargo bench -p mc-hub --bench hub_bench).
+#   7. host-only: the hub benchmark (cargo bench -p hub --bench hub_bench).
 #
 # Percentiles are nearest-rank over the raw samples (mc_guest::stats); the
 # round-trip samples are kept in OUT_DIR (default bench-out/). Clusters:
@@ -114,16 +114,16 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f", a / b; else
 
 # ------------------------------------------------------------ host-only ----
 # The hub alone: simulated adapters over Unix sockets, no guests.
-say "host-only: cargo bench -p mc-hub --bench hub_bench (MC_BENCH_NODES=$HUB_NODES)"
-(cd "$REPO" && MC_BENCH_NODES=$HUB_NODES cargo bench -q -p mc-hub --bench hub_bench 2>"$TMP/hub-bench.err") \
+say "host-only: cargo bench -p hub --bench hub_bench (MC_BENCH_NODES=$HUB_NODES)"
+(cd "$REPO" && MC_BENCH_NODES=$HUB_NODES cargo bench -q -p hub --bench hub_bench 2>"$TMP/hub-bench.err") \
     >"$TMP/hub-bench.out" || { cat "$TMP/hub-bench.err" >&2; fail "the hub benchmark failed"; }
 HOST_ROWS=$(grep -E '^ *[0-9]+ +[0-9]+B \|' "$TMP/hub-bench.out" || true)
 [ -n "$HOST_ROWS" ] || fail "the hub benchmark printed no figures (see its output above)"
 # The whole store path without guests: a fake QEMU pipelines posted 8-byte
 # writes into adapter A's vfio-user socket; adapter B's memfd RAM receives.
 for ports in local link; do
-    say "host-only: cargo bench -p mc-tests --bench adapter_throughput (MC_TEST_PORTS=$ports)"
-    (cd "$REPO" && MC_TEST_PORTS=$ports cargo bench -q -p mc-tests --bench adapter_throughput 2>"$TMP/pipe-$ports.err") \
+    say "host-only: cargo bench -p tests --bench adapter_throughput (MC_TEST_PORTS=$ports)"
+    (cd "$REPO" && MC_TEST_PORTS=$ports cargo bench -q -p tests --bench adapter_throughput 2>"$TMP/pipe-$ports.err") \
         >"$TMP/pipe-$ports.out" || { cat "$TMP/pipe-$ports.err" >&2; fail "the adapter pipeline benchmark failed"; }
     sed 's/^/    /' "$TMP/pipe-$ports.out"
 done

@@ -25,19 +25,19 @@ t0=$(date +%s)
 cargo test --workspace --release
 # The in-process adapter suites ran on local ports of the hub (the default,
 # what mc-cluster uses); run them again with per-guest adapters on link ports.
-MC_TEST_PORTS=link cargo test --release -p mc-tests --test adapter_in_process --test vfio_user_fuzz
+MC_TEST_PORTS=link cargo test --release -p tests --test adapter_in_process --test vfio_user_fuzz
 echo "fast tier: $(( $(date +%s) - t0 )) s"
 
 if [ "$FAST_ONLY" = 0 ]; then
     echo
     echo "==> QEMU tier (real guests, one cluster at a time)"
     t0=$(date +%s)
-    cargo test --release -p mc-tests -- --ignored --test-threads=1
+    cargo test --release -p tests -- --ignored --test-threads=1
     echo "QEMU tier: $(( $(date +%s) - t0 )) s"
     echo
     echo "==> QEMU tier, per-guest adapters (mc-adapter processes on link ports): a representative subset"
     t0=$(date +%s)
-    MC_TEST_ADAPTERS=per-guest cargo test --release -p mc-tests -- --ignored --test-threads=1 \
+    MC_TEST_ADAPTERS=per-guest cargo test --release -p tests -- --ignored --test-threads=1 \
         two_guests_store_reaches_peer killed_qemu_then_down_leaves_nothing \
         notification_wakes_waiting_guest_process injected_link_and_crc_errors_reach_the_guest \
         cluster_spinlock_counts_exactly_across_three_guests imc_kill_signals_remote_process \

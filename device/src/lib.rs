@@ -2,7 +2,7 @@
 //! server that QEMU's `vfio-user-pci` device connects to.
 //!
 //! # Layout
-//! - [`regs`] (crate `mc-regs`, `device/regs/`): BARs, register offsets and bits, the page control table entry
+//! - [`regs`] (crate `regs`, `protocol/regs/`): BARs, register offsets and bits, the page control table entry
 //!   format — the adapter's datasheet in code (`docs/adapter.md` in prose).
 //! - [`adapter`]: the device (`adapter/mod.rs`: its state and the vfio-user
 //!   `Device` impl), with `registers` (BAR 0 and the PCT), `tx` (transmit
@@ -23,6 +23,6 @@ pub mod link_client;
 pub mod pci;
 pub mod remote;
 pub mod uplink;
-/// The register map, shared with the driver (crate `mc-regs`).
-pub use mc_regs as regs;
+/// The register map, shared with the driver (crate `regs`).
+pub use regs as regs;
 pub mod vfio_user;

@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mc_link::{self as link, Msg, AUTH_LEN};
+use link::{self as link, Msg, AUTH_LEN};
 
 /// Where a hub listens.
 #[derive(Debug, Clone, PartialEq, Eq)]

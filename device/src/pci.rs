@@ -49,7 +49,7 @@ impl ConfigSpace {
         c.put16(0x2C, regs::VENDOR_ID); // subsystem vendor
         c.put16(0x2E, regs::DEVICE_ID); // subsystem id
         c.bytes[0x3D] = 1; // interrupt pin: INTA
-                           // Capability list: MSI-X only. Table and PBA in BAR 0 (see mc-regs).
+                           // Capability list: MSI-X only. Table and PBA in BAR 0 (see crate regs).
         c.put16(STATUS, 1 << 4);
         c.bytes[CAP_PTR] = MSIX_CAP as u8;
         c.bytes[MSIX_CAP] = 0x11; // MSI-X

@@ -1,5 +1,5 @@
 //! A link port: the adapter's cable to a hub in another process (Unix socket
-//! or TCP, the link protocol of `mc-link`).
+//! or TCP, the link protocol of crate `link`).
 //!
 //! Three threads touch a link:
 //! - the adapter's vfio-user thread queues write packets ([`Uplink::send`])
@@ -28,7 +28,7 @@ use std::io::{self, BufReader, BufWriter, Write};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use mc_link::{self as link, LinkError, Msg, FLAG_ACK_REPLY, MAX_DATA};
+use link::{self as link, LinkError, Msg, FLAG_ACK_REPLY, MAX_DATA};
 use tracing::{debug, info, warn};
 
 use crate::adapter::{AdapterConfig, Shared};

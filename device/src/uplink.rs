@@ -2,7 +2,7 @@
 //!
 //! An adapter hands every write packet it builds to an [`Uplink`]. Two kinds
 //! exist:
-//! - a local port of a hub in the same process (`mc_hub::local`): the write
+//! - a local port of a hub in the same process (`hub::local`): the write
 //!   is numbered and applied to every local receiver's guest memory by the
 //!   calling thread (the guest's vfio-user thread), one hop in all;
 //! - a link to a hub in another process ([`crate::remote::RemoteLink`]),
@@ -17,13 +17,13 @@ use thiserror::Error;
 /// One write packet leaving the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WritePacket<'a> {
-    /// Destination node, or `mc_link::BROADCAST`.
+    /// Destination node, or `link::BROADCAST`.
     pub dest: u16,
-    /// `mc_link::FLAG_*` bits.
+    /// `link::FLAG_*` bits.
     pub flags: u16,
     /// Global MEMORY CHANNEL address.
     pub addr: u64,
-    /// The bytes (1 to `mc_link::MAX_DATA`, inside one page).
+    /// The bytes (1 to `link::MAX_DATA`, inside one page).
     pub data: &'a [u8],
 }
 

@@ -1,37 +1,26 @@
-//! `mc-guest`: the MEMORY CHANNEL adapter driver for Linux guests (userspace,
-//! over VFIO) and the `mctool` utility built on it.
+//! `guest-driver`: the MEMORY CHANNEL adapter's driver for Linux guests
+//! (user space, over VFIO). `imcd` and `mctool` are built on it; the
+//! message-passing libraries never use it (they go through `imc-client`).
 //!
 //! # Layout
 //! - [`vfio`]: binding to vfio-pci, BAR mmaps, DMA maps through the IOMMU.
 //! - [`Adapter`]: a safe API over the registers and the page control table
-//!   documented in `docs/adapter.md` (constants from `mc-regs`).
+//!   documented in `docs/adapter.md` (constants from `regs`).
 //! - [`RxBuffer`]: pinned receive memory, backed by a file in `/dev/shm` so
 //!   other processes (and `mctool dump`) can read what the adapter wrote.
-//! - [`pattern`]: the test pattern `mctool fill` writes and tests check.
-//! - [`cluster_lock`]: cluster spinlocks from the total order and loopback.
-//! - [`toggled`]: two-copy records (the clusterwide descriptors) that survive
-//!   a writer dying mid-update.
-//! - [`regions`]: the clusterwide region directory (keys to pages) built on both.
-//! - [`imc`]: the TruCluster MEMORY CHANNEL API as a client of `imcd` (regions so far).
 //! - [`ivshmem`]: QEMU's `ivshmem-plain` shared memory, mapped through sysfs
 //!   (the comparison floor of `mctool pingpong --via ivshmem`).
-//! - [`stats`]: nearest-rank percentiles of raw latency samples.
 #![warn(missing_docs)]
 
-pub mod cluster_lock;
-pub mod imc;
 pub mod ivshmem;
-pub mod regions;
-pub mod stats;
-pub mod toggled;
 pub mod vfio;
 
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-pub use mc_regs as regs;
-use mc_regs::{pct, reg, PAGE_SIZE};
+pub use regs as regs;
+use regs::{pct, reg, PAGE_SIZE};
 use vfio::{Bar, VfioDevice, VfioError};
 
 /// IOVA where receive buffers are mapped: MEMORY CHANNEL page `p` of the
@@ -117,38 +106,6 @@ impl Adapter {
         for (i, w) in data.chunks_exact(8).enumerate() {
             self.store64(addr + 8 * i as u64, u64::from_le_bytes(w.try_into().unwrap()));
         }
-    }
-}
-
-/// The real [`cluster_lock::OrderedBus`]: the lock's slots are 8-byte words
-/// of one page, stored through the transmit window (the page has TX, RX and
-/// LOOPBACK) and loaded from this node's receive buffer.
-#[derive(Clone, Copy)]
-pub struct AdapterBus<'a> {
-    /// The adapter.
-    pub adapter: &'a Adapter,
-    /// The receive buffer holding the page.
-    pub buf: &'a RxBuffer,
-    /// The lock's page.
-    pub page: u64,
-    /// This node's id.
-    pub node: usize,
-    /// Slots: the hub's ports.
-    pub slots: usize,
-}
-
-impl cluster_lock::OrderedBus for AdapterBus<'_> {
-    fn node(&self) -> usize {
-        self.node
-    }
-    fn slots(&self) -> usize {
-        self.slots
-    }
-    fn store(&self, slot: usize, v: u64) {
-        self.adapter.store64(self.page * PAGE_SIZE + 8 * slot as u64, v);
-    }
-    fn load(&self, slot: usize) -> u64 {
-        self.buf.read64((self.page * PAGE_SIZE) as usize + 8 * slot)
     }
 }
 
@@ -295,35 +252,5 @@ impl Drop for RxBuffer {
     fn drop(&mut self) {
         // SAFETY: from the mmap in `map`, unmapped once.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
-/// A non-repeating test pattern: `len` bytes for `page` with `seed`
-/// (xorshift64*, 8 bytes per step, never all zero).
-pub fn pattern(seed: u64, page: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ page.wrapping_add(1).wrapping_mul(0xD1B5_4A32_D192_ED03) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pattern_is_deterministic_and_does_not_repeat() {
-        let a = pattern(7, 0, 8192);
-        assert_eq!(a, pattern(7, 0, 8192));
-        assert_ne!(a, pattern(7, 1, 8192));
-        assert_ne!(a, pattern(8, 0, 8192));
-        let words: std::collections::HashSet<&[u8]> = a.chunks(8).collect();
-        assert_eq!(words.len(), 1024, "every 8-byte word differs");
     }
 }

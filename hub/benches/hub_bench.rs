@@ -5,7 +5,7 @@
 //! its socket to a receiver decoding it (p50, p99). Asserts nothing about
 //! speed.
 //!
-//! Run: `cargo bench -p mc-hub --bench hub_bench` (`MC_BENCH_NODES=2,8` to
+//! Run: `cargo bench -p hub --bench hub_bench` (`MC_BENCH_NODES=2,8` to
 //! pick sizes, `MC_BENCH_DELIVERIES=N` for the work per run).
 
 use std::io::{BufWriter, Write};
@@ -13,9 +13,9 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Instant;
 
-use mc_adapter::link_client as client;
-use mc_hub::hub::{Hub, HubConfig};
-use mc_link::{self as link, Msg, ANY_NODE, BROADCAST};
+use device::link_client as client;
+use hub::hub::{Hub, HubConfig};
+use link::{self as link, Msg, ANY_NODE, BROADCAST};
 
 /// Writes between flushes of a sender's socket buffer.
 const FLUSH_EVERY: usize = 32;

@@ -9,7 +9,7 @@
 //!   is numbered and applied to every local receiver's guest memory by the
 //!   thread that received it from QEMU: one hop, no socket, no other thread.
 //! - **link ports** ([`crate::link_port`]): a remote `mc-adapter` process
-//!   over a Unix socket or TCP (the link protocol of `mc-link`), for fault
+//!   over a Unix socket or TCP (the link protocol of crate `link`), for fault
 //!   isolation and for guests on other hosts.
 //!
 //! # Ordering

@@ -10,7 +10,7 @@
 //! - [`local`]: local ports: the adapters of guests on this host, served
 //!   over vfio-user by the hub itself, so a store reaches the other guests'
 //!   memory in the thread that received it.
-//! - crate `mc-link` (`hub/link/`): the wire format link ports speak.
+//! - crate `link` (`protocol/link/`): the wire format link ports speak.
 //! - `testing` (feature `testing`): a real hub on its own runtime, for tests.
 #![warn(missing_docs)]
 

@@ -1,5 +1,5 @@
 //! Link ports: remote `mc-adapter` processes over a Unix socket or TCP,
-//! speaking the link protocol of `mc-link`.
+//! speaking the link protocol of crate `link`.
 //!
 //! Each connection has two tokio tasks: a reader (authentication, `Hello`,
 //! then the adapter's writes into the order) and a writer (the port's queue
@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mc_adapter::uplink::WritePacket;
-use mc_link::{self as link, Header, Kind, Msg, ANY_NODE, AUTH_LEN, BROADCAST, HEADER_LEN};
+use device::uplink::WritePacket;
+use link::{self as link, Header, Kind, Msg, ANY_NODE, AUTH_LEN, BROADCAST, HEADER_LEN};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 use tracing::{debug, info, info_span, warn, Instrument};

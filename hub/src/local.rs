@@ -1,7 +1,7 @@
 //! Local ports: the adapters of guests on this host, served by the hub.
 //!
 //! Each local guest has one thread (`vfio-node<N>`) that serves its
-//! vfio-user socket with the adapter model (`mc_adapter::adapter::Adapter`).
+//! vfio-user socket with the adapter model (`device::adapter::Adapter`).
 //! The adapter's uplink is the hub's order itself ([`LocalUplink`]): a write
 //! packet the guest builds is numbered and applied to every local receiver's
 //! guest memory by this thread, under the order lock, before the next
@@ -22,9 +22,9 @@ use std::os::unix::net::UnixListener;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use mc_adapter::adapter::{Adapter, Shared as Device};
-use mc_adapter::uplink::{LinkInfo, Uplink, UplinkError, WritePacket};
-use mc_adapter::vfio_user::{Connection, ConnectionConfig};
+use device::adapter::{Adapter, Shared as Device};
+use device::uplink::{LinkInfo, Uplink, UplinkError, WritePacket};
+use device::vfio_user::{Connection, ConnectionConfig};
 use thiserror::Error;
 use tracing::{info, warn};
 
@@ -141,7 +141,7 @@ impl Hub {
         }
         adapter.set_uplink(Arc::new(LocalUplink { hub: self.shared.clone(), node, rt }));
         // Powered on with the cable plugged in: no link error to report.
-        port.dev.err_status_clear(mc_adapter::regs::err::LINK_DOWN);
+        port.dev.err_status_clear(device::regs::err::LINK_DOWN);
         self.rejoin_local(node);
         let hub = self.clone();
         std::thread::Builder::new()

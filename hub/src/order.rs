@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mc_adapter::adapter::Shared as Device;
-use mc_adapter::regs::err;
-use mc_adapter::uplink::{AckReply, UplinkError, WritePacket};
-use mc_link::{Msg, BROADCAST, FLAG_ACK_REPLY, FLAG_LOOPBACK};
+use device::adapter::Shared as Device;
+use device::regs::err;
+use device::uplink::{AckReply, UplinkError, WritePacket};
+use link::{Msg, BROADCAST, FLAG_ACK_REPLY, FLAG_LOOPBACK};
 use tokio::sync::{mpsc, Notify};
 use tracing::{debug, warn};
 

@@ -1,4 +1,4 @@
-//! A real hub for tests: `mc_hub::hub::Hub` serving a Unix socket in a
+//! A real hub for tests: `hub::hub::Hub` serving a Unix socket in a
 //! temporary folder, on its own tokio runtime, stopped when dropped.
 //! Enabled by the `testing` feature (dev-dependencies only).
 
@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::hub::{Control, ControlReply, Hub, HubConfig, NodeStats};
-use mc_link::{self as link, Msg};
+use link::{self as link, Msg};
 
 /// One ordered event as a receiving node saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,7 +136,7 @@ impl TestHub {
             node,
             name: name.to_string(),
             aspace,
-            vfio: mc_adapter::vfio_user::ConnectionConfig::default(),
+            vfio: device::vfio_user::ConnectionConfig::default(),
         };
         self.hub.add_local(cfg, listener, rt).expect("add local port");
         locals.push(node);

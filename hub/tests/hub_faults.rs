@@ -6,15 +6,15 @@ use std::os::unix::net::UnixStream;
 
 use std::time::Duration;
 
-use mc_adapter::link_client::{self as client, Joined};
+use device::link_client::{self as client, Joined};
 
-use mc_link::{self as link, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
+use link::{self as link, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long "nothing arrives" is watched for.
 const QUIET: Duration = Duration::from_millis(300);
 
-use mc_hub::testing::{read_event, Seen, TestHub as Hub};
+use hub::testing::{read_event, Seen, TestHub as Hub};
 
 /// A link client that stamps its frames and checks the hub's link sequence.
 struct Client {
@@ -241,7 +241,7 @@ fn hub_link_seq_counts_frames() {
 /// by a `delay` goes out as soon as the delay is lifted.
 #[test]
 fn corrupt_counts_saturate_and_delays_release() {
-    use mc_hub::hub::Control;
+    use hub::hub::Control;
     let hub = Hub::start();
     let mut a = Client::join(&hub, "a");
     let mut b = Client::join(&hub, "b");
@@ -269,7 +269,7 @@ fn corrupt_counts_saturate_and_delays_release() {
         t0.elapsed()
     );
     match hub.control(Control::Delay { node: a.node(), micros: u64::MAX }) {
-        mc_hub::hub::ControlReply::Error { message } => assert!(message.contains("limit"), "{message}"),
+        hub::hub::ControlReply::Error { message } => assert!(message.contains("limit"), "{message}"),
         other => panic!("an endless delay was accepted: {other:?}"),
     }
 }

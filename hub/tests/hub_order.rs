@@ -8,13 +8,13 @@ use std::sync::{Arc, Barrier};
 
 use std::time::Duration;
 
-use mc_adapter::link_client as client;
+use device::link_client as client;
 
-use mc_link::{Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
+use link::{Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-use mc_hub::testing::{read_event, Seen, TestHub as Hub};
+use hub::testing::{read_event, Seen, TestHub as Hub};
 
 fn join(path: &Path, want: u16, name: &str) -> io::Result<(client::Joined, UnixStream, io::BufWriter<UnixStream>)> {
     let r = client::join(path, want, 8192, 128, name)?;

@@ -8,11 +8,11 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use mc_adapter::link_client::{self as client, HubAddr, Joined, Stream};
-use mc_hub::hub::{Control, ControlReply, HubConfig};
-use mc_link::{self as link, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
+use device::link_client::{self as client, HubAddr, Joined, Stream};
+use hub::hub::{Control, ControlReply, HubConfig};
+use link::{self as link, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 
-use mc_hub::testing::TestHub;
+use hub::testing::TestHub;
 
 /// A simulated adapter: a raw link client.
 struct Sim {

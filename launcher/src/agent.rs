@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use mc_agent::{b64_decode, b64_encode, read_frame, write_frame, Envelope, Request, Response};
+use agent::{b64_decode, b64_encode, read_frame, write_frame, Envelope, Request, Response};
 
 /// What a command run in a guest produced.
 #[derive(Debug, Clone)]

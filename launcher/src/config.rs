@@ -189,8 +189,8 @@ impl Config {
     /// Checks every value (after parsing, and after command-line overrides).
     pub fn validate(&self) -> Result<()> {
         let c = &self.cluster;
-        if c.hub_ports == 0 || c.hub_ports > mc_link::MAX_NODES {
-            bail!("cluster.hub_ports must be between 1 and {}, not {}", mc_link::MAX_NODES, c.hub_ports);
+        if c.hub_ports == 0 || c.hub_ports > link::MAX_NODES {
+            bail!("cluster.hub_ports must be between 1 and {}, not {}", link::MAX_NODES, c.hub_ports);
         }
         if !c.aspace_mib.is_power_of_two() || !(1..=4096).contains(&c.aspace_mib) {
             bail!("cluster.aspace_mib must be a power of two from 1 to 4096, not {}", c.aspace_mib);
@@ -237,7 +237,7 @@ impl Config {
             bail!(
                 "--nodes {nodes} is more than the hub's {} ports: raise cluster.hub_ports in the config (up to {})",
                 self.cluster.hub_ports,
-                mc_link::MAX_NODES
+                link::MAX_NODES
             );
         }
         Ok(())

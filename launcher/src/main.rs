@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use mc_cluster::config::Paths;
-use mc_cluster::supervisor::{self, State, Status};
-use mc_cluster::{agent, down_dir, exec, hub_ctl, pid_alive as alive, up, UpOptions};
+use launcher::config::Paths;
+use launcher::supervisor::{self, State, Status};
+use launcher::{agent, down_dir, exec, hub_ctl, pid_alive as alive, up, UpOptions};
 
 #[derive(Parser)]
 #[command(version, about = "Run a virtual MEMORY CHANNEL cluster of QEMU guests")]

@@ -4,7 +4,7 @@
 //! real hub, DMAs them into memfd guest RAM. Prints figures; asserts nothing
 //! about speed (these machines are noisy).
 //!
-//! Run: `cargo bench -p mc-tests --bench adapter_throughput` (`MC_TEST_PORTS=link`
+//! Run: `cargo bench -p tests --bench adapter_throughput` (`MC_TEST_PORTS=link`
 //! for per-guest adapters on link ports; local ports of the hub otherwise)
 //! (`MC_BENCH_WRITES=N` changes the number of writes per run).
 //!
@@ -18,7 +18,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use mc_adapter::regs::{pct, reg, BAR_TX, PAGE_SIZE};
+use device::regs::{pct, reg, BAR_TX, PAGE_SIZE};
 
 const IOVA: u64 = 0x10_0000;
 const PAGES: u64 = 64;

@@ -23,7 +23,7 @@ pub fn root() -> PathBuf {
 }
 
 /// The `mc-cluster` binary.
-pub fn mc_cluster() -> PathBuf {
+pub fn launcher() -> PathBuf {
     let dir = std::env::var_os("MC_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target/release"));
     let p = dir.join("mc-cluster");
     assert!(p.exists(), "{} missing: run scripts/setup.sh (or scripts/test.sh)", p.display());
@@ -59,7 +59,7 @@ impl Cluster {
     /// adapters run, for configs that leave it to the default.
     pub fn up_with(name: &str, nodes: usize, extra: &[&str]) -> Cluster {
         let serial = serial();
-        let mut cmd = Command::new(mc_cluster());
+        let mut cmd = Command::new(launcher());
         cmd.args(["--name", name, "up", "--nodes", &nodes.to_string()]).args(extra);
         if let Ok(a) = std::env::var("MC_TEST_ADAPTERS") {
             cmd.args(["--adapters", &a]);
@@ -79,7 +79,7 @@ impl Cluster {
 
     /// Runs a command in node `node` through `mc-cluster exec`.
     pub fn exec(&self, node: usize, argv: &[&str]) -> Output {
-        let mut cmd = Command::new(mc_cluster());
+        let mut cmd = Command::new(launcher());
         cmd.args(["--name", &self.name, "exec", &node.to_string(), "--timeout", "120", "--"]).args(argv);
         cmd.output().unwrap()
     }
@@ -99,7 +99,7 @@ impl Cluster {
 
     /// `mc-cluster hub -- ARGS` (hub control: link-down, corrupt, stats…); panics on failure.
     pub fn hub(&self, args: &[&str]) -> String {
-        let out = Command::new(mc_cluster()).args(["--name", &self.name, "hub", "--"]).args(args).output().unwrap();
+        let out = Command::new(launcher()).args(["--name", &self.name, "hub", "--"]).args(args).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.status.success(), "mc-cluster hub {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         text
@@ -149,7 +149,7 @@ impl Cluster {
 
     /// `mc-cluster down`; returns its output.
     pub fn down(&self) -> String {
-        let out = Command::new(mc_cluster()).args(["--name", &self.name, "down"]).output().unwrap();
+        let out = Command::new(launcher()).args(["--name", &self.name, "down"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     }
 

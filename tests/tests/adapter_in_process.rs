@@ -9,8 +9,8 @@ use std::os::fd::AsRawFd;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use mc_adapter::regs::{self, err, int, pct, reg, ACK_VALID, BAR_PCT, BAR_REGS, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
-use mc_hub::hub::Control;
+use device::regs::{self, err, int, pct, reg, ACK_VALID, BAR_PCT, BAR_REGS, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
+use hub::hub::Control;
 
 /// IOVA where every test node maps its guest RAM.
 const IOVA: u64 = 0x10000;
@@ -1068,7 +1068,7 @@ fn hub_restart_adapters_reconnect() {
     b.vfio.set_pct(0, pct::RX, IOVA);
     a.vfio.set_pct(0, pct::TX, 0);
 
-    hub.restart(mc_hub::hub::HubConfig::default());
+    hub.restart(hub::hub::HubConfig::default());
     for n in [&mut a, &mut b] {
         poll("the link to go down", || (n.vfio.reg(reg::ERR_STATUS) & err::LINK_DOWN != 0).then_some(()));
         assert!(n.vfio.reg(reg::ERR_COUNT) >= 1);
@@ -1090,16 +1090,16 @@ fn hub_restart_adapters_reconnect() {
 /// a clear error.
 #[test]
 fn adapter_joins_over_tcp_with_secret() {
-    use mc_adapter::adapter::{Adapter, AdapterConfig};
-    use mc_adapter::link_client::HubAddr;
+    use device::adapter::{Adapter, AdapterConfig};
+    use device::link_client::HubAddr;
     let secret = b"a cluster secret of some length".to_vec();
-    let hub = Hub::start_with(mc_hub::hub::HubConfig { secret: Some(secret.clone()), ..Default::default() });
+    let hub = Hub::start_with(hub::hub::HubConfig { secret: Some(secret.clone()), ..Default::default() });
     let tcp = hub.listen_tcp();
     let cfg = |s: &[u8]| AdapterConfig {
         aspace: 1 << 20,
         hub: HubAddr::Tcp(tcp.clone()),
         secret: Some(s.to_vec()),
-        want_node: mc_link::ANY_NODE,
+        want_node: link::ANY_NODE,
         name: "remote".into(),
         hub_wait: Duration::from_secs(2),
     };
@@ -1211,7 +1211,7 @@ fn local_port_qemu_gone_is_announced_as_failed() {
 /// thread to drain) stalled until the hub's stall timeout.
 #[test]
 fn link_ack_answers_never_wait_behind_backpressure() {
-    let hub = Hub::start_with(mc_hub::hub::HubConfig {
+    let hub = Hub::start_with(hub::hub::HubConfig {
         queue_depth: 2,
         stall_timeout: Duration::from_secs(60),
         ..Default::default()

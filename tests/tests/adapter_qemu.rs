@@ -1,7 +1,7 @@
 //! QEMU tier for the adapter: interrupts and injected errors as a guest
 //! driver sees them, through the guest kernel's VFIO and MSI-X.
 
-use mc_tests::Cluster;
+use tests::Cluster;
 
 /// A guest process sleeping on the adapter's interrupt (MSI-X through VFIO)
 /// is woken by a write from another node to a page with interrupt-on-receive.

@@ -1,7 +1,7 @@
 //! QEMU tier: the cluster spinlock (total order + loopback, no other
 //! hardware help) on real guests.
 
-use mc_tests::Cluster;
+use tests::Cluster;
 
 /// Three guests each increment a counter kept in MEMORY CHANNEL space 200
 /// times under the cluster spinlock, with plain loads and stores: every node

@@ -1,7 +1,7 @@
 //! QEMU tier for imcd and libimc (the TruCluster MEMORY CHANNEL API).
 //! Guests boot with imcd running (`[guest] imcd = true`, the default).
 
-use mc_tests::Cluster;
+use tests::Cluster;
 
 fn up(name: &str, nodes: usize) -> Cluster {
     let c = Cluster::up(name, nodes);

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use mc_tests::Cluster;
+use tests::Cluster;
 
 /// Block sizes and rounds of each, weighted toward small blocks: under TCG
 /// on 2 cores the writer needs 40 to 60 s for all of them (64 B: about

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use mc_cluster::{processes_mentioning, sockets_in};
-use mc_guest::pattern;
-use mc_tests::Cluster;
+use launcher::{processes_mentioning, sockets_in};
+use testkit::pattern;
+use tests::Cluster;
 
 const PAGE: usize = 8192;
 
@@ -88,9 +88,9 @@ fn killed_qemu_then_down_leaves_nothing() {
 fn ctrl_c_during_up_leaves_nothing() {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
-    let _serial = mc_tests::serial();
-    let rd = mc_tests::root().join(".run/t-ctrlc");
-    let mut up = Command::new(mc_tests::mc_cluster())
+    let _serial = tests::serial();
+    let rd = tests::root().join(".run/t-ctrlc");
+    let mut up = Command::new(tests::launcher())
         .args(["--name", "t-ctrlc", "up", "--nodes", "2"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -119,7 +119,7 @@ fn ctrl_c_during_up_leaves_nothing() {
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn two_guests_over_tcp_transport() {
-    let cfg = mc_tests::root().join("qemu-configs/tcp-loopback.toml");
+    let cfg = tests::root().join("qemu-configs/tcp-loopback.toml");
     let c = Cluster::up_with("t-tcp", 2, &["--config", cfg.to_str().unwrap()]);
     assert!(c.up_output.contains("on tcp:127.0.0.1:"), "{}", c.up_output);
     // imcd runs over it: a region by key, written on node 0, read on node 1.
@@ -133,11 +133,11 @@ fn two_guests_over_tcp_transport() {
     let addr = std::fs::read_to_string(c.run_dir().join("hub.tcp")).unwrap();
     let mut raw = std::net::TcpStream::connect(addr.trim()).unwrap();
     let mut buf = Vec::new();
-    let _challenge = mc_link::read_frame(&mut raw, &mut buf).unwrap();
+    let _challenge = link::read_frame(&mut raw, &mut buf).unwrap();
     let hello =
-        mc_link::Msg::Hello { want_node: 0xFFFF, page_size: 8192, aspace_pages: 8, auth: None, name: "intruder" };
+        link::Msg::Hello { want_node: 0xFFFF, page_size: 8192, aspace_pages: 8, auth: None, name: "intruder" };
     std::io::Write::write_all(&mut raw, &hello.encode()).unwrap();
-    let h = mc_link::read_frame(&mut raw, &mut buf).unwrap();
-    assert!(matches!(mc_link::Msg::parse(&h, &buf), Ok(mc_link::Msg::Refuse { .. })));
+    let h = link::read_frame(&mut raw, &mut buf).unwrap();
+    assert!(matches!(link::Msg::parse(&h, &buf), Ok(link::Msg::Refuse { .. })));
     assert!(c.hub(&["stats"]).contains("\"rejected\": 1"));
 }

@@ -2,7 +2,7 @@
 //! CHANNEL, and between processes of one guest over shared memory, with
 //! the same program (`ump-tool`).
 
-use mc_tests::Cluster;
+use tests::Cluster;
 
 fn up(name: &str, nodes: usize) -> Cluster {
     let c = Cluster::up(name, nodes);

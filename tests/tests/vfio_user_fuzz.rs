@@ -11,7 +11,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use common::*;
-use mc_adapter::regs::{self, int, pct, reg};
+use device::regs::{self, int, pct, reg};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};

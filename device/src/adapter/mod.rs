@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mc_link::ANY_NODE;
+use link::ANY_NODE;
 use tracing::{info, warn};
 
 use self::irq::Irq;

@@ -1,5 +1,5 @@
 //! The register file (BAR 0) and the page control table (BAR 2), as
-//! `docs/adapter.md` describes them; offsets and bits are in `mc-regs`.
+//! `docs/adapter.md` describes them; offsets and bits are in crate `regs`.
 //!
 //! Reads and writes come from the vfio-user thread; the PCT words are
 //! atomics that deliverers read concurrently.

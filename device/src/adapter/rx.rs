@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use mc_link::FLAG_ACK;
+use link::FLAG_ACK;
 use tracing::{debug, info, warn};
 
 use super::Shared;

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
-use mc_link::{BROADCAST, FLAG_ACK, FLAG_LOOPBACK, MAX_DATA};
+use link::{BROADCAST, FLAG_ACK, FLAG_LOOPBACK, MAX_DATA};
 
 use super::Adapter;
 use crate::regs::{err, pct, PAGE_SIZE};

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use mc_adapter::adapter::{Adapter, AdapterConfig};
-use mc_adapter::link_client::HubAddr;
-use mc_adapter::vfio_user;
-use mc_link::ANY_NODE;
+use device::adapter::{Adapter, AdapterConfig};
+use device::link_client::HubAddr;
+use device::vfio_user;
+use link::ANY_NODE;
 
 /// A MEMORY CHANNEL for PCI adapter for one QEMU guest.
 #[derive(Parser, Debug)]

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use mc_adapter::vfio_user::ConnectionConfig;
-use mc_hub::hub::{Control, ControlReply, Hub, HubConfig, PCAP_LINKTYPE};
-use mc_hub::local::LocalConfig;
-use mc_link::{self as link, Msg, MAX_NODES};
+use device::vfio_user::ConnectionConfig;
+use hub::hub::{Control, ControlReply, Hub, HubConfig, PCAP_LINKTYPE};
+use hub::local::LocalConfig;
+use link::{self as link, Msg, MAX_NODES};
 
 /// The MEMORY CHANNEL hub: one global order for every write of every node.
 #[derive(Parser, Debug)]

@@ -26,10 +26,10 @@ use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mc_adapter::adapter::{Adapter, AdapterConfig};
-use mc_adapter::link_client as client;
-use mc_adapter::regs::{self, PAGE_SIZE};
-use mc_link::ANY_NODE;
+use device::adapter::{Adapter, AdapterConfig};
+use device::link_client as client;
+use device::regs::{self, PAGE_SIZE};
+use link::ANY_NODE;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
@@ -431,7 +431,7 @@ impl AsRawFd for GuestRam {
 
 /// A real hub on a Unix socket, served by a tokio runtime owned by the test
 /// (shared with the hub's own tests).
-pub use mc_hub::testing::TestHub as Hub;
+pub use hub::testing::TestHub as Hub;
 
 /// Which kind of hub port the in-process tests put adapters on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -507,7 +507,7 @@ impl AdapterHandle {
         let mut adapter = Adapter::new(ASPACE).expect("Adapter::new");
         let cfg = AdapterConfig {
             aspace: ASPACE,
-            hub: mc_adapter::link_client::HubAddr::Unix(hub.path.clone()),
+            hub: device::link_client::HubAddr::Unix(hub.path.clone()),
             secret: None,
             want_node: ANY_NODE,
             name: name.to_string(),
@@ -530,7 +530,7 @@ impl AdapterHandle {
         let listener = UnixListener::bind(&sock).unwrap();
         let thread = std::thread::Builder::new()
             .name(format!("vfio-user-{name}"))
-            .spawn(move || mc_adapter::vfio_user::serve(&listener, &mut adapter))
+            .spawn(move || device::vfio_user::serve(&listener, &mut adapter))
             .unwrap();
         AdapterHandle { sock, node, max_nodes, thread: Some(thread), _dir: Some(dir) }
     }

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use mc_agent::{b64_decode, b64_encode, read_frame, write_frame, Envelope, Request, Response, MAX_OUTPUT, PORT_NAME};
+use agent::{b64_decode, b64_encode, read_frame, write_frame, Envelope, Request, Response, MAX_OUTPUT, PORT_NAME};
 
 /// How long output readers get after the command exits (background children
 /// that keep the pipes open must not hold the answer forever).

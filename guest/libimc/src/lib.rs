@@ -1,0 +1,375 @@
+//! `libimc`: the TruCluster MEMORY CHANNEL API of seed 000 (Table 1) as a
+//! C library (`libimc.a`, `libimc.so`, `<sys/imc.h>`), over the Rust client
+//! in [`imc_client`].
+//!
+//! One connection to `imcd` per process, opened by the first call. The
+//! process's allocations are that connection's: when the process exits,
+//! imcd lets go of them (a region is freed once no process anywhere holds
+//! it). The constants below are the header's; `tests/header.rs` checks the
+//! two agree.
+#![allow(clippy::missing_safety_doc)]
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_long, CStr, CString};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use imc_client::{Attached, Imc, ImcError, LockSet, Regs};
+
+/// Status codes (`IMC_*` in `<sys/imc.h>`).
+pub mod status {
+    #![allow(missing_docs)]
+    pub const IMC_SUCCESS: i32 = 0;
+    pub const IMC_EXISTS: i32 = 1;
+    pub const IMC_PERMISSION: i32 = 2;
+    pub const IMC_NOTALLOC: i32 = 3;
+    pub const IMC_NOSPACE: i32 = 4;
+    pub const IMC_TABLEFULL: i32 = 5;
+    pub const IMC_SIZE: i32 = 6;
+    pub const IMC_INVALID: i32 = 7;
+    pub const IMC_NODAEMON: i32 = 8;
+    pub const IMC_CLUSTER: i32 = 9;
+    pub const IMC_LOCKBUSY: i32 = 10;
+    pub const IMC_NOHOST: i32 = 11;
+    pub const IMC_ERRNO: i32 = 12;
+    pub const IMC_NOMEM: i32 = 13;
+    pub const IMC_FAIL: i32 = 14;
+}
+
+/// Flags and permission bits (`IMC_*` in `<sys/imc.h>`).
+pub mod flags {
+    #![allow(missing_docs)]
+    pub const IMC_URW: i32 = 0o600;
+    pub const IMC_GRW: i32 = 0o060;
+    pub const IMC_ORW: i32 = 0o006;
+    pub const IMC_LKU: i32 = 0o600;
+    pub const IMC_LKG: i32 = 0o060;
+    pub const IMC_LKO: i32 = 0o006;
+    pub const IMC_COHERENT: i32 = 0x1;
+    pub const IMC_EXCL: i32 = 0x2;
+    pub const IMC_CREATOR: i32 = 0x4;
+    pub const IMC_TRANSMIT: i32 = 1;
+    pub const IMC_RECEIVE: i32 = 2;
+    pub const IMC_SHARED: i32 = 0;
+    pub const IMC_LOOPBACK: i32 = 0x1;
+    pub const IMC_LOCKNOWAIT: i32 = 0;
+    pub const IMC_LOCKWAIT: i32 = 1;
+    pub const IMC_HOSTNAME_LEN: i32 = 32;
+}
+
+use flags::*;
+use status::*;
+
+/// `imc_host_t`.
+#[repr(C)]
+pub struct ImcHost {
+    /// Node id.
+    pub node: c_int,
+    /// Host name, NUL-terminated.
+    pub name: [c_char; IMC_HOSTNAME_LEN as usize],
+}
+
+#[derive(Default)]
+struct State {
+    imc: Option<Imc>,
+    /// Attachments per region id.
+    maps: HashMap<i32, Vec<Attached>>,
+    locks: HashMap<i32, LockSet>,
+    regs: Option<Regs>,
+    errmsg: CString,
+    /// The process the state belongs to (a child of fork() starts afresh).
+    pid: u32,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+/// Maps an imcd status name onto its `IMC_*` code.
+pub fn code_of(name: &str) -> i32 {
+    match name {
+        "EXISTS" => IMC_EXISTS,
+        "PERMISSION" => IMC_PERMISSION,
+        "NOTALLOC" | "NOTFOUND" => IMC_NOTALLOC,
+        "NOSPACE" => IMC_NOSPACE,
+        "TABLEFULL" => IMC_TABLEFULL,
+        "SIZE" => IMC_SIZE,
+        "INVALID" => IMC_INVALID,
+        "CLUSTER" | "TIMEOUT" => IMC_CLUSTER,
+        "NOHOST" => IMC_NOHOST,
+        "ERRNO" => IMC_ERRNO,
+        "NOMEM" => IMC_NOMEM,
+        _ => IMC_FAIL,
+    }
+}
+
+/// Runs `f` with this process's state (connecting on first use); records
+/// the message of a failure for `imc_errmsg`.
+fn with<T>(f: impl FnOnce(&mut State, &Imc) -> Result<T, (i32, String)>) -> Result<T, i32> {
+    let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let st = guard.get_or_insert_with(State::default);
+    if st.pid != std::process::id() {
+        // New, or inherited through fork(): the parent's connection,
+        // mappings and locks are the parent's.
+        *st = State { pid: std::process::id(), ..State::default() };
+    }
+    if st.imc.is_none() {
+        match Imc::connect() {
+            Ok(c) => st.imc = Some(c),
+            Err(e) => {
+                st.errmsg = CString::new(e.to_string()).unwrap_or_default();
+                return Err(IMC_NODAEMON);
+            }
+        }
+    }
+    let imc = st.imc.take().expect("connected above");
+    let r = f(st, &imc);
+    st.imc = Some(imc);
+    r.map_err(|(code, msg)| {
+        st.errmsg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+        code
+    })
+}
+
+fn fail(e: ImcError) -> (i32, String) {
+    match &e {
+        ImcError::Refused { code, .. } => (code_of(code), e.to_string()),
+        ImcError::NoDaemon(..) => (IMC_NODAEMON, e.to_string()),
+        _ => (IMC_FAIL, e.to_string()),
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> (i32, String) {
+    (IMC_INVALID, msg.into())
+}
+
+fn rc(r: Result<(), i32>) -> c_int {
+    r.err().unwrap_or(IMC_SUCCESS)
+}
+
+/// `imc_asalloc`: finds or creates the region `key` of `size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn imc_asalloc(key: c_long, size: usize, perm: c_int, flag: c_int, id: *mut c_int) -> c_int {
+    rc(with(|_, imc| {
+        if id.is_null() {
+            return Err(invalid("imc_asalloc: id is NULL"));
+        }
+        if size == 0 || flag & !(IMC_COHERENT | IMC_EXCL) != 0 {
+            return Err(invalid(format!("imc_asalloc: size {size}, flag {flag:#x}")));
+        }
+        let (rid, ..) = imc
+            .asalloc_flags(key as u64, size as u64, perm as u32 & 0o777, flag & IMC_EXCL != 0, flag & IMC_COHERENT != 0)
+            .map_err(fail)?;
+        // SAFETY: checked non-null; the caller passes a pointer to an imc_asid_t.
+        unsafe { *id = rid as c_int };
+        Ok(())
+    }))
+}
+
+/// `imc_asattach`: maps region `id` for transmit or receive; `*addr` gets the address.
+#[no_mangle]
+pub unsafe extern "C" fn imc_asattach(
+    id: c_int,
+    dir: c_int,
+    share: c_int,
+    flag: c_int,
+    addr: *mut *mut c_char,
+) -> c_int {
+    rc(with(|st, imc| {
+        if addr.is_null() || id < 0 {
+            return Err(invalid(format!("imc_asattach: region {id}, addr {addr:?}")));
+        }
+        let transmit = match dir {
+            IMC_TRANSMIT => true,
+            IMC_RECEIVE => false,
+            _ => return Err(invalid(format!("imc_asattach: direction {dir} (IMC_TRANSMIT or IMC_RECEIVE)"))),
+        };
+        if share != IMC_SHARED || flag & !IMC_LOOPBACK != 0 || (!transmit && flag != 0) {
+            return Err(invalid(format!("imc_asattach: share {share}, flag {flag:#x}")));
+        }
+        let m = imc.asattach(id as u32, transmit, flag & IMC_LOOPBACK != 0).map_err(fail)?;
+        // SAFETY: checked non-null; the caller passes a pointer to a caddr_t.
+        unsafe { *addr = m.as_ptr().cast() };
+        st.maps.entry(id).or_default().push(m);
+        Ok(())
+    }))
+}
+
+/// `imc_asdetach`: unmaps this process's attachments of region `id`.
+#[no_mangle]
+pub extern "C" fn imc_asdetach(id: c_int) -> c_int {
+    rc(with(|st, _| match st.maps.remove(&id) {
+        Some(_) => Ok(()),
+        None => Err((IMC_NOTALLOC, format!("imc_asdetach: region {id} is not attached"))),
+    }))
+}
+
+/// `imc_asdealloc`: this process lets go of region `id` (detaching it); the
+/// last holder in the cluster frees it.
+#[no_mangle]
+pub extern "C" fn imc_asdealloc(id: c_int) -> c_int {
+    rc(with(|st, imc| {
+        st.maps.remove(&id);
+        imc.asdealloc(id as u32).map_err(fail)
+    }))
+}
+
+/// `imc_lkalloc`: finds or creates the spinlock set `key` of `*nlocks` locks.
+/// With IMC_CREATOR it must be new (else IMC_EXISTS) and lock 0 is held on return.
+#[no_mangle]
+pub unsafe extern "C" fn imc_lkalloc(
+    key: c_long,
+    nlocks: *mut c_int,
+    perm: c_int,
+    flag: c_int,
+    id: *mut c_int,
+) -> c_int {
+    rc(with(|st, imc| {
+        if nlocks.is_null() || id.is_null() {
+            return Err(invalid("imc_lkalloc: nlocks or id is NULL"));
+        }
+        // SAFETY: checked non-null.
+        let n = unsafe { *nlocks };
+        if n <= 0 || flag & !(IMC_CREATOR | IMC_EXCL) != 0 {
+            return Err(invalid(format!("imc_lkalloc: {n} locks, flag {flag:#x}")));
+        }
+        if flag & IMC_EXCL != 0 && flag & IMC_CREATOR == 0 {
+            return Err(invalid("imc_lkalloc: exclusive creation is IMC_CREATOR"));
+        }
+        let (set, _) = imc.lkalloc(key as u64, n as u32, perm as u32 & 0o777, flag & IMC_CREATOR != 0).map_err(fail)?;
+        // SAFETY: checked non-null.
+        unsafe {
+            *nlocks = set.nlocks as c_int;
+            *id = set.id as c_int;
+        }
+        st.locks.insert(set.id as i32, set);
+        Ok(())
+    }))
+}
+
+/// `imc_lkacquire`: takes lock `lock` of set `id`. IMC_LOCKWAIT waits as
+/// long as it takes; otherwise 1 + `retries` attempts, then IMC_LOCKBUSY.
+#[no_mangle]
+pub extern "C" fn imc_lkacquire(id: c_int, lock: c_int, retries: c_int, flag: c_int) -> c_int {
+    rc(with(|st, _| {
+        let set = st.locks.get(&id).ok_or((IMC_NOTALLOC, format!("imc_lkacquire: no lock set {id} here")))?;
+        if lock < 0 {
+            return Err(invalid(format!("imc_lkacquire: lock {lock}")));
+        }
+        let attempts = if flag & IMC_LOCKWAIT != 0 { u32::MAX } else { 1 + retries.max(0) as u32 };
+        let per_try = if flag & IMC_LOCKWAIT != 0 { Duration::from_secs(10) } else { Duration::from_millis(50) };
+        let mut last = String::new();
+        for _ in 0..attempts {
+            match set.acquire(lock as u32, per_try) {
+                Ok(()) => return Ok(()),
+                Err(ImcError::Refused { code, message }) if code == "TIMEOUT" => last = message,
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        Err((IMC_LOCKBUSY, format!("imc_lkacquire: lock {lock} of set {id} is held: {last}")))
+    }))
+}
+
+/// `imc_lkrelease`.
+#[no_mangle]
+pub extern "C" fn imc_lkrelease(id: c_int, lock: c_int) -> c_int {
+    rc(with(|st, _| {
+        let set = st.locks.get(&id).ok_or((IMC_NOTALLOC, format!("imc_lkrelease: no lock set {id} here")))?;
+        if lock < 0 {
+            return Err(invalid(format!("imc_lkrelease: lock {lock}")));
+        }
+        set.release(lock as u32).map_err(fail)
+    }))
+}
+
+/// `imc_lkdealloc`: this process lets go of the set; the last holder frees it.
+#[no_mangle]
+pub extern "C" fn imc_lkdealloc(id: c_int) -> c_int {
+    rc(with(|st, imc| {
+        let set = st.locks.remove(&id).ok_or((IMC_NOTALLOC, format!("imc_lkdealloc: no lock set {id} here")))?;
+        imc.lkdealloc(set).map_err(fail)
+    }))
+}
+
+fn regs(st: &mut State, imc: &Imc) -> Result<(), (i32, String)> {
+    if st.regs.is_none() {
+        st.regs = Some(imc.regs().map_err(fail)?);
+    }
+    Ok(())
+}
+
+/// `imc_rderrcnt`: the adapter's error count (mapped on the first call;
+/// later calls are one load), or -1.
+#[no_mangle]
+pub extern "C" fn imc_rderrcnt() -> c_int {
+    with(|st, imc| {
+        regs(st, imc)?;
+        Ok(st.regs.as_ref().map(|r| r.rderrcnt() as c_int).unwrap_or(-1))
+    })
+    .unwrap_or(-1)
+}
+
+/// `imc_ckerrcnt`: asks every node (through the ACK page) for errors not
+/// yet in the clusterwide count; nonzero when the count moved since
+/// `*errors` or errors are outstanding (`*errors` is updated). -1 on failure.
+#[no_mangle]
+pub unsafe extern "C" fn imc_ckerrcnt(errors: *mut c_int) -> c_int {
+    with(|st, imc| {
+        if errors.is_null() {
+            return Err(invalid("imc_ckerrcnt: errors is NULL"));
+        }
+        regs(st, imc)?;
+        let r = st.regs.as_ref().expect("mapped above");
+        // SAFETY: checked non-null.
+        let e = unsafe { &mut *errors };
+        let mut count = *e as u32;
+        let moved = r.ckerrcnt(&mut count);
+        *e = count as c_int;
+        Ok(moved as c_int)
+    })
+    .unwrap_or(-1)
+}
+
+/// `imc_kill`: sends `sig` to `pid` on `host` (host name or node number).
+#[no_mangle]
+pub unsafe extern "C" fn imc_kill(host: *const c_char, pid: libc::pid_t, sig: c_int) -> c_int {
+    rc(with(|_, imc| {
+        if host.is_null() {
+            return Err(invalid("imc_kill: host is NULL"));
+        }
+        // SAFETY: non-null, and the caller passes a NUL-terminated string.
+        let h = unsafe { CStr::from_ptr(host) }.to_string_lossy().into_owned();
+        imc.kill(&h, pid, sig).map_err(fail)
+    }))
+}
+
+/// `imc_gethosts`: fills up to `max` entries; returns the number of hosts, or -1.
+#[no_mangle]
+pub unsafe extern "C" fn imc_gethosts(hosts: *mut ImcHost, max: c_int) -> c_int {
+    with(|_, imc| {
+        if hosts.is_null() && max > 0 {
+            return Err(invalid("imc_gethosts: hosts is NULL"));
+        }
+        let list = imc.gethosts().map_err(fail)?;
+        for (i, (node, name)) in list.iter().take(max.max(0) as usize).enumerate() {
+            let mut h = ImcHost { node: *node as c_int, name: [0; IMC_HOSTNAME_LEN as usize] };
+            for (d, s) in h.name.iter_mut().zip(name.bytes().take(IMC_HOSTNAME_LEN as usize - 1)) {
+                *d = s as c_char;
+            }
+            // SAFETY: the caller gives room for `max` entries; i < max.
+            unsafe { hosts.add(i).write(h) };
+        }
+        Ok(list.len() as c_int)
+    })
+    .unwrap_or(-1)
+}
+
+/// `imc_errmsg`: the last failure of this process's calls, in words.
+#[no_mangle]
+pub extern "C" fn imc_errmsg() -> *const c_char {
+    static EMPTY: &CStr = c"";
+    let guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    match guard.as_ref() {
+        // The message lives in the process-wide state until the next failure.
+        Some(st) => st.errmsg.as_ptr(),
+        None => EMPTY.as_ptr(),
+    }
+}

@@ -1,0 +1,566 @@
+//! `ump-tool`: UMP from a shell, for tests and measurements.
+//!
+//! - `serve`: echo every message back until the other side closes;
+//! - `pingpong`: messages of the given sizes there and back, contents checked;
+//! - `send` / `recv`: one large message, checked byte for byte.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use ump::{pattern, Config, Event, Want};
+
+#[derive(Parser)]
+#[command(about = "UMP channels from a shell")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct Ends {
+    /// Our handle.
+    #[arg(long)]
+    me: u64,
+    /// The other side's handle.
+    #[arg(long)]
+    peer: u64,
+    /// any, shm or mc.
+    #[arg(long, default_value = "any")]
+    transport: String,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Echo every message back until the other side closes.
+    Serve {
+        #[command(flatten)]
+        ends: Ends,
+        /// Also echo TCP frames (4-byte length, payload) on this port.
+        #[arg(long)]
+        tcp_port: Option<u16>,
+    },
+    /// The paper's Figures 8 and 9: one-way message time and bandwidth
+    /// against size, blocking and non-blocking writes, over each channel
+    /// given (each peer runs `serve`), and over TCP; prints a table and
+    /// writes two SVG plots.
+    Bench {
+        /// Our handle.
+        #[arg(long)]
+        me: u64,
+        /// A peer on another guest (MEMORY CHANNEL).
+        #[arg(long)]
+        mc_peer: Option<u64>,
+        /// A peer on this guest (shared memory).
+        #[arg(long)]
+        shm_peer: Option<u64>,
+        /// TCP echo of a peer (HOST:PORT), for comparison.
+        #[arg(long)]
+        tcp: Option<String>,
+        /// Message sizes.
+        #[arg(long, default_value = "0,8,64,512,4K,32K,256K,1M")]
+        sizes: String,
+        /// Bytes moved per size (rounds = this / size, at least 5).
+        #[arg(long, default_value = "4M")]
+        volume: String,
+        /// Where to write fig8-latency.svg and fig9-bandwidth.svg.
+        #[arg(long, default_value = "/tmp")]
+        svg_dir: String,
+    },
+    /// Send messages of each size, read the echo, check it.
+    Pingpong {
+        #[command(flatten)]
+        ends: Ends,
+        /// Message sizes, comma separated (bytes; K and M suffixes).
+        #[arg(long, default_value = "0,1,7,8,9,1K,64K,1M")]
+        sizes: String,
+        /// Round trips per size.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// Send one message of SIZE bytes (a checkable pattern).
+    Send {
+        #[command(flatten)]
+        ends: Ends,
+        /// Bytes.
+        #[arg(long)]
+        size: String,
+        /// Non-blocking write, then wait for its completion event.
+        #[arg(long)]
+        nb: bool,
+    },
+    /// Talk to every peer at once: each round, a message of varying size
+    /// to each (non-blocking writes), then one from each, all checked.
+    Mesh {
+        /// Our handle.
+        #[arg(long)]
+        me: u64,
+        /// The other handles, comma separated.
+        #[arg(long)]
+        peers: String,
+        /// Rounds.
+        #[arg(long, default_value_t = 20)]
+        rounds: u64,
+        /// Largest message.
+        #[arg(long, default_value = "100K")]
+        max: String,
+    },
+    /// Listen on handle ME (this guest and others) for COUNT channels from
+    /// handles it does not know; echo one message on each.
+    Listen {
+        /// Our handle.
+        #[arg(long)]
+        me: u64,
+        /// Channels to accept.
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+    },
+    /// Multicast COUNT messages (sizes up to MAX) to every peer with one
+    /// ump_mcast each; waits until every peer has closed.
+    McastSend {
+        /// Our handle.
+        #[arg(long)]
+        me: u64,
+        /// The receivers' handles, comma separated.
+        #[arg(long)]
+        peers: String,
+        /// Messages.
+        #[arg(long, default_value_t = 50)]
+        count: u64,
+        /// Largest message.
+        #[arg(long, default_value = "64K")]
+        max: String,
+    },
+    /// Receive COUNT multicast messages from FROM and check each.
+    McastRecv {
+        /// Our handle.
+        #[arg(long)]
+        me: u64,
+        /// The sender's handle.
+        #[arg(long)]
+        from: u64,
+        /// Messages.
+        #[arg(long, default_value_t = 50)]
+        count: u64,
+        /// Largest message (as the sender's --max).
+        #[arg(long, default_value = "64K")]
+        max: String,
+    },
+    /// Receive one message and check it is the pattern `send` sends.
+    Recv {
+        #[command(flatten)]
+        ends: Ends,
+        /// Largest size expected.
+        #[arg(long, default_value = "16M")]
+        max: String,
+        /// Wait this long before reading (lets the sender fill the buffer).
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
+    },
+}
+
+fn want(s: &str) -> Result<Want> {
+    Ok(match s {
+        "any" => Want::Any,
+        "shm" => Want::Shm,
+        "mc" => Want::Mc,
+        o => bail!("--transport {o:?}: any, shm or mc"),
+    })
+}
+
+fn size(s: &str) -> Result<usize> {
+    let s = s.trim();
+    let (n, m) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 1 << 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    Ok(n.parse::<usize>().with_context(|| format!("size {s:?}"))? * m)
+}
+
+/// TCP echo: frames of a 4-byte length and that many bytes, sent back whole.
+fn tcp_echo(l: std::net::TcpListener) {
+    use std::io::{Read, Write};
+    for s in l.incoming() {
+        let Ok(mut s) = s else { continue };
+        let _ = s.set_nodelay(true);
+        let mut buf = vec![0u8; 16 << 20];
+        loop {
+            let mut len = [0u8; 4];
+            if s.read_exact(&mut len).is_err() {
+                break;
+            }
+            let n = u32::from_le_bytes(len) as usize;
+            if n > buf.len() || s.read_exact(&mut buf[..n]).is_err() {
+                break;
+            }
+            if s.write_all(&len).and_then(|_| s.write_all(&buf[..n])).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// One-way time (half the median round trip) of `size`-byte messages.
+fn time_round_trips(rounds: usize, mut trip: impl FnMut() -> Result<()>) -> Result<f64> {
+    let mut t = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let t0 = Instant::now();
+        trip()?;
+        t.push(t0.elapsed());
+    }
+    let median = testkit::stats::Summary::of(&mut t).context("no round trips")?.p50;
+    Ok(median.as_secs_f64() / 2.0)
+}
+
+fn bench(
+    me: u64,
+    peers: &[(&str, u64)],
+    tcp: Option<&str>,
+    sizes: &[usize],
+    volume: usize,
+    svg_dir: &str,
+) -> Result<()> {
+    use std::io::{Read, Write};
+    ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+    let mut series: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
+    let max = sizes.iter().copied().max().unwrap_or(0).max(1);
+    let mut buf = vec![0u8; max];
+    let mut opened = Vec::new();
+    for &(name, peer) in peers {
+        let ch = ump::open(me, peer, Want::Any).map_err(u)?;
+        opened.push(ch);
+        while !matches!(ump::wait(Some(ch), Some(Duration::from_secs(60))).map_err(u)?, Some(Event::Open(_))) {}
+        let kind = format!("{:?}", ump::transport(ch).map_err(u)?);
+        for nb in [false, true] {
+            let mut pts = Vec::new();
+            for &s in sizes {
+                let msg = pattern(s as u64, s);
+                let rounds = (volume / s.max(1024)).clamp(5, 400);
+                let one_way = time_round_trips(rounds, || {
+                    if nb {
+                        ump::nbwrite(ch, &msg).map_err(u)?;
+                    } else {
+                        ump::write(ch, &msg).map_err(u)?;
+                    }
+                    let n = ump::read(ch, &mut buf).map_err(u)?;
+                    if nb {
+                        while ump::nbwrite_result(ch).map_err(u)?.is_none() {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    anyhow::ensure!(n == s && buf[..n] == msg[..], "echo of {s} bytes differs");
+                    Ok(())
+                })?;
+                pts.push((s, one_way));
+            }
+            series.push((format!("{name} ({kind}), {}", if nb { "non-blocking" } else { "blocking" }), pts));
+        }
+    }
+    if let Some(addr) = tcp {
+        let mut s = std::net::TcpStream::connect(addr).with_context(|| format!("TCP {addr}"))?;
+        s.set_nodelay(true)?;
+        let mut pts = Vec::new();
+        for &size in sizes {
+            let msg = pattern(size as u64, size);
+            let rounds = (volume / size.max(1024)).clamp(5, 400);
+            let one_way = time_round_trips(rounds, || {
+                s.write_all(&(size as u32).to_le_bytes())?;
+                s.write_all(&msg)?;
+                let mut len = [0u8; 4];
+                s.read_exact(&mut len)?;
+                s.read_exact(&mut buf[..size])?;
+                anyhow::ensure!(buf[..size] == msg[..], "TCP echo of {size} bytes differs");
+                Ok(())
+            })?;
+            pts.push((size, one_way));
+        }
+        series.push(("TCP".into(), pts));
+    }
+    // The echo processes serve TCP until their channel closes.
+    for ch in opened {
+        ump::close(ch).map_err(u)?;
+    }
+    println!("UMP message time (one way, half the median round trip) and bandwidth (size / time)");
+    print!("{:>10}", "bytes");
+    for (name, _) in &series {
+        print!(" | {name:>34}");
+    }
+    println!();
+    for (i, &s) in sizes.iter().enumerate() {
+        print!("{s:>10}");
+        for (_, pts) in &series {
+            let t = pts[i].1;
+            print!(" | {:>12.1} us {:>11.2} MB/s", t * 1e6, s as f64 / t / 1e6);
+        }
+        println!();
+    }
+    let lat: Vec<ump::plot::Series> = series
+        .iter()
+        .map(|(n, p)| ump::plot::Series {
+            name: n.clone(),
+            points: p.iter().map(|&(s, t)| (s as f64, t * 1e6)).collect(),
+        })
+        .collect();
+    let bw: Vec<ump::plot::Series> = series
+        .iter()
+        .map(|(n, p)| ump::plot::Series {
+            name: n.clone(),
+            points: p.iter().map(|&(s, t)| (s as f64, s as f64 / t / 1e6)).collect(),
+        })
+        .collect();
+    let f8 = format!("{svg_dir}/fig8-latency.svg");
+    let f9 = format!("{svg_dir}/fig9-bandwidth.svg");
+    std::fs::write(
+        &f8,
+        ump::plot::svg("UMP message transfer time (Figure 8)", "message size (bytes)", "one-way time (us)", &lat, true),
+    )?;
+    std::fs::write(&f9, ump::plot::svg("UMP bandwidth (Figure 9)", "message size (bytes)", "MB/s", &bw, true))?;
+    println!("plots: {f8} {f9}");
+    ump::exit().map_err(u)?;
+    Ok(())
+}
+
+/// Size of multicast message `i` (up to `max`).
+fn mcast_len(i: u64, max: usize) -> usize {
+    ((i * 7919 + 13) % (max as u64 + 1)) as usize
+}
+
+/// Opens a channel from `me` to each peer (UMP_ANY) and waits until all are complete.
+fn open_all(me: u64, peers: &[u64]) -> Result<Vec<i32>> {
+    let chans: Vec<i32> = peers.iter().map(|&p| ump::open(me, p, Want::Any)).collect::<Result<_, _>>().map_err(u)?;
+    let mut open = std::collections::HashSet::new();
+    while open.len() < chans.len() {
+        match ump::wait(None, Some(Duration::from_secs(60))).map_err(u)? {
+            Some(Event::Open(c)) => {
+                open.insert(c);
+            }
+            Some(_) => {}
+            None => bail!("only {} of {} channels opened within 60 s", open.len(), chans.len()),
+        }
+    }
+    Ok(chans)
+}
+
+fn u(e: ump::UmpError) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}
+
+fn open(e: &Ends) -> Result<i32> {
+    ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+    let ch = ump::open(e.me, e.peer, want(&e.transport)?).map_err(|e| anyhow::anyhow!("ump_open: {e}"))?;
+    let t0 = Instant::now();
+    loop {
+        match ump::wait(Some(ch), Some(Duration::from_secs(60))).map_err(u)? {
+            Some(Event::Open(_)) => break,
+            Some(_) => continue,
+            None => bail!("the other side did not open the channel within 60 s"),
+        }
+    }
+    eprintln!(
+        "channel {:#x} <-> {:#x} open over {:?} after {:.1} ms",
+        e.me,
+        e.peer,
+        ump::transport(ch).map_err(u)?,
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(ch)
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Serve { ends, tcp_port } => {
+            if let Some(port) = tcp_port {
+                let l = std::net::TcpListener::bind(("0.0.0.0", port)).with_context(|| format!("TCP port {port}"))?;
+                std::thread::spawn(move || tcp_echo(l));
+            }
+            let ch = open(&ends)?;
+            let mut buf = vec![0u8; 16 << 20];
+            let mut n = 0u64;
+            loop {
+                match ump::read(ch, &mut buf) {
+                    Ok(len) => ump::write(ch, &buf[..len]).map_err(u)?,
+                    Err(ump::UmpError::Channel(ump::ChanError::Closed(_))) => break,
+                    Err(e) => bail!("serve: {e}"),
+                }
+                n += 1;
+            }
+            println!("served {n} messages");
+            ump::exit().map_err(u)?;
+        }
+        Cmd::Pingpong { ends, sizes, rounds } => {
+            let ch = open(&ends)?;
+            let sizes: Vec<usize> = sizes.split(',').map(size).collect::<Result<_>>()?;
+            let mut buf = vec![0u8; sizes.iter().copied().max().unwrap_or(0).max(1)];
+            let mut seq = 0u64;
+            for &s in &sizes {
+                let mut best = f64::MAX;
+                for _ in 0..rounds {
+                    seq += 1;
+                    let msg = pattern(seq, s);
+                    let t0 = Instant::now();
+                    ump::write(ch, &msg).map_err(u)?;
+                    let n = ump::read(ch, &mut buf).map_err(u)?;
+                    best = best.min(t0.elapsed().as_secs_f64());
+                    if n != s || buf[..n] != msg[..] {
+                        bail!("size {s}: echo of {n} bytes differs from what was sent");
+                    }
+                }
+                println!("size {s} ok: best round trip {:.1} us", best * 1e6);
+            }
+            ump::close(ch).map_err(u)?;
+            ump::exit().map_err(u)?;
+            println!("pingpong ok: {} sizes", sizes.len());
+        }
+        Cmd::Send { ends, size: s, nb } => {
+            let ch = open(&ends)?;
+            let msg = pattern(7, size(&s)?);
+            let t0 = Instant::now();
+            if nb {
+                ump::nbwrite(ch, &msg).map_err(u)?;
+                println!("nbwrite started");
+                loop {
+                    match ump::wait(Some(ch), Some(Duration::from_secs(120))).map_err(u)? {
+                        Some(Event::WriteDone(_)) => break,
+                        Some(_) => std::thread::sleep(Duration::from_millis(1)),
+                        None => bail!("no WriteDone event"),
+                    }
+                }
+                ump::nbwrite_result(ch).map_err(u)?;
+            } else {
+                ump::write(ch, &msg).map_err(u)?;
+            }
+            println!("sent {} bytes in {:.1} ms", msg.len(), t0.elapsed().as_secs_f64() * 1e3);
+            // Stay until the reader closes: it checks we are alive while it reads.
+            let t1 = Instant::now();
+            while !matches!(ump::wait(Some(ch), Some(Duration::from_secs(60))), Ok(Some(Event::Closed(_))))
+                && t1.elapsed() < Duration::from_secs(60)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            ump::close(ch).map_err(u)?;
+            ump::exit().map_err(u)?;
+        }
+        Cmd::Mesh { me, peers, rounds, max } => {
+            let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
+            let max = size(&max)?;
+            ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+            let chans = open_all(me, &peers)?;
+            let len = |from: u64, to: u64, r: u64| ((r * 7919 + from * 104_729 + to * 13) % max as u64) as usize;
+            let mut buf = vec![0u8; max];
+            for r in 0..rounds {
+                for (&p, &c) in peers.iter().zip(&chans) {
+                    ump::nbwrite(c, &pattern(me * 1_000_003 + r, len(me, p, r))).map_err(u)?;
+                }
+                for (&p, &c) in peers.iter().zip(&chans) {
+                    let n = ump::read(c, &mut buf).map_err(u)?;
+                    let want = pattern(p * 1_000_003 + r, len(p, me, r));
+                    if buf[..n] != want[..] {
+                        bail!("round {r}: the message from {p} ({n} bytes) is not what it sent");
+                    }
+                }
+                for &c in &chans {
+                    while ump::nbwrite_result(c).map_err(u)?.is_none() {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+            }
+            let kinds: Vec<String> =
+                peers.iter().zip(&chans).map(|(p, &c)| format!("{p}:{:?}", ump::transport(c).unwrap())).collect();
+            println!("mesh ok: {rounds} rounds with {} peers, transports {}", peers.len(), kinds.join(","));
+            // Let the others finish reading before our channels close.
+            std::thread::sleep(Duration::from_millis(500));
+            ump::exit().map_err(u)?;
+        }
+        Cmd::Bench { me, mc_peer, shm_peer, tcp, sizes, volume, svg_dir } => {
+            let sizes: Vec<usize> = sizes.split(',').map(size).collect::<Result<_>>()?;
+            let mut peers = Vec::new();
+            if let Some(p) = mc_peer {
+                peers.push(("other guest", p));
+            }
+            if let Some(p) = shm_peer {
+                peers.push(("this guest", p));
+            }
+            bench(me, &peers, tcp.as_deref(), &sizes, size(&volume)?, &svg_dir)?;
+        }
+        Cmd::Listen { me, count } => {
+            ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+            ump::listen(me, Want::Any).map_err(u)?;
+            println!("listening on {me}");
+            use std::io::Write;
+            std::io::stdout().flush()?;
+            let mut served = std::collections::HashSet::new();
+            let mut buf = vec![0u8; 1 << 20];
+            while served.len() < count {
+                match ump::wait(None, Some(Duration::from_secs(120))).map_err(u)? {
+                    Some(Event::Message(c)) => {
+                        let n = ump::read(c, &mut buf).map_err(u)?;
+                        ump::write(c, &buf[..n]).map_err(u)?;
+                        served.insert(c);
+                        println!("echoed {n} bytes on a {:?} channel", ump::transport(c).map_err(u)?);
+                    }
+                    Some(_) => {}
+                    None => bail!("only {} of {count} channels within 120 s", served.len()),
+                }
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            ump::exit().map_err(u)?;
+        }
+        Cmd::McastSend { me, peers, count, max } => {
+            let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
+            let max = size(&max)?;
+            ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+            let chans = open_all(me, &peers)?;
+            let t0 = Instant::now();
+            let mut bytes = 0;
+            for i in 0..count {
+                let m = pattern(me * 1_000_003 + i, mcast_len(i, max));
+                bytes += m.len();
+                ump::mcast(&chans, &m).map_err(u)?;
+            }
+            println!(
+                "multicast {count} messages, {bytes} bytes, to {} peers in {:.1} ms",
+                chans.len(),
+                t0.elapsed().as_secs_f64() * 1e3
+            );
+            let mut closed = 0;
+            while closed < chans.len() {
+                match ump::wait(None, Some(Duration::from_secs(120))).map_err(u)? {
+                    Some(Event::Closed(_)) => closed += 1,
+                    Some(_) => {}
+                    None => bail!("receivers did not finish"),
+                }
+            }
+            ump::exit().map_err(u)?;
+        }
+        Cmd::McastRecv { me, from, count, max } => {
+            let max = size(&max)?;
+            let ch = open(&Ends { me, peer: from, transport: "any".into() })?;
+            let mut buf = vec![0u8; max.max(1)];
+            for i in 0..count {
+                let n = ump::read(ch, &mut buf).map_err(u)?;
+                if buf[..n] != pattern(from * 1_000_003 + i, mcast_len(i, max))[..] {
+                    bail!("multicast message {i} ({n} bytes) is not what was sent");
+                }
+            }
+            println!("received {count} multicast messages intact");
+            ump::close(ch).map_err(u)?;
+            ump::exit().map_err(u)?;
+        }
+        Cmd::Recv { ends, max, delay_ms } => {
+            let ch = open(&ends)?;
+            std::thread::sleep(Duration::from_millis(delay_ms));
+            let mut buf = vec![0u8; size(&max)?];
+            let t0 = Instant::now();
+            let n = ump::read(ch, &mut buf).map_err(|e| anyhow::anyhow!("recv: {e}"))?;
+            if buf[..n] != pattern(7, n)[..] {
+                bail!("received {n} bytes that are not what was sent");
+            }
+            println!("received {n} bytes intact in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+            ump::close(ch).map_err(u)?;
+            ump::exit().map_err(u)?;
+        }
+    }
+    Ok(())
+}

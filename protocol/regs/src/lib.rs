@@ -1,0 +1,178 @@
+//! The MEMORY CHANNEL adapter's register map: BAR layout, register offsets and bits, and the
+//! page control table (PCT) entry format.
+//!
+//! Source: seed 000 "MEMORY CHANNEL Overview" (PCT per page, transmit and
+//! receive windows, loopback, ACK, error registers) and `docs/adapter.md`,
+//! which is the contract for everything the paper leaves open.
+//!
+//! One crate so that the device model (`mc-adapter`) and the driver
+//! (`guest-driver`) share one definition, like a hardware header file.
+//!
+//! # BARs
+//!
+//! | BAR | size | contents |
+//! |-----|------|----------|
+//! | 0   | 4 KiB, 32-bit memory | control and status registers (this module) |
+//! | 2   | 16 bytes × pages, 64-bit memory | page control table |
+//! | 4   | the address space (512 MiB default), 64-bit prefetchable | transmit window |
+
+/// PCI vendor id: Digital Equipment Corporation.
+pub const VENDOR_ID: u16 = 0x1011;
+/// PCI device id: "Memory Channel interface".
+pub const DEVICE_ID: u16 = 0x0018;
+/// Register BAR.
+pub const BAR_REGS: u32 = 0;
+/// Page control table BAR.
+pub const BAR_PCT: u32 = 2;
+/// Transmit window BAR.
+pub const BAR_TX: u32 = 4;
+/// Size of the register BAR.
+pub const REGS_SIZE: u64 = 4096;
+
+/// MEMORY CHANNEL page size (8 KiB, as on the Alpha).
+pub const PAGE_SIZE: u64 = 8192;
+/// Default address space: 512 MiB.
+pub const DEFAULT_ASPACE: u64 = 512 << 20;
+/// Smallest address space accepted (the first adapters had 128 MiB; smaller
+/// spaces are allowed for tests).
+pub const MIN_ASPACE: u64 = 1 << 20;
+/// Largest address space accepted: 4 GiB keeps the PCT BAR at 8 MiB.
+pub const MAX_ASPACE: u64 = 4 << 30;
+
+/// Register offsets in BAR 0. All registers are 32 bits wide.
+pub mod reg {
+    /// RO. Identification: `0x4D43_0001` ("MC", register layout revision 1).
+    pub const ID: u64 = 0x00;
+    /// RO. Bits 0-15: this node's id (0xFFFF while not joined). Bits 16-31: hub ports.
+    pub const NODE: u64 = 0x04;
+    /// RO. Bit 0: link up.
+    pub const LINK: u64 = 0x08;
+    /// RO. Page size in bytes (8192).
+    pub const PAGE_SIZE: u64 = 0x0C;
+    /// RO. Address space size in pages.
+    pub const ASPACE_PAGES: u64 = 0x10;
+    /// W1C. Error status, see [`super::err`].
+    pub const ERR_STATUS: u64 = 0x14;
+    /// RO. Errors counted since reset (saturates).
+    pub const ERR_COUNT: u64 = 0x18;
+    /// RW. Control, see [`super::ctrl`].
+    pub const CTRL: u64 = 0x1C;
+    /// RO. Bitmap of nodes 0-31 that are up.
+    pub const MEMBERS_LO: u64 = 0x20;
+    /// RO. Bitmap of nodes 32-63 that are up.
+    pub const MEMBERS_HI: u64 = 0x24;
+    /// W1C. Interrupt causes, see [`super::int`].
+    pub const INT_CAUSE: u64 = 0x28;
+    /// RW. Interrupt enables, same bits as `INT_CAUSE`.
+    pub const INT_MASK: u64 = 0x2C;
+    /// RO, reading pops. Page number of the oldest notification (a receive on
+    /// a page with `pct::INT`), or [`super::NOTIFY_EMPTY`].
+    pub const NOTIFY_FIFO: u64 = 0x30;
+    /// RO. Notifications waiting in the FIFO.
+    pub const NOTIFY_COUNT: u64 = 0x34;
+    /// RO. Packets sent to the hub (low 32 bits).
+    pub const TX_PACKETS: u64 = 0x40;
+    /// RO. Packets applied to guest memory (low 32 bits).
+    pub const RX_PACKETS: u64 = 0x44;
+    /// RO. Packets received for pages not enabled for receive (low 32 bits).
+    pub const RX_DROPPED: u64 = 0x48;
+    /// RO. Notifications lost because the FIFO was full.
+    pub const NOTIFY_LOST: u64 = 0x4C;
+    /// RO. Link and membership changes seen since reset.
+    pub const LINK_EVENTS: u64 = 0x50;
+    /// RO. Low 32 bits of the global sequence number of the last packet applied.
+    pub const LAST_SEQ: u64 = 0x54;
+    /// Start of the MSI-X table (emulated by QEMU; one vector).
+    pub const MSIX_TABLE: u64 = 0x800;
+    /// Start of the MSI-X pending bit array.
+    pub const MSIX_PBA: u64 = 0xC00;
+}
+
+/// Value `NOTIFY_FIFO` reads when empty.
+pub const NOTIFY_EMPTY: u32 = 0xFFFF_FFFF;
+/// Depth of the notification FIFO.
+pub const NOTIFY_DEPTH: usize = 256;
+/// MSI-X vectors (all causes share vector 0).
+pub const MSIX_VECTORS: u32 = 1;
+
+/// Bits of `INT_CAUSE` and `INT_MASK`.
+pub mod int {
+    /// A write arrived on a page with `pct::INT` (its page is in `NOTIFY_FIFO`).
+    pub const NOTIFY: u32 = 1 << 0;
+    /// The link went up or down, or a node joined or left.
+    pub const LINK: u32 = 1 << 1;
+    /// An error bit was set in `ERR_STATUS`.
+    pub const ERROR: u32 = 1 << 2;
+    /// All defined bits.
+    pub const ALL: u32 = 0x7;
+}
+
+/// Reset value of `ID`.
+pub const ID_VALUE: u32 = 0x4D43_0001;
+
+/// Bits of `ERR_STATUS` (write 1 to clear).
+pub mod err {
+    /// A store hit a page not enabled for transmit; it was dropped.
+    pub const TX_DISABLED: u32 = 1 << 0;
+    /// The transmit window was read (master abort: all ones returned).
+    pub const TX_READ: u32 = 1 << 1;
+    /// A received write's DMA address is outside mapped guest memory; not applied.
+    pub const RX_DMA: u32 = 1 << 2;
+    /// The link to the hub is down.
+    pub const LINK_DOWN: u32 = 1 << 3;
+    /// A received packet failed its CRC; not applied.
+    pub const CRC: u32 = 1 << 4;
+    /// A received packet's address is outside the address space.
+    pub const RX_RANGE: u32 = 1 << 5;
+    /// A point-to-point page names a destination outside the hub's ports; the store was dropped.
+    pub const TX_DEST: u32 = 1 << 6;
+    /// A frame from the hub was lost (the link sequence skipped), or the
+    /// global order went backwards.
+    pub const SEQ_GAP: u32 = 1 << 7;
+    /// All defined bits.
+    pub const ALL: u32 = 0xFF;
+}
+
+/// Byte an ACK reply carries: the replying node's `ERR_STATUS` low 7 bits
+/// with this bit set, so "answered, no error" reads `0x80` and "no answer" 0.
+pub const ACK_VALID: u8 = 0x80;
+
+/// Bits of `CTRL`.
+pub mod ctrl {
+    /// Write 1: reset the adapter (self-clearing).
+    pub const RESET: u32 = 1 << 0;
+}
+
+/// Page control table entry: 16 bytes per page at `page * PCT_ENTRY` in BAR 2.
+///
+/// ```text
+///  63            32 31       16 15        6   5   4   3   2   1   0
+/// +----------------+-----------+-----------+---+---+---+---+---+---+
+/// | reserved       | dest node | reserved  |P2P|ACK|INT|LB |RX |TX |   word 0 (+0)
+/// +----------------+-----------+-----------+---+---+---+---+---+---+
+/// | receive DMA address (IOVA of this page's receive buffer)       |   word 1 (+8)
+/// +----------------------------------------------------------------+
+/// ```
+pub mod pct {
+    /// Bytes per entry.
+    pub const ENTRY: u64 = 16;
+    /// Transmit enable: stores to this page are sent.
+    pub const TX: u64 = 1 << 0;
+    /// Receive enable: writes to this page are applied to guest memory.
+    pub const RX: u64 = 1 << 1;
+    /// Loopback: this node's own writes to the page come back through the hub.
+    pub const LOOPBACK: u64 = 1 << 2;
+    /// Interrupt on receive (the notification channel).
+    pub const INT: u64 = 1 << 3;
+    /// ACK page: a store asks every receiving node for its error status,
+    /// which comes back into byte `node` of this page's receive buffer.
+    pub const ACK: u64 = 1 << 4;
+    /// Point-to-point: send to `dest` only instead of broadcasting.
+    pub const P2P: u64 = 1 << 5;
+    /// Shift of the destination node field.
+    pub const DEST_SHIFT: u32 = 16;
+    /// Mask of the destination node field (after shifting).
+    pub const DEST_MASK: u64 = 0xFFFF;
+    /// Bits of word 0 that hold state; the rest read as zero.
+    pub const WORD0_MASK: u64 = 0x3F | (DEST_MASK << DEST_SHIFT);
+}
