@@ -6,11 +6,11 @@
 //! Plain shared memory between two VMs, polled by both, is the floor a
 //! guest-to-guest interconnect is measured against.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
 use std::path::PathBuf;
 
-use crate::RxBuffer;
+use guest_mem::{Mapping, MemError, ReadWrite};
 
 /// PCI vendor id of QEMU's virtio and ivshmem devices (Red Hat).
 pub const VENDOR_ID: u16 = 0x1af4;
@@ -36,6 +36,9 @@ pub enum IvshmemError {
         /// The OS error.
         err: io::Error,
     },
+    /// Mapping the BAR failed.
+    #[error("mapping BAR {SHARED_BAR} of the ivshmem device: {0}")]
+    Map(#[from] MemError),
     /// The BAR is not what the device should have.
     #[error("{0}")]
     Unexpected(String),
@@ -50,9 +53,9 @@ fn os(what: impl Into<String>) -> impl FnOnce(io::Error) -> IvshmemError {
 pub struct Ivshmem {
     /// PCI address of the device (`0000:00:05.0`).
     pub bdf: String,
-    /// The BAR, mapped shared, read and write (the same mapping type as a
-    /// receive buffer: volatile 8-byte accesses, unmapped on drop).
-    mem: RxBuffer,
+    /// The BAR, mapped shared, read and write through its sysfs resource
+    /// file: checked volatile accesses, unmapped on drop.
+    pub mem: Mapping<ReadWrite>,
 }
 
 impl Ivshmem {
@@ -74,36 +77,11 @@ impl Ivshmem {
         if config[4] & 0x2 == 0 {
             fs::write(dir.join("enable"), "1").map_err(os(format!("enabling {bdf}")))?;
         }
-        let res = dir.join(format!("resource{SHARED_BAR}"));
-        let f =
-            OpenOptions::new().read(true).write(true).open(&res).map_err(os(format!("opening {}", res.display())))?;
-        let len = f.metadata().map_err(os(format!("size of {}", res.display())))?.len() as usize;
-        if len < 8 {
-            return Err(IvshmemError::Unexpected(format!("BAR {SHARED_BAR} of {bdf} is {len} bytes")));
-        }
         // sysfs checks the range of a resource file mapping.
-        let mem = RxBuffer::map(&f, len, true).map_err(os(format!("mapping {}", res.display())))?;
+        let mem = Mapping::pci_resource(&bdf, SHARED_BAR)?;
+        if mem.len() < 8 {
+            return Err(IvshmemError::Unexpected(format!("BAR {SHARED_BAR} of {bdf} is {} bytes", mem.len())));
+        }
         Ok(Ivshmem { bdf, mem })
-    }
-
-    /// Size of the shared memory in bytes.
-    pub fn len(&self) -> usize {
-        self.mem.len()
-    }
-
-    /// True when empty (never, once open).
-    pub fn is_empty(&self) -> bool {
-        self.mem.is_empty()
-    }
-
-    /// Volatile 8-byte read at `off` (8-byte aligned): the other guests
-    /// write concurrently.
-    pub fn read64(&self, off: usize) -> u64 {
-        self.mem.read64(off)
-    }
-
-    /// Volatile 8-byte write at `off` (8-byte aligned).
-    pub fn write64(&self, off: usize, v: u64) {
-        self.mem.write64(off, v)
     }
 }

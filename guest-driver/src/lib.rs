@@ -6,8 +6,9 @@
 //! - [`vfio`]: binding to vfio-pci, BAR mmaps, DMA maps through the IOMMU.
 //! - [`Adapter`]: a safe API over the registers and the page control table
 //!   documented in `docs/adapter.md` (constants from `regs`).
-//! - [`RxBuffer`]: pinned receive memory, backed by a file in `/dev/shm` so
-//!   other processes (and `mctool dump`) can read what the adapter wrote.
+//! - [`rx_buffer`]: pinned receive memory, a [`guest_mem::Mapping`] of a
+//!   file in `/dev/shm` so other processes (and `mctool dump`) can read
+//!   what the adapter wrote; [`VfioDevice::map_dma`] maps it for the adapter.
 //! - [`ivshmem`]: QEMU's `ivshmem-plain` shared memory, mapped through sysfs
 //!   (the comparison floor of `mctool pingpong --via ivshmem`).
 #![warn(missing_docs)]
@@ -15,11 +16,12 @@
 pub mod ivshmem;
 pub mod vfio;
 
-use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-pub use regs as regs;
+pub use guest_mem;
+use guest_mem::{Mapping, MemError, ReadWrite};
+pub use regs;
 use regs::{pct, reg, PAGE_SIZE};
 use vfio::{Bar, VfioDevice, VfioError};
 
@@ -45,7 +47,7 @@ impl Adapter {
         let dev = VfioDevice::open(&bdf)?;
         dev.enable_bus_master()?;
         let regs_bar = dev.map_bar(regs::BAR_REGS)?;
-        let id = regs_bar.read32(reg::ID as usize);
+        let id = regs_bar.load::<u32>(reg::ID as usize).map_err(|e| VfioError::Map { what: "BAR 0".into(), err: e })?;
         if id != regs::ID_VALUE {
             return Err(VfioError::Unexpected(format!(
                 "adapter ID register reads {id:#x}, expected {:#x}",
@@ -58,13 +60,17 @@ impl Adapter {
     }
 
     /// Reads a 32-bit register (`regs::reg::*`).
+    ///
+    /// # Panics
+    /// On an offset outside BAR 0 or not 4-aligned: register offsets are
+    /// the constants of `regs::reg`, so that is a bug in the caller.
     pub fn reg(&self, off: u64) -> u32 {
-        self.regs.read32(off as usize)
+        self.regs.load::<u32>(off as usize).unwrap_or_else(|e| panic!("register {off:#x}: {e}"))
     }
 
-    /// Writes a 32-bit register.
+    /// Writes a 32-bit register (panics as [`Adapter::reg`]).
     pub fn set_reg(&self, off: u64, v: u32) {
-        self.regs.write32(off as usize, v)
+        self.regs.store::<u32>(off as usize, v).unwrap_or_else(|e| panic!("register {off:#x}: {e}"))
     }
 
     /// This node's id, or `None` while the link is down.
@@ -84,28 +90,46 @@ impl Adapter {
     pub fn set_page(&self, page: u64, bits: u64, rx_iova: u64) {
         assert!(page < self.pages(), "page {page} outside the address space");
         let off = (page * pct::ENTRY) as usize;
-        self.pct.write64(off + 8, rx_iova);
-        self.pct.write64(off, bits);
+        let set = |o: usize, v: u64| self.pct.store::<u64>(o, v).unwrap_or_else(|e| panic!("PCT entry {page}: {e}"));
+        set(off + 8, rx_iova);
+        set(off, bits);
     }
 
-    /// Reads back page `page`'s PCT entry (bits, receive address).
+    /// Reads back page `page`'s PCT entry (bits, receive address);
+    /// panics outside the address space, as [`Adapter::set_page`].
     pub fn page(&self, page: u64) -> (u64, u64) {
         let off = (page * pct::ENTRY) as usize;
-        (self.pct.read64(off), self.pct.read64(off + 8))
+        let get = |o: usize| self.pct.load::<u64>(o).unwrap_or_else(|e| panic!("PCT entry {page}: {e}"));
+        (get(off), get(off + 8))
     }
 
     /// One 8-byte store into the transmit window at global address `addr`.
+    ///
+    /// # Panics
+    /// When `addr` is outside the window or not 8-aligned; use
+    /// [`Adapter::try_store64`] for addresses that come from a user.
     pub fn store64(&self, addr: u64, v: u64) {
-        self.tx.write64(addr as usize, v)
+        self.try_store64(addr, v).unwrap_or_else(|e| panic!("transmit window: {e}"))
     }
 
-    /// Copies `data` (a multiple of 8 bytes) into the transmit window at `addr`
-    /// with 8-byte stores, in address order.
-    pub fn store(&self, addr: u64, data: &[u8]) {
-        assert!(data.len() % 8 == 0, "transmit stores are 8-byte words");
-        for (i, w) in data.chunks_exact(8).enumerate() {
-            self.store64(addr + 8 * i as u64, u64::from_le_bytes(w.try_into().unwrap()));
+    /// One 8-byte store into the transmit window, or why it cannot be made.
+    pub fn try_store64(&self, addr: u64, v: u64) -> Result<(), MemError> {
+        self.tx.store::<u64>(usize::try_from(addr).unwrap_or(usize::MAX), v)
+    }
+
+    /// Copies `data` (a multiple of 8 bytes, at an 8-aligned `addr`) into
+    /// the transmit window in address order with 8-byte release stores
+    /// (MEMORY CHANNEL's ordering); nothing is stored when it does not fit.
+    pub fn store(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        if data.len() % 8 != 0 || addr % 8 != 0 {
+            return Err(MemError::Misaligned { off: addr as usize, width: 8 });
         }
+        self.tx.write_ordered(usize::try_from(addr).unwrap_or(usize::MAX), data)
+    }
+
+    /// The transmit window (for stores wider than one word).
+    pub fn tx(&self) -> &Mapping<ReadWrite> {
+        &self.tx
     }
 }
 
@@ -150,107 +174,14 @@ impl Interrupt {
     }
 }
 
-/// Receive memory: a `/dev/shm` file mapped shared, pinned and mapped for
-/// DMA at [`RX_IOVA_BASE`].
-pub struct RxBuffer {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl RxBuffer {
-    /// Creates (or reuses) `path` with `pages` MEMORY CHANNEL pages and maps it.
-    pub fn create(path: &Path, pages: u64) -> std::io::Result<RxBuffer> {
-        let len = (pages * PAGE_SIZE) as usize;
-        let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
-        f.set_len(len as u64)?;
-        Self::map(&f, len, true)
-    }
-
-    /// Opens an existing buffer read-only (for `dump` and `wait`).
-    pub fn open_ro(path: &Path) -> std::io::Result<RxBuffer> {
-        let f = OpenOptions::new().read(true).open(path)?;
-        let len = f.metadata()?.len() as usize;
-        Self::map(&f, len, false)
-    }
-
-    /// Maps all `len` bytes of `f` shared (read-write with `write`); the
-    /// ivshmem BAR uses this too.
-    pub(crate) fn map(f: &std::fs::File, len: usize, write: bool) -> std::io::Result<RxBuffer> {
-        if len == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty receive buffer"));
-        }
-        let prot = if write { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
-        // SAFETY: shared mapping of a file we opened; checked below.
-        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, f.as_raw_fd(), 0) };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(RxBuffer { ptr: ptr.cast(), len })
-    }
-
-    /// Pins the buffer and maps it for the adapter's DMA at [`RX_IOVA_BASE`].
-    pub fn map_for_dma(&self, dev: &VfioDevice) -> Result<(), VfioError> {
-        self.map_for_dma_at(dev, RX_IOVA_BASE)
-    }
-
-    /// Pins the buffer and maps it for the adapter's DMA at `iova`.
-    pub fn map_for_dma_at(&self, dev: &VfioDevice, iova: u64) -> Result<(), VfioError> {
-        dev.map_dma(self.ptr, iova, self.len as u64)
-    }
-
-    /// Size in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when empty (never, once created).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Copies out `len` bytes at `off` (volatile: the adapter writes concurrently).
-    pub fn read(&self, off: usize, len: usize) -> Vec<u8> {
-        assert!(off + len <= self.len, "read past the receive buffer");
-        (0..len)
-            .map(|i| {
-                // SAFETY: in bounds (asserted); the mapping lives as long as self.
-                unsafe { std::ptr::read_volatile(self.ptr.add(off + i)) }
-            })
-            .collect()
-    }
-
-    /// Volatile 8-byte read at `off` (8-byte aligned).
-    pub fn read64(&self, off: usize) -> u64 {
-        assert!(off % 8 == 0 && off + 8 <= self.len, "bad 8-byte read at {off}");
-        // SAFETY: in bounds and aligned (asserted).
-        unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u64>()) }
-    }
-
-    /// Volatile 8-byte write at `off` (8-byte aligned; a buffer made by
-    /// [`RxBuffer::create`], which maps it writable).
-    pub fn write64(&self, off: usize, v: u64) {
-        assert!(off % 8 == 0 && off + 8 <= self.len, "bad 8-byte write at {off}");
-        // SAFETY: in bounds and aligned (asserted).
-        unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u64>(), v) }
-    }
-
-    /// Zeroes the buffer.
-    pub fn clear(&self) {
-        // SAFETY: the whole mapping, writable when created by `create`.
-        unsafe { std::ptr::write_bytes(self.ptr, 0, self.len) }
-    }
-}
-
-// SAFETY: an RxBuffer owns its shared mapping; reads are volatile copies
-// and nothing hands out references into it (the adapter writes it
-// concurrently anyway), so it may move to and be shared with other threads.
-unsafe impl Send for RxBuffer {}
-// SAFETY: as for Send.
-unsafe impl Sync for RxBuffer {}
-
-impl Drop for RxBuffer {
-    fn drop(&mut self) {
-        // SAFETY: from the mmap in `map`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
+/// Receive memory: the file `path` in `/dev/shm`, sized to `pages`
+/// MEMORY CHANNEL pages, mapped shared and zeroed. Map it for the
+/// adapter's DMA with [`VfioDevice::map_dma`] (at [`RX_IOVA_BASE`], or at
+/// the IOVA of its first page).
+pub fn rx_buffer(path: &Path, pages: u64) -> Result<Mapping<ReadWrite>, MemError> {
+    let len = usize::try_from(pages * PAGE_SIZE)
+        .map_err(|_| MemError::BadMap(format!("{pages} pages do not fit this process")))?;
+    let buf = Mapping::create(path, len)?;
+    buf.fill(0, len, 0)?;
+    Ok(buf)
 }

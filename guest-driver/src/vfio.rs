@@ -7,13 +7,14 @@
 //! 4. [`VfioDevice::map_dma`]: pin a buffer and map it at an IOVA, so the
 //!    adapter's receive DMA lands in it.
 //!
-//! `unsafe` is confined to the ioctls and mmaps here, each with its SAFETY note.
+//! `unsafe` is confined to the ioctls here (mappings are `guest-mem`'s), each with its SAFETY note.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use guest_mem::{Mapping, MemError, ReadWrite};
 use thiserror::Error;
 use vfio_bindings::bindings::vfio::{
     vfio_group_status, vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_region_info, VFIO_TYPE1v2_IOMMU,
@@ -44,6 +45,14 @@ pub enum VfioError {
         what: String,
         /// The OS error.
         err: io::Error,
+    },
+    /// Mapping a BAR or a buffer failed.
+    #[error("mapping {what}: {err}")]
+    Map {
+        /// What was mapped.
+        what: String,
+        /// Why it failed.
+        err: MemError,
     },
     /// Something about the device is not what the driver expects.
     #[error("{0}")]
@@ -129,73 +138,9 @@ pub struct Region {
     pub flags: u32,
 }
 
-/// A mapped BAR. Accesses are volatile; the mapping lives as long as this value.
-pub struct Bar {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Bar {
-    /// Size in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when the BAR has no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    fn check(&self, off: usize, n: usize) {
-        assert!(
-            off % n == 0 && off + n <= self.len,
-            "BAR access at {off:#x} (+{n}) outside {:#x} bytes or unaligned",
-            self.len
-        );
-    }
-
-    /// 32-bit read.
-    pub fn read32(&self, off: usize) -> u32 {
-        self.check(off, 4);
-        // SAFETY: in bounds and aligned (checked); the mapping is live.
-        unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u32>()) }
-    }
-
-    /// 32-bit write.
-    pub fn write32(&self, off: usize, v: u32) {
-        self.check(off, 4);
-        // SAFETY: as in `read32`.
-        unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u32>(), v) }
-    }
-
-    /// 64-bit read.
-    pub fn read64(&self, off: usize) -> u64 {
-        self.check(off, 8);
-        // SAFETY: as in `read32`.
-        unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u64>()) }
-    }
-
-    /// 64-bit write.
-    pub fn write64(&self, off: usize, v: u64) {
-        self.check(off, 8);
-        // SAFETY: as in `read32`.
-        unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u64>(), v) }
-    }
-}
-
-// SAFETY: a Bar owns its mapping; every access is one volatile load or
-// store of an MMIO register, and nothing hands out references into it, so
-// threads may share and move it (the adapter serializes MMIO itself).
-unsafe impl Send for Bar {}
-// SAFETY: as for Send.
-unsafe impl Sync for Bar {}
-
-impl Drop for Bar {
-    fn drop(&mut self) {
-        // SAFETY: ptr/len come from the mmap in `map_bar`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
+/// A mapped BAR: a read-write [`Mapping`] of the device fd's region, so
+/// every register access is a checked volatile load or store of one width.
+pub type Bar = Mapping<ReadWrite>;
 
 /// An open VFIO device with its own container.
 pub struct VfioDevice {
@@ -299,33 +244,21 @@ impl VfioDevice {
         if r.flags & VFIO_REGION_INFO_FLAG_MMAP == 0 {
             return Err(VfioError::Unexpected(format!("BAR {index} cannot be mmapped (region flags {:#x})", r.flags)));
         }
-        // SAFETY: mapping a device region through its fd at the offset VFIO
-        // gave; the result is checked and owned by `Bar`.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                r.size as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                self.device.as_raw_fd(),
-                r.offset as libc::off_t,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(VfioError::Os { what: format!("mmap of BAR {index}"), err: io::Error::last_os_error() });
-        }
-        Ok(Bar { ptr: ptr.cast(), len: r.size as usize })
+        let fd = self.device.try_clone().map_err(os(format!("dup of the device fd for BAR {index}")))?;
+        Mapping::device_region(fd, r.offset, r.size as usize)
+            .map_err(|e| VfioError::Map { what: format!("BAR {index}"), err: e })
     }
 
-    /// Maps `[vaddr, vaddr+size)` of this process at `iova` for device DMA
-    /// (read and write). The pages are pinned until unmapped or closed.
-    pub fn map_dma(&self, vaddr: *mut u8, iova: u64, size: u64) -> Result<()> {
+    /// Maps all of `mem` at `iova` for device DMA (read and write). The
+    /// pages are pinned until unmapped or closed; the kernel keeps them
+    /// even if `mem` is unmapped first.
+    pub fn map_dma(&self, mem: &Mapping<ReadWrite>, iova: u64) -> Result<()> {
         let mut m = vfio_iommu_type1_dma_map {
             argsz: std::mem::size_of::<vfio_iommu_type1_dma_map>() as u32,
             flags: VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE,
-            vaddr: vaddr as u64,
+            vaddr: mem.as_ptr() as u64,
             iova,
-            size,
+            size: mem.len() as u64,
         };
         ioctl_ptr(&self.container, VFIO_IOMMU_MAP_DMA, &mut m, "VFIO_IOMMU_MAP_DMA")?;
         Ok(())
@@ -338,7 +271,6 @@ impl VfioDevice {
             flags: 0,
             iova,
             size,
-            ..Default::default()
         };
         ioctl_ptr(&self.container, VFIO_IOMMU_UNMAP_DMA, &mut m, "VFIO_IOMMU_UNMAP_DMA")?;
         Ok(())

@@ -10,22 +10,36 @@
 //! Wire: one JSON object per line each way; a reply that carries an fd
 //! sends it with SCM_RIGHTS on the reply's first byte.
 //!
+//! - [`fdpass`]: lines with an fd attached (SCM_RIGHTS), both sides.
 //! - [`cluster_lock`]: cluster spinlocks from the total order and loopback
 //!   (the algorithm `imc_lkacquire` runs in the caller's process, and imcd's
 //!   region directory is built on).
 #![warn(missing_docs)]
 
 pub mod cluster_lock;
+pub mod fdpass;
 
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+pub use fdpass::send_with_fd;
+pub use guest_mem;
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use guest_mem::{Access, Mapping, MemError, ReadOnly, ReadWrite};
 use regs::PAGE_SIZE;
+
+/// What the fd of a [`Reply::Mapping`] is.
+enum Source {
+    /// The adapter's VFIO device fd (registers, transmit window).
+    Device,
+    /// A file (receive buffer, error count, ACK answers).
+    File,
+}
 
 /// Longest request or reply line.
 pub const MAX_LINE: usize = 4096;
@@ -191,91 +205,16 @@ pub enum ImcError {
     /// Talking to `imcd` failed.
     #[error("imcd connection: {0}")]
     Io(#[from] std::io::Error),
+    /// Mapping what `imcd` sent failed.
+    #[error("mapping what imcd sent: {0}")]
+    Map(#[from] MemError),
     /// `imcd` answered something unexpected.
     #[error("unexpected answer from imcd: {0}")]
     Protocol(String),
 }
 
-/// Room for one control message carrying one fd.
-fn one_fd_space() -> usize {
-    // SAFETY: CMSG_SPACE is a pure computation.
-    unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize }
-}
-
-/// A msghdr over one iovec and a control buffer; both must outlive its use.
-fn msghdr(iov: &mut libc::iovec, control: &mut [u8]) -> libc::msghdr {
-    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = control.len();
-    msg
-}
-
-/// Sends `line` with an optional fd attached to its first byte.
-pub fn send_with_fd(sock: &UnixStream, line: &[u8], fd: Option<RawFd>) -> std::io::Result<()> {
-    let Some(fd) = fd else {
-        return (&*sock).write_all(line);
-    };
-    let mut iov = libc::iovec { iov_base: line.as_ptr() as *mut libc::c_void, iov_len: line.len() };
-    let mut cbuf = vec![0u8; one_fd_space()];
-    let msg = msghdr(&mut iov, &mut cbuf);
-    // SAFETY: the control buffer has room for one cmsg with one fd (CMSG_SPACE).
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
-    }
-    // SAFETY: a valid msghdr on a connected socket.
-    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, 0) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if (n as usize) < line.len() {
-        (&*sock).write_all(&line[n as usize..])?;
-    }
-    Ok(())
-}
-
-/// Receives one line, with the fd that came with it (if any).
 fn recv_line_with_fd(sock: &UnixStream) -> std::io::Result<(String, Option<OwnedFd>)> {
-    let mut first = [0u8; 1];
-    let mut iov = libc::iovec { iov_base: first.as_mut_ptr().cast(), iov_len: 1 };
-    let mut cbuf = vec![0u8; one_fd_space()];
-    let mut msg = msghdr(&mut iov, &mut cbuf);
-    // SAFETY: a valid msghdr; the kernel fills at most `space` control bytes.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if n == 0 {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
-    }
-    let mut fd = None;
-    // SAFETY: walking the control messages the kernel wrote.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        if !c.is_null() && (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-            fd = Some(OwnedFd::from_raw_fd(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>())));
-        }
-    }
-    // The rest of the line, a byte at a time: a buffered reader could take
-    // bytes (and the fd) of the next message.
-    let mut line = vec![first[0]];
-    let mut b = [0u8; 1];
-    while line.last() != Some(&b'\n') {
-        if line.len() > MAX_LINE {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "reply line too long"));
-        }
-        match (&*sock).read(&mut b)? {
-            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            _ => line.push(b[0]),
-        }
-    }
-    String::from_utf8(line).map(|l| (l, fd)).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    fdpass::recv_line_with_fd(sock, MAX_LINE)
 }
 
 /// A connection to `imcd`.
@@ -283,72 +222,37 @@ pub struct Imc {
     sock: UnixStream,
 }
 
-/// A mapped region: transmit (stores go to the cluster) or receive (loads
-/// see what the cluster wrote).
-pub struct Attached {
-    ptr: *mut u8,
-    len: usize,
+/// A mapped region as `imc_asattach` returns it: transmit (stores go to
+/// the cluster) or receive (loads see what the cluster wrote). Rust callers
+/// that know which they want use [`Imc::asattach_tx`] / [`Imc::asattach_rx`].
+#[derive(Debug)]
+pub enum Attached {
+    /// A transmit mapping (the adapter's window for the region's pages).
+    Transmit(Mapping<ReadWrite>),
+    /// A receive mapping (the region's receive buffer), read-only.
+    Receive(Mapping<ReadOnly>),
 }
 
 impl Attached {
     /// Bytes mapped.
     pub fn len(&self) -> usize {
-        self.len
+        match self {
+            Attached::Transmit(m) => m.len(),
+            Attached::Receive(m) => m.len(),
+        }
     }
 
-    /// True when nothing is mapped.
+    /// True when nothing is mapped (never: empty mappings are refused).
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
-    /// 8-byte store at `off` (transmit mappings).
-    pub fn store64(&self, off: usize, v: u64) {
-        assert!(off % 8 == 0 && off + 8 <= self.len, "store at {off} outside {} bytes", self.len);
-        // SAFETY: in bounds and aligned (asserted); the mapping lives as long as self.
-        unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u64>(), v) }
-    }
-
-    /// 4-byte store at `off` (transmit mappings).
-    pub fn store32(&self, off: usize, v: u32) {
-        assert!(off % 4 == 0 && off + 4 <= self.len, "store at {off} outside {} bytes", self.len);
-        // SAFETY: in bounds and aligned (asserted); the mapping lives as long as self.
-        unsafe { std::ptr::write_volatile(self.ptr.add(off).cast::<u32>(), v) }
-    }
-
-    /// 4-byte load at `off` (receive mappings).
-    pub fn load32(&self, off: usize) -> u32 {
-        assert!(off % 4 == 0 && off + 4 <= self.len, "load at {off} outside {} bytes", self.len);
-        // SAFETY: as in `store32`.
-        unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u32>()) }
-    }
-
-    /// 8-byte load at `off` (receive mappings).
-    pub fn load64(&self, off: usize) -> u64 {
-        assert!(off % 8 == 0 && off + 8 <= self.len, "load at {off} outside {} bytes", self.len);
-        // SAFETY: as in `store64`.
-        unsafe { std::ptr::read_volatile(self.ptr.add(off).cast::<u64>()) }
-    }
-}
-
-// SAFETY: an Attached owns its mapping (unmapped once, on drop) and only
-// does volatile loads and stores through it; moving it to another thread is
-// like moving a file descriptor.
-unsafe impl Send for Attached {}
-// SAFETY: every method takes &self and does one volatile access in bounds;
-// there is no interior state to race on.
-unsafe impl Sync for Attached {}
-
-impl Attached {
     /// The mapping's address (for C callers, who use it directly).
     pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-}
-
-impl Drop for Attached {
-    fn drop(&mut self) {
-        // SAFETY: ptr/len come from the mmap in `Imc::asattach`.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        match self {
+            Attached::Transmit(m) => m.as_ptr(),
+            Attached::Receive(m) => m.as_ptr(),
+        }
     }
 }
 
@@ -403,10 +307,24 @@ impl Imc {
 
     /// `imc_asattach`: maps region `id` for transmit or receive.
     pub fn asattach(&self, id: u32, transmit: bool, loopback: bool) -> Result<Attached, ImcError> {
-        let reply = self.call(&Request::Asattach { id, transmit, loopback })?;
-        let m = self.map_reply(reply, if transmit { libc::PROT_WRITE } else { libc::PROT_READ })?;
-        debug_assert!(m.len as u64 % PAGE_SIZE == 0);
-        Ok(m)
+        Ok(if transmit {
+            Attached::Transmit(self.asattach_tx(id, loopback)?)
+        } else {
+            Attached::Receive(self.asattach_rx(id)?)
+        })
+    }
+
+    /// `imc_asattach` for transmit: the adapter's window for region `id`
+    /// (with `loopback`, our own writes come back to this node too).
+    pub fn asattach_tx(&self, id: u32, loopback: bool) -> Result<Mapping<ReadWrite>, ImcError> {
+        let reply = self.call(&Request::Asattach { id, transmit: true, loopback })?;
+        self.map_reply(reply, Source::Device)
+    }
+
+    /// `imc_asattach` for receive: region `id`'s receive buffer, read-only.
+    pub fn asattach_rx(&self, id: u32) -> Result<Mapping<ReadOnly>, ImcError> {
+        let reply = self.call(&Request::Asattach { id, transmit: false, loopback: false })?;
+        self.map_reply(reply, Source::File)
     }
 }
 
@@ -429,10 +347,14 @@ impl crate::cluster_lock::OrderedBus for LockBus<'_> {
         LOCK_SLOTS
     }
     fn store(&self, slot: usize, v: u64) {
-        self.set.tx.store64((self.lock as usize * LOCK_SLOTS + slot) * 8, v)
+        // In bounds: imcd sized the region for the set's locks, and `lock`
+        // and `slot` were checked against them.
+        let off = (self.lock as usize * LOCK_SLOTS + slot) * 8;
+        self.set.tx.store::<u64>(off, v).unwrap_or_else(|e| panic!("lock slot: {e}"))
     }
     fn load(&self, slot: usize) -> u64 {
-        self.set.rx.load64((self.lock as usize * LOCK_SLOTS + slot) * 8)
+        let off = (self.lock as usize * LOCK_SLOTS + slot) * 8;
+        self.set.rx.load::<u64>(off).unwrap_or_else(|e| panic!("lock slot: {e}"))
     }
 }
 
@@ -444,8 +366,8 @@ pub struct LockSet {
     /// Locks in the set.
     pub nlocks: u32,
     node: u32,
-    tx: Attached,
-    rx: Attached,
+    tx: Mapping<ReadWrite>,
+    rx: Mapping<ReadOnly>,
     /// Per lock: the local file whose flock orders this node's processes.
     local: Vec<std::fs::File>,
     /// Next bid base (pid << 32, 2^16 bids per acquire).
@@ -517,24 +439,24 @@ const ACK_LOCK: &str = "/run/imc-ack.lock";
 /// - `ckerrcnt` asks every node, through the ACK page, for errors its imcd
 ///   has not counted yet, and adds them.
 pub struct Regs {
-    map: Attached,
-    count: Option<Attached>,
+    map: Mapping<ReadOnly>,
+    count: Option<Mapping<ReadOnly>>,
     /// ACK page: transmit mapping, answers (read-write), the node's lock.
-    ack: Option<(Attached, Attached, std::fs::File)>,
+    ack: Option<(Mapping<ReadWrite>, Mapping<ReadWrite>, std::fs::File)>,
 }
 
 impl Regs {
+    /// A register; 0xFFFF_FFFF (what a PCI read of nothing returns) when
+    /// imcd mapped less than the register file.
     fn reg(&self, off: usize) -> u32 {
-        assert!(off % 4 == 0 && off + 4 <= self.map.len);
-        // SAFETY: in bounds and aligned; a read-only mapping of BAR 0.
-        unsafe { std::ptr::read_volatile(self.map.ptr.add(off).cast::<u32>()) }
+        self.map.load::<u32>(off).unwrap_or(u32::MAX)
     }
 
     /// `imc_rderrcnt`: the error count as imcd last saw it (one load), or
     /// the register when imcd keeps no copy.
     pub fn rderrcnt(&self) -> u32 {
-        match &self.count {
-            Some(c) => c.load64(0) as u32,
+        match self.count.as_ref().and_then(|c| c.load::<u64>(0).ok()) {
+            Some(c) => c as u32,
             None => self.hw_errcnt(),
         }
     }
@@ -564,15 +486,10 @@ impl Regs {
         let Some((tx, rx, lock)) = &self.ack else { return mine };
         // SAFETY: flock(2) on a file we hold open.
         unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-        let byte = |n: usize| {
-            // SAFETY: n < 64 <= the mapping's length; imcd's answers file.
-            unsafe { std::ptr::read_volatile(rx.ptr.add(n)) }
-        };
-        for n in 0..64 {
-            // SAFETY: as above; the answers file is mapped writable.
-            unsafe { std::ptr::write_volatile(rx.ptr.add(n), 0) };
-        }
-        tx.store64(0, 1);
+        // n < 64, inside the one-page answers file (checked when mapped).
+        let byte = |n: usize| rx.load::<u8>(n).unwrap_or(0);
+        let _ = rx.fill(0, 64, 0);
+        let _ = tx.store::<u64>(0, 1);
         let members: Vec<usize> = self.members().into_iter().map(usize::from).filter(|&n| n as u32 != me).collect();
         let t0 = std::time::Instant::now();
         while !members.iter().all(|&n| byte(n) & regs::ACK_VALID != 0)
@@ -588,8 +505,8 @@ impl Regs {
 
     /// The nodes the hub counts as up (whether or not they run imcd).
     pub fn members(&self) -> Vec<u16> {
-        let m = (self.reg(regs::reg::MEMBERS_HI as usize) as u64) << 32
-            | self.reg(regs::reg::MEMBERS_LO as usize) as u64;
+        let m =
+            (self.reg(regs::reg::MEMBERS_HI as usize) as u64) << 32 | self.reg(regs::reg::MEMBERS_LO as usize) as u64;
         (0..64).filter(|i| m & (1 << i) != 0).collect()
     }
 }
@@ -602,8 +519,14 @@ impl Imc {
             Reply::LockSet { id, node, created, placed_bid, .. } => (id, node, created, placed_bid),
             other => return Err(ImcError::Protocol(format!("{other:?}"))),
         };
-        let tx = self.asattach(id, true, true)?;
-        let rx = self.asattach(id, false, false)?;
+        let tx = self.asattach_tx(id, true)?;
+        let rx = self.asattach_rx(id)?;
+        if rx.len() < nlocks as usize * LOCK_SLOTS * 8 || tx.len() < rx.len() {
+            return Err(ImcError::Protocol(format!(
+                "lock set {id} of {} bytes holds fewer than {nlocks} locks",
+                rx.len()
+            )));
+        }
         let local = (0..nlocks)
             .map(|i| {
                 std::fs::OpenOptions::new()
@@ -685,35 +608,27 @@ impl Imc {
         self.call(&Request::AbandonUpdate { id }).map(|_| ())
     }
 
-    /// Maps the fd of a [`Reply::Mapping`] (`prot`: PROT_READ or PROT_WRITE).
-    fn map_reply(&self, reply: (Reply, Option<OwnedFd>), prot: libc::c_int) -> Result<Attached, ImcError> {
+    /// Maps the fd of a [`Reply::Mapping`]: a region of the device fd, or a file.
+    fn map_reply<A: Access>(&self, reply: (Reply, Option<OwnedFd>), src: Source) -> Result<Mapping<A>, ImcError> {
         let Reply::Mapping { offset, len } = reply.0 else { return Err(ImcError::Protocol(format!("{:?}", reply.0))) };
         let fd = reply.1.ok_or_else(|| ImcError::Protocol("imcd sent no fd with the mapping".into()))?;
-        // SAFETY: a shared mapping of the fd imcd gave us, at the offset it named; checked below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len as usize,
-                prot,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                offset as libc::off_t,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(ImcError::Io(std::io::Error::last_os_error()));
+        let len = usize::try_from(len).map_err(|_| ImcError::Protocol(format!("a mapping of {len} bytes")))?;
+        if len as u64 % PAGE_SIZE != 0 {
+            return Err(ImcError::Protocol(format!("a mapping of {len} bytes, not whole pages")));
         }
-        Ok(Attached { ptr: ptr.cast(), len: len as usize })
+        Ok(match src {
+            Source::Device => Mapping::device_region(fd, offset, len)?,
+            Source::File => Mapping::from_fd(fd, offset, len)?,
+        })
     }
 
     /// The adapter's registers, read-only, and imcd's copy of the error count.
     pub fn regs(&self) -> Result<Regs, ImcError> {
-        let map = self.map_reply(self.call(&Request::Regs)?, libc::PROT_READ)?;
-        let count = self.call(&Request::ErrCount).and_then(|r| self.map_reply(r, libc::PROT_READ)).ok();
+        let map = self.map_reply(self.call(&Request::Regs)?, Source::Device)?;
+        let count = self.call(&Request::ErrCount).and_then(|r| self.map_reply(r, Source::File)).ok();
         let ack = (|| -> Result<_, ImcError> {
-            let tx = self.map_reply(self.call(&Request::AckPage { transmit: true })?, libc::PROT_WRITE)?;
-            let rx =
-                self.map_reply(self.call(&Request::AckPage { transmit: false })?, libc::PROT_READ | libc::PROT_WRITE)?;
+            let tx = self.map_reply(self.call(&Request::AckPage { transmit: true })?, Source::Device)?;
+            let rx = self.map_reply(self.call(&Request::AckPage { transmit: false })?, Source::File)?;
             let lock = std::fs::OpenOptions::new()
                 .create(true)
                 .truncate(false)
@@ -730,20 +645,6 @@ impl Imc {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lines_carry_fds() {
-        let (a, b) = UnixStream::pair().unwrap();
-        let f = std::fs::File::open("/dev/null").unwrap();
-        send_with_fd(&a, b"{\"x\":1}\n", Some(f.as_raw_fd())).unwrap();
-        send_with_fd(&a, b"{\"y\":2}\n", None).unwrap();
-        let (l1, fd1) = recv_line_with_fd(&b).unwrap();
-        assert_eq!(l1, "{\"x\":1}\n");
-        assert!(fd1.is_some());
-        let (l2, fd2) = recv_line_with_fd(&b).unwrap();
-        assert_eq!(l2, "{\"y\":2}\n");
-        assert!(fd2.is_none());
-    }
 
     #[test]
     fn requests_and_replies_roundtrip() {

@@ -1,7 +1,8 @@
 //! [`AdapterBus`]: the cluster lock's ordered bus on the real adapter.
 //! Used by imcd's threads (directory and lock sets) and by `mctool lock-test`.
 
-use guest_driver::{Adapter, RxBuffer};
+use guest_driver::guest_mem::{Mapping, ReadWrite};
+use guest_driver::Adapter;
 use imc_client::cluster_lock::OrderedBus;
 use regs::PAGE_SIZE;
 
@@ -13,7 +14,7 @@ pub struct AdapterBus<'a> {
     /// The adapter.
     pub adapter: &'a Adapter,
     /// The receive buffer holding the page.
-    pub buf: &'a RxBuffer,
+    pub buf: &'a Mapping<ReadWrite>,
     /// The lock's page.
     pub page: u64,
     /// This node's id.
@@ -33,7 +34,7 @@ impl OrderedBus for AdapterBus<'_> {
         self.adapter.store64(self.page * PAGE_SIZE + 8 * slot as u64, v);
     }
     fn load(&self, slot: usize) -> u64 {
-        self.buf.read64((self.page * PAGE_SIZE) as usize + 8 * slot)
+        let off = (self.page * PAGE_SIZE) as usize + 8 * slot;
+        self.buf.load::<u64>(off).unwrap_or_else(|e| panic!("lock slot {slot}: {e}"))
     }
 }
-

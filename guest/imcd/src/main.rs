@@ -37,11 +37,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
+use guest_driver::guest_mem::{Mapping, ReadWrite};
+use guest_driver::{rx_buffer, Adapter, Interrupt, RX_IOVA_BASE};
 use imc_client::{self as imc, Reply, Request, IMCD_SOCKET, MAX_LINE};
+use imcd::bus::AdapterBus;
 use imcd::regions::{Access, Cred, RegionDesc, RegionError, Regions, FLAG_COHERENT};
 use regs::{int, pct, reg, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
-use guest_driver::{Adapter, Interrupt, RxBuffer, RX_IOVA_BASE};
-use imcd::bus::AdapterBus;
 
 /// MEMORY CHANNEL page holding the region directory.
 const DIR_PAGE: u64 = 0;
@@ -154,14 +155,14 @@ fn error(code: &str, message: impl std::fmt::Display) -> Reply {
 /// The adapter and imcd's own pages, shared by both threads.
 struct Node {
     a: Adapter,
-    meta: RxBuffer,
+    meta: Mapping<ReadWrite>,
     me: usize,
     /// The clusterwide error count as processes read it (`imc_rderrcnt`):
     /// one page of `/dev/shm`, mapped read-only by them, written here.
-    errcount: RxBuffer,
+    errcount: Mapping<ReadWrite>,
     /// Answers to `imc_ckerrcnt`'s ACK-page stores (processes clear and
     /// read it through its file; held here for its DMA map).
-    _ack_answers: RxBuffer,
+    _ack_answers: Mapping<ReadWrite>,
 }
 
 impl Node {
@@ -197,13 +198,14 @@ impl Node {
         let m = self.members();
         let others: u64 =
             (0..MAX_NODES).filter(|&n| n != self.me && m & (1 << n) != 0).map(|n| self.word(ERRCNT_PAGE, n)).sum();
-        self.errcount.write64(0, count + others);
+        let _ = self.errcount.store::<u64>(0, count + others);
     }
 }
 
 impl Node {
     fn word(&self, page: u64, idx: usize) -> u64 {
-        self.meta.read64((page * PAGE_SIZE) as usize + idx * 8)
+        let off = (page * PAGE_SIZE) as usize + idx * 8;
+        self.meta.load::<u64>(off).unwrap_or_else(|e| panic!("imcd page {page} word {idx}: {e}"))
     }
 
     fn put(&self, page: u64, idx: usize, v: u64) {
@@ -250,18 +252,17 @@ impl Node {
 struct Io<'a> {
     n: &'a Node,
     /// Receive buffers: region id -> (buffer, its file, first page).
-    rx: HashMap<u32, (RxBuffer, PathBuf, u64)>,
+    rx: HashMap<u32, (Mapping<ReadWrite>, PathBuf, u64)>,
 }
 
 impl Io<'_> {
     /// Receive buffer for `r`, mapped for DMA and enabled in the PCT.
-    fn receive(&mut self, r: &RegionDesc) -> Result<&(RxBuffer, PathBuf, u64)> {
+    fn receive(&mut self, r: &RegionDesc) -> Result<&(Mapping<ReadWrite>, PathBuf, u64)> {
         if !self.rx.contains_key(&r.id) {
             let a = &self.n.a;
             let path = PathBuf::from(format!("/dev/shm/imc-region-{}", r.id));
-            let buf = RxBuffer::create(&path, r.pages)?;
-            buf.clear();
-            buf.map_for_dma_at(&a.dev, iova(r.first_page))?;
+            let buf = rx_buffer(&path, r.pages)?;
+            a.dev.map_dma(&buf, iova(r.first_page))?;
             for p in r.first_page..r.first_page + r.pages {
                 let (bits, _) = a.page(p);
                 a.set_page(p, bits | pct::RX, iova(p));
@@ -434,7 +435,7 @@ fn place_creator_bid(n: &Node, io: &Mutex<Io>, r: &RegionDesc, bid: u64) -> Resu
     let slot = n.me as u64 * 8;
     n.a.store64(r.first_page * PAGE_SIZE + slot, bid);
     let t0 = Instant::now();
-    while lock().receive(r)?.0.read64(slot as usize) != bid {
+    while lock().receive(r)?.0.load::<u64>(slot as usize)? != bid {
         anyhow::ensure!(t0.elapsed() < CLUSTER_TIMEOUT, "our bid did not come back: link down?");
         std::thread::sleep(Duration::from_micros(50));
     }
@@ -806,9 +807,8 @@ fn run(test_hooks: bool) -> Result<()> {
     std::fs::set_permissions(IMCD_SOCKET, std::fs::Permissions::from_mode(0o666))?;
 
     let (a, me) = open_adapter()?;
-    let meta = RxBuffer::create(Path::new("/dev/shm/imcd-meta"), META_PAGES)?;
-    meta.clear();
-    meta.map_for_dma_at(&a.dev, iova(0))?;
+    let meta = rx_buffer(Path::new("/dev/shm/imcd-meta"), META_PAGES)?;
+    a.dev.map_dma(&meta, iova(0))?;
     for p in 0..META_PAGES {
         let intr = if p == RELAY_PAGE { pct::INT } else { 0 };
         a.set_page(p, pct::TX | pct::RX | pct::LOOPBACK | intr, iova(p));
@@ -827,14 +827,13 @@ fn run(test_hooks: bool) -> Result<()> {
     };
     let tx_offset = a.dev.region(BAR_TX)?.offset;
     let pages = a.pages();
-    let errcount = RxBuffer::create(Path::new(imc::ERRCOUNT_FILE), 1)?;
+    let errcount = rx_buffer(Path::new(imc::ERRCOUNT_FILE), 1)?;
     std::fs::set_permissions(imc::ERRCOUNT_FILE, std::fs::Permissions::from_mode(0o644))?;
     // Any process may run imc_ckerrcnt, so any may clear the answers: the
     // worst a rogue one can do is confuse error checks on this node.
-    let ack_answers = RxBuffer::create(Path::new(imc::ACK_FILE), 1)?;
+    let ack_answers = rx_buffer(Path::new(imc::ACK_FILE), 1)?;
     std::fs::set_permissions(imc::ACK_FILE, std::fs::Permissions::from_mode(0o666))?;
-    ack_answers.clear();
-    ack_answers.map_for_dma_at(&a.dev, iova(ACK_Q_PAGE))?;
+    a.dev.map_dma(&ack_answers, iova(ACK_Q_PAGE))?;
     a.set_page(ACK_Q_PAGE, pct::TX | pct::RX | pct::ACK, iova(ACK_Q_PAGE));
     let node = Node { a, meta, me, errcount, _ack_answers: ack_answers };
     node.publish_errcount(&mut None);

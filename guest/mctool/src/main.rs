@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use guest_driver::guest_mem::{Access, Mapping, ReadOnly, ReadWrite};
+use guest_driver::{rx_buffer, Adapter, Interrupt, RX_IOVA_BASE};
 use regs::{err, int, pct, reg, ACK_VALID, NOTIFY_EMPTY, PAGE_SIZE};
-use guest_driver::{Adapter, Interrupt, RxBuffer, RX_IOVA_BASE};
 use testkit::pattern;
 
 const DEFAULT_BUFFER: &str = "/dev/shm/mc-rx";
@@ -450,15 +451,14 @@ fn info() -> Result<()> {
     Ok(())
 }
 
-fn setup_rx(pages: &[u64], buffer: &Path) -> Result<(Adapter, RxBuffer)> {
+fn setup_rx(pages: &[u64], buffer: &Path) -> Result<(Adapter, Mapping<ReadWrite>)> {
     let a = Adapter::open()?;
     for &p in pages {
         check_page(&a, p)?;
     }
     let n = pages.iter().max().unwrap() + 1;
-    let buf = RxBuffer::create(buffer, n).with_context(|| format!("creating receive buffer {}", buffer.display()))?;
-    buf.clear();
-    buf.map_for_dma(&a.dev)?;
+    let buf = rx_buffer(buffer, n).with_context(|| format!("creating receive buffer {}", buffer.display()))?;
+    a.dev.map_dma(&buf, RX_IOVA_BASE)?;
     for &p in pages {
         let (bits, _) = a.page(p);
         a.set_page(p, bits | pct::RX, RX_IOVA_BASE + p * PAGE_SIZE);
@@ -575,11 +575,17 @@ fn tx_page(a: &Adapter, page: u64) -> Result<()> {
     Ok(())
 }
 
-fn wait_value(buf: &RxBuffer, off: usize, value: u64, timeout: Duration) -> Result<Duration> {
+/// The word at `off` of a receive buffer; offsets are checked against the
+/// buffer before polling starts, so a failure here is a bug.
+fn load64<A: Access>(buf: &Mapping<A>, off: usize) -> u64 {
+    buf.load::<u64>(off).unwrap_or_else(|e| panic!("receive buffer: {e}"))
+}
+
+fn wait_value<A: Access>(buf: &Mapping<A>, off: usize, value: u64, timeout: Duration) -> Result<Duration> {
     let t0 = Instant::now();
-    while buf.read64(off) != value {
+    while buf.load::<u64>(off)? != value {
         if t0.elapsed() > timeout {
-            bail!("timed out after {timeout:?}: offset {off:#x} holds {:#x}, not {value:#x}", buf.read64(off));
+            bail!("timed out after {timeout:?}: offset {off:#x} holds {:#x}, not {value:#x}", load64(buf, off));
         }
         std::hint::spin_loop();
     }
@@ -644,13 +650,13 @@ fn ack(page: u64, timeout: u64) -> Result<()> {
     a.store64(page * PAGE_SIZE, 1);
     let off = (page * PAGE_SIZE) as usize;
     let t0 = Instant::now();
-    let answered = |n: u64| buf.read(off + n as usize, 1)[0] & ACK_VALID != 0;
+    let answered = |n: u64| buf.load::<u8>(off + n as usize).unwrap_or(0) & ACK_VALID != 0;
     while !others.iter().all(|&n| answered(n)) && t0.elapsed() < Duration::from_secs(timeout) {
         std::thread::sleep(Duration::from_micros(100));
     }
     let mut missing = 0;
     for &n in &others {
-        let b = buf.read(off + n as usize, 1)[0];
+        let b = buf.load::<u8>(off + n as usize)?;
         if b & ACK_VALID == 0 {
             missing += 1;
             println!("node {n}: no answer");
@@ -688,7 +694,7 @@ fn lock_test(nodes: usize, rounds: u64, page: u64, timeout: u64) -> Result<()> {
     // Start barrier: nobody increments before every node receives. Flags are
     // sent again until all are seen (a node that set up late missed earlier
     // ones), then once more, after which every node has them.
-    let ready = |i: usize| buf.read64(word(barrier_page, i)) == 1;
+    let ready = |i: usize| load64(&buf, word(barrier_page, i)) == 1;
     loop {
         a.store64(barrier_page * PAGE_SIZE + 8 * me as u64, 1);
         let seen = (0..ports).filter(|&i| ready(i)).count();
@@ -711,18 +717,18 @@ fn lock_test(nodes: usize, rounds: u64, page: u64, timeout: u64) -> Result<()> {
         waits.push(ta.elapsed());
         // Inside: a plain read-modify-write of the shared counter. Our store
         // is ordered before our release, so the next holder sees it.
-        let c = buf.read64(counter_addr as usize);
+        let c = buf.load::<u64>(counter_addr as usize)?;
         a.store64(counter_addr, c + 1);
-        while buf.read64(counter_addr as usize) != c + 1 {
+        while load64(&buf, counter_addr as usize) != c + 1 {
             std::hint::spin_loop();
         }
         lock.release();
     }
     let total = rounds * nodes as u64;
-    while buf.read64(counter_addr as usize) < total && t0.elapsed() < limit {
+    while load64(&buf, counter_addr as usize) < total && t0.elapsed() < limit {
         std::thread::sleep(Duration::from_millis(1));
     }
-    let seen = buf.read64(counter_addr as usize);
+    let seen = buf.load::<u64>(counter_addr as usize)?;
     // Leave the pages quiet for the next user.
     for p in [lock_page, counter_page, barrier_page] {
         disable_rx(&a, p);
@@ -755,23 +761,23 @@ fn imc_lock_test(key: u64, procs: usize, rounds: u64, total: u64, timeout: u64) 
             let (set, _) = imc.lkalloc(key, 1, 0o666, false)?;
             // Coherent: every node has received the counter from the start.
             let (id, ..) = imc.asalloc_flags(counter_key, 8192, 0o666, false, true)?;
-            let tx = imc.asattach(id, true, true)?;
-            let rx = imc.asattach(id, false, false)?;
+            let tx = imc.asattach_tx(id, true)?;
+            let rx = imc.asattach_rx(id)?;
             for _ in 0..rounds {
                 set.acquire(0, limit)?;
                 // A plain read-modify-write, safe only under the lock.
-                let c = rx.load64(0);
-                tx.store64(0, c + 1);
-                while rx.load64(0) != c + 1 {
+                let c = rx.load::<u64>(0)?;
+                tx.store::<u64>(0, c + 1)?;
+                while load64(&rx, 0) != c + 1 {
                     std::hint::spin_loop();
                 }
                 set.release(0)?;
             }
             let t0 = Instant::now();
-            while total > 0 && rx.load64(0) < total && t0.elapsed() < limit {
+            while total > 0 && load64(&rx, 0) < total && t0.elapsed() < limit {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            Ok(rx.load64(0))
+            Ok(rx.load::<u64>(0)?)
         })();
         match r {
             Ok(seen) if total == 0 || seen == total => {
@@ -818,7 +824,7 @@ trait Wire {
 /// MEMORY CHANNEL: stores into our transmit page, polling our receive page.
 struct McWire {
     a: Adapter,
-    buf: RxBuffer,
+    buf: Mapping<ReadWrite>,
     rx_page: u64,
     tx_page: u64,
     last: u64,
@@ -844,7 +850,7 @@ impl Wire for McWire {
         Ok(())
     }
     fn next(&mut self, limit: Duration) -> Result<u64> {
-        self.last = poll_change(|| self.buf.read64(self.rx_off()), self.last, limit)?;
+        self.last = poll_change(|| load64(&self.buf, self.rx_off()), self.last, limit)?;
         Ok(self.last)
     }
     fn wait_for(&mut self, v: u64, limit: Duration) -> Result<()> {
@@ -872,25 +878,25 @@ impl IvshmemWire {
         if role == "pong" {
             // Clear our answer word; whatever ping's word holds (an earlier
             // run's value) is not a ping.
-            mem.write64(tx_off, 0);
+            mem.mem.store::<u64>(tx_off, 0)?;
         }
-        let last = mem.read64(rx_off);
+        let last = mem.mem.load::<u64>(rx_off)?;
         Ok(IvshmemWire { mem, rx_off, tx_off, last })
     }
 }
 
 impl Wire for IvshmemWire {
     fn send(&mut self, v: u64) -> Result<()> {
-        self.mem.write64(self.tx_off, v);
+        self.mem.mem.store::<u64>(self.tx_off, v)?;
         Ok(())
     }
     fn next(&mut self, limit: Duration) -> Result<u64> {
-        self.last = poll_change(|| self.mem.read64(self.rx_off), self.last, limit)?;
+        self.last = poll_change(|| load64(&self.mem.mem, self.rx_off), self.last, limit)?;
         Ok(self.last)
     }
     fn wait_for(&mut self, v: u64, limit: Duration) -> Result<()> {
         let t0 = Instant::now();
-        while self.mem.read64(self.rx_off) != v {
+        while self.mem.mem.load::<u64>(self.rx_off)? != v {
             if t0.elapsed() > limit {
                 bail!("no echo of {v:#x} within {limit:?}");
             }
@@ -1222,7 +1228,7 @@ fn order_checker(plan: &[OrderSize], pages: &[u64], limit: Duration) -> Result<(
     let mut spins = 0u64;
     while seen.iter().any(|st| !st.done) {
         for (s, st) in plan.iter().zip(seen.iter_mut()).filter(|(_, st)| !st.done) {
-            let f = buf.read64(s.flag() as usize);
+            let f = load64(&buf, s.flag() as usize);
             st.polls += 1;
             if f == 0 || f == st.last {
                 continue;
@@ -1250,7 +1256,7 @@ fn order_checker(plan: &[OrderSize], pages: &[u64], limit: Duration) -> Result<(
             let mut bad = 0u64;
             let mut first_bad = None;
             for off in (0..s.size).step_by(8) {
-                let v = buf.read64((s.base + off) as usize);
+                let v = load64(&buf, (s.base + off) as usize);
                 if v < f {
                     bad += 1;
                     first_bad.get_or_insert((off, v));
@@ -1422,9 +1428,9 @@ fn main() -> Result<()> {
         Cmd::ImcPut { key, size, value } => {
             let imc = imc_client::Imc::connect()?;
             let (id, first, pages, created) = imc.asalloc(key, size, 0o666, false)?;
-            let tx = imc.asattach(id, true, false)?;
+            let tx = imc.asattach_tx(id, false)?;
             for off in (0..tx.len()).step_by(8) {
-                tx.store64(off, value);
+                tx.store::<u64>(off, value)?;
             }
             println!(
                 "region {id} (key {key}, pages {first}..{}, {}): stored {value} into {} words",
@@ -1437,7 +1443,7 @@ fn main() -> Result<()> {
         Cmd::ImcGet { key, size, value, timeout } => {
             let imc = imc_client::Imc::connect()?;
             let (id, first, pages, created) = imc.asalloc(key, size, 0o666, false)?;
-            let rx = imc.asattach(id, false, false)?;
+            let rx = imc.asattach_rx(id)?;
             println!(
                 "region {id} (key {key}, pages {first}..{}, {}): waiting",
                 first + pages,
@@ -1445,7 +1451,7 @@ fn main() -> Result<()> {
             );
             std::io::stdout().flush()?;
             let t0 = Instant::now();
-            while (0..rx.len()).step_by(8).any(|off| rx.load64(off) != value) {
+            while (0..rx.len()).step_by(8).any(|off| load64(&rx, off) != value) {
                 if t0.elapsed() > Duration::from_secs(timeout) {
                     bail!("region {id} did not fill with {value} within {timeout} s");
                 }
@@ -1463,7 +1469,7 @@ fn main() -> Result<()> {
         Cmd::Fill { page, seed } => {
             let a = Adapter::open()?;
             tx_page(&a, page)?;
-            a.store(page * PAGE_SIZE, &pattern(seed, page, PAGE_SIZE as usize));
+            a.store(page * PAGE_SIZE, &pattern(seed, page, PAGE_SIZE as usize))?;
             Ok(())
         }
         Cmd::Pattern { page, seed } => {
@@ -1483,7 +1489,7 @@ fn main() -> Result<()> {
             if offset % 8 != 0 || offset >= PAGE_SIZE {
                 bail!("--offset must be a multiple of 8 below {PAGE_SIZE}");
             }
-            let buf = RxBuffer::open_ro(&buffer)
+            let buf = Mapping::<ReadOnly>::open(&buffer)
                 .with_context(|| format!("opening {} (is 'mctool rx' running?)", buffer.display()))?;
             let off = (page * PAGE_SIZE + offset) as usize;
             if off + 8 > buf.len() {
@@ -1494,13 +1500,13 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Dump { page, buffer } => {
-            let buf = RxBuffer::open_ro(&buffer)
+            let buf = Mapping::<ReadOnly>::open(&buffer)
                 .with_context(|| format!("opening {} (is 'mctool rx' running?)", buffer.display()))?;
             let off = (page * PAGE_SIZE) as usize;
             if off + PAGE_SIZE as usize > buf.len() {
                 bail!("page {page} is beyond the receive buffer");
             }
-            std::io::stdout().write_all(&buf.read(off, PAGE_SIZE as usize))?;
+            std::io::stdout().write_all(&buf.read_vec(off, PAGE_SIZE as usize)?)?;
             Ok(())
         }
         Cmd::BenchTx { page, stores, stride } => {

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use imc_client::{Attached, Imc};
+use imc_client::guest_mem::{Mapping, ReadOnly};
+use imc_client::Imc;
 use testkit::stats::Summary;
 
 /// A duration in microseconds.
@@ -114,9 +115,12 @@ fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Resul
     Ok(((us(one_way.p50), us(one_way.p99)), bw))
 }
 
-fn wait32(m: &Attached, off: usize, v: u32, limit: Duration) -> Result<()> {
+/// TCP's figures: (one-way p50, p99) in µs, and MB/s per block size.
+type TcpFigures = ((f64, f64), Vec<f64>);
+
+fn wait32(m: &Mapping<ReadOnly>, off: usize, v: u32, limit: Duration) -> Result<()> {
     let t0 = Instant::now();
-    while m.load32(off) != v {
+    while m.load::<u32>(off)? != v {
         if t0.elapsed() > limit {
             bail!("no answer {v} from the echo process within {limit:?}");
         }
@@ -138,21 +142,21 @@ fn main() -> Result<()> {
                     eprintln!("imc-bench: TCP echo: {e:#}");
                 }
             });
-            let rx = imc.asattach(data, false, false)?;
-            let tx = imc.asattach(echo, true, false)?;
+            let rx = imc.asattach_rx(data)?;
+            let tx = imc.asattach_tx(echo, false)?;
             println!("echo ready");
             use std::io::Write;
             std::io::stdout().flush()?;
-            let mut last = rx.load32(CTL);
+            let mut last = rx.load::<u32>(CTL)?;
             let mut idle = Instant::now();
             loop {
-                let v = rx.load32(CTL);
+                let v = rx.load::<u32>(CTL)?;
                 if v != last {
                     if v == QUIT {
                         println!("echo done");
                         return Ok(());
                     }
-                    tx.store32(0, v);
+                    tx.store::<u32>(0, v)?;
                     last = v;
                     idle = Instant::now();
                 } else if idle.elapsed() > limit {
@@ -167,8 +171,8 @@ fn main() -> Result<()> {
 }
 
 fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Result<()> {
-    let tx = imc.asattach(data, true, false)?;
-    let rx = imc.asattach(echo, false, false)?;
+    let tx = imc.asattach_tx(data, false)?;
+    let rx = imc.asattach_rx(echo)?;
     // Fresh values: the echo page may hold an answer of an earlier run.
     let mut v = (std::process::id() << 12) & 0x7FFF_F000;
     let mut next = || {
@@ -180,7 +184,7 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
     for _ in 0..cli.rounds {
         let x = next();
         let t0 = Instant::now();
-        tx.store32(CTL, x);
+        tx.store::<u32>(CTL, x)?;
         wait32(&rx, 0, x, limit).context("latency")?;
         rtts.push(t0.elapsed());
     }
@@ -193,12 +197,12 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
         let t0 = Instant::now();
         for r in 0..reps {
             for off in (0..size).step_by(8) {
-                tx.store64(off, r as u64);
+                tx.store::<u64>(off, r as u64)?;
             }
             // Wait for each block (a full buffer must not be overwritten
             // before the reader had it, as a message layer would).
             let x = next();
-            tx.store32(CTL, x);
+            tx.store::<u32>(CTL, x)?;
             wait32(&rx, 0, x, limit).context("bandwidth")?;
         }
         let s = t0.elapsed().as_secs_f64();
@@ -237,9 +241,9 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
         Some(peer) => Some(tcp_measure(peer, cli.rounds, cli.volume, &sizes)?),
         None => None,
     };
-    tx.store32(CTL, QUIT);
+    tx.store::<u32>(CTL, QUIT)?;
 
-    let t = |f: &dyn Fn(&((f64, f64), Vec<f64>)) -> f64, unit: &str| match &tcp {
+    let t = |f: &dyn Fn(&TcpFigures) -> f64, unit: &str| match &tcp {
         Some(x) => format!("{:.1} {unit}", f(x)),
         None => "-".into(),
     };
