@@ -5,6 +5,8 @@
 //! - [`stats`]: nearest-rank percentiles of raw latency samples.
 //! - [`pattern`]: the non-repeating test pattern `mctool fill` writes and
 //!   the tests check.
+//! - [`message`]: the bytes of a numbered test message, as `ump-tool`
+//!   sends and checks them.
 #![warn(missing_docs)]
 
 pub mod stats;
@@ -24,6 +26,20 @@ pub fn pattern(seed: u64, page: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// The bytes of test message `seq` of `len` bytes (every byte depends on
+/// both; xorshift64), as `ump-tool` sends and checks them.
+pub fn message(seq: u64, len: usize) -> Vec<u8> {
+    let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ len as u64 | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,5 +52,16 @@ mod tests {
         assert_ne!(a, pattern(8, 0, 8192));
         let words: std::collections::HashSet<&[u8]> = a.chunks(8).collect();
         assert_eq!(words.len(), 1024, "every 8-byte word differs");
+    }
+
+    #[test]
+    fn messages_depend_on_number_and_length() {
+        let m = message(3, 1000);
+        assert_eq!(m, message(3, 1000));
+        assert_ne!(m, message(4, 1000));
+        assert_ne!(m[..999], message(3, 999)[..], "the length is part of the seed");
+        assert!(message(0, 0).is_empty());
+        let distinct: std::collections::HashSet<u8> = m.iter().copied().collect();
+        assert!(distinct.len() > 200, "the bytes vary: {} distinct", distinct.len());
     }
 }

@@ -125,7 +125,7 @@ unsafe fn message<'a>(buf: *const u8, len: usize, what: &str) -> Result<&'a [u8]
 /// `UMP_MC_BUFFER`, `UMP_MAX_CHANNELS`).
 #[no_mangle]
 pub extern "C" fn ump_init() -> c_int {
-    rc(Config::from_env().and_then(crate::init))
+    rc(Config::from_env().map_err(UmpError::from).and_then(crate::init))
 }
 
 /// `ump_exit`.

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::mem::Mem;
+use crate::mem::{Sink, Source};
 use crate::ring::{self, Consumer, Producer, RingError, CLOSED, HEAD, OPEN, TAIL, WHO};
 
 /// The echo of the other side's token.
@@ -49,8 +49,8 @@ pub struct Channel {
     pub transport: Transport,
     /// Ring bytes per direction.
     pub size: usize,
-    out: Arc<dyn Mem>,
-    peer: Arc<dyn Mem>,
+    out: Arc<dyn Sink>,
+    peer: Arc<dyn Source>,
     session: u64,
     complete: AtomicBool,
     closed: AtomicBool,
@@ -71,37 +71,30 @@ pub struct Channel {
 }
 
 /// Why a channel operation failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChanError {
     /// The other side closed the channel (mid-message: the partial message
     /// is dropped, never delivered).
+    #[error("the other side closed the channel{0}")]
     Closed(String),
     /// The other side's process or node is gone.
+    #[error("the other side is gone: {0}")]
     PeerDead(String),
     /// The channel is not complete yet (the other side has not opened it).
+    #[error("the channel is not open on the other side yet")]
     NotOpen,
     /// We closed it.
+    #[error("the channel was closed")]
     ClosedHere,
     /// The ring is corrupt.
+    #[error("channel buffer corrupt: {0}")]
     Corrupt(String),
     /// The message does not fit the buffer.
+    #[error("the message ({0} bytes) does not fit the buffer")]
     TooBig(usize),
     /// Gave up waiting.
+    #[error("timed out")]
     Timeout,
-}
-
-impl std::fmt::Display for ChanError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ChanError::Closed(s) => write!(f, "the other side closed the channel{s}"),
-            ChanError::PeerDead(s) => write!(f, "the other side is gone: {s}"),
-            ChanError::NotOpen => write!(f, "the channel is not open on the other side yet"),
-            ChanError::ClosedHere => write!(f, "the channel was closed"),
-            ChanError::Corrupt(s) => write!(f, "channel buffer corrupt: {s}"),
-            ChanError::TooBig(n) => write!(f, "the message ({n} bytes) does not fit the buffer"),
-            ChanError::Timeout => write!(f, "timed out"),
-        }
-    }
 }
 
 /// How often a waiting side asks whether the other one is alive.
@@ -115,8 +108,8 @@ impl Channel {
         remote: u64,
         transport: Transport,
         size: usize,
-        out: Arc<dyn Mem>,
-        peer: Arc<dyn Mem>,
+        out: Arc<dyn Sink>,
+        peer: Arc<dyn Source>,
         who: u64,
         alive: Liveness,
         keep: Box<dyn Send + Sync>,

@@ -1,117 +1,186 @@
-//! The memory a channel's buffers live in, seen through one interface:
-//! shared memory between processes of one guest (`Local`: plain copies and
-//! atomics), or MEMORY CHANNEL (`Window`: 8-byte stores into a transmit
-//! mapping, loads from a receive mapping), so the ring code is the same
-//! for both transports.
+//! The memory a channel's buffers live in, seen through two small traits:
+//! a side writes its own half ([`Sink`]) and reads the other side's
+//! ([`Source`]). Three kinds, so the ring code is the same for both
+//! transports:
+//!
+//! - [`Local`]: shared memory between processes of one guest (a
+//!   `/dev/shm` file): plain copies and acquire/release words;
+//! - [`TxWindow`]: MEMORY CHANNEL's transmit side, a read-write mapping of
+//!   the adapter's window: 8-byte release stores in ascending order;
+//! - [`RxWindow`]: MEMORY CHANNEL's receive side, a read-only mapping of
+//!   the region's receive buffer: it has no stores at all.
+//!
+//! Each is a range of a `guest_mem::Mapping` it shares (`Arc`): every
+//! access borrows the mapping through a checked `Window` for its
+//! duration, so no raw pointer outlives it. Offsets come from the ring,
+//! which checks the other side's indexes first; an access outside the
+//! range is a bug here and panics with what it was.
+//!
+//! Threads: a channel's producer and consumer (and a background reader or
+//! writer) use the same halves; every access is independent.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
 
-/// A mapping a channel half lives in. Offsets and lengths of data copies
-/// are multiples of 8 (UMP moves whole 32-bit words, here pairs of them).
-pub trait Mem: Send + Sync {
-    /// Bytes mapped.
+use guest_mem::{Access, Mapping, MemError, ReadOnly, ReadWrite, Window};
+
+/// Memory a side reads: the other side's half, or a sender's outbuf.
+pub trait Source: Send + Sync {
+    /// Bytes.
     fn len(&self) -> usize;
-    /// Stores a control word (ordered after every earlier data store).
-    fn store(&self, off: usize, v: u64);
+    /// True for no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Loads a control word (data loads after it see what came before it).
     fn load(&self, off: usize) -> u64;
-    /// Copies `src` (a multiple of 8 bytes) to `off`.
-    fn write(&self, off: usize, src: &[u8]);
     /// Copies `dst.len()` bytes (a multiple of 8) from `off`.
     fn read(&self, off: usize, dst: &mut [u8]);
 }
 
-/// A raw mapping this process owns (unmapped by its owner).
-#[derive(Clone, Copy)]
-pub struct Raw {
-    /// Start.
-    pub ptr: *mut u8,
-    /// Bytes.
-    pub len: usize,
+/// Memory a side writes: its own half.
+pub trait Sink: Send + Sync {
+    /// Stores a control word (ordered after every earlier data store).
+    fn store(&self, off: usize, v: u64);
+    /// Copies `src` (a multiple of 8 bytes) to `off`.
+    fn write(&self, off: usize, src: &[u8]);
 }
 
-// SAFETY: a Raw names memory its owner keeps mapped for as long as any
-// channel uses it; all accesses go through the Mem impls below, which are
-// either atomic (control words) or confined by the ring protocol to bytes
-// only one side touches at a time.
-unsafe impl Send for Raw {}
-// SAFETY: as for Send.
-unsafe impl Sync for Raw {}
+/// A range of a shared mapping.
+struct Range<A: Access> {
+    map: Arc<Mapping<A>>,
+    base: usize,
+    len: usize,
+}
 
-impl Raw {
-    fn check(&self, off: usize, n: usize) {
-        assert!(off % 8 == 0 && n % 8 == 0 && off + n <= self.len, "access {off}+{n} outside {} bytes", self.len);
+impl<A: Access> Range<A> {
+    fn new(map: Arc<Mapping<A>>, base: usize, len: usize) -> Result<Range<A>, MemError> {
+        map.window(base, len)?;
+        Ok(Range { map, base, len })
     }
+
+    fn window(&self) -> Window<'_, A> {
+        self.map.window(self.base, self.len).unwrap_or_else(|e| panic!("channel memory: {e}"))
+    }
+}
+
+fn bug<T>(r: Result<T, MemError>) -> T {
+    r.unwrap_or_else(|e| panic!("channel memory: {e}"))
 }
 
 /// Shared memory between processes of one guest.
-pub struct Local(pub Raw);
+pub struct Local(Range<ReadWrite>);
 
-impl Mem for Local {
-    fn len(&self) -> usize {
-        self.0.len
-    }
-    fn store(&self, off: usize, v: u64) {
-        self.0.check(off, 8);
-        // SAFETY: in bounds and aligned (checked); the word is only ever
-        // accessed atomically.
-        unsafe { &*(self.0.ptr.add(off) as *const AtomicU64) }.store(v, Ordering::Release)
-    }
-    fn load(&self, off: usize) -> u64 {
-        self.0.check(off, 8);
-        // SAFETY: as in `store`.
-        unsafe { &*(self.0.ptr.add(off) as *const AtomicU64) }.load(Ordering::Acquire)
-    }
-    fn write(&self, off: usize, src: &[u8]) {
-        self.0.check(off, src.len());
-        // SAFETY: in bounds (checked); the ring protocol gives these bytes to
-        // the producer alone until it publishes them with a Release store.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.0.ptr.add(off), src.len()) }
-    }
-    fn read(&self, off: usize, dst: &mut [u8]) {
-        self.0.check(off, dst.len());
-        // SAFETY: in bounds (checked); published by an Acquire-loaded index
-        // and not reused by the producer until we publish our tail.
-        unsafe { std::ptr::copy_nonoverlapping(self.0.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
+impl Local {
+    /// `len` bytes at `base` of `map`.
+    pub fn new(map: Arc<Mapping<ReadWrite>>, base: usize, len: usize) -> Result<Local, MemError> {
+        Range::new(map, base, len).map(Local)
     }
 }
 
-/// One side of a MEMORY CHANNEL region: a transmit mapping (stores only)
-/// or a receive mapping (loads only). Data moves in 8-byte volatile
-/// accesses: the adapter window must never see wider or byte-sized ones.
-pub struct Window(pub Raw);
-
-impl Mem for Window {
+impl Source for Local {
     fn len(&self) -> usize {
         self.0.len
     }
-    fn store(&self, off: usize, v: u64) {
-        self.0.check(off, 8);
-        fence(Ordering::Release);
-        // SAFETY: in bounds and aligned (checked).
-        unsafe { std::ptr::write_volatile(self.0.ptr.add(off).cast::<u64>(), v) }
-    }
     fn load(&self, off: usize) -> u64 {
-        self.0.check(off, 8);
-        // SAFETY: in bounds and aligned (checked).
-        let v = unsafe { std::ptr::read_volatile(self.0.ptr.add(off).cast::<u64>()) };
-        fence(Ordering::Acquire);
-        v
-    }
-    fn write(&self, off: usize, src: &[u8]) {
-        self.0.check(off, src.len());
-        for (i, w) in src.chunks_exact(8).enumerate() {
-            let v = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
-            // SAFETY: in bounds and aligned (checked above).
-            unsafe { std::ptr::write_volatile(self.0.ptr.add(off + 8 * i).cast::<u64>(), v) }
-        }
+        bug(self.0.window().load_acquire(off))
     }
     fn read(&self, off: usize, dst: &mut [u8]) {
-        self.0.check(off, dst.len());
-        for (i, w) in dst.chunks_exact_mut(8).enumerate() {
-            // SAFETY: in bounds and aligned (checked above).
-            let v = unsafe { std::ptr::read_volatile(self.0.ptr.add(off + 8 * i).cast::<u64>()) };
-            w.copy_from_slice(&v.to_ne_bytes());
-        }
+        // Published by an acquire-loaded index, and not reused by the
+        // producer until we publish our tail.
+        bug(self.0.window().read(off, dst))
+    }
+}
+
+impl Sink for Local {
+    fn store(&self, off: usize, v: u64) {
+        bug(self.0.window().store_release(off, v))
+    }
+    fn write(&self, off: usize, src: &[u8]) {
+        // The ring gives these bytes to the producer alone until it
+        // publishes them with a release store.
+        bug(self.0.window().write(off, src))
+    }
+}
+
+/// The transmit side of a MEMORY CHANNEL region. Data moves in 8-byte
+/// stores in ascending order: the adapter window must never see wider or
+/// byte-sized ones, and a reader that sees a word has every word before it.
+pub struct TxWindow(Range<ReadWrite>);
+
+impl TxWindow {
+    /// All of a transmit mapping.
+    pub fn new(map: Arc<Mapping<ReadWrite>>) -> TxWindow {
+        let len = map.len();
+        TxWindow(Range { map, base: 0, len })
+    }
+}
+
+impl Sink for TxWindow {
+    fn store(&self, off: usize, v: u64) {
+        bug(self.0.window().store_release(off, v))
+    }
+    fn write(&self, off: usize, src: &[u8]) {
+        assert!(off % 8 == 0 && src.len() % 8 == 0, "transmit copies are whole words ({off}+{})", src.len());
+        bug(self.0.window().write_ordered(off, src))
+    }
+}
+
+/// The receive side of a MEMORY CHANNEL region: read-only.
+pub struct RxWindow(Range<ReadOnly>);
+
+impl RxWindow {
+    /// All of a receive mapping.
+    pub fn new(map: Arc<Mapping<ReadOnly>>) -> RxWindow {
+        let len = map.len();
+        RxWindow(Range { map, base: 0, len })
+    }
+}
+
+impl Source for RxWindow {
+    fn len(&self) -> usize {
+        self.0.len
+    }
+    fn load(&self, off: usize) -> u64 {
+        bug(self.0.window().load_acquire(off))
+    }
+    fn read(&self, off: usize, dst: &mut [u8]) {
+        bug(self.0.window().read(off, dst))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A scratch file of `len` bytes, mapped read-write.
+    pub(crate) fn scratch(len: usize) -> (tempfile::TempDir, Arc<Mapping<ReadWrite>>) {
+        let d = tempfile::tempdir().unwrap();
+        let m = Mapping::create(&d.path().join("mem"), len).unwrap();
+        (d, Arc::new(m))
+    }
+
+    #[test]
+    fn halves_see_only_their_range_and_windows_keep_the_mapping() {
+        let (_d, m) = scratch(8192);
+        let a = Local::new(m.clone(), 0, 4096).unwrap();
+        let b = Local::new(m.clone(), 4096, 4096).unwrap();
+        assert!(Local::new(m.clone(), 4096, 4097).is_err(), "past the end of the mapping");
+        Sink::write(&a, 8, &[7u8; 16]);
+        Sink::store(&b, 0, 99);
+        assert_eq!(m.load::<u64>(4096).unwrap(), 99);
+        let mut got = [0u8; 16];
+        Source::read(&a, 8, &mut got);
+        assert_eq!(got, [7u8; 16]);
+        // The halves keep the mapping alive after the owner lets it go.
+        drop(m);
+        assert_eq!(Source::load(&b, 0), 99);
+    }
+
+    #[test]
+    #[should_panic(expected = "channel memory")]
+    fn an_access_outside_the_range_is_caught() {
+        let (_d, m) = scratch(8192);
+        let a = Local::new(m, 0, 4096).unwrap();
+        Source::load(&a, 4096);
     }
 }

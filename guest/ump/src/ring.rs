@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use crate::mem::Mem;
+use crate::mem::{Sink, Source};
 
 /// Offset of the open/session word.
 pub const OPEN: usize = 0;
@@ -44,7 +44,7 @@ const MAGIC_OUTBUF: u64 = 0x554D_504D; // "UMPM"
 const RECORD_WORDS: usize = 3;
 
 /// Finds a sender's outbuf by its key and size (maps it on first use).
-pub type Resolver = Arc<dyn Fn(u64, u64) -> Option<Arc<dyn Mem>> + Send + Sync>;
+pub type Resolver = Arc<dyn Fn(u64, u64) -> Option<Arc<dyn Source>> + Send + Sync>;
 
 /// Bytes a half of a ring of `size` bytes takes.
 pub fn half_len(size: usize) -> usize {
@@ -52,13 +52,16 @@ pub fn half_len(size: usize) -> usize {
 }
 
 /// Why a transfer stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RingError {
     /// The ring holds bytes that are not a message header.
+    #[error("channel buffer corrupt: {0}")]
     Corrupt(String),
     /// The message does not fit the buffer given for it (nothing consumed).
+    #[error("the message ({0} bytes) does not fit the buffer")]
     TooBig(usize),
     /// Waiting was given up (peer gone, channel closed, timeout).
+    #[error("stopped waiting: {0}")]
     Stopped(String),
 }
 
@@ -71,8 +74,8 @@ fn pad8(n: usize) -> usize {
 
 /// The producer end of one direction.
 pub struct Producer {
-    out: Arc<dyn Mem>,
-    peer: Arc<dyn Mem>,
+    out: Arc<dyn Sink>,
+    peer: Arc<dyn Source>,
     size: usize,
     head: u64,
     tail: u64,
@@ -80,7 +83,7 @@ pub struct Producer {
 
 impl Producer {
     /// The producer writing `out`'s ring, reading its consumer's index from `peer`.
-    pub fn new(out: Arc<dyn Mem>, peer: Arc<dyn Mem>, size: usize) -> Producer {
+    pub fn new(out: Arc<dyn Sink>, peer: Arc<dyn Source>, size: usize) -> Producer {
         assert!(size >= 64 && size % 8 == 0);
         Producer { out, peer, size, head: 0, tail: 0 }
     }
@@ -166,8 +169,8 @@ impl Producer {
 
 /// The consumer end of one direction.
 pub struct Consumer {
-    out: Arc<dyn Mem>,
-    peer: Arc<dyn Mem>,
+    out: Arc<dyn Sink>,
+    peer: Arc<dyn Source>,
     size: usize,
     tail: u64,
     head: u64,
@@ -183,7 +186,7 @@ pub struct Consumer {
 
 impl Consumer {
     /// The consumer reading `peer`'s ring, publishing its index in `out`.
-    pub fn new(out: Arc<dyn Mem>, peer: Arc<dyn Mem>, size: usize) -> Consumer {
+    pub fn new(out: Arc<dyn Sink>, peer: Arc<dyn Source>, size: usize) -> Consumer {
         Consumer {
             out,
             peer,
@@ -406,23 +409,23 @@ pub fn footprint(len: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mem::{Local, Raw};
+    use crate::mem::tests::scratch;
+    use crate::mem::Local;
     use proptest::prelude::*;
 
-    /// Two halves in one heap buffer, as two processes would map a file.
+    /// Two halves of one file mapping, as two processes map a channel's file.
     struct Pair {
-        _buf: Vec<u64>,
-        a: Arc<dyn Mem>,
-        b: Arc<dyn Mem>,
+        _dir: tempfile::TempDir,
+        a: Arc<Local>,
+        b: Arc<Local>,
     }
 
     fn pair(size: usize) -> Pair {
         let half = half_len(size);
-        let mut buf = vec![0u64; 2 * half / 8];
-        let p = buf.as_mut_ptr().cast::<u8>();
-        // SAFETY: the buffer has 2 * half bytes and outlives the views (same struct).
-        let (a, b) = unsafe { (Raw { ptr: p, len: half }, Raw { ptr: p.add(half), len: half }) };
-        Pair { _buf: buf, a: Arc::new(Local(a)), b: Arc::new(Local(b)) }
+        let (dir, m) = scratch(2 * half);
+        let a = Arc::new(Local::new(m.clone(), 0, half).unwrap());
+        let b = Arc::new(Local::new(m, half, half).unwrap());
+        Pair { _dir: dir, a, b }
     }
 
     fn msg(seq: u64, len: usize) -> Vec<u8> {

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use ump::{pattern, Config, Event, Want};
+use testkit::message as pattern;
+use ump::{Config, Event, Want};
+
+mod plot;
 
 #[derive(Parser)]
 #[command(about = "UMP channels from a shell")]
@@ -222,16 +225,16 @@ fn bench(
     svg_dir: &str,
 ) -> Result<()> {
     use std::io::{Read, Write};
-    ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+    ump::init(Config::from_env()?)?;
     let mut series: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
     let max = sizes.iter().copied().max().unwrap_or(0).max(1);
     let mut buf = vec![0u8; max];
     let mut opened = Vec::new();
     for &(name, peer) in peers {
-        let ch = ump::open(me, peer, Want::Any).map_err(u)?;
+        let ch = ump::open(me, peer, Want::Any)?;
         opened.push(ch);
-        while !matches!(ump::wait(Some(ch), Some(Duration::from_secs(60))).map_err(u)?, Some(Event::Open(_))) {}
-        let kind = format!("{:?}", ump::transport(ch).map_err(u)?);
+        while !matches!(ump::wait(Some(ch), Some(Duration::from_secs(60)))?, Some(Event::Open(_))) {}
+        let kind = format!("{:?}", ump::transport(ch)?);
         for nb in [false, true] {
             let mut pts = Vec::new();
             for &s in sizes {
@@ -239,13 +242,13 @@ fn bench(
                 let rounds = (volume / s.max(1024)).clamp(5, 400);
                 let one_way = time_round_trips(rounds, || {
                     if nb {
-                        ump::nbwrite(ch, &msg).map_err(u)?;
+                        ump::nbwrite(ch, &msg)?;
                     } else {
-                        ump::write(ch, &msg).map_err(u)?;
+                        ump::write(ch, &msg)?;
                     }
-                    let n = ump::read(ch, &mut buf).map_err(u)?;
+                    let n = ump::read(ch, &mut buf)?;
                     if nb {
-                        while ump::nbwrite_result(ch).map_err(u)?.is_none() {
+                        while ump::nbwrite_result(ch)?.is_none() {
                             std::hint::spin_loop();
                         }
                     }
@@ -279,7 +282,7 @@ fn bench(
     }
     // The echo processes serve TCP until their channel closes.
     for ch in opened {
-        ump::close(ch).map_err(u)?;
+        ump::close(ch)?;
     }
     println!("UMP message time (one way, half the median round trip) and bandwidth (size / time)");
     print!("{:>10}", "bytes");
@@ -295,16 +298,13 @@ fn bench(
         }
         println!();
     }
-    let lat: Vec<ump::plot::Series> = series
+    let lat: Vec<plot::Series> = series
         .iter()
-        .map(|(n, p)| ump::plot::Series {
-            name: n.clone(),
-            points: p.iter().map(|&(s, t)| (s as f64, t * 1e6)).collect(),
-        })
+        .map(|(n, p)| plot::Series { name: n.clone(), points: p.iter().map(|&(s, t)| (s as f64, t * 1e6)).collect() })
         .collect();
-    let bw: Vec<ump::plot::Series> = series
+    let bw: Vec<plot::Series> = series
         .iter()
-        .map(|(n, p)| ump::plot::Series {
+        .map(|(n, p)| plot::Series {
             name: n.clone(),
             points: p.iter().map(|&(s, t)| (s as f64, s as f64 / t / 1e6)).collect(),
         })
@@ -313,11 +313,11 @@ fn bench(
     let f9 = format!("{svg_dir}/fig9-bandwidth.svg");
     std::fs::write(
         &f8,
-        ump::plot::svg("UMP message transfer time (Figure 8)", "message size (bytes)", "one-way time (us)", &lat, true),
+        plot::svg("UMP message transfer time (Figure 8)", "message size (bytes)", "one-way time (us)", &lat)?,
     )?;
-    std::fs::write(&f9, ump::plot::svg("UMP bandwidth (Figure 9)", "message size (bytes)", "MB/s", &bw, true))?;
+    std::fs::write(&f9, plot::svg("UMP bandwidth (Figure 9)", "message size (bytes)", "MB/s", &bw)?)?;
     println!("plots: {f8} {f9}");
-    ump::exit().map_err(u)?;
+    ump::exit()?;
     Ok(())
 }
 
@@ -328,10 +328,10 @@ fn mcast_len(i: u64, max: usize) -> usize {
 
 /// Opens a channel from `me` to each peer (UMP_ANY) and waits until all are complete.
 fn open_all(me: u64, peers: &[u64]) -> Result<Vec<i32>> {
-    let chans: Vec<i32> = peers.iter().map(|&p| ump::open(me, p, Want::Any)).collect::<Result<_, _>>().map_err(u)?;
+    let chans: Vec<i32> = peers.iter().map(|&p| ump::open(me, p, Want::Any)).collect::<Result<_, _>>()?;
     let mut open = std::collections::HashSet::new();
     while open.len() < chans.len() {
-        match ump::wait(None, Some(Duration::from_secs(60))).map_err(u)? {
+        match ump::wait(None, Some(Duration::from_secs(60)))? {
             Some(Event::Open(c)) => {
                 open.insert(c);
             }
@@ -342,16 +342,12 @@ fn open_all(me: u64, peers: &[u64]) -> Result<Vec<i32>> {
     Ok(chans)
 }
 
-fn u(e: ump::UmpError) -> anyhow::Error {
-    anyhow::anyhow!("{e}")
-}
-
 fn open(e: &Ends) -> Result<i32> {
-    ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+    ump::init(Config::from_env()?)?;
     let ch = ump::open(e.me, e.peer, want(&e.transport)?).map_err(|e| anyhow::anyhow!("ump_open: {e}"))?;
     let t0 = Instant::now();
     loop {
-        match ump::wait(Some(ch), Some(Duration::from_secs(60))).map_err(u)? {
+        match ump::wait(Some(ch), Some(Duration::from_secs(60)))? {
             Some(Event::Open(_)) => break,
             Some(_) => continue,
             None => bail!("the other side did not open the channel within 60 s"),
@@ -361,7 +357,7 @@ fn open(e: &Ends) -> Result<i32> {
         "channel {:#x} <-> {:#x} open over {:?} after {:.1} ms",
         e.me,
         e.peer,
-        ump::transport(ch).map_err(u)?,
+        ump::transport(ch)?,
         t0.elapsed().as_secs_f64() * 1e3
     );
     Ok(ch)
@@ -380,14 +376,14 @@ fn main() -> Result<()> {
             let mut n = 0u64;
             loop {
                 match ump::read(ch, &mut buf) {
-                    Ok(len) => ump::write(ch, &buf[..len]).map_err(u)?,
+                    Ok(len) => ump::write(ch, &buf[..len])?,
                     Err(ump::UmpError::Channel(ump::ChanError::Closed(_))) => break,
                     Err(e) => bail!("serve: {e}"),
                 }
                 n += 1;
             }
             println!("served {n} messages");
-            ump::exit().map_err(u)?;
+            ump::exit()?;
         }
         Cmd::Pingpong { ends, sizes, rounds } => {
             let ch = open(&ends)?;
@@ -400,8 +396,8 @@ fn main() -> Result<()> {
                     seq += 1;
                     let msg = pattern(seq, s);
                     let t0 = Instant::now();
-                    ump::write(ch, &msg).map_err(u)?;
-                    let n = ump::read(ch, &mut buf).map_err(u)?;
+                    ump::write(ch, &msg)?;
+                    let n = ump::read(ch, &mut buf)?;
                     best = best.min(t0.elapsed().as_secs_f64());
                     if n != s || buf[..n] != msg[..] {
                         bail!("size {s}: echo of {n} bytes differs from what was sent");
@@ -409,8 +405,8 @@ fn main() -> Result<()> {
                 }
                 println!("size {s} ok: best round trip {:.1} us", best * 1e6);
             }
-            ump::close(ch).map_err(u)?;
-            ump::exit().map_err(u)?;
+            ump::close(ch)?;
+            ump::exit()?;
             println!("pingpong ok: {} sizes", sizes.len());
         }
         Cmd::Send { ends, size: s, nb } => {
@@ -418,18 +414,18 @@ fn main() -> Result<()> {
             let msg = pattern(7, size(&s)?);
             let t0 = Instant::now();
             if nb {
-                ump::nbwrite(ch, &msg).map_err(u)?;
+                ump::nbwrite(ch, &msg)?;
                 println!("nbwrite started");
                 loop {
-                    match ump::wait(Some(ch), Some(Duration::from_secs(120))).map_err(u)? {
+                    match ump::wait(Some(ch), Some(Duration::from_secs(120)))? {
                         Some(Event::WriteDone(_)) => break,
                         Some(_) => std::thread::sleep(Duration::from_millis(1)),
                         None => bail!("no WriteDone event"),
                     }
                 }
-                ump::nbwrite_result(ch).map_err(u)?;
+                ump::nbwrite_result(ch)?;
             } else {
-                ump::write(ch, &msg).map_err(u)?;
+                ump::write(ch, &msg)?;
             }
             println!("sent {} bytes in {:.1} ms", msg.len(), t0.elapsed().as_secs_f64() * 1e3);
             // Stay until the reader closes: it checks we are alive while it reads.
@@ -439,29 +435,29 @@ fn main() -> Result<()> {
             {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            ump::close(ch).map_err(u)?;
-            ump::exit().map_err(u)?;
+            ump::close(ch)?;
+            ump::exit()?;
         }
         Cmd::Mesh { me, peers, rounds, max } => {
             let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
             let max = size(&max)?;
-            ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+            ump::init(Config::from_env()?)?;
             let chans = open_all(me, &peers)?;
             let len = |from: u64, to: u64, r: u64| ((r * 7919 + from * 104_729 + to * 13) % max as u64) as usize;
             let mut buf = vec![0u8; max];
             for r in 0..rounds {
                 for (&p, &c) in peers.iter().zip(&chans) {
-                    ump::nbwrite(c, &pattern(me * 1_000_003 + r, len(me, p, r))).map_err(u)?;
+                    ump::nbwrite(c, &pattern(me * 1_000_003 + r, len(me, p, r)))?;
                 }
                 for (&p, &c) in peers.iter().zip(&chans) {
-                    let n = ump::read(c, &mut buf).map_err(u)?;
+                    let n = ump::read(c, &mut buf)?;
                     let want = pattern(p * 1_000_003 + r, len(p, me, r));
                     if buf[..n] != want[..] {
                         bail!("round {r}: the message from {p} ({n} bytes) is not what it sent");
                     }
                 }
                 for &c in &chans {
-                    while ump::nbwrite_result(c).map_err(u)?.is_none() {
+                    while ump::nbwrite_result(c)?.is_none() {
                         std::thread::sleep(Duration::from_micros(200));
                     }
                 }
@@ -471,7 +467,7 @@ fn main() -> Result<()> {
             println!("mesh ok: {rounds} rounds with {} peers, transports {}", peers.len(), kinds.join(","));
             // Let the others finish reading before our channels close.
             std::thread::sleep(Duration::from_millis(500));
-            ump::exit().map_err(u)?;
+            ump::exit()?;
         }
         Cmd::Bench { me, mc_peer, shm_peer, tcp, sizes, volume, svg_dir } => {
             let sizes: Vec<usize> = sizes.split(',').map(size).collect::<Result<_>>()?;
@@ -485,39 +481,39 @@ fn main() -> Result<()> {
             bench(me, &peers, tcp.as_deref(), &sizes, size(&volume)?, &svg_dir)?;
         }
         Cmd::Listen { me, count } => {
-            ump::init(Config::from_env().map_err(u)?).map_err(u)?;
-            ump::listen(me, Want::Any).map_err(u)?;
+            ump::init(Config::from_env()?)?;
+            ump::listen(me, Want::Any)?;
             println!("listening on {me}");
             use std::io::Write;
             std::io::stdout().flush()?;
             let mut served = std::collections::HashSet::new();
             let mut buf = vec![0u8; 1 << 20];
             while served.len() < count {
-                match ump::wait(None, Some(Duration::from_secs(120))).map_err(u)? {
+                match ump::wait(None, Some(Duration::from_secs(120)))? {
                     Some(Event::Message(c)) => {
-                        let n = ump::read(c, &mut buf).map_err(u)?;
-                        ump::write(c, &buf[..n]).map_err(u)?;
+                        let n = ump::read(c, &mut buf)?;
+                        ump::write(c, &buf[..n])?;
                         served.insert(c);
-                        println!("echoed {n} bytes on a {:?} channel", ump::transport(c).map_err(u)?);
+                        println!("echoed {n} bytes on a {:?} channel", ump::transport(c)?);
                     }
                     Some(_) => {}
                     None => bail!("only {} of {count} channels within 120 s", served.len()),
                 }
             }
             std::thread::sleep(Duration::from_millis(500));
-            ump::exit().map_err(u)?;
+            ump::exit()?;
         }
         Cmd::McastSend { me, peers, count, max } => {
             let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
             let max = size(&max)?;
-            ump::init(Config::from_env().map_err(u)?).map_err(u)?;
+            ump::init(Config::from_env()?)?;
             let chans = open_all(me, &peers)?;
             let t0 = Instant::now();
             let mut bytes = 0;
             for i in 0..count {
                 let m = pattern(me * 1_000_003 + i, mcast_len(i, max));
                 bytes += m.len();
-                ump::mcast(&chans, &m).map_err(u)?;
+                ump::mcast(&chans, &m)?;
             }
             println!(
                 "multicast {count} messages, {bytes} bytes, to {} peers in {:.1} ms",
@@ -526,27 +522,27 @@ fn main() -> Result<()> {
             );
             let mut closed = 0;
             while closed < chans.len() {
-                match ump::wait(None, Some(Duration::from_secs(120))).map_err(u)? {
+                match ump::wait(None, Some(Duration::from_secs(120)))? {
                     Some(Event::Closed(_)) => closed += 1,
                     Some(_) => {}
                     None => bail!("receivers did not finish"),
                 }
             }
-            ump::exit().map_err(u)?;
+            ump::exit()?;
         }
         Cmd::McastRecv { me, from, count, max } => {
             let max = size(&max)?;
             let ch = open(&Ends { me, peer: from, transport: "any".into() })?;
             let mut buf = vec![0u8; max.max(1)];
             for i in 0..count {
-                let n = ump::read(ch, &mut buf).map_err(u)?;
+                let n = ump::read(ch, &mut buf)?;
                 if buf[..n] != pattern(from * 1_000_003 + i, mcast_len(i, max))[..] {
                     bail!("multicast message {i} ({n} bytes) is not what was sent");
                 }
             }
             println!("received {count} multicast messages intact");
-            ump::close(ch).map_err(u)?;
-            ump::exit().map_err(u)?;
+            ump::close(ch)?;
+            ump::exit()?;
         }
         Cmd::Recv { ends, max, delay_ms } => {
             let ch = open(&ends)?;
@@ -558,8 +554,8 @@ fn main() -> Result<()> {
                 bail!("received {n} bytes that are not what was sent");
             }
             println!("received {n} bytes intact in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
-            ump::close(ch).map_err(u)?;
-            ump::exit().map_err(u)?;
+            ump::close(ch)?;
+            ump::exit()?;
         }
     }
     Ok(())

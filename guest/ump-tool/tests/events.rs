@@ -5,7 +5,8 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ump::{pattern, Config, Event, Want};
+use testkit::message as pattern;
+use ump::{Config, Event, Want};
 
 fn tool() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ump-tool"));

@@ -1,0 +1,119 @@
+//! UMP's configuration (`ump_init`): ring sizes, the channel limit and
+//! the multicast outbuf, from the caller or the environment. No I/O but
+//! reading the environment; no threads.
+
+use thiserror::Error;
+
+/// A configuration that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Configuration (`ump_init`).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Ring bytes per direction, shared-memory channels.
+    pub shm_buffer: usize,
+    /// Ring bytes per direction, MEMORY CHANNEL channels.
+    pub mc_buffer: usize,
+    /// Channels this process may have open (buffers are allocated as
+    /// channels open, up to this).
+    pub max_channels: usize,
+    /// Bytes of this process's multicast outbuf (a multiple of 8 KiB).
+    pub outbuf: usize,
+}
+
+/// Largest ring: what one MEMORY CHANNEL region or shm file may hold.
+pub const MAX_BUFFER: usize = 64 << 20;
+
+/// Default outbuf bytes (`UMP_OUTBUF`).
+pub const OUTBUF_DEFAULT: usize = 1 << 20;
+
+impl Default for Config {
+    fn default() -> Self {
+        // The paper's non-blocking runs: 256 KiB (shared memory), 32 KiB
+        // (MEMORY CHANNEL).
+        Config { shm_buffer: 256 << 10, mc_buffer: 32 << 10, max_channels: 64, outbuf: OUTBUF_DEFAULT }
+    }
+}
+
+impl Config {
+    /// From the environment: `UMP_SHM_BUFFER`, `UMP_MC_BUFFER`,
+    /// `UMP_OUTBUF` (bytes, or with a K/M suffix), `UMP_MAX_CHANNELS`.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// As [`Config::from_env`], with the variables from `var`.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        let size = |name: &str, v: &mut usize| -> Result<(), ConfigError> {
+            if let Some(s) = var(name) {
+                *v = parse_size(&s).ok_or_else(|| ConfigError(format!("{name}={s:?}: a size like 65536 or 64K")))?;
+            }
+            Ok(())
+        };
+        size("UMP_SHM_BUFFER", &mut c.shm_buffer)?;
+        size("UMP_MC_BUFFER", &mut c.mc_buffer)?;
+        size("UMP_OUTBUF", &mut c.outbuf)?;
+        if let Some(s) = var("UMP_MAX_CHANNELS") {
+            c.max_channels = s.parse().map_err(|_| ConfigError(format!("UMP_MAX_CHANNELS={s:?}")))?;
+        }
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Rejects sizes that cannot work.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        for (what, v) in [("shared-memory", self.shm_buffer), ("MEMORY CHANNEL", self.mc_buffer)] {
+            if !(4096..=MAX_BUFFER).contains(&v) || v % 8 != 0 {
+                return Err(ConfigError(format!(
+                    "{what} buffer of {v} bytes: 4 KiB to {} MiB, a multiple of 8",
+                    MAX_BUFFER >> 20
+                )));
+            }
+        }
+        if !(8192..=MAX_BUFFER).contains(&self.outbuf) || self.outbuf % 8192 != 0 {
+            return Err(ConfigError(format!(
+                "outbuf of {} bytes: 8 KiB to {} MiB, a multiple of 8 KiB (UMP_OUTBUF)",
+                self.outbuf,
+                MAX_BUFFER >> 20
+            )));
+        }
+        if self.max_channels == 0 {
+            return Err(ConfigError("max_channels must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (n, mul) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    n.parse::<usize>().ok()?.checked_mul(mul)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes_and_bad_ones_are_refused() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |n: &str| pairs.iter().find(|p| p.0 == n).map(|p| p.1.to_string())
+        };
+        let c =
+            Config::from_vars(vars(&[("UMP_SHM_BUFFER", "64K"), ("UMP_MC_BUFFER", "1M"), ("UMP_MAX_CHANNELS", "3")]))
+                .unwrap();
+        assert_eq!((c.shm_buffer, c.mc_buffer, c.max_channels), (64 << 10, 1 << 20, 3));
+        assert!(Config::from_vars(vars(&[("UMP_SHM_BUFFER", "lots")])).unwrap_err().0.contains("UMP_SHM_BUFFER"));
+        assert!(Config::from_vars(vars(&[("UMP_MC_BUFFER", "100")])).is_err(), "below 4 KiB");
+        assert!(Config::from_vars(vars(&[("UMP_OUTBUF", "12K")])).is_err(), "not whole 8 KiB");
+        assert!(Config::from_vars(vars(&[("UMP_MAX_CHANNELS", "0")])).is_err());
+        assert!(Config::from_vars(vars(&[("UMP_SHM_BUFFER", "99999999999999999999K")])).is_err(), "overflow");
+    }
+}

@@ -1,0 +1,177 @@
+//! `ump_listen`: a handle that accepts channels from handles it does not
+//! know. On this guest, openers drop a notice in the listener's folder in
+//! `/dev/shm`; from other guests, they write their handle into the
+//! listener's inbox in MEMORY CHANNEL space. Also the markers by which a
+//! handle says it lives on this guest. Called with the UMP state locked.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use imc_client::{Imc, ImcError};
+
+use crate::mc::open_mc;
+use crate::mem::{RxWindow, Sink, Source, TxWindow};
+use crate::shm::{lock_file, open_shm, pid_alive};
+use crate::{with, Entry, State, UmpError, Want};
+
+/// A listening handle's inbox in MEMORY CHANNEL space: one coherent page
+/// of 1024 words, 16 per node. An opener on node n writes its handle into
+/// a free word of n's part (processes of one node take turns under a
+/// flock, so no two openers ever write one word at once); the listener
+/// reads the handles, opens the channels and clears the words.
+pub(crate) struct Inbox {
+    rx: RxWindow,
+    tx: TxWindow,
+}
+
+/// Words of an inbox per node.
+const INBOX_PER_NODE: usize = 16;
+
+fn listen_key(h: u64) -> u64 {
+    0x5800_0000_0000_0000 | (h & 0x07FF_FFFF_FFFF_FFFF)
+}
+
+/// Where a handle announces that it lives on this guest.
+pub(crate) fn marker(h: u64) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/ump-ep-{h:016x}"))
+}
+
+/// Whether a live process on this guest has announced handle `h` (a
+/// marker left by a process that died does not count).
+pub(crate) fn marker_alive(h: u64) -> bool {
+    std::fs::read_to_string(marker(h)).ok().and_then(|s| s.trim().parse::<u32>().ok()).is_some_and(pid_alive)
+}
+
+/// The folder where openers on this guest leave notices for listener `h`.
+pub(crate) fn listen_dir(h: u64) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/ump-listen-{h:016x}"))
+}
+
+/// Maps listening handle `h`'s inbox (receive and transmit), creating it if `create`.
+fn map_inbox(imc: &Imc, h: u64, create: bool) -> Result<Option<(Inbox, u32)>, UmpError> {
+    let err = |e: ImcError| UmpError::NoTransport(format!("imcd: inbox: {e}"));
+    if !create && imc.find(listen_key(h)).map_err(err)?.is_none() {
+        return Ok(None);
+    }
+    let (id, ..) = imc.asalloc_flags(listen_key(h), 8192, 0o666, false, true).map_err(err)?;
+    let rx = imc.asattach_rx(id).map_err(err)?;
+    let tx = imc.asattach_tx(id, false).map_err(err)?;
+    Ok(Some((Inbox { rx: RxWindow::new(Arc::new(rx)), tx: TxWindow::new(Arc::new(tx)) }, id)))
+}
+
+/// Tells a listener on another guest that `local` opened a channel to it
+/// (if `remote` listens there).
+pub(crate) fn notify_listener(st: &State, local: u64, remote: u64) -> Result<(), UmpError> {
+    let Some(imc) = st.imc.clone() else { return Ok(()) };
+    let i = imc.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((inbox, id)) = map_inbox(&i, remote, false)? else { return Ok(()) };
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(format!("/run/ump-inbox-{remote:016x}.lock"))
+        .map_err(|e| UmpError::Os(e.to_string()))?;
+    let held = lock_file(&lock)?;
+    let base = (st.node as usize % 64) * INBOX_PER_NODE;
+    let slots: Vec<usize> = (base..base + INBOX_PER_NODE).collect();
+    let r = match slots
+        .iter()
+        .find(|&&w| inbox.rx.load(w * 8) == local)
+        .or_else(|| slots.iter().find(|&&w| inbox.rx.load(w * 8) == 0))
+    {
+        Some(&w) => {
+            inbox.tx.store(w * 8, local);
+            // Wait until it is in our copy too: the next opener here must see the word taken.
+            let t0 = Instant::now();
+            while inbox.rx.load(w * 8) != local && t0.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            Ok(())
+        }
+        None => Err(UmpError::Busy(format!("the inbox of listener {remote:#x} is full for this node"))),
+    };
+    drop(held);
+    drop(inbox);
+    let _ = i.asdealloc(id);
+    r
+}
+
+/// `ump_listen`: `local` accepts channels from handles it does not know:
+/// `wait` reports each as [`crate::Event::Open`] of a new channel. On
+/// this guest through a folder in `/dev/shm`; from other guests (`want`
+/// Any or Mc, with imcd) through an inbox in MEMORY CHANNEL space.
+pub fn listen(local: u64, want: Want) -> Result<(), UmpError> {
+    with(|st| {
+        if want != Want::Mc {
+            std::fs::create_dir_all(listen_dir(local)).map_err(|e| UmpError::Os(e.to_string()))?;
+            let _ = std::fs::write(marker(local), format!("{}\n", std::process::id()));
+        }
+        if want != Want::Shm {
+            match st.imc.clone() {
+                Some(imc) => {
+                    let i = imc.lock().unwrap_or_else(|e| e.into_inner());
+                    let (inbox, _) = map_inbox(&i, local, true)?
+                        .ok_or_else(|| UmpError::NoTransport("imcd did not create the inbox".into()))?;
+                    st.inboxes.insert(local, inbox);
+                }
+                None if want == Want::Mc => {
+                    return Err(UmpError::NoTransport("listening over MEMORY CHANNEL needs imcd".into()))
+                }
+                None => {}
+            }
+        }
+        st.listening.entry(local).or_default();
+        Ok(())
+    })
+}
+
+/// New channels of listening handles (opened from our side too).
+pub(crate) fn accept(st: &mut State) -> Vec<i32> {
+    let mut new = Vec::new();
+    // From other guests: handles in our inboxes.
+    let mut found = Vec::new();
+    for (&h, inbox) in &st.inboxes {
+        for w in 0..64 * INBOX_PER_NODE {
+            let peer = inbox.rx.load(w * 8);
+            if peer != 0 {
+                found.push((h, w, peer));
+            }
+        }
+    }
+    for (h, w, peer) in found {
+        let fresh = !st.listening.get(&h).is_some_and(|s| s.contains(&peer));
+        if fresh {
+            match open_mc(st, h, peer) {
+                Ok(ch) => {
+                    st.listening.entry(h).or_default().insert(peer);
+                    new.push(st.add(Entry::new(ch, Want::Mc)));
+                }
+                Err(_) => continue, // the word stays: the next wait tries again
+            }
+        }
+        if let Some(inbox) = st.inboxes.get(&h) {
+            inbox.tx.store(w * 8, 0);
+        }
+    }
+    let handles: Vec<u64> = st.listening.keys().copied().collect();
+    for h in handles {
+        let Ok(dir) = std::fs::read_dir(listen_dir(h)) else { continue };
+        for f in dir.flatten() {
+            let Some(peer) = f.file_name().to_str().and_then(|s| u64::from_str_radix(s, 16).ok()) else { continue };
+            let kind = std::fs::read_to_string(f.path()).unwrap_or_default();
+            if st.listening.get(&h).is_some_and(|s| s.contains(&peer)) {
+                let _ = std::fs::remove_file(f.path());
+                continue;
+            }
+            // A notice stays until its channel could be opened (next wait retries).
+            let ch = if kind == "mc" { open_mc(st, h, peer) } else { open_shm(st, h, peer) };
+            if let Ok(ch) = ch {
+                let _ = std::fs::remove_file(f.path());
+                st.listening.entry(h).or_default().insert(peer);
+                new.push(st.add(Entry::new(ch, Want::Any)));
+            }
+        }
+    }
+    new
+}
