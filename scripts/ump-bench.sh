@@ -5,7 +5,8 @@
 # blocking and non-blocking writes, measured in one run. Prints the table
 # and copies the two SVG plots to OUT_DIR (default bench-out/).
 #
-# Usage: scripts/ump-bench.sh [OUT_DIR]   (after scripts/setup.sh)
+# Usage: scripts/ump-bench.sh [OUT_DIR]   (after scripts/setup.sh; ump-tool is
+# the crate guest/ump-tool, built into the guest image)
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${1:-$REPO/bench-out}
