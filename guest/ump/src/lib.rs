@@ -20,6 +20,7 @@ pub mod mem;
 pub mod plot;
 pub mod ring;
 
+use imc_client::keys::Namespace;
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -263,8 +264,10 @@ struct Inbox {
 /// Words of an inbox per node.
 const INBOX_PER_NODE: usize = 16;
 
+/// MEMORY CHANNEL key of handle `h`'s listen area (namespace registry:
+/// `imc_proto::keys`).
 fn listen_key(h: u64) -> u64 {
-    0x5800_0000_0000_0000 | (h & 0x07FF_FFFF_FFFF_FFFF)
+    Namespace::UmpListen.key(h)
 }
 
 /// Maps listening handle `h`'s inbox (receive and transmit), creating it if `create`.
@@ -456,13 +459,14 @@ fn shm_path(lo: u64, hi: u64) -> PathBuf {
     PathBuf::from(format!("/dev/shm/ump-ch-{lo:016x}-{hi:016x}"))
 }
 
-/// MEMORY CHANNEL key of half `side` of the channel (lo, hi); bit 63 is imcd's.
+/// MEMORY CHANNEL key of half `side` of the channel (lo, hi): a hash of
+/// the pair in UMP's channel namespace (`imc_proto::keys`).
 fn mc_key(lo: u64, hi: u64, side: u64) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for b in lo.to_le_bytes().into_iter().chain(hi.to_le_bytes()) {
         h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
     }
-    (h & 0x0FFF_FFFF_FFFF_FFFE | side) | 0x5000_0000_0000_0000
+    Namespace::UmpChannel.key(h & !1 | side & 1)
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -626,7 +630,9 @@ fn open_mc(st: &State, local: u64, remote: u64) -> Result<Arc<Channel>, UmpError
         }
         match probe.lock().unwrap_or_else(|e| e.into_inner()).kill(&node.to_string(), pid as i32, 0) {
             Ok(()) => Ok(()),
-            Err(imc_client::ImcError::Refused { code, message }) if code == "NOHOST" || code == "ERRNO" => {
+            Err(imc_client::ImcError::Refused { code, message })
+                if code == imc_client::Status::NoHost || code == imc_client::Status::Errno =>
+            {
                 Err(format!("process {pid} on node {node}: {message}"))
             }
             Err(_) => Ok(()), // imcd busy or gone: do not guess
@@ -1076,9 +1082,10 @@ pub fn wait(id: Option<i32>, timeout: Option<Duration>) -> Result<Option<Event>,
     }
 }
 
-/// The outbuf's key: one per process (node and pid); bit 63 is imcd's.
+/// The outbuf's key: one per process (node and pid), in UMP's outbuf
+/// namespace (`imc_proto::keys`).
 fn outbuf_key(node: u32, pid: u32) -> u64 {
-    0x6000_0000_0000_0000 | (node as u64) << 32 | pid as u64
+    Namespace::UmpOutbuf.key((node as u64) << 32 | pid as u64)
 }
 
 fn outbuf(st: &mut State) -> Result<Arc<Mutex<Outbuf>>, UmpError> {
