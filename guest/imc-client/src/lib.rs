@@ -508,7 +508,7 @@ impl Imc {
         match self.call(&Request::Find { key }) {
             Ok((Reply::Region { id, pages, .. }, _)) => Ok(Some((id, pages))),
             Ok((other, _)) => Err(ImcError::Protocol(format!("{other:?}"))),
-            Err(ImcError::Refused { code, .. }) if code == Status::NotFound => Ok(None),
+            Err(ImcError::Refused { code: Status::NotFound, .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -1,6 +1,8 @@
 //! [`AdapterBus`]: the cluster lock's ordered bus on the real adapter.
 //! Used by imcd's threads (directory and lock sets) and by `mctool lock-test`.
 
+use std::sync::Arc;
+
 use guest_driver::{Adapter, RxBuffer};
 use imc_client::cluster_lock::OrderedBus;
 use regs::PAGE_SIZE;
@@ -8,12 +10,12 @@ use regs::PAGE_SIZE;
 /// The real [`OrderedBus`]: the lock's slots are 8-byte words
 /// of one page, stored through the transmit window (the page has TX, RX and
 /// LOOPBACK) and loaded from this node's receive buffer.
-#[derive(Clone, Copy)]
-pub struct AdapterBus<'a> {
+#[derive(Clone)]
+pub struct AdapterBus {
     /// The adapter.
-    pub adapter: &'a Adapter,
+    pub adapter: Arc<Adapter>,
     /// The receive buffer holding the page.
-    pub buf: &'a RxBuffer,
+    pub buf: Arc<RxBuffer>,
     /// The lock's page.
     pub page: u64,
     /// This node's id.
@@ -22,7 +24,7 @@ pub struct AdapterBus<'a> {
     pub slots: usize,
 }
 
-impl OrderedBus for AdapterBus<'_> {
+impl OrderedBus for AdapterBus {
     fn node(&self) -> usize {
         self.node
     }
@@ -36,4 +38,3 @@ impl OrderedBus for AdapterBus<'_> {
         self.buf.read64((self.page * PAGE_SIZE) as usize + 8 * slot)
     }
 }
-

@@ -260,7 +260,7 @@ pub extern "C" fn imc_lkacquire(id: c_int, lock: c_int, retries: c_int, flag: c_
         for _ in 0..attempts {
             match set.acquire(lock as u32, per_try) {
                 Ok(()) => return Ok(()),
-                Err(ImcError::Refused { code, message }) if code == Status::Timeout => last = message,
+                Err(ImcError::Refused { code: Status::Timeout, message }) => last = message,
                 Err(e) => return Err(fail(e)),
             }
         }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use regs::{err, int, pct, reg, ACK_VALID, NOTIFY_EMPTY, PAGE_SIZE};
 use guest_driver::{Adapter, Interrupt, RxBuffer, RX_IOVA_BASE};
+use regs::{err, int, pct, reg, ACK_VALID, NOTIFY_EMPTY, PAGE_SIZE};
 use testkit::pattern;
 
 const DEFAULT_BUFFER: &str = "/dev/shm/mc-rx";
@@ -701,8 +701,9 @@ fn lock_test(nodes: usize, rounds: u64, page: u64, timeout: u64) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    let lock =
-        ClusterLock::new(imcd::bus::AdapterBus { adapter: &a, buf: &buf, page: lock_page, node: me, slots: ports });
+    let (a, buf) = (std::sync::Arc::new(a), std::sync::Arc::new(buf));
+    let bus = imcd::bus::AdapterBus { adapter: a.clone(), buf: buf.clone(), page: lock_page, node: me, slots: ports };
+    let lock = ClusterLock::new(bus);
     let counter_addr = counter_page * PAGE_SIZE;
     let mut waits = Vec::with_capacity(rounds as usize);
     for _ in 0..rounds {
