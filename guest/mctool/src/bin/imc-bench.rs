@@ -83,7 +83,7 @@ fn tcp_echo() -> Result<()> {
 
 /// TCP one-way latency (RTT / 2 of a 4-byte message, p50 and p99) and
 /// bandwidth per block size.
-fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Result<((f64, f64), Vec<f64>)> {
+fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Result<TcpFigures> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect((peer, TCP_PORT)).with_context(|| format!("TCP to {peer}:{TCP_PORT}"))?;
     s.set_nodelay(true)?;
@@ -124,6 +124,9 @@ fn wait32(m: &Attached, off: usize, v: u32, limit: Duration) -> Result<()> {
     }
     Ok(())
 }
+
+/// TCP figures: one-way latency in µs (p50, p99), and MB/s per block size.
+type TcpFigures = ((f64, f64), Vec<f64>);
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -239,7 +242,7 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
     };
     tx.store32(CTL, QUIT);
 
-    let t = |f: &dyn Fn(&((f64, f64), Vec<f64>)) -> f64, unit: &str| match &tcp {
+    let t = |f: &dyn Fn(&TcpFigures) -> f64, unit: &str| match &tcp {
         Some(x) => format!("{:.1} {unit}", f(x)),
         None => "-".into(),
     };
