@@ -5,7 +5,7 @@
 //! One connection to `imcd` per process, opened by the first call. The
 //! process's allocations are that connection's: when the process exits,
 //! imcd lets go of them (a region is freed once no process anywhere holds
-//! it). The constants below are the header's; `tests/header.rs` checks the
+//! it). The constants below are the header's; `tests/c_abi.rs` checks the
 //! two agree.
 #![allow(clippy::missing_safety_doc)]
 
