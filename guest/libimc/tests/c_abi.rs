@@ -122,9 +122,10 @@ fn fake_imcd(sock: &Path) -> std::thread::JoinHandle<Vec<Request>> {
                     held.insert(5);
                     Reply::Region { id: 5, first_page: 16, pages: 1, created: true }
                 }
-                Request::Asalloc { exclusive: true, key, .. } => {
-                    Reply::Error { code: imc_client::Status::Exists, message: format!("a region with key {key} exists already") }
-                }
+                Request::Asalloc { exclusive: true, key, .. } => Reply::Error {
+                    code: imc_client::Status::Exists,
+                    message: format!("a region with key {key} exists already"),
+                },
                 Request::Hosts => Reply::Hosts { hosts: vec![(0, "node0".into()), (1, "node1".into())] },
                 Request::Kill { host, .. } => {
                     Reply::Error { code: imc_client::Status::NoHost, message: format!("no host {host}") }

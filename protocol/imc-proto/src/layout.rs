@@ -100,21 +100,18 @@ pub mod relay {
     pub const SIGNAL: u64 = 1;
 }
 
+// The rows fit their pages, checked when the crate compiles.
+const PAGE_WORDS: usize = 1024;
+const _: () = assert!(MAX_NODES * host::ROW <= PAGE_WORDS, "host table fits page 5");
+const _: () = assert!(MAX_NODES * relay::ROW <= relay::RESPONSES, "requests stay below the responses");
+const _: () = assert!(relay::RESPONSES + MAX_NODES * relay::ROW <= PAGE_WORDS, "relay fits page 6");
+const _: () = assert!(ENTRIES * MAX_NODES <= 4 * PAGE_WORDS, "acks fit pages 1-4");
+const _: () = assert!(LOCK_SLOTS + ENTRIES * 17 <= PAGE_WORDS, "directory fits page 0");
+const _: () = assert!(ACK_Q_PAGE >= META_PAGES && ACK_Q_PAGE < DATA_FIRST, "ACK page between imcd's and regions");
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const PAGE_WORDS: usize = 1024;
-
-    #[test]
-    fn rows_fit_their_pages() {
-        assert!(MAX_NODES * host::ROW <= PAGE_WORDS);
-        assert!(MAX_NODES * relay::ROW <= relay::RESPONSES);
-        assert!(relay::RESPONSES + MAX_NODES * relay::ROW <= PAGE_WORDS);
-        assert!(ENTRIES * MAX_NODES <= 4 * PAGE_WORDS, "acks fit pages 1-4");
-        assert!(LOCK_SLOTS + ENTRIES * 17 <= PAGE_WORDS, "directory fits page 0");
-        assert!(ACK_Q_PAGE >= META_PAGES && ACK_Q_PAGE < DATA_FIRST);
-    }
 
     #[test]
     fn lock_sets_are_whole_pages_of_slots() {
