@@ -211,6 +211,12 @@ setup_kernel() {
 # ---------------------------------------------------------------- rust ------
 setup_rust() {
     command -v cargo >/dev/null || die "cargo not found: install Rust (rustup) first"
+    # The test command's lint step needs rustfmt and clippy.
+    if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+        command -v rustup >/dev/null && rustup component add rustfmt clippy >/dev/null 2>&1
+        cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing (rustup component add rustfmt)"
+        cargo clippy --version >/dev/null 2>&1 || die "clippy is missing (rustup component add clippy)"
+    fi
     step "rust: building host tools (mc-hub, mc-adapter, mc-cluster) and libimc.so"
     (cd "$REPO" && cargo build --release -q --bins && cargo build --release -q -p libimc -p ump) \
         || die "cargo build failed"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite. Does the set-up first (idempotent: seconds when
 # everything is already built), then:
+#   lints      — cargo fmt --check, cargo clippy --workspace --all-targets -D warnings
 #   fast tier  — unit and in-process tests (real sockets, memfd guest RAM, real hub)
 #   QEMU tier  — real guests booted by mc-cluster (tests/tests/*.rs, #[ignore]d
 #                in a plain `cargo test`, run here with --ignored), with the
@@ -18,6 +19,13 @@ if [ "$FAST_ONLY" = 1 ]; then
 else
     scripts/setup.sh
 fi
+
+echo
+echo "==> lints (rustfmt, clippy with the workspace's deny lints)"
+t0=$(date +%s)
+cargo fmt --all --check || { echo "cargo fmt --check failed: run 'cargo fmt --all'"; exit 1; }
+cargo clippy --workspace --all-targets -- -D warnings
+echo "lints: $(( $(date +%s) - t0 )) s"
 
 echo
 echo "==> fast tier"

@@ -121,6 +121,26 @@ impl Cluster {
         }
     }
 
+    /// `mctool info --json` on `node`: the adapter's registers as one object.
+    pub fn mctool_info(&self, node: usize) -> serde_json::Value {
+        let out = self.run(node, &["mctool", "info", "--json"]);
+        serde_json::from_slice(&out)
+            .unwrap_or_else(|e| panic!("node {node}: mctool info --json: {e}: {}", String::from_utf8_lossy(&out)))
+    }
+
+    /// [`Cluster::mctool_info`] on `node` until `pred` holds (panics after 20 s).
+    pub fn poll_info(&self, node: usize, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let t0 = std::time::Instant::now();
+        loop {
+            let info = self.mctool_info(node);
+            if pred(&info) {
+                return info;
+            }
+            assert!(t0.elapsed().as_secs() < 20, "node {node}: mctool info never matched; last: {info}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
     /// Starts shell command `cmd` in the background on `node`; its output
     /// goes to `/tmp/<tag>.log` and its exit code to `/tmp/<tag>.rc`.
     pub fn background(&self, node: usize, tag: &str, cmd: &str) {

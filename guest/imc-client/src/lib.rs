@@ -27,7 +27,6 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use guest_mem::{Access, Mapping, MemError, ReadOnly, ReadWrite};
@@ -41,152 +40,10 @@ enum Source {
     File,
 }
 
-/// Longest request or reply line.
-pub const MAX_LINE: usize = 4096;
-
-/// Where `imcd` listens.
-pub const IMCD_SOCKET: &str = "/run/imcd.sock";
-
-/// A request to `imcd`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum Request {
-    /// `imc_asalloc`: find or create the region `key` of `size` bytes.
-    Asalloc {
-        /// Clusterwide key.
-        key: u64,
-        /// Bytes (rounded up to whole 8 KiB pages).
-        size: u64,
-        /// Permission bits (0o666 style).
-        mode: u32,
-        /// Fail if the key exists.
-        exclusive: bool,
-        /// IMC_COHERENT: every node receives the region from its creation.
-        #[serde(default)]
-        coherent: bool,
-    },
-    /// `imc_lkalloc`: find or create the spinlock set `key` of `nlocks` locks.
-    /// `creator`: create it exclusively and hold lock 0 when it returns.
-    Lkalloc {
-        /// Clusterwide key.
-        key: u64,
-        /// Locks in the set.
-        nlocks: u32,
-        /// Permission bits.
-        mode: u32,
-        /// IMC_CREATOR.
-        creator: bool,
-    },
-    /// The adapter's registers, read-only (error counts, membership).
-    Regs,
-    /// imcd's copy of the error count (a file it keeps current), read-only.
-    ErrCount,
-    /// The ACK page of `imc_ckerrcnt`: its transmit window page (device
-    /// fd), or the file its answers land in.
-    AckPage {
-        /// Transmit page (true) or answers (false).
-        transmit: bool,
-    },
-    /// `imc_asdealloc` / `imc_lkdealloc`: free region (or lock set) `id`.
-    Dealloc {
-        /// Region id.
-        id: u32,
-    },
-    /// Whether region `key` exists (without allocating or holding it).
-    Find {
-        /// Clusterwide key.
-        key: u64,
-    },
-    /// `imc_gethosts`: the nodes running imcd, with their host names.
-    Hosts,
-    /// `imc_kill`: send signal `sig` to process `pid` on `host` (a host
-    /// name or a node number), through the command relay.
-    Kill {
-        /// Host name or node number.
-        host: String,
-        /// Process id there.
-        pid: i32,
-        /// Signal number.
-        sig: i32,
-    },
-    /// Failure drill (imcd started with `--test-hooks` only): abandon an
-    /// update of directory entry `id` with the directory lock held, and
-    /// stop serving, as a node dying mid-update would.
-    AbandonUpdate {
-        /// Directory entry.
-        id: u32,
-    },
-    /// `imc_asattach`: map region `id` for transmit or receive.
-    Asattach {
-        /// Region id from `Asalloc`.
-        id: u32,
-        /// Transmit (true) or receive.
-        transmit: bool,
-        /// Writes come back to this node too.
-        loopback: bool,
-    },
-}
-
-/// `imcd`'s answer.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum Reply {
-    /// Done.
-    Done,
-    /// A region.
-    Region {
-        /// Region id.
-        id: u32,
-        /// First MEMORY CHANNEL page.
-        first_page: u64,
-        /// Pages.
-        pages: u64,
-        /// This call created it.
-        created: bool,
-    },
-    /// A spinlock set (its slots are region `id`).
-    LockSet {
-        /// Region holding the slots.
-        id: u32,
-        /// Locks.
-        nlocks: u32,
-        /// This node's slot in each lock.
-        node: u32,
-        /// This call created it.
-        created: bool,
-        /// With IMC_CREATOR: the bid imcd placed in lock 0 for the caller.
-        placed_bid: u64,
-    },
-    /// The hosts: (node, host name).
-    Hosts {
-        /// Nodes running imcd, in node order.
-        hosts: Vec<(u32, String)>,
-    },
-    /// An attachment: the fd sent with this reply, mapped at `offset` for `len` bytes.
-    Mapping {
-        /// Offset to mmap the fd at.
-        offset: u64,
-        /// Bytes.
-        len: u64,
-    },
-    /// The request failed.
-    Error {
-        /// `imc_*` status name (EXISTS, PERMISSION, NOSPACE, …).
-        code: String,
-        /// What went wrong.
-        message: String,
-    },
-}
-
-/// Decodes one request line (as imcd does).
-pub fn decode_request(line: &str) -> Result<Request, String> {
-    serde_json::from_str(line).map_err(|e| e.to_string())
-}
-
-/// Encodes a reply (as imcd does), without the newline.
-pub fn encode_reply(r: &Reply) -> String {
-    serde_json::to_string(r).expect("replies always encode")
-}
+pub use imc_proto::{
+    decode_reply, decode_request, encode_line, keys, layout, Reply, Request, Status, ACK_FILE, ERRCOUNT_FILE,
+    IMCD_SOCKET, MAX_LINE,
+};
 
 /// Errors of the client library.
 #[derive(Debug, Error)]
@@ -197,8 +54,8 @@ pub enum ImcError {
     /// `imcd` refused the request.
     #[error("{code}: {message}")]
     Refused {
-        /// Status name.
-        code: String,
+        /// Status.
+        code: Status,
         /// Detail.
         message: String,
     },
@@ -272,11 +129,10 @@ impl Imc {
     }
 
     fn call(&self, req: &Request) -> Result<(Reply, Option<OwnedFd>), ImcError> {
-        let mut line = serde_json::to_vec(req).map_err(|e| ImcError::Protocol(e.to_string()))?;
-        line.push(b'\n');
-        (&self.sock).write_all(&line)?;
+        (&self.sock).write_all(&encode_line(req))?;
         let (text, fd) = recv_line_with_fd(&self.sock)?;
-        match serde_json::from_str::<Reply>(&text).map_err(|e| ImcError::Protocol(format!("{e}: {text}")))? {
+        let text = text.trim_end_matches('\n');
+        match decode_reply(text.as_bytes()).map_err(|e| ImcError::Protocol(format!("{e}: {text}")))? {
             Reply::Error { code, message } => Err(ImcError::Refused { code, message }),
             r => Ok((r, fd)),
         }
@@ -388,7 +244,7 @@ impl LockSet {
     fn check(&self, lock: u32) -> Result<(), ImcError> {
         if lock >= self.nlocks {
             return Err(ImcError::Refused {
-                code: "INVALID".into(),
+                code: Status::Invalid,
                 message: format!("lock {lock} of a set of {}", self.nlocks),
             });
         }
@@ -405,7 +261,7 @@ impl LockSet {
         let cl = crate::cluster_lock::ClusterLock::with_bid_base(LockBus { set: self, lock }, base);
         if let Err(e) = cl.acquire(timeout) {
             let _ = self.flock(lock, libc::LOCK_UN);
-            return Err(ImcError::Refused { code: "TIMEOUT".into(), message: e.to_string() });
+            return Err(ImcError::Refused { code: Status::Timeout, message: e.to_string() });
         }
         Ok(())
     }
@@ -423,10 +279,6 @@ impl LockSet {
     }
 }
 
-/// Where imcd keeps its copy of the clusterwide error count (8 bytes).
-pub const ERRCOUNT_FILE: &str = "/dev/shm/imcd-errcount";
-/// Where the answers to the ACK page of `imc_ckerrcnt` land (byte n: node n).
-pub const ACK_FILE: &str = "/dev/shm/imcd-ack";
 /// Serializes `imc_ckerrcnt` among the processes of a node (one ACK page).
 const ACK_LOCK: &str = "/run/imc-ack.lock";
 
@@ -579,7 +431,7 @@ impl Imc {
         match self.call(&Request::Find { key }) {
             Ok((Reply::Region { id, pages, .. }, _)) => Ok(Some((id, pages))),
             Ok((other, _)) => Err(ImcError::Protocol(format!("{other:?}"))),
-            Err(ImcError::Refused { code, .. }) if code == "NOTFOUND" => Ok(None),
+            Err(ImcError::Refused { code: Status::NotFound, .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -639,18 +491,5 @@ impl Imc {
         })()
         .ok();
         Ok(Regs { map, count, ack })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requests_and_replies_roundtrip() {
-        let r = Request::Asalloc { key: 42, size: 8192, mode: 0o666, exclusive: false, coherent: true };
-        assert_eq!(serde_json::from_str::<Request>(&serde_json::to_string(&r).unwrap()).unwrap(), r);
-        let p = Reply::Error { code: "EXISTS".into(), message: "m".into() };
-        assert_eq!(serde_json::from_str::<Reply>(&serde_json::to_string(&p).unwrap()).unwrap(), p);
     }
 }

@@ -1,6 +1,8 @@
 //! [`AdapterBus`]: the cluster lock's ordered bus on the real adapter.
 //! Used by imcd's threads (directory and lock sets) and by `mctool lock-test`.
 
+use std::sync::Arc;
+
 use guest_driver::guest_mem::{Mapping, ReadWrite};
 use guest_driver::Adapter;
 use imc_client::cluster_lock::OrderedBus;
@@ -9,12 +11,12 @@ use regs::PAGE_SIZE;
 /// The real [`OrderedBus`]: the lock's slots are 8-byte words
 /// of one page, stored through the transmit window (the page has TX, RX and
 /// LOOPBACK) and loaded from this node's receive buffer.
-#[derive(Clone, Copy)]
-pub struct AdapterBus<'a> {
+#[derive(Clone)]
+pub struct AdapterBus {
     /// The adapter.
-    pub adapter: &'a Adapter,
+    pub adapter: Arc<Adapter>,
     /// The receive buffer holding the page.
-    pub buf: &'a Mapping<ReadWrite>,
+    pub buf: Arc<Mapping<ReadWrite>>,
     /// The lock's page.
     pub page: u64,
     /// This node's id.
@@ -23,7 +25,7 @@ pub struct AdapterBus<'a> {
     pub slots: usize,
 }
 
-impl OrderedBus for AdapterBus<'_> {
+impl OrderedBus for AdapterBus {
     fn node(&self) -> usize {
         self.node
     }

@@ -33,8 +33,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use imc_client::cluster_lock::{ClusterLock, LockError, OrderedBus, Window};
 use crate::toggled::{ToggleError, Toggled};
+use imc_client::cluster_lock::{ClusterLock, LockError, OrderedBus, Window};
 
 /// Words per entry record.
 const W: usize = 8;

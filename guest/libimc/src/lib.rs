@@ -5,7 +5,7 @@
 //! One connection to `imcd` per process, opened by the first call. The
 //! process's allocations are that connection's: when the process exits,
 //! imcd lets go of them (a region is freed once no process anywhere holds
-//! it). The constants below are the header's; `tests/header.rs` checks the
+//! it). The constants below are the header's; `tests/c_abi.rs` checks the
 //! two agree.
 #![allow(clippy::missing_safety_doc)]
 
@@ -14,7 +14,7 @@ use std::ffi::{c_char, c_int, c_long, CStr, CString};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use imc_client::{Attached, Imc, ImcError, LockSet, Regs};
+use imc_client::{Attached, Imc, ImcError, LockSet, Regs, Status};
 
 /// Status codes (`IMC_*` in `<sys/imc.h>`).
 pub mod status {
@@ -83,21 +83,21 @@ struct State {
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
-/// Maps an imcd status name onto its `IMC_*` code.
-pub fn code_of(name: &str) -> i32 {
-    match name {
-        "EXISTS" => IMC_EXISTS,
-        "PERMISSION" => IMC_PERMISSION,
-        "NOTALLOC" | "NOTFOUND" => IMC_NOTALLOC,
-        "NOSPACE" => IMC_NOSPACE,
-        "TABLEFULL" => IMC_TABLEFULL,
-        "SIZE" => IMC_SIZE,
-        "INVALID" => IMC_INVALID,
-        "CLUSTER" | "TIMEOUT" => IMC_CLUSTER,
-        "NOHOST" => IMC_NOHOST,
-        "ERRNO" => IMC_ERRNO,
-        "NOMEM" => IMC_NOMEM,
-        _ => IMC_FAIL,
+/// Maps an imcd status onto its `IMC_*` code.
+pub fn code_of(status: Status) -> i32 {
+    match status {
+        Status::Exists => IMC_EXISTS,
+        Status::Permission => IMC_PERMISSION,
+        Status::NotAlloc | Status::NotFound => IMC_NOTALLOC,
+        Status::NoSpace => IMC_NOSPACE,
+        Status::TableFull => IMC_TABLEFULL,
+        Status::Size => IMC_SIZE,
+        Status::Invalid => IMC_INVALID,
+        Status::Cluster | Status::Timeout => IMC_CLUSTER,
+        Status::NoHost => IMC_NOHOST,
+        Status::Errno => IMC_ERRNO,
+        Status::NoMem => IMC_NOMEM,
+        Status::NoDev => IMC_FAIL,
     }
 }
 
@@ -131,7 +131,7 @@ fn with<T>(f: impl FnOnce(&mut State, &Imc) -> Result<T, (i32, String)>) -> Resu
 
 fn fail(e: ImcError) -> (i32, String) {
     match &e {
-        ImcError::Refused { code, .. } => (code_of(code), e.to_string()),
+        ImcError::Refused { code, .. } => (code_of(*code), e.to_string()),
         ImcError::NoDaemon(..) => (IMC_NODAEMON, e.to_string()),
         _ => (IMC_FAIL, e.to_string()),
     }
@@ -260,7 +260,7 @@ pub extern "C" fn imc_lkacquire(id: c_int, lock: c_int, retries: c_int, flag: c_
         for _ in 0..attempts {
             match set.acquire(lock as u32, per_try) {
                 Ok(()) => return Ok(()),
-                Err(ImcError::Refused { code, message }) if code == "TIMEOUT" => last = message,
+                Err(ImcError::Refused { code: Status::Timeout, message }) => last = message,
                 Err(e) => return Err(fail(e)),
             }
         }

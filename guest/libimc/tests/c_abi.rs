@@ -122,15 +122,16 @@ fn fake_imcd(sock: &Path) -> std::thread::JoinHandle<Vec<Request>> {
                     held.insert(5);
                     Reply::Region { id: 5, first_page: 16, pages: 1, created: true }
                 }
-                Request::Asalloc { exclusive: true, key, .. } => {
-                    Reply::Error { code: "EXISTS".into(), message: format!("a region with key {key} exists already") }
-                }
+                Request::Asalloc { exclusive: true, key, .. } => Reply::Error {
+                    code: imc_client::Status::Exists,
+                    message: format!("a region with key {key} exists already"),
+                },
                 Request::Hosts => Reply::Hosts { hosts: vec![(0, "node0".into()), (1, "node1".into())] },
                 Request::Kill { host, .. } => {
-                    Reply::Error { code: "NOHOST".into(), message: format!("no host {host}") }
+                    Reply::Error { code: imc_client::Status::NoHost, message: format!("no host {host}") }
                 }
                 Request::Dealloc { id } if held.remove(id) => Reply::Done,
-                _ => Reply::Error { code: "NOTALLOC".into(), message: "not allocated".into() },
+                _ => Reply::Error { code: imc_client::Status::NotAlloc, message: "not allocated".into() },
             };
             seen.push(req);
             let mut out = json(&reply);
@@ -143,11 +144,12 @@ fn fake_imcd(sock: &Path) -> std::thread::JoinHandle<Vec<Request>> {
 }
 
 fn serde_json_line(l: &str) -> Request {
-    imc_client::decode_request(l.trim_end()).unwrap()
+    imc_client::decode_request(l.trim_end().as_bytes()).unwrap()
 }
 
 fn json(r: &Reply) -> String {
-    imc_client::encode_reply(r)
+    let line = imc_client::encode_line(r);
+    String::from_utf8_lossy(&line[..line.len() - 1]).into_owned()
 }
 
 #[test]

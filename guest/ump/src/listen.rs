@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use imc_client::keys::Namespace;
 use imc_client::{Imc, ImcError};
 
 use crate::mc::open_mc;
@@ -28,8 +29,10 @@ pub(crate) struct Inbox {
 /// Words of an inbox per node.
 const INBOX_PER_NODE: usize = 16;
 
+/// MEMORY CHANNEL key of handle `h`'s listen area (namespace registry:
+/// `imc_proto::keys`).
 fn listen_key(h: u64) -> u64 {
-    0x5800_0000_0000_0000 | (h & 0x07FF_FFFF_FFFF_FFFF)
+    Namespace::UmpListen.key(h)
 }
 
 /// Where a handle announces that it lives on this guest.

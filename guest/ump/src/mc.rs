@@ -8,20 +8,21 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use imc_client::{Imc, ImcError};
+use imc_client::keys::Namespace;
+use imc_client::{Imc, ImcError, Status};
 
 use crate::channel::{self, Channel, Transport};
 use crate::mem::{RxWindow, Sink, Source, TxWindow};
 use crate::{ring, State, UmpError};
 
-/// Region keys UMP uses (bit 63 is imcd's): channel halves here, and the
-/// listeners' inboxes and multicast outbufs (see [`crate::listen`], [`crate::outbuf`]).
+/// MEMORY CHANNEL key of half `side` of the channel (lo, hi): a hash of
+/// the pair in UMP's channel namespace (`imc_proto::keys`).
 pub(crate) fn mc_key(lo: u64, hi: u64, side: u64) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for b in lo.to_le_bytes().into_iter().chain(hi.to_le_bytes()) {
         h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
     }
-    (h & 0x0FFF_FFFF_FFFF_FFFE | side) | 0x5000_0000_0000_0000
+    Namespace::UmpChannel.key(h & !1 | side & 1)
 }
 
 /// A sender's outbuf, mapped for receive here.
@@ -75,7 +76,7 @@ pub(crate) fn open_mc(st: &State, local: u64, remote: u64) -> Result<Arc<Channel
         }
         match probe.lock().unwrap_or_else(|e| e.into_inner()).kill(&node.to_string(), pid as i32, 0) {
             Ok(()) => Ok(()),
-            Err(ImcError::Refused { code, message }) if code == "NOHOST" || code == "ERRNO" => {
+            Err(ImcError::Refused { code, message }) if code == Status::NoHost || code == Status::Errno => {
                 Err(format!("process {pid} on node {node}: {message}"))
             }
             Err(_) => Ok(()), // imcd busy or gone: do not guess

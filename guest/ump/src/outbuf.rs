@@ -9,6 +9,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use imc_client::keys::Namespace;
 use imc_client::ImcError;
 
 use crate::channel::{Channel, Transport};
@@ -41,9 +42,10 @@ impl Outbuf {
     }
 }
 
-/// The outbuf's key: one per process (node and pid); bit 63 is imcd's.
+/// The outbuf's key: one per process (node and pid), in UMP's outbuf
+/// namespace (`imc_proto::keys`).
 fn outbuf_key(node: u32, pid: u32) -> u64 {
-    0x6000_0000_0000_0000 | (node as u64) << 32 | pid as u64
+    Namespace::UmpOutbuf.key((node as u64) << 32 | pid as u64)
 }
 
 fn outbuf(st: &mut State) -> Result<Arc<Mutex<Outbuf>>, UmpError> {

@@ -120,7 +120,7 @@ fn pcap(file: &Path) -> anyhow::Result<()> {
     let mut out = out.lock();
     while f.read_exact(&mut rh).is_ok() {
         let (secs, usecs, len) = (le32(&rh[0..4]), le32(&rh[4..8]), le32(&rh[8..12]) as usize);
-        if len < link::HEADER_LEN || len > link::HEADER_LEN + link::MAX_PAYLOAD {
+        if !(link::HEADER_LEN..=link::HEADER_LEN + link::MAX_PAYLOAD).contains(&len) {
             anyhow::bail!("{}: corrupt record ({len} bytes)", file.display());
         }
         frame.resize(len, 0);

@@ -88,6 +88,31 @@ pub mod reg {
     pub const MSIX_PBA: u64 = 0xC00;
 }
 
+/// The node id field (low 16 bits of NODE) of an adapter that has not
+/// joined a hub; the port count stays in bits 16–31.
+pub const NO_NODE: u16 = 0xFFFF;
+
+/// The node id in a NODE register value, or `None` before the adapter joins.
+pub const fn node_id(node_reg: u32) -> Option<u16> {
+    let n = (node_reg & 0xFFFF) as u16;
+    if n == NO_NODE {
+        None
+    } else {
+        Some(n)
+    }
+}
+
+/// The members bitmap (bit `n` = node `n` is up) from MEMBERS_LO and MEMBERS_HI.
+pub const fn members_bitmap(lo: u32, hi: u32) -> u64 {
+    (hi as u64) << 32 | lo as u64
+}
+
+/// The node ids that are up, ascending, from MEMBERS_LO and MEMBERS_HI.
+pub fn members(lo: u32, hi: u32) -> impl Iterator<Item = usize> {
+    let bits = members_bitmap(lo, hi);
+    (0..64).filter(move |n| bits & (1 << n) != 0)
+}
+
 /// Value `NOTIFY_FIFO` reads when empty.
 pub const NOTIFY_EMPTY: u32 = 0xFFFF_FFFF;
 /// Depth of the notification FIFO.
@@ -175,4 +200,18 @@ pub mod pct {
     pub const DEST_MASK: u64 = 0xFFFF;
     /// Bits of word 0 that hold state; the rest read as zero.
     pub const WORD0_MASK: u64 = 0x3F | (DEST_MASK << DEST_SHIFT);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_and_members_decode() {
+        assert_eq!(node_id(8 << 16 | NO_NODE as u32), None);
+        assert_eq!(node_id(8 << 16 | 3), Some(3));
+        assert_eq!(members_bitmap(0b101, 1), 1 << 32 | 0b101);
+        assert_eq!(members(0b101, 1).collect::<Vec<_>>(), vec![0, 2, 32]);
+        assert_eq!(members(0, 0).count(), 0);
+    }
 }

@@ -84,7 +84,7 @@ fn tcp_echo() -> Result<()> {
 
 /// TCP one-way latency (RTT / 2 of a 4-byte message, p50 and p99) and
 /// bandwidth per block size.
-fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Result<((f64, f64), Vec<f64>)> {
+fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Result<TcpFigures> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect((peer, TCP_PORT)).with_context(|| format!("TCP to {peer}:{TCP_PORT}"))?;
     s.set_nodelay(true)?;
@@ -115,9 +115,6 @@ fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Resul
     Ok(((us(one_way.p50), us(one_way.p99)), bw))
 }
 
-/// TCP's figures: (one-way p50, p99) in µs, and MB/s per block size.
-type TcpFigures = ((f64, f64), Vec<f64>);
-
 fn wait32(m: &Mapping<ReadOnly>, off: usize, v: u32, limit: Duration) -> Result<()> {
     let t0 = Instant::now();
     while m.load::<u32>(off)? != v {
@@ -128,6 +125,9 @@ fn wait32(m: &Mapping<ReadOnly>, off: usize, v: u32, limit: Duration) -> Result<
     }
     Ok(())
 }
+
+/// TCP figures: one-way latency in µs (p50, p99), and MB/s per block size.
+type TcpFigures = ((f64, f64), Vec<f64>);
 
 fn main() -> Result<()> {
     let cli = Cli::parse();

@@ -1,0 +1,244 @@
+//! [`AdapterHw`]: [`Hw`] on the real adapter, through the guest driver:
+//! imcd's own pages in one receive buffer (`/dev/shm/imcd-meta`), one
+//! receive buffer per received region (`/dev/shm/imc-region-<id>`), the
+//! page control table, the MSI-X interrupt, and the files processes map
+//! (error count, ACK answers).
+//!
+//! Shared by imcd's main thread and mapper; the region buffers are behind
+//! a mutex.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use guest_driver::guest_mem::{Mapping, ReadWrite};
+use guest_driver::{rx_buffer, Adapter, Interrupt, RX_IOVA_BASE};
+use imc_proto::layout::{ACK_Q_PAGE, DIR_PAGE, MAX_NODES, META_PAGES, RELAY_PAGE};
+use imc_proto::{ACK_FILE, ERRCOUNT_FILE};
+use regs::{int, pct, reg, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
+
+use crate::bus::AdapterBus;
+use crate::hw::{Handout, Hw, HwError};
+use crate::regions::RegionDesc;
+
+fn iova(page: u64) -> u64 {
+    RX_IOVA_BASE + page * PAGE_SIZE
+}
+
+fn mem(what: &str) -> impl FnOnce(guest_driver::guest_mem::MemError) -> HwError + '_ {
+    move |e| HwError::Device(format!("{what}: {e}"))
+}
+
+fn os(what: &str) -> impl FnOnce(std::io::Error) -> HwError + '_ {
+    move |err| HwError::Os { what: what.to_string(), err }
+}
+
+/// A region this node receives: its buffer, the buffer's file, first page.
+struct Rx {
+    buf: Mapping<ReadWrite>,
+    path: PathBuf,
+    first: u64,
+}
+
+/// The real adapter, set up for imcd.
+pub struct AdapterHw {
+    a: Arc<Adapter>,
+    me: usize,
+    meta: Arc<Mapping<ReadWrite>>,
+    errcount: Mapping<ReadWrite>,
+    _ack_answers: Mapping<ReadWrite>,
+    irq: Option<Interrupt>,
+    tx_offset: u64,
+    rx: Mutex<HashMap<u32, Rx>>,
+}
+
+impl AdapterHw {
+    /// Opens the adapter (waiting up to 30 s for its link), and sets up
+    /// imcd's pages, the interrupt and the files processes map.
+    pub fn open() -> Result<AdapterHw, HwError> {
+        let a = Adapter::open().map_err(|e| HwError::Device(e.to_string()))?;
+        let t0 = Instant::now();
+        let me = loop {
+            if let Some(n) = a.node() {
+                if (n as usize) >= MAX_NODES {
+                    return Err(HwError::Device(format!("node {n}: imcd keeps rows for nodes 0 to {}", MAX_NODES - 1)));
+                }
+                break n as usize;
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                return Err(HwError::Device("the adapter has not joined a hub within 30 s".into()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let meta = rx_buffer(Path::new("/dev/shm/imcd-meta"), META_PAGES).map_err(mem("imcd-meta"))?;
+        a.dev.map_dma(&meta, iova(0)).map_err(|e| HwError::Device(e.to_string()))?;
+        for p in 0..META_PAGES {
+            let intr = if p == RELAY_PAGE { pct::INT } else { 0 };
+            a.set_page(p, pct::TX | pct::RX | pct::LOOPBACK | intr, iova(p));
+        }
+        let irq = match Interrupt::msix(&a.dev) {
+            Ok(i) => {
+                a.set_reg(reg::INT_CAUSE, int::ALL);
+                while a.reg(reg::NOTIFY_FIFO) != NOTIFY_EMPTY {}
+                a.set_reg(reg::INT_MASK, int::NOTIFY | int::ERROR);
+                Some(i)
+            }
+            Err(e) => {
+                eprintln!("imcd: no MSI-X ({e}); the relay polls");
+                None
+            }
+        };
+        let tx_offset = a.dev.region(BAR_TX).map_err(|e| HwError::Device(e.to_string()))?.offset;
+        let errcount = rx_buffer(Path::new(ERRCOUNT_FILE), 1).map_err(mem(ERRCOUNT_FILE))?;
+        std::fs::set_permissions(ERRCOUNT_FILE, std::fs::Permissions::from_mode(0o644)).map_err(os(ERRCOUNT_FILE))?;
+        // Any process may run imc_ckerrcnt, so any may clear the answers: the
+        // worst a rogue one can do is confuse error checks on this node.
+        let ack_answers = rx_buffer(Path::new(ACK_FILE), 1).map_err(mem(ACK_FILE))?;
+        std::fs::set_permissions(ACK_FILE, std::fs::Permissions::from_mode(0o666)).map_err(os(ACK_FILE))?;
+        a.dev.map_dma(&ack_answers, iova(ACK_Q_PAGE)).map_err(|e| HwError::Device(e.to_string()))?;
+        a.set_page(ACK_Q_PAGE, pct::TX | pct::RX | pct::ACK, iova(ACK_Q_PAGE));
+        Ok(AdapterHw {
+            a: Arc::new(a),
+            me,
+            meta: Arc::new(meta),
+            errcount,
+            _ack_answers: ack_answers,
+            irq,
+            tx_offset,
+            rx: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn rx(&self) -> MutexGuard<'_, HashMap<u32, Rx>> {
+        self.rx.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn device_fd(&self) -> Option<File> {
+        self.a.dev.device_fd().try_clone_to_owned().map(File::from).ok()
+    }
+}
+
+impl Hw for AdapterHw {
+    type Bus = AdapterBus;
+
+    fn me(&self) -> usize {
+        self.me
+    }
+    fn pages(&self) -> u64 {
+        self.a.pages()
+    }
+    fn members(&self) -> u64 {
+        (self.a.reg(reg::MEMBERS_HI) as u64) << 32 | self.a.reg(reg::MEMBERS_LO) as u64
+    }
+    fn store64(&self, addr: u64, v: u64) {
+        self.a.store64(addr, v)
+    }
+    fn meta(&self, page: u64, idx: usize) -> u64 {
+        let off = (page * PAGE_SIZE) as usize + idx * 8;
+        self.meta.load::<u64>(off).unwrap_or_else(|e| panic!("imcd page {page} word {idx}: {e}"))
+    }
+    fn dir_bus(&self) -> Self::Bus {
+        AdapterBus {
+            adapter: self.a.clone(),
+            buf: self.meta.clone(),
+            page: DIR_PAGE,
+            node: self.me,
+            slots: (PAGE_SIZE / 8) as usize,
+        }
+    }
+    fn errors(&self) -> (u32, u64) {
+        (self.a.reg(reg::ERR_STATUS), self.a.reg(reg::ERR_COUNT) as u64)
+    }
+    fn clear_errors(&self, bits: u32) {
+        self.a.set_reg(reg::ERR_STATUS, bits)
+    }
+    fn set_error_sum(&self, sum: u64) {
+        // Word 0 of a one-page buffer: cannot fail.
+        let _ = self.errcount.store::<u64>(0, sum);
+    }
+    fn wait_event(&self, timeout: Duration) {
+        match &self.irq {
+            Some(irq) => {
+                if irq.wait(timeout).unwrap_or(0) > 0 {
+                    let cause = self.a.reg(reg::INT_CAUSE);
+                    self.a.set_reg(reg::INT_CAUSE, cause);
+                    while self.a.reg(reg::NOTIFY_FIFO) != NOTIFY_EMPTY {}
+                }
+            }
+            None => std::thread::sleep(timeout),
+        }
+    }
+    fn receive(&self, r: &RegionDesc) -> Result<(), HwError> {
+        let mut rx = self.rx();
+        if rx.contains_key(&r.id) {
+            return Ok(());
+        }
+        let a = &self.a;
+        let path = PathBuf::from(format!("/dev/shm/imc-region-{}", r.id));
+        let buf = rx_buffer(&path, r.pages).map_err(mem("region buffer"))?;
+        a.dev.map_dma(&buf, iova(r.first_page)).map_err(|e| HwError::Device(e.to_string()))?;
+        for p in r.first_page..r.first_page + r.pages {
+            let (bits, _) = a.page(p);
+            a.set_page(p, bits | pct::RX, iova(p));
+        }
+        rx.insert(r.id, Rx { buf, path, first: r.first_page });
+        Ok(())
+    }
+    fn region_word(&self, id: u32, off: u64) -> Option<u64> {
+        let rx = self.rx();
+        let r = rx.get(&id)?;
+        r.buf.load::<u64>(usize::try_from(off).ok()?).ok()
+    }
+    fn received(&self) -> Vec<(u32, u64, u64)> {
+        self.rx().iter().map(|(id, r)| (*id, r.first, r.buf.len() as u64 / PAGE_SIZE)).collect()
+    }
+    fn forget(&self, id: u32) {
+        let Some(r) = self.rx().remove(&id) else { return };
+        let a = &self.a;
+        let pages = r.buf.len() as u64 / PAGE_SIZE;
+        for p in r.first..r.first + pages {
+            let (bits, iova) = a.page(p);
+            a.set_page(p, bits & !(pct::RX | pct::TX | pct::LOOPBACK), iova);
+        }
+        let _ = a.dev.unmap_dma(iova(r.first), pages * PAGE_SIZE);
+        drop(r.buf);
+        let _ = std::fs::remove_file(r.path);
+    }
+    fn transmit(&self, r: &RegionDesc, loopback: bool) {
+        let a = &self.a;
+        for p in r.first_page..r.first_page + r.pages {
+            let (bits, iova) = a.page(p);
+            let lb = if loopback { pct::LOOPBACK } else { 0 };
+            a.set_page(p, bits | pct::TX | lb, iova);
+        }
+    }
+    fn signal(&self, pid: u64, sig: u64, uid: u64) -> u64 {
+        crate::relay::deliver_signal(pid, sig, uid)
+    }
+    fn handout(&self, what: Handout) -> Result<(u64, u64, Option<File>), HwError> {
+        match what {
+            Handout::Regs => {
+                let r = self.a.dev.region(regs::BAR_REGS).map_err(|e| HwError::Device(e.to_string()))?;
+                Ok((r.offset, r.size, self.device_fd()))
+            }
+            Handout::ErrCount => Ok((0, PAGE_SIZE, Some(File::open(ERRCOUNT_FILE).map_err(os(ERRCOUNT_FILE))?))),
+            Handout::AckTransmit => Ok((self.tx_offset + ACK_Q_PAGE * PAGE_SIZE, PAGE_SIZE, self.device_fd())),
+            Handout::AckAnswers => {
+                let f = std::fs::OpenOptions::new().read(true).write(true).open(ACK_FILE).map_err(os(ACK_FILE))?;
+                Ok((0, PAGE_SIZE, Some(f)))
+            }
+            Handout::Transmit { first_page, pages } => {
+                Ok((self.tx_offset + first_page * PAGE_SIZE, pages * PAGE_SIZE, self.device_fd()))
+            }
+            Handout::Receive { id } => {
+                let rx = self.rx();
+                let r = rx.get(&id).ok_or(HwError::NotReceived(id))?;
+                let f = File::open(&r.path).map_err(os("region buffer"))?;
+                Ok((0, r.buf.len() as u64, Some(f)))
+            }
+        }
+    }
+}

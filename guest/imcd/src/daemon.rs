@@ -1,0 +1,403 @@
+//! [`Daemon`]: imcd's main thread. It answers requests (allocation, attach,
+//! release, hosts, cluster signals) and, once per tick, does what needs the
+//! directory lock: failure repair of nodes that left, and late-join service
+//! for nodes that started after the others. Only the lowest ready imcd
+//! repairs and serves joins.
+//!
+//! Touched by the main thread only; it shares the [`Node`] with the mapper.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::time::{Duration, Instant};
+
+use imc_proto::layout::{
+    host, lock_set_pages, lock_slot_offset, DATA_FIRST, ENTRIES, IMCD_BID_BASE, LOCK_KEY, LOCK_SLOTS, MAX_LOCKS,
+    MAX_NODES,
+};
+use imc_proto::{Reply, Request, Status};
+use regs::PAGE_SIZE;
+
+use crate::hw::{Handout, Hw};
+use crate::node::{now_ns, Node};
+use crate::regions::{Access, Cred, RegionDesc, RegionError, Regions, FLAG_COHERENT};
+use crate::relay;
+
+/// Timeouts of the cluster-wide waits.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Longest wait for the directory lock, a coherency ack, a relay answer.
+    pub cluster_timeout: Duration,
+    /// Whether the failure drill (`AbandonUpdate`) is allowed.
+    pub test_hooks: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { cluster_timeout: Duration::from_secs(10), test_hooks: false }
+    }
+}
+
+/// The status a directory refusal maps to.
+pub fn refusal(e: &RegionError) -> Reply {
+    let code = match e {
+        RegionError::Exists(_) => Status::Exists,
+        RegionError::Permission(_) => Status::Permission,
+        RegionError::SizeMismatch { .. } => Status::Size,
+        RegionError::NoSpace { .. } => Status::NoSpace,
+        RegionError::TableFull(_) => Status::TableFull,
+        RegionError::NotFound(_) => Status::NotFound,
+        RegionError::Empty => Status::Invalid,
+        RegionError::Lock(_) | RegionError::Toggle(_) => Status::Cluster,
+    };
+    Reply::error(code, e)
+}
+
+/// imcd's main-thread state.
+pub struct Daemon<'a, H: Hw> {
+    n: &'a Node<H>,
+    dir: Regions<H::Bus>,
+    settings: Settings,
+    next_bid: u64,
+    /// Per region: the clients (connection numbers) on this node that hold
+    /// it (the paper's PRD). The node holds it while this is non-empty.
+    holders: HashMap<u32, HashSet<u64>>,
+    relay_seq: u64,
+    /// Nodes up at the last tick (for failure repair).
+    members: u64,
+}
+
+impl<'a, H: Hw> Daemon<'a, H> {
+    /// The daemon of node `n`. A restarted imcd first takes back what its
+    /// processes held before (they are gone with the old imcd).
+    pub fn new(n: &'a Node<H>, settings: Settings) -> Result<Self, RegionError> {
+        let dir =
+            Regions::new(n.hw.dir_bus(), LOCK_SLOTS, ENTRIES, DATA_FIRST..n.hw.pages(), settings.cluster_timeout)?;
+        let mut d =
+            Daemon { n, dir, settings, next_bid: 0, holders: HashMap::new(), relay_seq: 0, members: n.members() };
+        if d.dir.list().iter().any(|r| r.hosts & (1 << n.me) != 0) {
+            d.clear_node(n.me, "restarted");
+        }
+        Ok(d)
+    }
+
+    /// Every region in the directory, as this node sees it.
+    pub fn regions(&self) -> Vec<RegionDesc> {
+        self.dir.list()
+    }
+
+    fn region(&self, id: u32) -> Result<RegionDesc, RegionError> {
+        self.dir.list().into_iter().find(|r| r.id == id).ok_or(RegionError::NotFound(id as u64))
+    }
+
+    /// Client `client` holds region `id` (after a successful allocation).
+    fn hold(&mut self, id: u32, client: u64) {
+        self.holders.entry(id).or_default().insert(client);
+    }
+
+    /// Client `client` lets go of region `id`; the node lets go once no
+    /// client here holds it.
+    fn let_go(&mut self, id: u32, client: u64) -> Result<(), RegionError> {
+        let Some(h) = self.holders.get_mut(&id) else { return Err(RegionError::NotFound(id as u64)) };
+        if !h.remove(&client) {
+            return Err(RegionError::NotFound(id as u64));
+        }
+        if h.is_empty() {
+            self.holders.remove(&id);
+            let coherent = self.region(id).map(|r| r.coherent()).unwrap_or(false);
+            let freed = self.dir.release(id)?;
+            if freed || !coherent {
+                self.n.hw.forget(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Client `client` left: lets go of everything it held.
+    pub fn client_left(&mut self, client: u64) {
+        let held: Vec<u32> = self.holders.iter().filter(|(_, c)| c.contains(&client)).map(|(id, _)| *id).collect();
+        for id in held {
+            if let Err(e) = self.let_go(id, client) {
+                eprintln!("imcd: releasing region {id} of a client that left: {e}");
+            }
+        }
+    }
+
+    /// Waits until every ready imcd of the cluster acked coherent region
+    /// `r` (nodes that fail meanwhile drop out).
+    fn wait_coherent(&self, r: &RegionDesc) -> Result<(), RegionError> {
+        let n = self.n;
+        let want = n.imcd_hosts() | 1 << n.me;
+        let t0 = Instant::now();
+        loop {
+            let now = n.imcd_hosts() | 1 << n.me;
+            let missing: Vec<usize> =
+                (0..MAX_NODES).filter(|&m| want & now & (1 << m) != 0 && n.ack(r.id, m) != r.ctime).collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if t0.elapsed() > self.settings.cluster_timeout {
+                eprintln!("imcd: nodes {missing:?} never received coherent region {}", r.id);
+                return Err(RegionError::NotFound(r.key));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// IMC_CREATOR: places `bid` for our node in lock 0 of the new set `r`
+    /// and waits for it to come back, all while the directory lock is held:
+    /// nobody can see the set without seeing lock 0 taken.
+    fn place_creator_bid(&self, r: &RegionDesc, bid: u64) -> Result<(), String> {
+        let hw = &self.n.hw;
+        hw.transmit(r, true);
+        hw.receive(r).map_err(|e| e.to_string())?;
+        let slot = lock_slot_offset(0, self.n.me as u64);
+        hw.store64(r.first_page * PAGE_SIZE + slot, bid);
+        let t0 = Instant::now();
+        while hw.region_word(r.id, slot) != Some(bid) {
+            if t0.elapsed() > self.settings.cluster_timeout {
+                return Err("our bid did not come back: link down?".into());
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
+    }
+
+    fn mapping(&self, what: Handout) -> (Reply, Option<File>) {
+        match self.n.hw.handout(what) {
+            Ok((offset, len, fd)) => (Reply::Mapping { offset, len }, fd),
+            Err(e) => (Reply::error(Status::NoMem, e), None),
+        }
+    }
+
+    /// Answers one request of client `client` with credentials `cred`: the
+    /// reply, and an fd to send with it.
+    pub fn handle(&mut self, req: Request, cred: Cred, client: u64) -> (Reply, Option<File>) {
+        match req {
+            Request::Asalloc { key, size, mode, exclusive, coherent } => {
+                if key & LOCK_KEY != 0 {
+                    return (Reply::error(Status::Invalid, format!("key {key:#x}: the top bit is reserved")), None);
+                }
+                let pages = size.div_ceil(PAGE_SIZE);
+                let flags = if coherent { FLAG_COHERENT } else { 0 };
+                let r = self.dir.alloc_with(key, pages, mode & 0o777, flags, cred, now_ns(), exclusive, |r| {
+                    if coherent {
+                        self.wait_coherent(r)?;
+                    }
+                    Ok(())
+                });
+                match r {
+                    Ok((r, created)) => {
+                        self.hold(r.id, client);
+                        (Reply::Region { id: r.id, first_page: r.first_page, pages: r.pages, created }, None)
+                    }
+                    Err(e) => (refusal(&e), None),
+                }
+            }
+            Request::Lkalloc { key, nlocks, mode, creator } => self.lkalloc(key, nlocks, mode, creator, cred, client),
+            Request::Dealloc { id } => match self.let_go(id, client) {
+                Ok(()) => (Reply::Done, None),
+                Err(RegionError::NotFound(_)) => {
+                    (Reply::error(Status::NotAlloc, format!("this process has not allocated region {id}")), None)
+                }
+                Err(e) => (refusal(&e), None),
+            },
+            Request::Regs => match self.n.hw.handout(Handout::Regs) {
+                Ok((offset, len, fd)) => (Reply::Mapping { offset, len }, fd),
+                Err(e) => (Reply::error(Status::NoDev, e), None),
+            },
+            Request::ErrCount => self.mapping(Handout::ErrCount),
+            Request::AckPage { transmit: true } => self.mapping(Handout::AckTransmit),
+            Request::AckPage { transmit: false } => self.mapping(Handout::AckAnswers),
+            Request::Find { key } => match self.dir.find(key) {
+                Some(r) => (Reply::Region { id: r.id, first_page: r.first_page, pages: r.pages, created: false }, None),
+                None => (refusal(&RegionError::NotFound(key)), None),
+            },
+            Request::Hosts => {
+                let hosts = self.n.imcd_hosts();
+                let list = (0..MAX_NODES)
+                    .filter(|&m| hosts & (1 << m) != 0)
+                    .map(|m| (m as u32, self.n.host_name(m)))
+                    .collect();
+                (Reply::Hosts { hosts: list }, None)
+            }
+            Request::Kill { host, pid, sig } => (self.kill(&host, pid, sig, cred), None),
+            Request::Asattach { id, transmit, loopback } => self.attach(id, transmit, loopback, cred, client),
+            Request::AbandonUpdate { id } => {
+                if !self.settings.test_hooks {
+                    return (Reply::error(Status::Invalid, "imcd was not started with --test-hooks"), None);
+                }
+                // A failure drill: take the directory lock, write half of an
+                // update of entry `id`, then stop serving for good, as a
+                // node dying mid-update would.
+                match self.dir.abandon_update(id) {
+                    Ok(()) => {
+                        eprintln!("imcd: abandoned an update of entry {id} with the directory lock held");
+                        loop {
+                            std::thread::sleep(Duration::from_secs(3600));
+                        }
+                    }
+                    Err(e) => (refusal(&e), None),
+                }
+            }
+        }
+    }
+
+    fn lkalloc(
+        &mut self,
+        key: u64,
+        nlocks: u32,
+        mode: u32,
+        creator: bool,
+        cred: Cred,
+        client: u64,
+    ) -> (Reply, Option<File>) {
+        if nlocks == 0 || nlocks > MAX_LOCKS {
+            return (Reply::error(Status::Invalid, format!("{nlocks} locks: 1 to {MAX_LOCKS} per set")), None);
+        }
+        if key & LOCK_KEY != 0 {
+            return (Reply::error(Status::Invalid, format!("key {key:#x}: the top bit is reserved")), None);
+        }
+        let pages = lock_set_pages(nlocks, PAGE_SIZE);
+        let mut placed = 0;
+        self.next_bid += 1;
+        let bid = IMCD_BID_BASE | self.next_bid;
+        // Lock sets are coherent: a process that attaches late must see the
+        // bids made before.
+        let r = self.dir.alloc_with(key | LOCK_KEY, pages, mode & 0o777, FLAG_COHERENT, cred, now_ns(), creator, |r| {
+            self.wait_coherent(r)?;
+            if creator {
+                self.place_creator_bid(r, bid).map_err(|e| {
+                    eprintln!("imcd: lock set {key}: {e}");
+                    RegionError::NotFound(r.key)
+                })?;
+                placed = bid;
+            }
+            Ok(())
+        });
+        match r {
+            Ok((r, created)) => {
+                self.hold(r.id, client);
+                (Reply::LockSet { id: r.id, nlocks, node: self.n.me as u32, created, placed_bid: placed }, None)
+            }
+            Err(RegionError::Exists(_)) => (refusal(&RegionError::Exists(key)), None),
+            Err(e) => (refusal(&e), None),
+        }
+    }
+
+    fn attach(&mut self, id: u32, transmit: bool, loopback: bool, cred: Cred, client: u64) -> (Reply, Option<File>) {
+        let r = match self.region(id) {
+            Ok(r) => r,
+            Err(e) => return (refusal(&e), None),
+        };
+        if !self.holders.get(&id).is_some_and(|h| h.contains(&client)) {
+            return (Reply::error(Status::NotAlloc, format!("this process has not allocated region {id}")), None);
+        }
+        let want = if transmit { Access::Write } else { Access::Read };
+        if !r.allows(cred, want) {
+            return (refusal(&RegionError::Permission(r.key)), None);
+        }
+        let hw = &self.n.hw;
+        if transmit {
+            if loopback {
+                // Our own writes come back: they need somewhere to land here.
+                if let Err(e) = hw.receive(&r) {
+                    return (Reply::error(Status::NoMem, e), None);
+                }
+            }
+            hw.transmit(&r, loopback);
+            self.mapping(Handout::Transmit { first_page: r.first_page, pages: r.pages })
+        } else {
+            if let Err(e) = hw.receive(&r) {
+                return (Reply::error(Status::NoMem, e), None);
+            }
+            self.mapping(Handout::Receive { id })
+        }
+    }
+
+    /// `imc_kill` through the command relay.
+    fn kill(&mut self, host: &str, pid: i32, sig: i32, cred: Cred) -> Reply {
+        let n = self.n;
+        let hosts = n.imcd_hosts();
+        let dest = (0..MAX_NODES)
+            .find(|&m| hosts & (1 << m) != 0 && (n.host_name(m) == host || host.parse::<usize>().ok() == Some(m)));
+        let Some(dest) = dest else {
+            return Reply::error(Status::NoHost, format!("no host {host:?} with imcd in the cluster"));
+        };
+        let args = (pid as u32 as u64, sig as u32 as u64, cred.uid as u64);
+        let status = if dest == n.me {
+            n.hw.signal(args.0, args.1, args.2)
+        } else {
+            // Increasing, and unlike any earlier run's (a restarted imcd).
+            self.relay_seq = now_ns().max(self.relay_seq + 1);
+            match relay::request(n, dest, self.relay_seq, args, self.settings.cluster_timeout) {
+                Ok(s) => s,
+                Err(relay::NoAnswer) => {
+                    return Reply::error(Status::NoHost, format!("host {host} did not answer the command relay"))
+                }
+            }
+        };
+        match status {
+            0 => Reply::Done,
+            e => Reply::error(Status::Errno, std::io::Error::from_raw_os_error(e as i32)),
+        }
+    }
+
+    /// Takes node `gone` out of the cluster's structures: its bit in every
+    /// region (freeing what only it held), its directory lock slot, its bids
+    /// in every lock set; repairs half-done entry updates.
+    pub fn clear_node(&mut self, gone: usize, why: &str) {
+        match self.dir.clear_host(gone) {
+            Ok(freed) => eprintln!("imcd: node {gone} {why}: directory repaired, freed regions {freed:?}"),
+            Err(e) => eprintln!("imcd: node {gone} {why}; repair: {e}"),
+        }
+        let hw = &self.n.hw;
+        for r in self.dir.list().iter().filter(|r| r.key & LOCK_KEY != 0) {
+            hw.transmit(r, true);
+            let locks = r.pages * PAGE_SIZE / 8 / LOCK_SLOTS as u64;
+            for l in 0..locks {
+                hw.store64(r.first_page * PAGE_SIZE + lock_slot_offset(l, gone as u64), 0);
+            }
+        }
+    }
+
+    /// Once per tick: failure repair and late-join service, by the lowest
+    /// ready imcd.
+    pub fn tick(&mut self) {
+        let n = self.n;
+        let members = n.members();
+        let gone = self.members & !members;
+        self.members = members;
+        let ready = n.ready_among(members) | 1 << n.me;
+        let elected = ready.trailing_zeros() as usize == n.me;
+        for dead in (0..MAX_NODES).filter(|&d| gone & (1 << d) != 0) {
+            if elected {
+                self.clear_node(dead, "failed");
+                for w in [host::READY, host::TOKEN] {
+                    n.put_host(dead, w, 0);
+                }
+            }
+        }
+        if !elected {
+            return;
+        }
+        for m in (0..MAX_NODES).filter(|&m| m != n.me && members & (1 << m) != 0) {
+            let req = n.host(m, host::JOIN_REQ);
+            if req == 0 || n.host(m, host::JOIN_SERVED) == req {
+                continue;
+            }
+            let r = self.dir.restore(|| {
+                // Host rows of the other ready nodes, then "served".
+                for h in (0..MAX_NODES).filter(|&h| h != m && ready & (1 << h) != 0) {
+                    for w in (host::TOKEN..host::NAME + host::NAME_WORDS).chain([host::READY]) {
+                        n.put_host(h, w, n.host(h, w));
+                    }
+                }
+                n.put_host(m, host::JOIN_SERVED, req);
+            });
+            match r {
+                Ok(()) => eprintln!("imcd: sent node {m} the directory (late join)"),
+                Err(e) => eprintln!("imcd: late join of node {m}: {e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! [`Hw`]: the adapter as imcd's node logic sees it. The node logic
+//! ([`crate::node`], [`crate::mapper`], [`crate::daemon`]) is generic over
+//! it, so it runs unchanged on the real adapter ([`crate::adapter`]) and on
+//! the simulated cluster its tests use ([`crate::sim`]).
+//!
+//! Implementations are shared by imcd's two threads (the main thread and
+//! the mapper), hence `Sync`.
+
+use std::fs::File;
+use std::time::Duration;
+
+use imc_client::cluster_lock::OrderedBus;
+use thiserror::Error;
+
+use crate::regions::RegionDesc;
+
+/// What the node logic needs from the adapter.
+pub trait Hw: Sync {
+    /// The ordered bus the region directory lives on (page 0, every node
+    /// receives it, loopback on).
+    type Bus: OrderedBus + Clone + Send + Sync;
+
+    /// This node's id.
+    fn me(&self) -> usize;
+    /// MEMORY CHANNEL pages the hub offers.
+    fn pages(&self) -> u64;
+    /// Nodes the hub counts as up (bit `n` = node `n`).
+    fn members(&self) -> u64;
+    /// Transmits the 8-byte word `v` to MEMORY CHANNEL byte address `addr`.
+    fn store64(&self, addr: u64, v: u64);
+    /// Word `idx` of imcd's own page `page`, as this node received it.
+    fn meta(&self, page: u64, idx: usize) -> u64;
+    /// The directory's bus.
+    fn dir_bus(&self) -> Self::Bus;
+    /// The adapter's error bits and error count.
+    fn errors(&self) -> (u32, u64);
+    /// Clears error bits that were counted.
+    fn clear_errors(&self, bits: u32);
+    /// Publishes the clusterwide error count processes read.
+    fn set_error_sum(&self, sum: u64);
+    /// Waits up to `timeout` for a notification (the relay page's
+    /// interrupt), acknowledging it.
+    fn wait_event(&self, timeout: Duration);
+    /// Makes sure this node receives region `r` (a buffer mapped for DMA,
+    /// RX on its pages).
+    fn receive(&self, r: &RegionDesc) -> Result<(), HwError>;
+    /// Word at byte `off` of region `id`'s receive buffer.
+    fn region_word(&self, id: u32, off: u64) -> Option<u64>;
+    /// The regions this node receives: (id, first page, pages).
+    fn received(&self) -> Vec<(u32, u64, u64)>;
+    /// Stops receiving and transmitting region `id` here.
+    fn forget(&self, id: u32);
+    /// Enables transmit (and loopback) on the pages of `r`.
+    fn transmit(&self, r: &RegionDesc, loopback: bool);
+    /// The cluster-signal service: delivers `sig` to `pid` for a sender
+    /// with real uid `uid`; returns 0 or an errno.
+    fn signal(&self, pid: u64, sig: u64, uid: u64) -> u64;
+    /// What a process maps for `what`: (offset, length, fd to map).
+    fn handout(&self, what: Handout) -> Result<(u64, u64, Option<File>), HwError>;
+}
+
+/// Something a process maps, handed out by imcd with an fd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handout {
+    /// The adapter's registers (read-only use).
+    Regs,
+    /// imcd's copy of the clusterwide error count.
+    ErrCount,
+    /// The transmit page of `imc_ckerrcnt`'s ACK stores.
+    AckTransmit,
+    /// Where the ACK answers land.
+    AckAnswers,
+    /// The transmit window over `pages` pages from `first_page`.
+    Transmit {
+        /// First MEMORY CHANNEL page.
+        first_page: u64,
+        /// Pages.
+        pages: u64,
+    },
+    /// Region `id`'s receive buffer (the node must receive it already).
+    Receive {
+        /// Region id.
+        id: u32,
+    },
+}
+
+/// Errors of the adapter underneath.
+#[derive(Debug, Error)]
+pub enum HwError {
+    /// A system call failed.
+    #[error("{what}: {err}")]
+    Os {
+        /// What was being done.
+        what: String,
+        /// The error.
+        err: std::io::Error,
+    },
+    /// The adapter refused or is not there.
+    #[error("adapter: {0}")]
+    Device(String),
+    /// The region has no receive buffer on this node.
+    #[error("region {0} is not received on this node")]
+    NotReceived(u32),
+}
+
+impl<T: Hw + Send> Hw for std::sync::Arc<T> {
+    type Bus = T::Bus;
+    fn me(&self) -> usize {
+        (**self).me()
+    }
+    fn pages(&self) -> u64 {
+        (**self).pages()
+    }
+    fn members(&self) -> u64 {
+        (**self).members()
+    }
+    fn store64(&self, addr: u64, v: u64) {
+        (**self).store64(addr, v)
+    }
+    fn meta(&self, page: u64, idx: usize) -> u64 {
+        (**self).meta(page, idx)
+    }
+    fn dir_bus(&self) -> Self::Bus {
+        (**self).dir_bus()
+    }
+    fn errors(&self) -> (u32, u64) {
+        (**self).errors()
+    }
+    fn clear_errors(&self, bits: u32) {
+        (**self).clear_errors(bits)
+    }
+    fn set_error_sum(&self, sum: u64) {
+        (**self).set_error_sum(sum)
+    }
+    fn wait_event(&self, timeout: Duration) {
+        (**self).wait_event(timeout)
+    }
+    fn receive(&self, r: &RegionDesc) -> Result<(), HwError> {
+        (**self).receive(r)
+    }
+    fn region_word(&self, id: u32, off: u64) -> Option<u64> {
+        (**self).region_word(id, off)
+    }
+    fn received(&self) -> Vec<(u32, u64, u64)> {
+        (**self).received()
+    }
+    fn forget(&self, id: u32) {
+        (**self).forget(id)
+    }
+    fn transmit(&self, r: &RegionDesc, loopback: bool) {
+        (**self).transmit(r, loopback)
+    }
+    fn signal(&self, pid: u64, sig: u64, uid: u64) -> u64 {
+        (**self).signal(pid, sig, uid)
+    }
+    fn handout(&self, what: Handout) -> Result<(u64, u64, Option<File>), HwError> {
+        (**self).handout(what)
+    }
+}

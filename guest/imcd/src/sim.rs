@@ -1,0 +1,275 @@
+//! A simulated cluster for imcd's in-process tests: nodes running the real
+//! node logic ([`Daemon`] and [`Mapper`] threads) on a simulated ordered
+//! bus (`imc_client::cluster_lock::sim`: one total order, per-node copies
+//! applied with random lags), with a membership bitmap the test controls
+//! (a node fails, or joins late) and a recorded signal service.
+//!
+//! Every node receives every page (a superset of what the adapter's page
+//! control table would let through), which the node logic does not rely
+//! on either way.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use imc_client::cluster_lock::sim::{SimCluster, SimNode};
+use imc_client::cluster_lock::OrderedBus;
+use imc_proto::{Reply, Request};
+use regs::PAGE_SIZE;
+
+use crate::daemon::{Daemon, Settings};
+use crate::hw::{Handout, Hw, HwError};
+use crate::mapper::Mapper;
+use crate::node::{now_ns, Joined, Node};
+use crate::regions::{Cred, RegionDesc};
+
+/// Words per page.
+const PAGE_WORDS: usize = (PAGE_SIZE / 8) as usize;
+
+/// A signal the simulated service was asked to deliver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Signal {
+    /// The node that delivered it.
+    pub node: usize,
+    /// Target process.
+    pub pid: u64,
+    /// Signal number.
+    pub sig: u64,
+    /// The sender's uid.
+    pub uid: u64,
+}
+
+struct Shared {
+    bus: SimCluster,
+    pages: u64,
+    members: AtomicU64,
+    signals: Mutex<Vec<Signal>>,
+    /// Pids the signal service answers ESRCH for.
+    absent: Mutex<Vec<u64>>,
+}
+
+/// The simulated cluster.
+#[derive(Clone)]
+pub struct SimNet {
+    shared: Arc<Shared>,
+}
+
+/// [`Hw`] of one simulated node.
+pub struct SimHw {
+    me: usize,
+    bus: SimNode,
+    shared: Arc<Shared>,
+    received: Mutex<HashMap<u32, (u64, u64)>>,
+    error_sum: AtomicU64,
+}
+
+/// A request to a simulated imcd: (request, credentials, client, where the reply goes).
+type Call = (Request, Cred, u64, mpsc::Sender<Reply>);
+
+/// A running simulated imcd: its daemon thread (with the mapper beside it).
+pub struct Running {
+    hw: Arc<SimHw>,
+    stop: Arc<AtomicBool>,
+    requests: Option<mpsc::Sender<Call>>,
+    joined: mpsc::Receiver<Joined>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SimNet {
+    /// `nodes` nodes on a bus of `pages` pages, none up yet; lags up to
+    /// `max_lag` per write, seeded with `seed`.
+    pub fn new(nodes: usize, pages: u64, max_lag: Duration, seed: u64) -> SimNet {
+        let bus = SimCluster::with_slots(nodes, pages as usize * PAGE_WORDS, max_lag, seed);
+        SimNet {
+            shared: Arc::new(Shared {
+                bus,
+                pages,
+                members: AtomicU64::new(0),
+                signals: Mutex::new(Vec::new()),
+                absent: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Node `n`'s adapter, as a running imcd would use it.
+    pub fn hw(&self, n: usize) -> Arc<SimHw> {
+        Arc::new(SimHw {
+            me: n,
+            bus: self.shared.bus.node(n),
+            shared: self.shared.clone(),
+            received: Mutex::new(HashMap::new()),
+            error_sum: AtomicU64::new(0),
+        })
+    }
+
+    /// Brings node `n`'s link up and starts its imcd (host name `name`),
+    /// with `settings`. Returns once it joined.
+    pub fn start(&self, n: usize, name: &str, settings: Settings) -> Running {
+        self.shared.members.fetch_or(1 << n, Ordering::SeqCst);
+        let hw = self.hw(n);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel::<Call>();
+        let (jtx, jrx) = mpsc::channel();
+        let (hw2, stop2, name) = (hw.clone(), stop.clone(), name.to_string());
+        let thread = std::thread::Builder::new()
+            .name(format!("sim-imcd-{n}"))
+            .spawn(move || {
+                let node = Node::new(hw2);
+                let joined = node.join(now_ns(), &name, Duration::from_secs(3));
+                let mut d = Daemon::new(&node, settings).expect("directory on the simulated bus");
+                let _ = jtx.send(joined);
+                std::thread::scope(|s| {
+                    let mapper = Mapper::new(&node).expect("directory on the simulated bus");
+                    s.spawn(|| mapper.run(&stop2));
+                    while !stop2.load(Ordering::Relaxed) {
+                        d.tick();
+                        match rx.recv_timeout(Duration::from_millis(2)) {
+                            Ok((req, cred, client, reply)) => {
+                                let _ = reply.send(d.handle(req, cred, client).0);
+                            }
+                            Err(mpsc::RecvTimeoutError::Timeout) => {}
+                            Err(mpsc::RecvTimeoutError::Disconnected) => stop2.store(true, Ordering::Relaxed),
+                        }
+                    }
+                });
+            })
+            .expect("spawn a simulated imcd");
+        Running { hw, stop, requests: Some(tx), joined: jrx, thread: Some(thread) }
+    }
+
+    /// Node `n` fails: its link goes down (the survivors see it leave the
+    /// membership) and its imcd stops.
+    pub fn fail(&self, n: usize, r: Running) {
+        self.shared.members.fetch_and(!(1 << n), Ordering::SeqCst);
+        drop(r);
+    }
+
+    /// Zeroes node `n`'s copy of the bus: a node that has seen nothing.
+    pub fn wipe(&self, n: usize) {
+        self.shared.bus.wipe(n);
+    }
+
+    /// Signals delivered so far.
+    pub fn signals(&self) -> Vec<Signal> {
+        self.shared.signals.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Makes the signal service answer ESRCH for `pid`.
+    pub fn absent_pid(&self, pid: u64) {
+        self.shared.absent.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+    }
+}
+
+impl Running {
+    /// How it joined (waits for the join to finish).
+    pub fn joined(&self) -> Option<Joined> {
+        self.joined.recv_timeout(Duration::from_secs(30)).ok()
+    }
+
+    /// Sends request `req` as client `client` with `cred`; the reply.
+    pub fn call(&self, req: Request, cred: Cred, client: u64) -> Option<Reply> {
+        let (tx, rx) = mpsc::channel();
+        self.requests.as_ref()?.send((req, cred, client, tx)).ok()?;
+        rx.recv_timeout(Duration::from_secs(60)).ok()
+    }
+
+    /// This node's adapter.
+    pub fn hw(&self) -> &SimHw {
+        &self.hw
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.requests.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl SimHw {
+    /// The clusterwide error count this node publishes.
+    pub fn error_sum(&self) -> u64 {
+        self.error_sum.load(Ordering::SeqCst)
+    }
+}
+
+impl Hw for SimHw {
+    type Bus = SimNode;
+
+    fn me(&self) -> usize {
+        self.me
+    }
+    fn pages(&self) -> u64 {
+        self.shared.pages
+    }
+    fn members(&self) -> u64 {
+        self.shared.members.load(Ordering::SeqCst)
+    }
+    fn store64(&self, addr: u64, v: u64) {
+        self.bus.store((addr / 8) as usize, v)
+    }
+    fn meta(&self, page: u64, idx: usize) -> u64 {
+        self.bus.load(page as usize * PAGE_WORDS + idx)
+    }
+    fn dir_bus(&self) -> SimNode {
+        // The directory is page 0: its words are the bus's first ones.
+        self.bus.clone()
+    }
+    fn errors(&self) -> (u32, u64) {
+        (0, 0)
+    }
+    fn clear_errors(&self, _bits: u32) {}
+    fn set_error_sum(&self, sum: u64) {
+        self.error_sum.store(sum, Ordering::SeqCst)
+    }
+    fn wait_event(&self, timeout: Duration) {
+        std::thread::sleep(timeout)
+    }
+    fn receive(&self, r: &RegionDesc) -> Result<(), HwError> {
+        if (r.first_page + r.pages) > self.shared.pages {
+            return Err(HwError::Device(format!("region {} past the simulated bus", r.id)));
+        }
+        self.received.lock().unwrap_or_else(|e| e.into_inner()).insert(r.id, (r.first_page, r.pages));
+        Ok(())
+    }
+    fn region_word(&self, id: u32, off: u64) -> Option<u64> {
+        let (first, pages) = *self.received.lock().unwrap_or_else(|e| e.into_inner()).get(&id)?;
+        (off + 8 <= pages * PAGE_SIZE).then(|| self.bus.load(((first * PAGE_SIZE + off) / 8) as usize))
+    }
+    fn received(&self) -> Vec<(u32, u64, u64)> {
+        self.received.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(id, (f, p))| (*id, *f, *p)).collect()
+    }
+    fn forget(&self, id: u32) {
+        self.received.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    }
+    fn transmit(&self, _r: &RegionDesc, _loopback: bool) {}
+    fn signal(&self, pid: u64, sig: u64, uid: u64) -> u64 {
+        if self.shared.absent.lock().unwrap_or_else(|e| e.into_inner()).contains(&pid) {
+            return libc::ESRCH as u64;
+        }
+        self.shared.signals.lock().unwrap_or_else(|e| e.into_inner()).push(Signal { node: self.me, pid, sig, uid });
+        0
+    }
+    fn handout(&self, what: Handout) -> Result<(u64, u64, Option<File>), HwError> {
+        match what {
+            Handout::Transmit { first_page, pages } => Ok((first_page * PAGE_SIZE, pages * PAGE_SIZE, None)),
+            Handout::Receive { id } => {
+                let (_, pages) = *self
+                    .received
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&id)
+                    .ok_or(HwError::NotReceived(id))?;
+                Ok((0, pages * PAGE_SIZE, None))
+            }
+            _ => Ok((0, PAGE_SIZE, None)),
+        }
+    }
+}

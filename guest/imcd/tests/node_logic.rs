@@ -1,0 +1,170 @@
+//! imcd's node logic on a simulated cluster (`imcd::sim`): coherency,
+//! the command relay, late join and failure repair, each across real
+//! daemon and mapper threads on an ordered bus with random lags.
+
+use std::time::{Duration, Instant};
+
+use imc_proto::layout::{lock_slot_offset, DATA_FIRST};
+use imc_proto::{Reply, Request, Status};
+use imcd::daemon::Settings;
+use imcd::hw::Hw;
+use imcd::node::Joined;
+use imcd::regions::Cred;
+use imcd::sim::{Running, Signal, SimNet};
+use regs::PAGE_SIZE;
+
+const ME: Cred = Cred { uid: 1000, gid: 100 };
+const PAGES: u64 = DATA_FIRST + 16;
+
+fn settings() -> Settings {
+    Settings { cluster_timeout: Duration::from_secs(20), test_hooks: false }
+}
+
+fn net(nodes: usize, seed: u64) -> SimNet {
+    SimNet::new(nodes, PAGES, Duration::from_micros(20), seed)
+}
+
+fn start(net: &SimNet, n: usize) -> Running {
+    let r = net.start(n, &format!("n{n}"), settings());
+    assert!(r.joined().is_some(), "node {n} never finished joining");
+    r
+}
+
+fn call(r: &Running, req: Request) -> Reply {
+    r.call(req, ME, 1).expect("the simulated imcd answers")
+}
+
+fn alloc(r: &Running, key: u64, coherent: bool) -> (u32, u64) {
+    match call(r, Request::Asalloc { key, size: 2 * PAGE_SIZE, mode: 0o666, exclusive: false, coherent }) {
+        Reply::Region { id, first_page, .. } => (id, first_page),
+        other => panic!("asalloc {key}: {other:?}"),
+    }
+}
+
+/// Polls `f` for up to 20 s.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn hosts(r: &Running) -> Vec<(u32, String)> {
+    match call(r, Request::Hosts) {
+        Reply::Hosts { hosts } => hosts,
+        other => panic!("hosts: {other:?}"),
+    }
+}
+
+#[test]
+fn coherent_allocation_returns_once_every_node_received_it() {
+    let net = net(3, 1);
+    let nodes: Vec<Running> = (0..3).map(|n| start(&net, n)).collect();
+    eventually("all three imcds see each other", || hosts(&nodes[0]).len() == 3);
+    let (id, first) = alloc(&nodes[1], 0x42, true);
+    // The reply came after every node's ack: each receives the region and
+    // acked this entry's ctime, as seen from the allocating node.
+    for (n, r) in nodes.iter().enumerate() {
+        assert!(
+            r.hw().received().iter().any(|&(rid, f, p)| rid == id && f == first && p == 2),
+            "node {n} does not receive coherent region {id}"
+        );
+    }
+    // A plain region is received only where a process attaches it.
+    let (plain, _) = alloc(&nodes[1], 0x43, false);
+    assert!(nodes.iter().all(|r| !r.hw().received().iter().any(|&(rid, ..)| rid == plain)));
+    // Every node finds both by key, with the same placement.
+    for r in &nodes {
+        match call(r, Request::Find { key: 0x42 }) {
+            Reply::Region { id: i, first_page, .. } => assert_eq!((i, first_page), (id, first)),
+            other => panic!("find: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn relay_delivers_signals_and_answers_errors() {
+    let net = net(2, 2);
+    let nodes: Vec<Running> = (0..2).map(|n| start(&net, n)).collect();
+    eventually("both imcds see each other", || hosts(&nodes[0]).len() == 2);
+    assert_eq!(call(&nodes[0], Request::Kill { host: "n1".into(), pid: 4321, sig: 10 }), Reply::Done);
+    assert_eq!(net.signals(), vec![Signal { node: 1, pid: 4321, sig: 10, uid: 1000 }]);
+    // By node number too, and the remote errno comes back.
+    net.absent_pid(999);
+    match call(&nodes[0], Request::Kill { host: "1".into(), pid: 999, sig: 0 }) {
+        Reply::Error { code: Status::Errno, message } => assert!(message.contains("No such process"), "{message}"),
+        other => panic!("kill of an absent pid: {other:?}"),
+    }
+    match call(&nodes[0], Request::Kill { host: "nowhere".into(), pid: 1, sig: 0 }) {
+        Reply::Error { code: Status::NoHost, .. } => {}
+        other => panic!("kill on an unknown host: {other:?}"),
+    }
+    assert_eq!(net.signals().len(), 1, "nothing else was delivered");
+}
+
+#[test]
+fn late_joiner_is_sent_the_directory_and_the_host_table() {
+    let net = net(3, 3);
+    let a = start(&net, 0);
+    let b = start(&net, 1);
+    eventually("two imcds see each other", || hosts(&a).len() == 2);
+    let (id, first) = alloc(&b, 0x77, false);
+    // Node 2 comes up having seen nothing of what went before.
+    net.wipe(2);
+    let c = net.start(2, "n2", settings());
+    assert_eq!(c.joined(), Some(Joined::Served));
+    match call(&c, Request::Find { key: 0x77 }) {
+        Reply::Region { id: i, first_page, .. } => assert_eq!((i, first_page), (id, first)),
+        other => panic!("the newcomer does not know region 0x77: {other:?}"),
+    }
+    eventually("the newcomer lists every host", || {
+        hosts(&c) == vec![(0, "n0".to_string()), (1, "n1".to_string()), (2, "n2".to_string())]
+    });
+    // Its allocations do not collide with what it was sent.
+    let (id2, first2) = alloc(&c, 0x78, false);
+    assert_ne!(id2, id);
+    assert!(first2 >= first + 2 || first2 + 2 <= first, "pages {first2}.. overlap region 0x77 at {first}..");
+}
+
+#[test]
+fn failed_node_is_repaired_out_of_regions_locks_and_hosts() {
+    let net = net(3, 4);
+    let nodes: Vec<Running> = (0..3).map(|n| start(&net, n)).collect();
+    eventually("three imcds see each other", || hosts(&nodes[0]).len() == 3);
+    // Region 0x10 is held by node 2 alone; 0x11 by nodes 1 and 2.
+    let (only, _) = alloc(&nodes[2], 0x10, false);
+    let (shared, _) = alloc(&nodes[2], 0x11, false);
+    alloc(&nodes[1], 0x11, false);
+    // A lock set both hold, with node 2 holding lock 0 (IMC_CREATOR).
+    let set = match call(&nodes[2], Request::Lkalloc { key: 0x12, nlocks: 1, mode: 0o666, creator: true }) {
+        Reply::LockSet { id, placed_bid, .. } => {
+            assert_ne!(placed_bid, 0);
+            id
+        }
+        other => panic!("lkalloc: {other:?}"),
+    };
+    assert!(matches!(
+        call(&nodes[1], Request::Lkalloc { key: 0x12, nlocks: 1, mode: 0o666, creator: false }),
+        Reply::LockSet { id, .. } if id == set
+    ));
+    let slot2 = lock_slot_offset(0, 2);
+    eventually("node 1 sees node 2's bid", || nodes[1].hw().region_word(set, slot2).unwrap_or(0) != 0);
+
+    let mut nodes = nodes;
+    let dead = nodes.pop().unwrap();
+    net.fail(2, dead);
+
+    eventually("node 2's lone region is freed", || {
+        matches!(call(&nodes[0], Request::Find { key: 0x10 }), Reply::Error { code: Status::NotFound, .. })
+    });
+    match call(&nodes[1], Request::Find { key: 0x11 }) {
+        Reply::Region { id, .. } => assert_eq!(id, shared, "the region node 1 still holds survives"),
+        other => panic!("shared region lost: {other:?}"),
+    }
+    eventually("node 2's bid in the lock set is cleared", || nodes[1].hw().region_word(set, slot2) == Some(0));
+    eventually("the host table lists the survivors", || {
+        hosts(&nodes[1]) == vec![(0, "n0".to_string()), (1, "n1".to_string())]
+    });
+    assert_ne!(only, shared);
+}

@@ -1,0 +1,123 @@
+//! imcd's MEMORY CHANNEL page layout: which pages it keeps for itself, what
+//! each word of them means, and the geometry of lock sets. imcd writes these
+//! pages; client libraries read some of them (lock slots, error counts).
+//!
+//! | page | contents |
+//! |---|---|
+//! | [`DIR_PAGE`] 0 | the region directory: its cluster lock ([`LOCK_SLOTS`] slots) and [`ENTRIES`] cluster region descriptors |
+//! | [`ACK_PAGE`] 1–4 | coherency acks: word `entry * MAX_NODES + node` = the entry's ctime once `node` receives it |
+//! | [`HOST_PAGE`] 5 | host table: row `n` ([`host::ROW`] words) = imcd token, host name, join request, join served, ready |
+//! | [`RELAY_PAGE`] 6 | command relay: request mailbox of node `n` at word `n * relay::ROW`, its response at `relay::RESPONSES + n * relay::ROW` |
+//! | [`ERRCNT_PAGE`] 7 | error counts: word `n` = node `n`'s adapter error count, as its imcd last published it |
+//! | [`ACK_Q_PAGE`] 8 | the ACK page `imc_ckerrcnt` stores to |
+//!
+//! Pages 0–7 ([`META_PAGES`]) are transmitted with loopback and received by
+//! every imcd; page 6 raises a notification interrupt. Regions get pages
+//! from [`DATA_FIRST`] up.
+
+/// The region directory.
+pub const DIR_PAGE: u64 = 0;
+/// First of the four coherency-ack pages.
+pub const ACK_PAGE: u64 = 1;
+/// The host table.
+pub const HOST_PAGE: u64 = 5;
+/// The command relay's mailboxes.
+pub const RELAY_PAGE: u64 = 6;
+/// Every node's published error count.
+pub const ERRCNT_PAGE: u64 = 7;
+/// imcd's own pages received by every node (the ACK page is apart).
+pub const META_PAGES: u64 = 8;
+/// The ACK page of `imc_ckerrcnt`.
+pub const ACK_Q_PAGE: u64 = 8;
+/// First page handed out to regions.
+pub const DATA_FIRST: u64 = 16;
+/// Nodes imcd keeps rows for (the hub's ports beyond this get no imcd).
+pub const MAX_NODES: usize = 64;
+/// Slots of a cluster lock (the directory's, and each lock of a set): one
+/// per possible node.
+pub const LOCK_SLOTS: usize = MAX_NODES;
+/// Directory entries (regions in the cluster): as many as fit in page 0
+/// beside the lock (64 + 56 * 17 = 1016 of 1024 words).
+pub const ENTRIES: usize = 56;
+/// Key bit that puts spinlock sets in the region directory beside regions
+/// (see [`crate::keys`]).
+pub const LOCK_KEY: u64 = 1 << 63;
+/// imcd's own lock bids (processes bid `pid << 32 | n`, below this).
+pub const IMCD_BID_BASE: u64 = 1 << 62;
+/// Most locks in one set.
+pub const MAX_LOCKS: u32 = 1024;
+
+/// Byte offset of node `node`'s slot of lock `lock` in a lock set's region.
+pub const fn lock_slot_offset(lock: u64, node: u64) -> u64 {
+    (lock * LOCK_SLOTS as u64 + node) * 8
+}
+
+/// Pages a set of `nlocks` locks takes.
+pub const fn lock_set_pages(nlocks: u32, page_size: u64) -> u64 {
+    (nlocks as u64 * LOCK_SLOTS as u64 * 8).div_ceil(page_size)
+}
+
+/// Words of a host-table row.
+pub mod host {
+    /// The running imcd's token (nonzero, unique per start).
+    pub const TOKEN: usize = 0;
+    /// First of [`NAME_WORDS`] words of host name (NUL-padded UTF-8).
+    pub const NAME: usize = 1;
+    /// Words of host name.
+    pub const NAME_WORDS: usize = 4;
+    /// A newcomer's request to be sent the directory (its token).
+    pub const JOIN_REQ: usize = 5;
+    /// The join request a running node served.
+    pub const JOIN_SERVED: usize = 6;
+    /// Nonzero (the token) once this node's imcd serves.
+    pub const READY: usize = 7;
+    /// Words per row.
+    pub const ROW: usize = 8;
+}
+
+/// Words of a relay mailbox (request row; the response row is
+/// `[SEQ, STATUS]`).
+pub mod relay {
+    /// Request sequence (nonzero, increasing).
+    pub const SEQ: usize = 0;
+    /// Destination node.
+    pub const DEST: usize = 1;
+    /// Service ([`SIGNAL`]).
+    pub const SERVICE: usize = 2;
+    /// Target process.
+    pub const PID: usize = 3;
+    /// Signal number.
+    pub const SIG: usize = 4;
+    /// The sender's uid.
+    pub const UID: usize = 5;
+    /// Response: the errno (0 = done).
+    pub const STATUS: usize = 1;
+    /// Words per mailbox row.
+    pub const ROW: usize = 8;
+    /// First word of the response rows.
+    pub const RESPONSES: usize = 512;
+    /// Service: deliver a UNIX signal (`imc_kill`).
+    pub const SIGNAL: u64 = 1;
+}
+
+// The rows fit their pages, checked when the crate compiles.
+const PAGE_WORDS: usize = 1024;
+const _: () = assert!(MAX_NODES * host::ROW <= PAGE_WORDS, "host table fits page 5");
+const _: () = assert!(MAX_NODES * relay::ROW <= relay::RESPONSES, "requests stay below the responses");
+const _: () = assert!(relay::RESPONSES + MAX_NODES * relay::ROW <= PAGE_WORDS, "relay fits page 6");
+const _: () = assert!(ENTRIES * MAX_NODES <= 4 * PAGE_WORDS, "acks fit pages 1-4");
+const _: () = assert!(LOCK_SLOTS + ENTRIES * 17 <= PAGE_WORDS, "directory fits page 0");
+const _: () = assert!(ACK_Q_PAGE >= META_PAGES && ACK_Q_PAGE < DATA_FIRST, "ACK page between imcd's and regions");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_sets_are_whole_pages_of_slots() {
+        assert_eq!(lock_set_pages(1, 8192), 1);
+        assert_eq!(lock_set_pages(16, 8192), 1);
+        assert_eq!(lock_set_pages(17, 8192), 2);
+        assert_eq!(lock_slot_offset(1, 3), (64 + 3) * 8);
+    }
+}
