@@ -30,7 +30,6 @@ use std::path::Path;
 use thiserror::Error;
 
 use guest_mem::{Access, Mapping, MemError, ReadOnly, ReadWrite};
-use regs::PAGE_SIZE;
 
 /// What the fd of a [`Reply::Mapping`] is.
 enum Source {
@@ -465,9 +464,6 @@ impl Imc {
         let Reply::Mapping { offset, len } = reply.0 else { return Err(ImcError::Protocol(format!("{:?}", reply.0))) };
         let fd = reply.1.ok_or_else(|| ImcError::Protocol("imcd sent no fd with the mapping".into()))?;
         let len = usize::try_from(len).map_err(|_| ImcError::Protocol(format!("a mapping of {len} bytes")))?;
-        if len as u64 % PAGE_SIZE != 0 {
-            return Err(ImcError::Protocol(format!("a mapping of {len} bytes, not whole pages")));
-        }
         Ok(match src {
             Source::Device => Mapping::device_region(fd, offset, len)?,
             Source::File => Mapping::from_fd(fd, offset, len)?,
@@ -491,5 +487,66 @@ impl Imc {
         })()
         .ok();
         Ok(Regs { map, count, ack })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+    use std::os::unix::net::UnixListener;
+
+    /// A stand-in for imcd that answers `Regs` with a file of `len` bytes
+    /// (as the device region), `ErrCount` and `Asattach` for receive with
+    /// a one-page file, and refuses the rest.
+    fn fake_imcd(dir: &Path, regs_len: u64) -> std::path::PathBuf {
+        let sock = dir.join("imcd.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let regs = dir.join("regs");
+        let mut f = std::fs::File::create(&regs).unwrap();
+        let mut bytes = vec![0u8; regs_len as usize];
+        bytes[regs::reg::ERR_COUNT as usize..][..4].copy_from_slice(&7u32.to_le_bytes());
+        f.write_all(&bytes).unwrap();
+        let page = dir.join("page");
+        std::fs::write(&page, 5u64.to_le_bytes().repeat(1024)).unwrap();
+        std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            while let Ok((line, _)) = fdpass::recv_line_with_fd(&s, MAX_LINE) {
+                let (reply, file) = match decode_request(line.trim_end().as_bytes()).unwrap() {
+                    Request::Regs => (Reply::Mapping { offset: 0, len: regs_len }, Some(&regs)),
+                    Request::ErrCount | Request::Asattach { transmit: false, .. } => {
+                        (Reply::Mapping { offset: 0, len: 8192 }, Some(&page))
+                    }
+                    _ => (Reply::Error { code: Status::Invalid, message: "not here".into() }, None),
+                };
+                let f = file.map(|p| std::fs::File::open(p).unwrap());
+                send_with_fd(&s, &encode_line(&reply), f.as_ref().map(|f| f.as_raw_fd())).unwrap();
+            }
+        });
+        sock
+    }
+
+    #[test]
+    fn registers_and_receive_buffers_map_whatever_their_size() {
+        let d = tempfile::tempdir().unwrap();
+        // BAR 0 is 4 KiB, half a MEMORY CHANNEL page.
+        let imc = Imc::connect_to(&fake_imcd(d.path(), 4096)).unwrap();
+        let r = imc.regs().unwrap();
+        assert_eq!(r.hw_errcnt(), 7, "the register, through the device mapping");
+        assert_eq!(r.rderrcnt(), 5, "imcd's copy, through the error-count file");
+        let rx = imc.asattach_rx(3).unwrap();
+        assert_eq!((rx.len(), rx.load::<u64>(8184).unwrap()), (8192, 5));
+        assert!(matches!(imc.asattach_tx(3, false), Err(ImcError::Refused { code: Status::Invalid, .. })));
+    }
+
+    #[test]
+    fn a_mapping_larger_than_the_file_is_an_error_not_a_crash() {
+        let d = tempfile::tempdir().unwrap();
+        let sock = fake_imcd(d.path(), 4096);
+        let imc = Imc::connect_to(&sock).unwrap();
+        // The fake says 8192 bytes for the receive buffer, but imcd's file
+        // could be shorter: mapping it must fail, not fault on a later load.
+        std::fs::write(d.path().join("page"), [0u8; 100]).unwrap();
+        assert!(matches!(imc.asattach_rx(1), Err(ImcError::Map(_))));
     }
 }
