@@ -493,7 +493,6 @@ impl Imc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write as _;
     use std::os::unix::net::UnixListener;
 
     /// A stand-in for imcd that answers `Regs` with a file of `len` bytes
