@@ -597,6 +597,21 @@ impl Node {
         Self::with_adapter(AdapterHandle::start_link(hub, name, ASPACE), iova, ram_offset, ram_size)
     }
 
+    /// QEMU goes away and a new one connects, as after the guest's QEMU
+    /// restarted without a device reset: the old connection is closed, a new
+    /// client negotiates and maps the same RAM again (the adapter forgets
+    /// DMA maps on disconnect). Nothing else is set up.
+    pub fn reconnect(&mut self, iova: u64, ram_offset: u64, ram_size: u64) {
+        self.vfio.stream.shutdown(std::net::Shutdown::Both).expect("shutdown vfio-user socket");
+        self.vfio = self.adapter.client();
+        self.vfio.dma_map(iova, ram_size, &self.ram, ram_offset);
+    }
+
+    /// The PCI command register.
+    pub fn pci_command(&mut self) -> u16 {
+        u16::from_le_bytes(self.vfio.region_read(CONFIG_REGION, PCI_COMMAND, 2).try_into().unwrap())
+    }
+
     fn with_adapter(adapter: AdapterHandle, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
         let mut vfio = adapter.client();
         let ram = GuestRam::new(ram_offset + ram_size);
