@@ -157,8 +157,7 @@ impl Shared {
     }
 
     fn node_id(&self) -> Option<u16> {
-        let n = self.node.load(Ordering::SeqCst) & 0xFFFF;
-        (n != NO_NODE).then_some(n as u16)
+        regs::node_id(self.node.load(Ordering::SeqCst))
     }
 
     fn ports(&self) -> u32 {

@@ -91,17 +91,14 @@ pub mod reg {
     pub const MSIX_PBA: u64 = 0xC00;
 }
 
-/// The node id field (low 16 bits of NODE) of an adapter that has not
-/// joined a hub; the port count stays in bits 16–31.
-pub const NO_NODE: u16 = 0xFFFF;
-
-/// The node id in a NODE register value, or `None` before the adapter joins.
+/// The node id in a NODE register value, or `None` while the adapter is
+/// not joined ([`NO_NODE`]; the port count stays in bits 16–31).
 pub const fn node_id(node_reg: u32) -> Option<u16> {
-    let n = (node_reg & 0xFFFF) as u16;
+    let n = node_reg & 0xFFFF;
     if n == NO_NODE {
         None
     } else {
-        Some(n)
+        Some(n as u16)
     }
 }
 
@@ -166,6 +163,18 @@ pub mod err {
     pub const TX_LINK_DOWN: u32 = 1 << 8;
     /// All defined bits.
     pub const ALL: u32 = 0x1FF;
+    /// Every bit with its short name, as tools print them.
+    pub const NAMES: [(u32, &str); 9] = [
+        (TX_DISABLED, "tx-disabled"),
+        (TX_READ, "tx-read"),
+        (RX_DMA, "rx-dma"),
+        (LINK_DOWN, "link-down"),
+        (CRC, "crc"),
+        (RX_RANGE, "rx-range"),
+        (TX_DEST, "tx-dest"),
+        (SEQ_GAP, "seq-gap"),
+        (TX_LINK_DOWN, "tx-link-down"),
+    ];
 }
 
 /// Byte an ACK reply carries: the replying node's `ERR_STATUS` bits 0-6
@@ -222,10 +231,11 @@ mod tests {
 
     #[test]
     fn node_and_members_decode() {
-        assert_eq!(node_id(8 << 16 | NO_NODE as u32), None);
+        assert_eq!(node_id(8 << 16 | NO_NODE), None);
         assert_eq!(node_id(8 << 16 | 3), Some(3));
         assert_eq!(members_bitmap(0b101, 1), 1 << 32 | 0b101);
         assert_eq!(members(0b101, 1).collect::<Vec<_>>(), vec![0, 2, 32]);
         assert_eq!(members(0, 0).count(), 0);
+        assert_eq!(err::NAMES.iter().fold(0, |a, (b, _)| a | b), err::ALL, "every error bit has a name");
     }
 }
