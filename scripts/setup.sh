@@ -2,8 +2,9 @@
 # Installs everything the virtual cluster needs on a Debian bookworm machine
 # and builds what Debian does not ship:
 #   - Debian packages (build deps, firmware, busybox, kernel tools)
-#   - a QEMU >= 10.1 with vfio-user-pci (the system one if new enough, else
-#     built from Debian's source package into the cache)
+#   - a QEMU >= 10.1 with vfio-user-pci and virtio-9p (the shared folder):
+#     the system one if it has both, else built from Debian's source package
+#     into the cache
 #   - the guest kernel and modules (Debian's linux-image-*-amd64-unsigned)
 #   - the host tools (mc-hub, mc-adapter, mc-cluster) and the guest initramfs
 #
@@ -94,13 +95,15 @@ EOF
 
 # ---------------------------------------------------------------- QEMU ------
 QEMU_MIN=10.1
-qemu_ok() { # $1 = binary; true when >= QEMU_MIN and it has vfio-user-pci
+qemu_ok() { # $1 = binary; true when >= QEMU_MIN and it has vfio-user-pci and virtio-9p-pci
     local bin=$1 v
     [ -x "$bin" ] || return 1
     v=$("$bin" --version 2>/dev/null | sed -n 's/^QEMU emulator version \([0-9.]*\).*/\1/p')
     [ -n "$v" ] || return 1
     dpkg --compare-versions "$v" ge "$QEMU_MIN" || return 1
-    "$bin" -device help 2>/dev/null | grep -q '"vfio-user-pci"'
+    local devs
+    devs=$("$bin" -device help 2>/dev/null)
+    grep -q '"vfio-user-pci"' <<<"$devs" && grep -q '"virtio-9p-pci"' <<<"$devs"
 }
 setup_qemu() {
     local sys
@@ -114,7 +117,7 @@ setup_qemu() {
         step "qemu: cached $(readlink "$MC_CACHE/qemu-system-x86_64")"
         return
     fi
-    step "qemu: no QEMU >= $QEMU_MIN with vfio-user-pci on this system; building one from Debian's source package"
+    step "qemu: no QEMU >= $QEMU_MIN with vfio-user-pci and virtio-9p on this system; building one from Debian's source package"
     command -v apt-get >/dev/null || die "apt-get not found: install QEMU >= $QEMU_MIN by hand and put qemu-system-x86_64 on PATH"
     # Candidate source versions >= QEMU_MIN, newest first. The archive can
     # list a version whose files are already gone, so fall back in order.
@@ -167,10 +170,13 @@ setup_qemu() {
         "$venv/bin/pip" install -q 'meson>=1.9,<1.10' 'pycotap>=1.1.0' || die "pip install meson failed"
     fi
     mkdir -p "$build"
-    if [ ! -f "$build/build.ninja" ]; then
+    # A build configured before the shared folder existed has no virtfs:
+    # configure again. --enable-virtfs fails loudly if its build deps are
+    # missing (QEMU 10 needs only glibc's xattr calls, which libc6-dev has).
+    if [ ! -f "$build/build.ninja" ] || ! grep -Eq 'VirtFS \(9P\) support +: YES' "$build/configure.log" 2>/dev/null; then
         step "qemu: configure (log: $build/configure.log)"
         (cd "$build" && PATH="$venv/bin:$PATH" "$tree/configure" \
-            --target-list=x86_64-softmmu --disable-download --disable-install-blobs \
+            --target-list=x86_64-softmmu --disable-download --disable-install-blobs --enable-virtfs \
             --python="$venv/bin/python3" --disable-docs --disable-werror \
             --disable-gtk --disable-sdl --disable-vnc --disable-opengl --disable-spice \
             >"$build/configure.log" 2>&1) || { tail -30 "$build/configure.log"; die "QEMU configure failed"; }
@@ -178,7 +184,7 @@ setup_qemu() {
     step "qemu: ninja (about 4 to 5 minutes on 2 cores; log: $build/ninja.log)"
     (cd "$build" && PATH="$venv/bin:$PATH" ninja qemu-system-x86_64 >"$build/ninja.log" 2>&1) \
         || { tail -30 "$build/ninja.log"; die "QEMU build failed"; }
-    qemu_ok "$build/qemu-system-x86_64" || die "built QEMU at $build has no vfio-user-pci"
+    qemu_ok "$build/qemu-system-x86_64" || die "built QEMU at $build has no vfio-user-pci or no virtio-9p-pci"
     ln -sfn "$build/qemu-system-x86_64" "$MC_CACHE/qemu-system-x86_64"
     step "qemu: built $("$build/qemu-system-x86_64" --version | head -1)"
 }

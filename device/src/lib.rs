@@ -24,5 +24,5 @@ pub mod pci;
 pub mod remote;
 pub mod uplink;
 /// The register map, shared with the driver (crate `regs`).
-pub use regs as regs;
+pub use regs;
 pub mod vfio_user;

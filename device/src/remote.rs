@@ -28,7 +28,7 @@ use std::io::{self, BufReader, BufWriter, Write};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use link::{self as link, LinkError, Msg, FLAG_ACK_REPLY, MAX_DATA};
+use link::{self as link, LinkError, Msg, MAX_DATA};
 use tracing::{debug, info, warn};
 
 use crate::adapter::{AdapterConfig, Shared};
@@ -286,8 +286,8 @@ fn receive_loop(inner: Arc<Inner>, reader: Stream, mut link_seq: u16, rejoin: Op
             match Msg::parse(&hdr, &buf) {
                 Ok(Msg::Deliver { seq, src, flags, addr, data }) => {
                     if let Some(a) = shared.deliver(seq, src, flags, addr, data) {
-                        let frame = Msg::Write { dest: a.dest, flags: FLAG_ACK_REPLY, addr: a.addr, data: &[a.status] }
-                            .encode();
+                        let frame =
+                            Msg::Write { dest: a.dest, flags: a.flags, addr: a.addr, data: &[a.status] }.encode();
                         // Never waits: the receive thread must keep draining the hub.
                         let _ = inner.push(frame, false);
                     }

@@ -67,11 +67,16 @@ pub struct LinkInfo {
 }
 
 /// The answer an adapter gives to an ACK store: one byte, point-to-point
-/// to the sender, at `addr`. The deliverer puts it into the global order.
+/// to the sender, at `addr`. The deliverer puts it into the global order
+/// with `flags`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckReply {
     /// The node that made the ACK store.
     pub dest: u16,
+    /// `link::FLAG_ACK_REPLY`, plus `link::FLAG_LOOPBACK` when the answering
+    /// node is the sender itself (an ACK page with LOOPBACK): a node's own
+    /// write reaches it only as a loopback.
+    pub flags: u16,
     /// Where the answer lands: the ACK page's base plus the answering node.
     pub addr: u64,
     /// Error status bits 0–6 with bit 7 set.

@@ -3,7 +3,7 @@
 //!
 //! Written for this project rather than taken from the `vfio_user` crate,
 //! which is blocking, single-connection, advertises fixed capabilities and
-//! lacks `REGION_WRITE_MULTI` (see DESIGN.md). This module owns the socket and
+//! lacks `REGION_WRITE_MULTI`. This module owns the socket and
 //! the wire format; the device behind it implements [`Device`] and never sees
 //! a message.
 //!
@@ -56,15 +56,14 @@ pub const MULTI_MAX: usize = 200;
 /// Data bytes in one `REGION_WRITE_MULTI` entry.
 pub const MULTI_DATA: usize = 8;
 
-/// `VFIO_DEVICE_FLAGS_RESET`: the device supports reset.
-const DEVICE_FLAGS_RESET: u32 = 1 << 0;
-/// `VFIO_DEVICE_FLAGS_PCI`: a PCI device.
-const DEVICE_FLAGS_PCI: u32 = 1 << 1;
-/// `VFIO_IRQ_INFO_*` bits.
-const IRQ_INFO_EVENTFD: u32 = 1 << 0;
-const IRQ_INFO_MASKABLE: u32 = 1 << 1;
-const IRQ_INFO_AUTOMASKED: u32 = 1 << 2;
-const IRQ_INFO_NORESIZE: u32 = 1 << 3;
+// The VFIO numbers vfio-user reuses come from the kernel's header, through
+// rust-vmm's vfio-bindings.
+use v::{
+    VFIO_DEVICE_FLAGS_PCI as DEVICE_FLAGS_PCI, VFIO_DEVICE_FLAGS_RESET as DEVICE_FLAGS_RESET,
+    VFIO_IRQ_INFO_AUTOMASKED as IRQ_INFO_AUTOMASKED, VFIO_IRQ_INFO_EVENTFD as IRQ_INFO_EVENTFD,
+    VFIO_IRQ_INFO_MASKABLE as IRQ_INFO_MASKABLE, VFIO_IRQ_INFO_NORESIZE as IRQ_INFO_NORESIZE,
+};
+use vfio_bindings::bindings::vfio as v;
 
 /// Reply flag bits.
 pub mod flags {
@@ -119,63 +118,68 @@ pub enum Command {
 
 /// VFIO region indexes of a PCI device (`VFIO_PCI_*_REGION_INDEX`).
 pub mod region {
+    use super::v;
     /// BAR 0; BAR n is index n.
-    pub const BAR0: u32 = 0;
+    pub const BAR0: u32 = v::VFIO_PCI_BAR0_REGION_INDEX;
     /// Expansion ROM.
-    pub const ROM: u32 = 6;
+    pub const ROM: u32 = v::VFIO_PCI_ROM_REGION_INDEX;
     /// PCI configuration space.
-    pub const CONFIG: u32 = 7;
+    pub const CONFIG: u32 = v::VFIO_PCI_CONFIG_REGION_INDEX;
     /// VGA (absent).
-    pub const VGA: u32 = 8;
+    pub const VGA: u32 = v::VFIO_PCI_VGA_REGION_INDEX;
     /// Number of region indexes.
-    pub const COUNT: u32 = 9;
+    pub const COUNT: u32 = v::VFIO_PCI_NUM_REGIONS;
 }
 
 /// VFIO IRQ indexes of a PCI device (`VFIO_PCI_*_IRQ_INDEX`).
 pub mod irq {
+    use super::v;
     /// Legacy INTx.
-    pub const INTX: u32 = 0;
+    pub const INTX: u32 = v::VFIO_PCI_INTX_IRQ_INDEX;
     /// MSI.
-    pub const MSI: u32 = 1;
+    pub const MSI: u32 = v::VFIO_PCI_MSI_IRQ_INDEX;
     /// MSI-X.
-    pub const MSIX: u32 = 2;
+    pub const MSIX: u32 = v::VFIO_PCI_MSIX_IRQ_INDEX;
     /// Error notification.
-    pub const ERR: u32 = 3;
+    pub const ERR: u32 = v::VFIO_PCI_ERR_IRQ_INDEX;
     /// Device request.
-    pub const REQ: u32 = 4;
+    pub const REQ: u32 = v::VFIO_PCI_REQ_IRQ_INDEX;
     /// Number of IRQ indexes.
-    pub const COUNT: u32 = 5;
+    pub const COUNT: u32 = v::VFIO_PCI_NUM_IRQS;
     /// `SET_IRQS` flag: no data.
-    pub const DATA_NONE: u32 = 1 << 0;
+    pub const DATA_NONE: u32 = v::VFIO_IRQ_SET_DATA_NONE;
     /// `SET_IRQS` flag: data is one bool per vector.
-    pub const DATA_BOOL: u32 = 1 << 1;
+    pub const DATA_BOOL: u32 = v::VFIO_IRQ_SET_DATA_BOOL;
     /// `SET_IRQS` flag: data is one eventfd per vector (passed as fds).
-    pub const DATA_EVENTFD: u32 = 1 << 2;
+    pub const DATA_EVENTFD: u32 = v::VFIO_IRQ_SET_DATA_EVENTFD;
     /// `SET_IRQS` action: mask.
-    pub const ACTION_MASK: u32 = 1 << 3;
+    pub const ACTION_MASK: u32 = v::VFIO_IRQ_SET_ACTION_MASK;
     /// `SET_IRQS` action: unmask.
-    pub const ACTION_UNMASK: u32 = 1 << 4;
+    pub const ACTION_UNMASK: u32 = v::VFIO_IRQ_SET_ACTION_UNMASK;
     /// `SET_IRQS` action: trigger / set trigger eventfds.
-    pub const ACTION_TRIGGER: u32 = 1 << 5;
+    pub const ACTION_TRIGGER: u32 = v::VFIO_IRQ_SET_ACTION_TRIGGER;
 }
 
 /// `VFIO_REGION_INFO_FLAG_*`.
 pub mod region_flags {
+    use super::v;
     /// Readable.
-    pub const READ: u32 = 1 << 0;
+    pub const READ: u32 = v::VFIO_REGION_INFO_FLAG_READ;
     /// Writable.
-    pub const WRITE: u32 = 1 << 1;
+    pub const WRITE: u32 = v::VFIO_REGION_INFO_FLAG_WRITE;
     /// Mappable (never offered: it would turn off posted writes).
-    pub const MMAP: u32 = 1 << 2;
+    pub const MMAP: u32 = v::VFIO_REGION_INFO_FLAG_MMAP;
 }
 
 /// `VFIO_DMA_MAP_FLAG_*` / `VFIO_DMA_UNMAP_FLAG_*`.
 pub mod dma_flags {
+    use super::v;
     /// Device may read.
-    pub const READ: u32 = 1 << 0;
+    pub const READ: u32 = v::VFIO_DMA_MAP_FLAG_READ;
     /// Device may write.
-    pub const WRITE: u32 = 1 << 1;
-    /// Unmap everything.
+    pub const WRITE: u32 = v::VFIO_DMA_MAP_FLAG_WRITE;
+    /// Unmap everything (`VFIO_DMA_UNMAP_FLAG_ALL`, Linux 5.12; newer than
+    /// the 5.0 header vfio-bindings carries).
     pub const UNMAP_ALL: u32 = 1 << 1;
 }
 

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use device::adapter::Shared as Device;
 use device::regs::err;
 use device::uplink::{AckReply, UplinkError, WritePacket};
-use link::{Msg, BROADCAST, FLAG_ACK_REPLY, FLAG_LOOPBACK};
+use link::{Msg, BROADCAST, FLAG_LOOPBACK};
 use tokio::sync::{mpsc, Notify};
 use tracing::{debug, warn};
 
@@ -135,9 +135,10 @@ pub(crate) enum Step {
     Full(u16, Arc<PortCtl>),
 }
 
-/// The answer write an ACK receiver sends back.
+/// The answer write an ACK receiver sends back (flags as the answering
+/// adapter chose them: a sender answering itself sets loopback).
 fn ack_write(a: &AckReply) -> (u16, u16, u64, [u8; 1]) {
-    (a.dest, FLAG_ACK_REPLY, a.addr, [a.status])
+    (a.dest, a.flags, a.addr, [a.status])
 }
 
 impl Shared {

@@ -81,6 +81,12 @@ impl Default for HubSection {
     }
 }
 
+/// Where the shared host folder (`[guest] share`, `mc-cluster up --share`)
+/// is mounted in every guest (virtio-9p, tag [`SHARE_TAG`]).
+pub const GUEST_SHARE: &str = "/share";
+/// The virtio-9p mount tag of the shared folder (the guest's init mounts it).
+pub const SHARE_TAG: &str = "mcshare";
+
 /// Size of the shared memory behind `[guest] ivshmem` (a power of two, as
 /// `ivshmem-plain` requires for its BAR).
 pub const IVSHMEM_MIB: u64 = 1;
@@ -106,6 +112,10 @@ pub struct GuestSection {
     /// shared file (`<run>/ivshmem`, [`IVSHMEM_MIB`] MiB): plain shared
     /// memory between the guests, the floor MEMORY CHANNEL is compared with.
     pub ivshmem: bool,
+    /// Host folder shared read-write into every guest at [`GUEST_SHARE`]
+    /// (virtio-9p); empty: `<run>/share`. A relative path is relative to
+    /// the config file's folder. `mc-cluster up --share` overrides it.
+    pub share: String,
     /// Kernel image; empty: the one `scripts/setup.sh` fetched.
     pub kernel: String,
     /// Initramfs; empty: the one `scripts/setup.sh` built.
@@ -121,6 +131,7 @@ impl Default for GuestSection {
             imcd: true,
             lan: true,
             ivshmem: false,
+            share: String::new(),
             kernel: String::new(),
             initrd: String::new(),
         }

@@ -7,7 +7,7 @@
 //! - [`supervisor`]: the background process that owns a running cluster.
 //! - [`agent`]: talking to the guest agents.
 //! - [`kvm`]: whether KVM really runs guests here.
-//! - this file: the `up`, `down`, `status` and `exec` operations.
+//! - this file: the `up`, `down`, `status`, `exec` and `cp` operations.
 #![warn(missing_docs)]
 
 pub mod agent;
@@ -40,6 +40,9 @@ pub struct UpOptions {
     pub config: Option<PathBuf>,
     /// Overrides `[cluster] adapters` (`in-hub` or `per-guest`).
     pub adapters: Option<String>,
+    /// Host folder shared into every guest at [`config::GUEST_SHARE`]
+    /// (overrides `[guest] share`; default `<run>/share`).
+    pub share: Option<PathBuf>,
 }
 
 /// True when `pid` runs (a zombie, exited but not yet reaped, does not count).
@@ -186,6 +189,27 @@ fn choose_accel(paths: &Paths, cfg: &Config, qemu: &Path, kernel: &Path) -> Resu
     }
 }
 
+/// The host folder shared into the guests: `--share` (relative to the
+/// current folder), else `[guest] share` (relative to the config file's
+/// folder), else `<run>/share`. Made absolute; created by `up`.
+pub fn share_dir(run_dir: &Path, cli: Option<&Path>, configured: &str, cfg_path: &Path) -> Result<PathBuf> {
+    let p = match cli {
+        Some(p) => std::env::current_dir()?.join(p),
+        None if !configured.is_empty() => {
+            cfg_path.parent().map(|d| d.join(configured)).unwrap_or_else(|| PathBuf::from(configured))
+        }
+        None => run_dir.join(SHARE_DEFAULT),
+    };
+    if p.exists() && !p.is_dir() {
+        bail!("the shared folder {} is not a folder", p.display());
+    }
+    Ok(p)
+}
+
+/// Name of the default shared folder in the run folder; `up` keeps it when
+/// it clears the rest.
+pub const SHARE_DEFAULT: &str = "share";
+
 /// Builds the plan for `up` and checks every input before anything starts.
 pub fn plan(paths: &Paths, opts: &UpOptions) -> Result<Plan> {
     let cfg_path = opts.config.clone().unwrap_or_else(|| paths.default_config());
@@ -196,6 +220,8 @@ pub fn plan(paths: &Paths, opts: &UpOptions) -> Result<Plan> {
     }
     let nodes = opts.nodes.unwrap_or(cfg.cluster.nodes);
     cfg.check_nodes(nodes)?;
+    let run_dir = paths.run_dir(&opts.name);
+    let share = share_dir(&run_dir, opts.share.as_deref(), &cfg.guest.share, &cfg_path)?;
     let qemu = find_qemu(&cfg, paths)?;
     let pick = |configured: &str, default: PathBuf, what: &str| -> Result<PathBuf> {
         let p = if configured.is_empty() { default } else { PathBuf::from(configured) };
@@ -226,7 +252,8 @@ pub fn plan(paths: &Paths, opts: &UpOptions) -> Result<Plan> {
         write_multiple: cfg.qemu.write_multiple == "on",
         name: opts.name.clone(),
         nodes,
-        run_dir: paths.run_dir(&opts.name),
+        run_dir,
+        share,
         hub_bin: bin("mc-hub")?,
         adapter_bin: bin("mc-adapter")?,
         accel: choose_accel(paths, &cfg, &qemu, &kernel)?,
@@ -247,15 +274,24 @@ pub fn up(paths: &Paths, opts: &UpOptions) -> Result<State> {
             bail!("cluster '{}' is already up (run 'mc-cluster down' first)", opts.name);
         }
     }
-    // Anything left from an earlier run that died hard goes first.
+    // Anything left from an earlier run that died hard goes first; the
+    // default shared folder (files put there for the guests) stays.
     down_dir(&rd)?;
-    if rd.exists() {
-        fs::remove_dir_all(&rd).with_context(|| format!("cannot clear {}", rd.display()))?;
+    for e in fs::read_dir(&rd).into_iter().flatten().flatten() {
+        let p = e.path();
+        if e.file_name() == SHARE_DEFAULT && p.is_dir() {
+            continue;
+        }
+        let r = if p.is_dir() && !p.is_symlink() { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
+        r.with_context(|| format!("cannot clear {}", p.display()))?;
     }
     fs::create_dir_all(&rd).with_context(|| format!("cannot create {}", rd.display()))?;
+    fs::create_dir_all(&plan.share)
+        .with_context(|| format!("cannot create the shared folder {}", plan.share.display()))?;
     fs::write(rd.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
     fs::write(rd.join("events.log"), b"")?;
     println!("starting cluster '{}': {} nodes, {} ({})", plan.name, plan.nodes, plan.accel, rd.display());
+    println!("  shared folder {} is {} in every guest", plan.share.display(), config::GUEST_SHARE);
 
     let exe = std::env::current_exe()?;
     let log = fs::File::create(rd.join("supervisor.log"))?;
@@ -361,8 +397,9 @@ pub fn down_dir(rd: &Path) -> Result<DownReport> {
     Ok(rep)
 }
 
-/// Runs `argv` on node `node` of cluster `name`.
-pub fn exec(paths: &Paths, name: &str, node: usize, argv: &[String], timeout_s: u64) -> Result<agent::ExecResult> {
+/// The agent socket of node `node` of cluster `name`, once the cluster and
+/// the node are up.
+pub fn node_agent(paths: &Paths, name: &str, node: usize) -> Result<PathBuf> {
     let rd = paths.run_dir(name);
     let st = State::load(&rd).map_err(|_| anyhow::anyhow!("cluster '{name}' is not up (run 'mc-cluster up' first)"))?;
     if st.status != Status::Up || !pid_alive(st.supervisor_pid) {
@@ -374,8 +411,106 @@ pub fn exec(paths: &Paths, name: &str, node: usize, argv: &[String], timeout_s: 
     if let Some(how) = &st.nodes[node].qemu_exit {
         bail!("node {node} is down (its QEMU exited: {how})");
     }
+    Ok(supervisor::agent_sock(&rd, node))
+}
+
+/// Runs `argv` on node `node` of cluster `name` with `io` as its standard
+/// streams.
+pub fn exec(
+    paths: &Paths,
+    name: &str,
+    node: usize,
+    argv: &[String],
+    io: agent::Streams<'_>,
+    timeout_s: u64,
+) -> Result<agent::Exit> {
     if argv.is_empty() {
         bail!("no command given: mc-cluster exec NODE -- COMMAND [ARGS...]");
     }
-    agent::exec(&supervisor::agent_sock(&rd, node), argv, &[], timeout_s).with_context(|| format!("node {node}"))
+    let sock = node_agent(paths, name, node)?;
+    agent::exec(&sock, argv, io, timeout_s).with_context(|| format!("node {node}"))
+}
+
+/// One side of `mc-cluster cp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A host path.
+    Host(PathBuf),
+    /// `NODE:PATH`: an absolute path in a guest.
+    Guest {
+        /// Node id.
+        node: usize,
+        /// Guest path.
+        path: String,
+    },
+}
+
+impl Endpoint {
+    /// `NODE:PATH` (decimal node, absolute guest path) or a host path. A
+    /// host path that starts with digits and a colon is written `./12:x`.
+    pub fn parse(s: &str) -> Result<Endpoint> {
+        if let Some((n, p)) = s.split_once(':') {
+            if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) {
+                let node = n.parse().map_err(|_| anyhow::anyhow!("'{s}': node {n} is out of range"))?;
+                if !p.starts_with('/') {
+                    bail!("'{s}': the guest path must be absolute (NODE:/path)");
+                }
+                return Ok(Endpoint::Guest { node, path: p.to_string() });
+            }
+        }
+        if s.is_empty() {
+            bail!("empty path");
+        }
+        Ok(Endpoint::Host(PathBuf::from(s)))
+    }
+}
+
+/// `mc-cluster cp SRC DST`: one of the two is `NODE:PATH`. Returns a line
+/// saying what was copied.
+pub fn cp(paths: &Paths, name: &str, src: &str, dst: &str) -> Result<String> {
+    let timeout = Duration::from_secs(600);
+    match (Endpoint::parse(src)?, Endpoint::parse(dst)?) {
+        (Endpoint::Host(h), Endpoint::Guest { node, path }) => {
+            let sock = node_agent(paths, name, node)?;
+            let c = agent::put(&sock, &h, &path, timeout).with_context(|| format!("node {node}"))?;
+            Ok(format!("{} -> {node}:{} ({} bytes, mode {:o})", h.display(), c.guest_path, c.bytes, c.mode))
+        }
+        (Endpoint::Guest { node, path }, Endpoint::Host(h)) => {
+            let sock = node_agent(paths, name, node)?;
+            let (to, c) = agent::get(&sock, &path, &h, timeout).with_context(|| format!("node {node}"))?;
+            Ok(format!("{node}:{} -> {} ({} bytes, mode {:o})", c.guest_path, to.display(), c.bytes, c.mode))
+        }
+        _ => bail!("cp copies between the host and a guest: exactly one side must be NODE:/PATH"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cp_endpoints_parse() {
+        assert_eq!(Endpoint::parse("1:/tmp/x").unwrap(), Endpoint::Guest { node: 1, path: "/tmp/x".into() });
+        assert_eq!(Endpoint::parse("a.out").unwrap(), Endpoint::Host("a.out".into()));
+        assert_eq!(Endpoint::parse("./3:x").unwrap(), Endpoint::Host("./3:x".into()));
+        assert_eq!(Endpoint::parse("x:/y").unwrap(), Endpoint::Host("x:/y".into()));
+        assert!(Endpoint::parse("0:tmp/x").unwrap_err().to_string().contains("absolute"));
+        assert!(Endpoint::parse("99999999999999999999999:/x").unwrap_err().to_string().contains("out of range"));
+        assert!(Endpoint::parse("").is_err());
+    }
+
+    #[test]
+    fn share_folder_defaults_and_overrides() {
+        let run = Path::new("/r/.run/c");
+        let cfg = Path::new("/repo/qemu-configs/x.toml");
+        assert_eq!(share_dir(run, None, "", cfg).unwrap(), PathBuf::from("/r/.run/c/share"));
+        assert_eq!(share_dir(run, None, "../work", cfg).unwrap(), PathBuf::from("/repo/qemu-configs/../work"));
+        assert_eq!(share_dir(run, None, "/abs", cfg).unwrap(), PathBuf::from("/abs"));
+        assert_eq!(share_dir(run, Some(Path::new("/d")), "/abs", cfg).unwrap(), PathBuf::from("/d"));
+        let rel = share_dir(run, Some(Path::new("d")), "", cfg).unwrap();
+        assert_eq!(rel, std::env::current_dir().unwrap().join("d"));
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let e = share_dir(run, Some(f.path()), "", cfg).unwrap_err().to_string();
+        assert!(e.contains("is not a folder"), "{e}");
+    }
 }

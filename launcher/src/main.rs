@@ -1,4 +1,4 @@
-//! `mc-cluster`: up, exec, status, down for a virtual MEMORY CHANNEL cluster.
+//! `mc-cluster`: up, exec, cp, status, down for a virtual MEMORY CHANNEL cluster.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -7,8 +7,9 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use launcher::config::Paths;
+use launcher::config::GUEST_SHARE;
 use launcher::supervisor::{self, State, Status};
-use launcher::{agent, down_dir, exec, hub_ctl, pid_alive as alive, up, UpOptions};
+use launcher::{agent, cp, down_dir, exec, hub_ctl, pid_alive as alive, up, UpOptions};
 
 #[derive(Parser)]
 #[command(version, about = "Run a virtual MEMORY CHANNEL cluster of QEMU guests")]
@@ -23,6 +24,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Start the hub, the adapters and the guests; return when every guest answers.
+    ///
+    /// A host folder is shared read-write into every guest at /share
+    /// (virtio-9p): --share DIR, else `[guest] share` in the config, else
+    /// the run folder's share/ (.run/NAME/share, kept from one `up` to the
+    /// next). Files the guests write there are plain files of the host.
     Up {
         /// Number of nodes (default: from the config).
         #[arg(long)]
@@ -35,17 +41,35 @@ enum Cmd {
         /// process per guest).
         #[arg(long, value_parser = ["in-hub", "per-guest"])]
         adapters: Option<String>,
+        /// Host folder to share into every guest at /share (created if missing).
+        #[arg(long, value_name = "DIR")]
+        share: Option<PathBuf>,
     },
-    /// Run a command in a guest; prints its output and exits with its code.
+    /// Run a command in a guest: its output is printed as it comes, this
+    /// command's standard input is its standard input, and the exit code is
+    /// its exit code.
     Exec {
         /// Node id.
         node: usize,
         /// Kill the command after this many seconds (0: no limit).
         #[arg(long, default_value_t = 300)]
         timeout: u64,
+        /// Give the command /dev/null as standard input instead of ours
+        /// (for loops that read their own standard input).
+        #[arg(short = 'n', long)]
+        no_stdin: bool,
         /// The command and its arguments (after --).
         #[arg(last = true, required = true)]
         argv: Vec<String>,
+    },
+    /// Copy a file between the host and a guest, byte for byte and with its
+    /// permission bits: `cp FILE NODE:/PATH` or `cp NODE:/PATH FILE`. A
+    /// folder as the destination keeps the file's name.
+    Cp {
+        /// Source: a host file or NODE:/PATH.
+        src: String,
+        /// Destination: NODE:/PATH or a host path.
+        dst: String,
     },
     /// Show the cluster's processes and whether each guest answers.
     Status,
@@ -83,6 +107,7 @@ fn status(paths: &Paths, name: &str) -> Result<i32> {
         return Ok(3);
     }
     println!("  hub      pid {:<8} {}", st.hub_pid, if alive(st.hub_pid) { "running" } else { "gone" });
+    println!("  share    {} is {GUEST_SHARE} in every guest", st.share.display());
     let mut all = true;
     for (n, ns) in st.nodes.iter().enumerate() {
         let agent = match agent::ping(&supervisor::agent_sock(&rd, n), Duration::from_secs(2)) {
@@ -109,19 +134,26 @@ fn run() -> Result<i32> {
     }
     let paths = Paths::discover()?;
     match cli.cmd {
-        Cmd::Up { nodes, config, adapters } => {
-            let st = up(&paths, &UpOptions { name: cli.name.clone(), nodes, config, adapters })?;
+        Cmd::Up { nodes, config, adapters, share } => {
+            let st = up(&paths, &UpOptions { name: cli.name.clone(), nodes, config, adapters, share })?;
             println!("cluster '{}' is up: {} nodes ({})", cli.name, st.nodes.len(), st.accel);
             Ok(0)
         }
-        Cmd::Exec { node, timeout, argv } => {
-            let r = exec(&paths, &cli.name, node, &argv, timeout)?;
-            std::io::stdout().write_all(&r.stdout)?;
-            std::io::stderr().write_all(&r.stderr)?;
+        Cmd::Exec { node, timeout, no_stdin, argv } => {
+            let stdin: Option<Box<dyn std::io::Read + Send>> =
+                if no_stdin { None } else { Some(Box::new(std::io::stdin())) };
+            let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+            let io = agent::Streams { stdin, out: &mut out, err: &mut err };
+            let r = exec(&paths, &cli.name, node, &argv, io, timeout)?;
+            out.flush()?;
             if r.timed_out {
                 eprintln!("mc-cluster: command killed after {timeout} s");
             }
             Ok(r.code)
+        }
+        Cmd::Cp { src, dst } => {
+            println!("{}", cp(&paths, &cli.name, &src, &dst)?);
+            Ok(0)
         }
         Cmd::Status => status(&paths, &cli.name),
         Cmd::Hub { args } => {

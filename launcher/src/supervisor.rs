@@ -11,7 +11,8 @@
 //! `supervisor.log`, `hub.log`, `hub.sock`, `hub.ctl` (control), with the TCP
 //! transport `hub.tcp` (address) and `hub.secret`, and `node<N>/` with
 //! `adapter.{sock,log}`, `qemu.log`, `console.log`, `agent.sock`; with
-//! `[guest] ivshmem`, `ivshmem` (the guests' shared memory, removed at the end).
+//! `[guest] ivshmem`, `ivshmem` (the guests' shared memory, removed at the end);
+//! `share/`, the default folder shared into the guests (kept by `up`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -26,7 +27,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::agent;
-use crate::config::{Config, IVSHMEM_MIB};
+use crate::config::{Config, IVSHMEM_MIB, SHARE_TAG};
 
 /// Everything the supervisor needs, written by `up` into `plan.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -37,6 +38,8 @@ pub struct Plan {
     pub nodes: usize,
     /// Run folder.
     pub run_dir: PathBuf,
+    /// Host folder shared into every guest at [`crate::config::GUEST_SHARE`].
+    pub share: PathBuf,
     /// `mc-hub` binary.
     pub hub_bin: PathBuf,
     /// `mc-adapter` binary.
@@ -100,6 +103,9 @@ pub struct State {
     pub message: String,
     /// Accelerator in use.
     pub accel: String,
+    /// Host folder shared into every guest.
+    #[serde(default)]
+    pub share: PathBuf,
 }
 
 impl State {
@@ -278,6 +284,13 @@ pub fn qemu_argv(plan: &Plan, n: usize) -> Vec<String> {
         push("-device");
         push("ivshmem-plain,memdev=ivsh");
     }
+    // The shared folder: virtio-9p with the `local` backend. security_model
+    // none: guest files are plain host files owned by QEMU's user, with the
+    // mode bits the guest gives them (guest chown is best effort).
+    push("-fsdev");
+    push(&format!("local,id=share,path={},security_model=none", plan.share.display().to_string().replace(',', ",,")));
+    push("-device");
+    push(&format!("virtio-9p-pci,fsdev=share,mount_tag={SHARE_TAG}"));
     push("-serial");
     push(&format!("file:{}", nd.join("console.log").display()));
     push("-device");
@@ -306,6 +319,7 @@ pub fn run(run_dir: &Path) -> Result<()> {
         nodes: vec![NodeState::default(); plan.nodes],
         message: String::new(),
         accel: plan.accel.clone(),
+        share: plan.share.clone(),
     };
     state.save(run_dir)?;
     let mut children: Vec<(String, Child)> = Vec::new();
@@ -561,6 +575,7 @@ mod tests {
             name: "t".into(),
             nodes: 2,
             run_dir: PathBuf::from("/r"),
+            share: PathBuf::from("/r/my,share"),
             hub_bin: PathBuf::from("mc-hub"),
             adapter_bin: PathBuf::from("mc-adapter"),
             qemu: PathBuf::from("qemu"),
@@ -582,6 +597,18 @@ mod tests {
                 && on.contains("-device ivshmem-plain,memdev=ivsh"),
             "{on}"
         );
+    }
+
+    #[test]
+    fn every_guest_gets_the_shared_folder() {
+        for n in 0..2 {
+            let a = qemu_argv(&plan(""), n).join(" ");
+            assert!(
+                a.contains("-fsdev local,id=share,path=/r/my,,share,security_model=none")
+                    && a.contains("-device virtio-9p-pci,fsdev=share,mount_tag=mcshare"),
+                "{a}"
+            );
+        }
     }
 
     #[test]

@@ -241,7 +241,7 @@ fn adapter_register_reset_values() {
     c.set_pct(5, u64::MAX, u64::MAX);
     c.set_pct(127, pct::RX | pct::P2P | (3 << pct::DEST_SHIFT), 0xABCD_E000);
     assert_eq!(c.pct(0), (pct::TX, 0x1234_5000));
-    assert_eq!(c.pct(5), (0xFFFF_003F, u64::MAX));
+    assert_eq!(c.pct(5), (0xFFFF_003F, 0xFFFF_FFFF_FFFF_FFF8), "receive address bits 0-2 are reserved");
     assert_eq!(c.pct(127), (pct::RX | pct::P2P | (3 << pct::DEST_SHIFT), 0xABCD_E000));
     assert_eq!(c.pct(1), (0, 0));
 
@@ -788,10 +788,20 @@ fn adapter_link_down_and_rejoin() {
     assert_eq!(a.vfio.reg(reg::LINK), 1);
     assert_eq!(a.vfio.reg(reg::ERR_STATUS), 0);
     assert!(hub.stats().iter().all(|n| n.node != nb), "B still listed by the hub");
-    // A store from B while its link is down is dropped, with an error.
-    b.vfio.region_write(BAR_TX, PAGE_SIZE, &[0x22; 8], true);
-    assert_eq!(b.vfio.reg(reg::ERR_COUNT), 2);
+    assert_eq!(b.vfio.reg(reg::MEMBERS_HI), 0);
+    // Stores from B while its link is down are dropped at B: one error and
+    // TX_LINK_DOWN per packet. Two contiguous stores in one message are one
+    // packet; a store elsewhere is another.
+    let (w0, w1) = ([0x22u8; 8], [0x23u8; 8]);
+    b.vfio.write_multi(&[(BAR_TX, PAGE_SIZE, &w0[..]), (BAR_TX, PAGE_SIZE + 8, &w1[..])], true);
+    assert_eq!(b.vfio.reg(reg::ERR_COUNT), 2, "two coalesced stores are one dropped packet");
+    assert_eq!(b.vfio.reg(reg::ERR_STATUS), err::LINK_DOWN | err::TX_LINK_DOWN);
+    b.vfio.region_write(BAR_TX, PAGE_SIZE + 0x100, &[0x24; 8], true);
+    assert_eq!(b.vfio.reg(reg::ERR_COUNT), 3);
     assert_eq!(b.vfio.reg(reg::TX_PACKETS), 0);
+    // TX_LINK_DOWN is an ordinary W1C bit, even while the link is down.
+    b.vfio.set_reg(reg::ERR_STATUS, err::TX_LINK_DOWN);
+    assert_eq!(b.vfio.reg(reg::ERR_STATUS), err::LINK_DOWN);
     // Held down: B's rejoin attempts (every 200 ms) are refused.
     std::thread::sleep(Duration::from_millis(450));
     assert_eq!(b.vfio.reg(reg::LINK), 0, "B rejoined while held down");
@@ -815,13 +825,16 @@ fn adapter_link_down_and_rejoin() {
     // Stores flow again, both ways.
     a.vfio.region_write(BAR_TX, 8, &[0x33; 8], true);
     poll("a store after the rejoin", || (b.ram.read(ram_at(0, 8), 8) == [0x33; 8]).then_some(()));
+    // None of B's dropped stores reached A (it had no RX on page 1: they
+    // would be counted there).
+    assert_eq!(a.vfio.reg(reg::RX_DROPPED), 0);
     a.vfio.set_pct(1, pct::RX, rx_buf(1));
     b.vfio.region_write(BAR_TX, PAGE_SIZE + 16, &[0x44; 8], true);
     poll("B's store after the rejoin", || (a.ram.read(ram_at(1, 16), 8) == [0x44; 8]).then_some(()));
     assert_eq!(b.vfio.reg(reg::TX_PACKETS), 1);
     assert_eq!(b.vfio.reg(reg::RX_PACKETS), 2);
     assert_eq!(b.vfio.reg(reg::ERR_STATUS), 0);
-    assert_eq!(b.vfio.reg(reg::ERR_COUNT), 2);
+    assert_eq!(b.vfio.reg(reg::ERR_COUNT), 3);
     assert_eq!(a.vfio.reg(reg::ERR_STATUS), 0);
     assert_zero_except("B's RAM", &b.ram.all(), &[(ram_at(0, 0) as usize, 16)]);
 }
@@ -1283,4 +1296,297 @@ fn extra_fds_are_refused_and_closed() {
     let after = open_fds();
     assert!(after <= before + 2, "fds leaked: {before} open before, {after} after 50 messages of 12 fds");
     a.assert_alive();
+}
+
+/// Guest VFIO has no device reset: whatever the last user left carries over
+/// to the next (here: a new vfio-user client without DEVICE_RESET), and
+/// CTRL.RESET clears exactly what `docs/adapter.md` ("Reset") lists.
+#[test]
+fn adapter_state_survives_reconnect_until_ctrl_reset() {
+    let hub = Hub::start();
+    let mut a = Node::start(&hub, "a", IOVA, RAM_OFF, RAM);
+    let mut b = Node::start(&hub, "b", IOVA, RAM_OFF, RAM);
+    // A receives page 5 with INT from B, not page 6; transmits page 0.
+    a.vfio.set_pct(5, pct::RX | pct::INT, rx_buf(5));
+    a.vfio.set_pct(0, pct::TX, 0);
+    b.vfio.set_pct(5, pct::TX, 0);
+    b.vfio.set_pct(6, pct::TX, 0);
+    b.vfio.set_pct(0, pct::RX, rx_buf(0));
+    a.vfio.set_reg(reg::INT_MASK, int::NOTIFY | int::ERROR);
+    b.vfio.region_write(BAR_TX, 5 * PAGE_SIZE, &[0x51; 8], true);
+    b.vfio.region_write(BAR_TX, 5 * PAGE_SIZE + 0x100, &[0x52; 8], true);
+    b.vfio.region_write(BAR_TX, 6 * PAGE_SIZE, &[0x61; 8], true);
+    poll("A to queue two notifications and drop one", || {
+        (a.vfio.reg(reg::NOTIFY_COUNT) == 2 && a.vfio.reg(reg::RX_DROPPED) == 1).then_some(())
+    });
+    a.vfio.region_write(BAR_TX, 0x20, &[0x0A; 8], true);
+    poll("A's store to reach B", || (b.ram.read(ram_at(0, 0x20), 8) == [0x0A; 8]).then_some(()));
+    assert_eq!(a.vfio.region_read(BAR_TX, 0, 4), vec![0xFF; 4]);
+
+    let regs_of = |n: &mut Node| {
+        [
+            reg::ERR_STATUS,
+            reg::ERR_COUNT,
+            reg::INT_CAUSE,
+            reg::INT_MASK,
+            reg::NOTIFY_COUNT,
+            reg::TX_PACKETS,
+            reg::RX_PACKETS,
+            reg::RX_DROPPED,
+            reg::LINK_EVENTS,
+            reg::LAST_SEQ,
+            reg::NODE,
+            reg::MEMBERS_LO,
+        ]
+        .map(|r| n.vfio.reg(r))
+    };
+    let before = regs_of(&mut a);
+    let [err_status, err_count, cause, mask, queued, tx, rx, dropped, events, last_seq, node, members] = before;
+    assert_eq!((err_status, err_count), (err::TX_READ, 1));
+    assert_eq!((mask, queued, tx, rx, dropped), (int::NOTIFY | int::ERROR, 2, 1, 2, 1));
+    assert_eq!(cause & (int::NOTIFY | int::ERROR), int::NOTIFY | int::ERROR);
+    assert_ne!(last_seq, 0);
+    let pct_before = a.vfio.region_read(BAR_PCT, 0, 4096);
+    let command = a.pci_command();
+    assert_eq!(command & PCI_COMMAND_MEMORY_MASTER, PCI_COMMAND_MEMORY_MASTER);
+
+    // QEMU goes away; a new one connects and only maps RAM again.
+    a.reconnect(IOVA, RAM_OFF, RAM);
+    poll("A's link after the reconnect", || (a.vfio.reg(reg::LINK) == 1).then_some(()));
+    assert_eq!(a.vfio.region_read(BAR_PCT, 0, 4096), pct_before, "the PCT carried over");
+    assert_eq!(a.pci_command(), command, "configuration space (bus mastering) carried over");
+    let after = regs_of(&mut a);
+    let expect = match ports() {
+        // QEMU gone took the node out of the cluster and back: one more
+        // error (LINK_DOWN, latched), two more LINK events.
+        Ports::Local => [
+            err::TX_READ | err::LINK_DOWN,
+            err_count + 1,
+            cause | int::LINK | int::ERROR,
+            mask,
+            queued,
+            tx,
+            rx,
+            dropped,
+            events + 2,
+            last_seq,
+            node,
+            members,
+        ],
+        // An mc-adapter keeps its link.
+        Ports::Link => before,
+    };
+    assert_eq!(after, expect, "registers after a reconnect without reset ({:?} port)", ports());
+    assert_eq!(a.vfio.reg(reg::NOTIFY_FIFO), 5, "the FIFO carried over");
+    // The carried-over PCT still receives.
+    b.vfio.region_write(BAR_TX, 5 * PAGE_SIZE + 0x200, &[0x53; 8], true);
+    poll("a store after the reconnect", || (a.ram.read(ram_at(5, 0x200), 8) == [0x53; 8]).then_some(()));
+    poll("its notification", || (a.vfio.reg(reg::NOTIFY_COUNT) == 2).then_some(()));
+    let last_seq = a.vfio.reg(reg::LAST_SEQ);
+
+    // CTRL.RESET: exactly the documented list.
+    a.vfio.set_reg(reg::CTRL, regs::ctrl::RESET);
+    assert_eq!(a.vfio.region_read(BAR_PCT, 0, 4096), vec![0u8; 4096], "PCT");
+    for (r, name) in [
+        (reg::ERR_STATUS, "ERR_STATUS"),
+        (reg::ERR_COUNT, "ERR_COUNT"),
+        (reg::INT_CAUSE, "INT_CAUSE"),
+        (reg::INT_MASK, "INT_MASK"),
+        (reg::NOTIFY_COUNT, "NOTIFY_COUNT"),
+        (reg::NOTIFY_LOST, "NOTIFY_LOST"),
+        (reg::TX_PACKETS, "TX_PACKETS"),
+        (reg::RX_PACKETS, "RX_PACKETS"),
+        (reg::RX_DROPPED, "RX_DROPPED"),
+        (reg::LINK_EVENTS, "LINK_EVENTS"),
+    ] {
+        assert_eq!(a.vfio.reg(r), 0, "{name} after CTRL.RESET");
+    }
+    assert_eq!(a.vfio.reg(reg::NOTIFY_FIFO), NOTIFY_EMPTY);
+    // Not reset: the cluster's state and configuration space.
+    assert_eq!(a.vfio.reg(reg::NODE), node);
+    assert_eq!(a.vfio.reg(reg::LINK), 1);
+    assert_eq!(a.vfio.reg(reg::MEMBERS_LO), members);
+    assert_eq!(a.vfio.reg(reg::LAST_SEQ), last_seq, "LAST_SEQ is not reset");
+    assert_eq!(a.pci_command(), command, "CTRL.RESET left bus mastering alone");
+    // Reprogramming the PCT is enough to receive again.
+    a.vfio.set_pct(5, pct::RX, rx_buf(5));
+    b.vfio.region_write(BAR_TX, 5 * PAGE_SIZE + 0x300, &[0x54; 8], true);
+    poll("a store after the reset", || (a.ram.read(ram_at(5, 0x300), 8) == [0x54; 8]).then_some(()));
+    assert_eq!(a.vfio.reg(reg::RX_PACKETS), 1);
+    assert_ne!(a.vfio.reg(reg::LAST_SEQ), last_seq, "LAST_SEQ moves on from where it was");
+}
+
+/// The ACK page rules of `docs/adapter.md`: the sender's page needs TX; every
+/// receiver answers whatever its PCT says; answering writes, counts and
+/// notifies nothing there; each answer is a delivery at the sender (with INT,
+/// one notification each; without RX, dropped); LOOPBACK makes the sender
+/// answer itself; a P2P ACK page asks its destination only.
+#[test]
+fn adapter_ack_rules() {
+    let hub = Hub::start();
+    let mut a = Node::start(&hub, "a", IOVA, RAM_OFF, RAM);
+    let mut b = Node::start(&hub, "b", IOVA, RAM_OFF, RAM);
+    let mut c = Node::start(&hub, "c", IOVA, RAM_OFF, RAM);
+    let mut d = Node::start(&hub, "d", IOVA, RAM_OFF, RAM);
+    let (na, nb, nc, nd) = (a.adapter.node as u64, b.adapter.node as u64, c.adapter.node as u64, d.adapter.node as u64);
+    let at = |p: u64, n: u64| ram_at(p, n);
+    let answers = |n: &Node, p: u64| n.ram.read(at(p, 0), 8);
+
+    // An ACK page needs TX: the store is dropped and nobody is asked.
+    a.vfio.set_pct(7, pct::RX | pct::INT | pct::ACK, rx_buf(7));
+    a.vfio.region_write(BAR_TX, 7 * PAGE_SIZE, &[1; 8], true);
+    assert_eq!(a.vfio.reg(reg::ERR_STATUS), err::TX_DISABLED);
+    assert_eq!(a.vfio.reg(reg::TX_PACKETS), 0, "an ACK store without TX was sent");
+    // (A keeps TX_DISABLED latched: its own answer carries it below.)
+
+    // Receivers' PCT for page 7: B RX and INT, C nothing at all, D RX.
+    b.vfio.set_pct(7, pct::RX | pct::INT, rx_buf(7));
+    d.vfio.set_pct(7, pct::RX, rx_buf(7));
+    a.vfio.set_pct(7, pct::TX | pct::RX | pct::INT | pct::ACK, rx_buf(7));
+    a.vfio.set_reg(reg::INT_CAUSE, int::ALL);
+    a.vfio.region_write(BAR_TX, 7 * PAGE_SIZE + 0x100, &[0x5A; 8], true);
+    poll("B, C and D to answer", || [nb, nc, nd].iter().all(|&n| a.ram.read(at(7, n), 1)[0] != 0).then_some(()));
+    for n in [nb, nc, nd] {
+        assert_eq!(a.ram.read(at(7, n), 1)[0], ACK_VALID, "node {n} answers, RX or not");
+    }
+    assert_eq!(a.ram.read(at(7, na), 1)[0], 0, "the sender answered itself without LOOPBACK");
+    // At the sender, each answer is a delivery to an INT page.
+    poll("A to count three answers", || (a.vfio.reg(reg::RX_PACKETS) == 3).then_some(()));
+    assert_eq!(a.vfio.reg(reg::NOTIFY_COUNT), 3, "one notification per answer");
+    for _ in 0..3 {
+        assert_eq!(a.vfio.reg(reg::NOTIFY_FIFO), 7);
+    }
+    assert_eq!(a.vfio.reg(reg::NOTIFY_FIFO), NOTIFY_EMPTY);
+    assert_eq!(a.vfio.reg(reg::INT_CAUSE) & int::NOTIFY, int::NOTIFY);
+    // At the answering nodes: nothing written, counted or notified (B has INT).
+    for r in [&mut b, &mut c, &mut d] {
+        assert_eq!(r.vfio.reg(reg::RX_PACKETS), 0);
+        assert_eq!(r.vfio.reg(reg::RX_DROPPED), 0);
+        assert_eq!(r.vfio.reg(reg::NOTIFY_COUNT), 0);
+        assert_eq!(r.vfio.reg(reg::INT_CAUSE) & int::NOTIFY, 0);
+        assert_ne!(r.vfio.reg(reg::LAST_SEQ), 0, "the ACK store was delivered");
+        assert_zero_except("an answering node's RAM", &r.ram.all(), &[]);
+    }
+
+    // LOOPBACK: the sender answers itself too, with its own error bits.
+    a.ram.write(at(7, 0), &[0; 8]);
+    a.vfio.set_pct(7, pct::TX | pct::RX | pct::ACK | pct::LOOPBACK, rx_buf(7));
+    a.vfio.region_write(BAR_TX, 7 * PAGE_SIZE + 0x108, &[0x5B; 8], true);
+    poll("all four answers", || [na, nb, nc, nd].iter().all(|&n| a.ram.read(at(7, n), 1)[0] != 0).then_some(()));
+    assert_eq!(a.ram.read(at(7, na), 1)[0], ACK_VALID | err::TX_DISABLED as u8, "A's own answer");
+    for n in [nb, nc, nd] {
+        assert_eq!(a.ram.read(at(7, n), 1)[0], ACK_VALID);
+    }
+    poll("A to count seven answers", || (a.vfio.reg(reg::RX_PACKETS) == 7).then_some(()));
+
+    // P2P to C: only C answers. A broadcast ACK on page 6 afterwards is the
+    // fence: each node answers in the global order, so once B and D have
+    // answered on page 6, any page-7 answer of theirs would have landed.
+    a.ram.write(at(7, 0), &[0; 8]);
+    a.vfio.set_pct(7, pct::TX | pct::RX | pct::ACK | pct::P2P | nc << pct::DEST_SHIFT, rx_buf(7));
+    a.vfio.set_pct(6, pct::TX | pct::RX | pct::ACK, rx_buf(6));
+    a.vfio.region_write(BAR_TX, 7 * PAGE_SIZE, &[0x5C; 8], true);
+    a.vfio.region_write(BAR_TX, 6 * PAGE_SIZE, &[0x5D; 8], true);
+    poll("the page-6 answers", || [nb, nc, nd].iter().all(|&n| a.ram.read(at(6, n), 1)[0] != 0).then_some(()));
+    poll("C's page-7 answer", || (a.ram.read(at(7, nc), 1)[0] == ACK_VALID).then_some(()));
+    let mut only_c = [0u8; 8];
+    only_c[nc as usize] = ACK_VALID;
+    assert_eq!(answers(&a, 7), only_c, "a P2P ACK asked someone else");
+
+    // Without RX at the sender the answers are dropped there, and counted.
+    a.vfio.set_pct(5, pct::TX | pct::ACK, rx_buf(5));
+    let dropped = a.vfio.reg(reg::RX_DROPPED);
+    a.vfio.region_write(BAR_TX, 5 * PAGE_SIZE, &[0x5E; 8], true);
+    poll("three answers dropped at A", || (a.vfio.reg(reg::RX_DROPPED) == dropped + 3).then_some(()));
+    assert_eq!(answers(&a, 5), [0; 8]);
+    assert_eq!(a.vfio.reg(reg::TX_PACKETS), 5);
+}
+
+/// A node receives its own writes only with LOOPBACK, P2P to itself
+/// included: without it such a write is sent and reaches nobody.
+#[test]
+fn adapter_p2p_to_self_needs_loopback() {
+    let hub = Hub::start();
+    let mut a = Node::start(&hub, "a", IOVA, RAM_OFF, RAM);
+    let mut b = Node::start(&hub, "b", IOVA, RAM_OFF, RAM);
+    let (na, nb) = (a.adapter.node as u64, b.adapter.node as u64);
+    b.vfio.set_pct(2, pct::RX, rx_buf(2));
+    b.vfio.set_pct(FENCE_PAGE, pct::RX | pct::INT, rx_buf(FENCE_PAGE));
+    a.vfio.set_pct(FENCE_PAGE, pct::TX, 0);
+    // Page 3 loops back into A: A's own fence.
+    a.vfio.set_pct(3, pct::TX | pct::RX | pct::LOOPBACK, rx_buf(3));
+
+    // P2P to itself, no LOOPBACK.
+    a.vfio.set_pct(2, pct::TX | pct::RX | pct::P2P | na << pct::DEST_SHIFT, rx_buf(2));
+    a.vfio.region_write(BAR_TX, 2 * PAGE_SIZE, &[0x11; 8], true);
+    a.vfio.region_write(BAR_TX, 3 * PAGE_SIZE, &[0x33; 8], true);
+    poll("A's looped-back fence", || (a.ram.read(ram_at(3, 0), 8) == [0x33; 8]).then_some(()));
+    fence(&mut a, &mut [&mut b], 1);
+    assert_eq!(a.ram.read(ram_at(2, 0), 8), [0; 8], "a P2P write to itself came back without LOOPBACK");
+    assert_eq!(a.vfio.reg(reg::RX_PACKETS), 1, "only the page-3 loopback");
+    assert_eq!(a.vfio.reg(reg::RX_DROPPED), 0);
+    assert_eq!(a.vfio.reg(reg::TX_PACKETS), 3, "the P2P write to itself was sent");
+    assert_eq!(a.vfio.reg(reg::ERR_STATUS), 0);
+    assert_eq!(b.vfio.reg(reg::RX_PACKETS), 1, "only the fence");
+
+    // With LOOPBACK it comes back, and still reaches nobody else.
+    a.vfio.set_pct(2, pct::TX | pct::RX | pct::LOOPBACK | pct::P2P | na << pct::DEST_SHIFT, rx_buf(2));
+    a.vfio.region_write(BAR_TX, 2 * PAGE_SIZE + 8, &[0x22; 8], true);
+    poll("the P2P write to itself with LOOPBACK", || (a.ram.read(ram_at(2, 8), 8) == [0x22; 8]).then_some(()));
+    fence(&mut a, &mut [&mut b], 2);
+    assert_eq!(b.vfio.reg(reg::RX_PACKETS), 2, "only the fences");
+
+    // P2P to another node with LOOPBACK: that node and the sender.
+    a.vfio.set_pct(2, pct::TX | pct::RX | pct::LOOPBACK | pct::P2P | nb << pct::DEST_SHIFT, rx_buf(2));
+    a.vfio.region_write(BAR_TX, 2 * PAGE_SIZE + 16, &[0x44; 8], true);
+    poll("the loopback of a P2P write to B", || (a.ram.read(ram_at(2, 16), 8) == [0x44; 8]).then_some(()));
+    poll("the P2P write at B", || (b.ram.read(ram_at(2, 16), 8) == [0x44; 8]).then_some(()));
+    assert_eq!(b.ram.read(ram_at(2, 0), 16), [0; 16]);
+    assert_zero_except("A's RAM", &a.ram.all(), &[(ram_at(2, 8) as usize, 16), (ram_at(3, 0) as usize, 8)]);
+}
+
+/// "Applied whole or not at all" is per delivery: a store across a page
+/// boundary is one packet per page, each applied or refused on its own, and
+/// a refused packet leaves earlier ones to the same page in place.
+#[test]
+fn adapter_applies_whole_per_delivery_not_per_page() {
+    let hub = Hub::start();
+    let mut a = Node::start(&hub, "a", IOVA, RAM_OFF, RAM);
+    let mut b = Node::start(&hub, "b", IOVA, RAM_OFF, RAM);
+    // B: page 0 mapped, page 1 at an IOVA never mapped, page 2's buffer
+    // runs off the end of the map 0x100 bytes in.
+    b.vfio.set_pct(0, pct::RX, rx_buf(0));
+    b.vfio.set_pct(1, pct::RX, 0x8000_0000);
+    let p2 = IOVA + RAM - 0x100;
+    b.vfio.set_pct(2, pct::RX, p2);
+    b.vfio.set_pct(FENCE_PAGE, pct::RX | pct::INT, rx_buf(FENCE_PAGE));
+    for p in [0, 1, 2, FENCE_PAGE] {
+        a.vfio.set_pct(p, pct::TX, 0);
+    }
+
+    // 16 bytes across the page 0 / page 1 boundary.
+    let bytes: Vec<u8> = (1..=16).collect();
+    a.vfio.region_write(BAR_TX, PAGE_SIZE - 8, &bytes, true);
+    fence(&mut a, &mut [&mut b], 1);
+    assert_eq!(a.vfio.reg(reg::TX_PACKETS), 3, "a store across two pages is two packets (plus the fence)");
+    assert_eq!(b.ram.read(ram_at(0, PAGE_SIZE - 8), 8), bytes[..8], "the page-0 half was applied");
+    assert_eq!(b.vfio.reg(reg::ERR_STATUS), err::RX_DMA, "the page-1 half was refused");
+    assert_eq!(b.vfio.reg(reg::ERR_COUNT), 1);
+    assert_eq!(b.vfio.reg(reg::RX_PACKETS), 2, "page 0 and the fence");
+
+    // Page 2: one packet inside the map, then one straddling its end.
+    let off = |o: u64| RAM_OFF + RAM - 0x100 + o;
+    a.vfio.region_write(BAR_TX, 2 * PAGE_SIZE + 0x10, &[0x77; 8], true);
+    a.vfio.region_write(BAR_TX, 2 * PAGE_SIZE + 0xF8, &[0x88; 16], true);
+    fence(&mut a, &mut [&mut b], 2);
+    assert_eq!(b.ram.read(off(0x10), 8), [0x77; 8], "a refused packet undid an earlier one on its page");
+    assert_eq!(b.ram.read(off(0xF8), 8), [0; 8], "part of a refused packet was applied");
+    assert_eq!(b.vfio.reg(reg::ERR_COUNT), 2);
+    assert_eq!(b.vfio.reg(reg::RX_PACKETS), 4);
+    let fences = (ram_at(FENCE_PAGE, 8) as usize, 16);
+    assert_zero_except(
+        "B's RAM",
+        &b.ram.all(),
+        &[(ram_at(0, PAGE_SIZE - 8) as usize, 8), (off(0x10) as usize, 8), fences],
+    );
 }

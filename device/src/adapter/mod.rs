@@ -41,8 +41,8 @@ use crate::remote::RemoteLink;
 use crate::uplink::{LinkInfo, Unplugged, Uplink};
 use crate::vfio_user::{self, region, region_flags, Device, Errno, IrqSet, RegionInfo};
 
-/// Node id value of `NODE` while the adapter has not joined a hub.
-pub const NO_NODE: u32 = 0xFFFF;
+/// Node id value of `NODE` while the adapter is not joined to a hub.
+pub use crate::regs::NO_NODE;
 
 /// How the adapter is set up.
 #[derive(Debug, Clone)]
@@ -107,7 +107,7 @@ impl Shared {
             pages,
             pct: (0..pages * 2).map(|_| AtomicU64::new(0)).collect(),
             dma: DmaSpace::new(),
-            node: AtomicU32::new(NO_NODE),
+            node: AtomicU32::new(regs::NODE_RESET),
             home_node: AtomicU32::new(ANY_NODE as u32),
             link_up: AtomicBool::new(false),
             bus_master: AtomicBool::new(false),
@@ -157,8 +157,7 @@ impl Shared {
     }
 
     fn node_id(&self) -> Option<u16> {
-        let n = self.node.load(Ordering::SeqCst) & 0xFFFF;
-        (n != NO_NODE).then_some(n as u16)
+        regs::node_id(self.node.load(Ordering::SeqCst))
     }
 
     fn ports(&self) -> u32 {
@@ -204,7 +203,8 @@ impl Shared {
         self.link_up.load(Ordering::SeqCst)
     }
 
-    /// The link went down: no node id, no members, LINK_DOWN and the LINK cause.
+    /// The link went down: no node id (the port count stays in `NODE`), no
+    /// members, LINK_DOWN and the LINK cause.
     pub fn link_down(&self, reason: &str) {
         warn!("link to hub down: {reason}");
         let was_up = self.link_up.swap(false, Ordering::SeqCst);
@@ -216,6 +216,9 @@ impl Shared {
         }
     }
 
+    /// CTRL.RESET and DEVICE_RESET: everything `docs/adapter.md` ("Reset")
+    /// lists. Not the node id, link, membership or LAST_SEQ (the cluster's
+    /// state, not this adapter's), nor PCI configuration space.
     fn reset(&self) {
         for w in self.pct.iter() {
             w.store(0, Ordering::Release);

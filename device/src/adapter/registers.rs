@@ -121,15 +121,118 @@ impl Adapter {
                     bytes[(o % 8) as usize] = b;
                 }
             }
-            let mut v = u64::from_le_bytes(bytes);
-            if word % 2 == 0 {
-                v &= pct::WORD0_MASK;
-            }
+            let v = u64::from_le_bytes(bytes) & if word % 2 == 0 { pct::WORD0_MASK } else { pct::WORD1_MASK };
             words.push((word, v));
         }
         words.sort_by_key(|&(w, _)| (w / 2, std::cmp::Reverse(w % 2)));
         for (word, v) in words {
             self.shared.pct[word as usize].store(v, Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use link::{FLAG_ACK, FLAG_ACK_REPLY, FLAG_LOOPBACK};
+
+    use super::super::Adapter;
+    use crate::regs::{self, err, int, pct, reg, BAR_PCT, PAGE_SIZE};
+    use crate::uplink::LinkInfo;
+    use crate::vfio_user::Device;
+
+    fn adapter() -> Adapter {
+        Adapter::new(regs::MIN_ASPACE).unwrap()
+    }
+
+    fn join(a: &Adapter, node: u16, max_nodes: u16, members: &[u16]) {
+        a.shared.link_up(&LinkInfo { node, max_nodes, members: members.to_vec(), next_seq: 100 });
+    }
+
+    #[test]
+    fn node_reads_reset_value_then_keeps_the_ports_while_down() {
+        let mut a = adapter();
+        let s = a.shared();
+        assert_eq!(s.reg_read(reg::NODE), regs::NODE_RESET, "NODE before the first join");
+        assert_eq!(s.reg_read(reg::NODE), 0x0000_FFFF);
+        assert_eq!(s.reg_read(reg::LINK), 0);
+        assert_eq!(s.reg_read(reg::ERR_STATUS), err::LINK_DOWN);
+        assert_eq!(s.reg_read(reg::MEMBERS_LO), 0);
+
+        join(&a, 3, 8, &[1, 3, 40]);
+        assert_eq!(s.reg_read(reg::NODE), 8 << 16 | 3);
+        assert_eq!(s.reg_read(reg::MEMBERS_LO), 1 << 1 | 1 << 3);
+        assert_eq!(s.reg_read(reg::MEMBERS_HI), 1 << (40 - 32));
+
+        s.link_down("test");
+        assert_eq!(s.reg_read(reg::NODE), 8 << 16 | regs::NO_NODE, "the port count stays while down");
+        assert_eq!(s.reg_read(reg::MEMBERS_LO), 0, "no members while down, not even this node");
+        assert_eq!(s.reg_read(reg::MEMBERS_HI), 0);
+        // A reset does not touch NODE.
+        a.reset();
+        assert_eq!(s.reg_read(reg::NODE), 8 << 16 | regs::NO_NODE);
+        join(&a, 3, 8, &[3]);
+        assert_eq!(s.reg_read(reg::NODE), 8 << 16 | 3);
+    }
+
+    #[test]
+    fn receive_address_low_three_bits_read_as_zero() {
+        let mut a = adapter();
+        a.region_write(BAR_PCT, 2 * pct::ENTRY + 8, &u64::MAX.to_le_bytes()).unwrap();
+        a.region_write(BAR_PCT, 3 * pct::ENTRY + 8, &0x1_2345_6787u64.to_le_bytes()).unwrap();
+        // A one-byte store to the low byte of word 1.
+        a.region_write(BAR_PCT, 4 * pct::ENTRY + 8, &[0xFF]).unwrap();
+        let word1 = |a: &mut Adapter, p: u64| {
+            let mut b = [0u8; 8];
+            a.region_read(BAR_PCT, p * pct::ENTRY + 8, &mut b).unwrap();
+            u64::from_le_bytes(b)
+        };
+        assert_eq!(word1(&mut a, 2), pct::WORD1_MASK, "all ones but the reserved bits");
+        assert_eq!(word1(&mut a, 2), 0xFFFF_FFFF_FFFF_FFF8);
+        assert_eq!(word1(&mut a, 3), 0x1_2345_6780);
+        assert_eq!(word1(&mut a, 4), 0xF8);
+    }
+
+    #[test]
+    fn reset_keeps_last_seq() {
+        let mut a = adapter();
+        let s = a.shared();
+        join(&a, 1, 8, &[0, 1]);
+        assert_eq!(s.reg_read(reg::LAST_SEQ), 0, "no delivery yet");
+        assert!(s.deliver(0x1_0000_0123, 0, 0, 0, &[1; 8]).is_none());
+        assert_eq!(s.reg_read(reg::LAST_SEQ), 0x123, "low 32 bits");
+        assert_eq!(s.reg_read(reg::RX_DROPPED), 1, "no RX on page 0");
+        a.reset();
+        assert_eq!(s.reg_read(reg::RX_DROPPED), 0);
+        assert_eq!(s.reg_read(reg::LAST_SEQ), 0x123, "CTRL.RESET leaves LAST_SEQ");
+    }
+
+    #[test]
+    fn ack_answer_ignores_the_answering_pct_and_loops_back_to_self() {
+        let mut a = adapter();
+        let s = a.shared();
+        join(&a, 2, 8, &[2, 5]);
+        s.err_status_clear(err::ALL);
+        s.raise_error(err::TX_READ | err::TX_LINK_DOWN);
+        s.irq.lock().unwrap().cause = 0;
+        let page = 7;
+        let at = page * PAGE_SIZE + 0x40;
+        // No PCT entry at all: the node answers anyway.
+        let r = s.deliver(200, 5, FLAG_ACK, at, &[9; 8]).expect("an answer");
+        assert_eq!((r.dest, r.flags, r.addr), (5, FLAG_ACK_REPLY, page * PAGE_SIZE + 2));
+        assert_eq!(r.status, 0x80 | err::TX_READ as u8, "bits 0-6 only, with bit 7 set");
+        // RX and INT on the page: still only an answer, no write, no notification.
+        a.region_write(BAR_PCT, page * pct::ENTRY + 8, &0x10000u64.to_le_bytes()).unwrap();
+        a.region_write(BAR_PCT, page * pct::ENTRY, &(pct::RX | pct::INT).to_le_bytes()).unwrap();
+        assert!(s.deliver(201, 5, FLAG_ACK, at, &[9; 8]).is_some());
+        assert_eq!(s.reg_read(reg::NOTIFY_COUNT), 0);
+        assert_eq!(s.reg_read(reg::INT_CAUSE) & int::NOTIFY, 0);
+        assert_eq!(s.reg_read(reg::RX_PACKETS), 0);
+        assert_eq!(s.reg_read(reg::RX_DROPPED), 0);
+        // Its own ACK store looped back: the answer is a loopback write to itself.
+        let r = s.deliver(202, 2, FLAG_ACK | FLAG_LOOPBACK, at, &[9; 8]).expect("an answer to itself");
+        assert_eq!((r.dest, r.flags, r.addr), (2, FLAG_ACK_REPLY | FLAG_LOOPBACK, page * PAGE_SIZE + 2));
+        // Not joined: no answer.
+        s.link_down("test");
+        assert!(s.deliver(203, 5, FLAG_ACK, at, &[9; 8]).is_none());
     }
 }

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use link::FLAG_ACK;
+use link::{FLAG_ACK, FLAG_ACK_REPLY, FLAG_LOOPBACK};
 use tracing::{debug, info, warn};
 
 use super::Shared;
@@ -55,12 +55,16 @@ impl Shared {
     }
 
     /// Our answer to an ACK store: our error status, into byte `node` of
-    /// the page in the sender's receive buffer.
+    /// the page in the sender's receive buffer. Every node an ACK store is
+    /// delivered to answers, whatever its own PCT says about the page; the
+    /// sender answers itself when the page has LOOPBACK (the store was
+    /// delivered back to it), and its answer comes back as a loopback.
     fn ack_reply(&self, src: u16, addr: u64) -> Option<AckReply> {
         let me = self.node_id()?;
         let page_base = addr - addr % PAGE_SIZE;
         let status = (self.err_status() as u8 & !ACK_VALID) | ACK_VALID;
-        Some(AckReply { dest: src, addr: page_base + me as u64, status })
+        let flags = if src == me { FLAG_ACK_REPLY | FLAG_LOOPBACK } else { FLAG_ACK_REPLY };
+        Some(AckReply { dest: src, flags, addr: page_base + me as u64, status })
     }
 
     /// Writes received bytes to guest memory, page by page, per the PCT.

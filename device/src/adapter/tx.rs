@@ -28,8 +28,8 @@ impl Adapter {
             Ok(()) => {
                 self.shared.tx_packets.fetch_add(1, Ordering::Relaxed);
             }
-            // Link down: the store is lost, as on a cable that is unplugged.
-            Err(_) => self.shared.raise_error(err::LINK_DOWN),
+            // Link down: the packet is lost, as on a cable that is unplugged.
+            Err(_) => self.shared.raise_error(err::TX_LINK_DOWN),
         }
     }
 

@@ -1,11 +1,27 @@
 //! The host ⇄ guest agent protocol, shared by `mc-agent` (in the guest) and
-//! `mc-cluster` (on the host).
+//! `mc-cluster` (on the host); [`server`] is the guest's side of it.
 //!
 //! Transport: a virtio-serial port named [`PORT_NAME`], a Unix socket on the
 //! host side. Framing: a little-endian u32 length, then that many bytes of
-//! JSON ([`Request`] host→guest, [`Response`] guest→host). One request at a
-//! time; the agent answers each before reading the next.
+//! JSON ([`Request`] host→guest, [`Response`] guest→host), each wrapped in an
+//! [`Envelope`] carrying the request id. One operation at a time:
+//!
+//! - `Ping` → `Pong`.
+//! - `Exec` → any number of `Output` chunks while the command runs, then
+//!   `Exited` (or `Error` if it could not start). With `stdin: true` the host
+//!   streams `Stdin` chunks and then `StdinEnd` (the command's end of file)
+//!   while it reads the answers; chunks the command no longer wants are
+//!   dropped, and those still arriving after `Exited` are ignored.
+//! - `Put` → `Ready` (the file is open), then the host sends the bytes as
+//!   `Stdin` chunks and `StdinEnd` → `Done` (or `Error` at either step).
+//! - `Get` → `Data` chunks, then `Done` (or `Error`).
+//!
+//! Binary data (stdin, output, file bytes) travels base64-encoded, in chunks
+//! of at most [`CHUNK`] bytes, so neither side ever holds more than a few
+//! chunks of a stream in memory.
 #![warn(missing_docs)]
+
+pub mod server;
 
 use std::io::{self, Read, Write};
 
@@ -15,9 +31,9 @@ use serde::{Deserialize, Serialize};
 /// Name of the virtio-serial port (`-device virtserialport,name=…`).
 pub const PORT_NAME: &str = "mc.agent";
 /// Largest frame either side accepts: bounds memory on a corrupt length.
-pub const MAX_FRAME: usize = 64 << 20;
-/// Most bytes of stdout or stderr returned per command; the rest is cut and flagged.
-pub const MAX_OUTPUT: usize = 16 << 20;
+pub const MAX_FRAME: usize = 1 << 20;
+/// Most bytes of stdin, output or file data in one frame.
+pub const CHUNK: usize = 64 << 10;
 
 /// A request from the host.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -25,16 +41,39 @@ pub const MAX_OUTPUT: usize = 16 << 20;
 pub enum Request {
     /// Liveness check.
     Ping,
-    /// Run `argv` (no shell unless argv asks for one) and return its result.
+    /// Run `argv` (no shell unless argv asks for one), streaming its output.
     Exec {
         /// Program and arguments.
         argv: Vec<String>,
-        /// Bytes for stdin, base64.
+        /// The command's stdin is fed by `Stdin` frames that follow (else
+        /// it reads /dev/null).
         #[serde(default)]
-        stdin: String,
+        stdin: bool,
         /// Kill the command after this many seconds (0: no limit).
         #[serde(default)]
         timeout_s: u64,
+    },
+    /// A chunk of the stream that follows `Exec { stdin: true }` or `Put`.
+    Stdin {
+        /// At most [`CHUNK`] bytes, base64.
+        data: String,
+    },
+    /// End of that stream.
+    StdinEnd,
+    /// Write a file in the guest from the `Stdin` chunks that follow.
+    Put {
+        /// Guest path; an existing folder means `path/name`.
+        path: String,
+        /// Permission bits of the new file.
+        mode: u32,
+        /// File name to use when `path` is a folder.
+        #[serde(default)]
+        name: String,
+    },
+    /// Read a file of the guest.
+    Get {
+        /// Guest path.
+        path: String,
     },
 }
 
@@ -49,18 +88,40 @@ pub enum Response {
         /// Seconds since guest boot.
         uptime_s: f64,
     },
-    /// Answer to `Exec`.
+    /// Output of a running command.
+    Output {
+        /// 1 for stdout, 2 for stderr.
+        fd: u8,
+        /// At most [`CHUNK`] bytes, base64.
+        data: String,
+    },
+    /// A command ended: the last answer to `Exec`.
     Exited {
         /// Exit code, or 128 + signal when killed by a signal.
         code: i32,
-        /// stdout, base64.
-        stdout: String,
-        /// stderr, base64.
-        stderr: String,
         /// True when the timeout killed the command.
         timed_out: bool,
     },
-    /// The request could not be carried out (bad frame, program not found).
+    /// `Put`: the file is open; send its bytes.
+    Ready {
+        /// The path being written (the folder resolved).
+        path: String,
+    },
+    /// `Get`: a chunk of the file.
+    Data {
+        /// At most [`CHUNK`] bytes, base64.
+        data: String,
+    },
+    /// `Put` or `Get` finished.
+    Done {
+        /// The guest file.
+        path: String,
+        /// Bytes copied.
+        bytes: u64,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// The request could not be carried out (bad frame, program or file not found).
     Error {
         /// What went wrong.
         message: String,
@@ -130,7 +191,7 @@ mod tests {
 
     #[test]
     fn frames_roundtrip_and_oversize_is_refused() {
-        let req = Request::Exec { argv: vec!["echo".into(), "hi".into()], stdin: b64_encode(b"x"), timeout_s: 3 };
+        let req = Request::Exec { argv: vec!["echo".into(), "hi".into()], stdin: true, timeout_s: 3 };
         let mut buf = Vec::new();
         write_frame(&mut buf, &req).unwrap();
         let back: Request = read_frame(&mut &buf[..]).unwrap().unwrap();

@@ -18,7 +18,7 @@ use guest_driver::guest_mem::{Mapping, ReadWrite};
 use guest_driver::{rx_buffer, Adapter, Interrupt, RX_IOVA_BASE};
 use imc_proto::layout::{ACK_Q_PAGE, DIR_PAGE, MAX_NODES, META_PAGES, RELAY_PAGE};
 use imc_proto::{ACK_FILE, ERRCOUNT_FILE};
-use regs::{int, pct, reg, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
+use regs::{ctrl, int, pct, reg, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
 
 use crate::bus::AdapterBus;
 use crate::hw::{Handout, Hw, HwError};
@@ -73,6 +73,10 @@ impl AdapterHw {
             }
             std::thread::sleep(Duration::from_millis(100));
         };
+        // Nothing resets the adapter between opens (guest VFIO offers no
+        // device reset): start from the reset state, as docs/adapter.md
+        // asks of the driver that takes the adapter into service.
+        a.set_reg(reg::CTRL, ctrl::RESET);
         let meta = rx_buffer(Path::new("/dev/shm/imcd-meta"), META_PAGES).map_err(mem("imcd-meta"))?;
         a.dev.map_dma(&meta, iova(0)).map_err(|e| HwError::Device(e.to_string()))?;
         for p in 0..META_PAGES {
@@ -131,7 +135,7 @@ impl Hw for AdapterHw {
         self.a.pages()
     }
     fn members(&self) -> u64 {
-        (self.a.reg(reg::MEMBERS_HI) as u64) << 32 | self.a.reg(reg::MEMBERS_LO) as u64
+        regs::members_bitmap(self.a.reg(reg::MEMBERS_LO), self.a.reg(reg::MEMBERS_HI))
     }
     fn store64(&self, addr: u64, v: u64) {
         self.a.store64(addr, v)

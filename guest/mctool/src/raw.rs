@@ -88,14 +88,6 @@ pub(crate) struct Info {
 impl Info {
     fn read(a: &Adapter) -> Info {
         let es = a.reg(reg::ERR_STATUS);
-        let names = [
-            (err::TX_DISABLED, "tx-disabled"),
-            (err::TX_READ, "tx-read"),
-            (err::RX_DMA, "rx-dma"),
-            (err::LINK_DOWN, "link-down"),
-            (err::CRC, "crc"),
-            (err::RX_RANGE, "rx-range"),
-        ];
         Info {
             pci: a.dev.bdf.clone(),
             id: a.reg(reg::ID),
@@ -106,7 +98,7 @@ impl Info {
             pages: a.pages(),
             page_size: PAGE_SIZE,
             err_status: es,
-            errors: names.iter().filter(|(b, _)| es & b != 0).map(|(_, n)| *n).collect(),
+            errors: err::NAMES.iter().filter(|(b, _)| es & b != 0).map(|(_, n)| *n).collect(),
             err_count: a.reg(reg::ERR_COUNT),
             int_cause: a.reg(reg::INT_CAUSE),
             int_mask: a.reg(reg::INT_MASK),

@@ -43,7 +43,9 @@ pub const MAX_ASPACE: u64 = 4 << 30;
 pub mod reg {
     /// RO. Identification: `0x4D43_0001` ("MC", register layout revision 1).
     pub const ID: u64 = 0x00;
-    /// RO. Bits 0-15: this node's id (0xFFFF while not joined). Bits 16-31: hub ports.
+    /// RO. Bits 0-15: this node's id ([`super::NO_NODE`] while not joined).
+    /// Bits 16-31: the hub's ports (0 until the first join, kept while the
+    /// link is down). Reset value [`super::NODE_RESET`].
     pub const NODE: u64 = 0x04;
     /// RO. Bit 0: link up.
     pub const LINK: u64 = 0x08;
@@ -80,7 +82,8 @@ pub mod reg {
     pub const NOTIFY_LOST: u64 = 0x4C;
     /// RO. Link and membership changes seen since reset.
     pub const LINK_EVENTS: u64 = 0x50;
-    /// RO. Low 32 bits of the global sequence number of the last packet applied.
+    /// RO. Low 32 bits of the global sequence number of the last write
+    /// delivered to this node (0 before the first); not cleared by a reset.
     pub const LAST_SEQ: u64 = 0x54;
     /// Start of the MSI-X table (emulated by QEMU; one vector).
     pub const MSIX_TABLE: u64 = 0x800;
@@ -88,17 +91,14 @@ pub mod reg {
     pub const MSIX_PBA: u64 = 0xC00;
 }
 
-/// The node id field (low 16 bits of NODE) of an adapter that has not
-/// joined a hub; the port count stays in bits 16–31.
-pub const NO_NODE: u16 = 0xFFFF;
-
-/// The node id in a NODE register value, or `None` before the adapter joins.
+/// The node id in a NODE register value, or `None` while the adapter is
+/// not joined ([`NO_NODE`]; the port count stays in bits 16–31).
 pub const fn node_id(node_reg: u32) -> Option<u16> {
-    let n = (node_reg & 0xFFFF) as u16;
+    let n = node_reg & 0xFFFF;
     if n == NO_NODE {
         None
     } else {
-        Some(n)
+        Some(n as u16)
     }
 }
 
@@ -135,6 +135,11 @@ pub mod int {
 /// Reset value of `ID`.
 pub const ID_VALUE: u32 = 0x4D43_0001;
 
+/// Node id field of `NODE` (bits 0-15) while the adapter is not joined.
+pub const NO_NODE: u32 = 0xFFFF;
+/// `NODE` before the first join: no node id, no ports known yet.
+pub const NODE_RESET: u32 = NO_NODE;
+
 /// Bits of `ERR_STATUS` (write 1 to clear).
 pub mod err {
     /// A store hit a page not enabled for transmit; it was dropped.
@@ -154,12 +159,27 @@ pub mod err {
     /// A frame from the hub was lost (the link sequence skipped), or the
     /// global order went backwards.
     pub const SEQ_GAP: u32 = 1 << 7;
+    /// A packet was dropped at the sender because the link was down.
+    pub const TX_LINK_DOWN: u32 = 1 << 8;
     /// All defined bits.
-    pub const ALL: u32 = 0xFF;
+    pub const ALL: u32 = 0x1FF;
+    /// Every bit with its short name, as tools print them.
+    pub const NAMES: [(u32, &str); 9] = [
+        (TX_DISABLED, "tx-disabled"),
+        (TX_READ, "tx-read"),
+        (RX_DMA, "rx-dma"),
+        (LINK_DOWN, "link-down"),
+        (CRC, "crc"),
+        (RX_RANGE, "rx-range"),
+        (TX_DEST, "tx-dest"),
+        (SEQ_GAP, "seq-gap"),
+        (TX_LINK_DOWN, "tx-link-down"),
+    ];
 }
 
-/// Byte an ACK reply carries: the replying node's `ERR_STATUS` low 7 bits
+/// Byte an ACK reply carries: the replying node's `ERR_STATUS` bits 0-6
 /// with this bit set, so "answered, no error" reads `0x80` and "no answer" 0.
+/// Error bits 7 and up do not show in an answer (ERR_COUNT counts them).
 pub const ACK_VALID: u8 = 0x80;
 
 /// Bits of `CTRL`.
@@ -200,6 +220,9 @@ pub mod pct {
     pub const DEST_MASK: u64 = 0xFFFF;
     /// Bits of word 0 that hold state; the rest read as zero.
     pub const WORD0_MASK: u64 = 0x3F | (DEST_MASK << DEST_SHIFT);
+    /// Bits of word 1 (the receive address) that hold state: bits 0-2 are
+    /// reserved and read as zero, so a receive buffer is 8-byte aligned.
+    pub const WORD1_MASK: u64 = !0x7;
 }
 
 #[cfg(test)]
@@ -208,10 +231,11 @@ mod tests {
 
     #[test]
     fn node_and_members_decode() {
-        assert_eq!(node_id(8 << 16 | NO_NODE as u32), None);
+        assert_eq!(node_id(8 << 16 | NO_NODE), None);
         assert_eq!(node_id(8 << 16 | 3), Some(3));
         assert_eq!(members_bitmap(0b101, 1), 1 << 32 | 0b101);
         assert_eq!(members(0b101, 1).collect::<Vec<_>>(), vec![0, 2, 32]);
         assert_eq!(members(0, 0).count(), 0);
+        assert_eq!(err::NAMES.iter().fold(0, |a, (b, _)| a | b), err::ALL, "every error bit has a name");
     }
 }

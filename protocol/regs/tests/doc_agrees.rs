@@ -1,6 +1,7 @@
 //! `docs/adapter.md` and the register constants must agree: every register,
 //! error bit, interrupt bit and PCT bit in the doc's tables has a constant
-//! with the same value, and every constant is in the doc.
+//! with the same value, and every constant is in the doc; so do the
+//! registers' documented reset values.
 
 use std::collections::BTreeMap;
 
@@ -103,6 +104,7 @@ fn error_bits_match() {
         ("RX_RANGE", err::RX_RANGE as u64),
         ("TX_DEST", err::TX_DEST as u64),
         ("SEQ_GAP", err::SEQ_GAP as u64),
+        ("TX_LINK_DOWN", err::TX_LINK_DOWN as u64),
     ];
     check(&rows, &consts, |c| 1 << num(c), "error bit");
     assert_eq!(
@@ -110,6 +112,69 @@ fn error_bits_match() {
         err::ALL as u64,
         "err::ALL covers exactly the documented bits"
     );
+}
+
+/// The reset-value cell (fourth column) of each register row: its first
+/// `code` span as a number, or None when the cell has no literal value.
+fn reset_values(doc: &str) -> BTreeMap<String, Option<u64>> {
+    let start = doc.find("## Registers (BAR 0)").expect("register table");
+    let mut rows = BTreeMap::new();
+    for line in doc[start..].lines().skip(1).skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        if cells.len() < 4 || cells[0] == "offset" || cells[0].starts_with("---") {
+            continue;
+        }
+        let literal = cells[3].split('`').nth(1).map(num);
+        rows.insert(cells[1].to_string(), literal);
+    }
+    rows
+}
+
+#[test]
+fn reset_values_match() {
+    let rows = reset_values(&doc());
+    let want: [(&str, Option<u64>); 20] = [
+        ("ID", Some(regs::ID_VALUE as u64)),
+        ("NODE", Some(regs::NODE_RESET as u64)),
+        ("LINK", None),
+        ("PAGE_SIZE", Some(regs::PAGE_SIZE)),
+        ("ASPACE_PAGES", None),
+        ("ERR_STATUS", Some(0)),
+        ("ERR_COUNT", Some(0)),
+        ("CTRL", Some(0)),
+        ("MEMBERS_LO", None),
+        ("MEMBERS_HI", None),
+        ("INT_CAUSE", Some(0)),
+        ("INT_MASK", Some(0)),
+        ("NOTIFY_FIFO", Some(regs::NOTIFY_EMPTY as u64)),
+        ("NOTIFY_COUNT", Some(0)),
+        ("TX_PACKETS", Some(0)),
+        ("RX_PACKETS", Some(0)),
+        ("RX_DROPPED", Some(0)),
+        ("NOTIFY_LOST", Some(0)),
+        ("LINK_EVENTS", Some(0)),
+        ("LAST_SEQ", Some(0)),
+    ];
+    for (name, v) in want {
+        assert_eq!(rows.get(name), Some(&v), "reset value of {name} in docs/adapter.md");
+    }
+    assert_eq!(rows.len(), want.len(), "registers in the table: {:?}", rows.keys());
+    // NODE before the first join: no node id, no ports.
+    assert_eq!(regs::NODE_RESET & 0xFFFF, regs::NO_NODE);
+    assert_eq!(regs::NODE_RESET >> 16, 0);
+}
+
+#[test]
+fn receive_address_and_ack_bits_match() {
+    let d = doc().replace('\n', " ");
+    let reserved = !pct::WORD1_MASK;
+    assert_eq!(reserved, 0x7, "word 1's reserved bits are the low ones");
+    let needle = format!("Its bits 0–{} are reserved and read as zero", reserved.count_ones() - 1);
+    assert!(d.contains(&needle), "docs/adapter.md does not say '{needle}'");
+    // An ACK answer carries the ERR_STATUS bits below ACK_VALID.
+    let top = regs::ACK_VALID.trailing_zeros();
+    let needle = format!("its ERR_STATUS bits 0–{} with bit {top}", top - 1);
+    assert!(d.contains(&needle), "docs/adapter.md does not say '{needle}'");
 }
 
 #[test]

@@ -17,6 +17,7 @@
 //! - [`eventfd`] and [`wait_eventfd`]: interrupts as QEMU receives them.
 #![allow(dead_code)]
 
+use device::vfio_user::{dma_flags, flags, irq, region, Command};
 use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -36,32 +37,32 @@ use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 /// vfio-user header length.
 pub const HDR: usize = 16;
-/// Command numbers.
-pub const CMD_VERSION: u16 = 1;
-pub const CMD_DMA_MAP: u16 = 2;
-pub const CMD_DEVICE_GET_REGION_INFO: u16 = 5;
-pub const CMD_DEVICE_SET_IRQS: u16 = 8;
-pub const CMD_REGION_READ: u16 = 9;
-pub const CMD_REGION_WRITE: u16 = 10;
-pub const CMD_DEVICE_RESET: u16 = 13;
-pub const CMD_REGION_WRITE_MULTI: u16 = 15;
+/// Command numbers (the device's own enum).
+pub const CMD_VERSION: u16 = Command::Version as u16;
+pub const CMD_DMA_MAP: u16 = Command::DmaMap as u16;
+pub const CMD_DEVICE_GET_REGION_INFO: u16 = Command::DeviceGetRegionInfo as u16;
+pub const CMD_DEVICE_SET_IRQS: u16 = Command::DeviceSetIrqs as u16;
+pub const CMD_REGION_READ: u16 = Command::RegionRead as u16;
+pub const CMD_REGION_WRITE: u16 = Command::RegionWrite as u16;
+pub const CMD_DEVICE_RESET: u16 = Command::DeviceReset as u16;
+pub const CMD_REGION_WRITE_MULTI: u16 = Command::RegionWriteMulti as u16;
 /// Header flag bits.
-pub const F_REQUEST: u32 = 0;
-pub const F_REPLY: u32 = 1;
-pub const F_TYPE_MASK: u32 = 0xF;
-pub const F_NO_REPLY: u32 = 0x10;
-pub const F_ERROR: u32 = 0x20;
+pub const F_REQUEST: u32 = flags::REQUEST;
+pub const F_REPLY: u32 = flags::REPLY;
+pub const F_TYPE_MASK: u32 = flags::TYPE_MASK;
+pub const F_NO_REPLY: u32 = flags::NO_REPLY;
+pub const F_ERROR: u32 = flags::ERROR;
 /// `VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE`.
-pub const DMA_RW: u32 = 1 | 2;
+pub const DMA_RW: u32 = dma_flags::READ | dma_flags::WRITE;
 /// `VFIO_PCI_*_IRQ_INDEX`.
-pub const IRQ_INTX: u32 = 0;
-pub const IRQ_MSIX: u32 = 2;
+pub const IRQ_INTX: u32 = irq::INTX;
+pub const IRQ_MSIX: u32 = irq::MSIX;
 /// `VFIO_IRQ_SET_*` flags.
-pub const IRQ_DATA_NONE: u32 = 1 << 0;
-pub const IRQ_DATA_EVENTFD: u32 = 1 << 2;
-pub const IRQ_ACTION_MASK: u32 = 1 << 3;
-pub const IRQ_ACTION_UNMASK: u32 = 1 << 4;
-pub const IRQ_ACTION_TRIGGER: u32 = 1 << 5;
+pub const IRQ_DATA_NONE: u32 = irq::DATA_NONE;
+pub const IRQ_DATA_EVENTFD: u32 = irq::DATA_EVENTFD;
+pub const IRQ_ACTION_MASK: u32 = irq::ACTION_MASK;
+pub const IRQ_ACTION_UNMASK: u32 = irq::ACTION_UNMASK;
+pub const IRQ_ACTION_TRIGGER: u32 = irq::ACTION_TRIGGER;
 
 /// How long any single blocking socket read in a test may take.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -550,7 +551,7 @@ impl AdapterHandle {
 
 /// A node as a guest sees it: its adapter, a connected fake QEMU and its RAM.
 /// vfio region index of PCI configuration space.
-pub const CONFIG_REGION: u32 = 7;
+pub const CONFIG_REGION: u32 = region::CONFIG;
 /// PCI command register offset.
 pub const PCI_COMMAND: u64 = 0x04;
 /// Memory space and bus master enable bits.
@@ -594,6 +595,21 @@ impl Node {
     /// A node on a link port, whatever [`ports`] says.
     pub fn start_link(hub: &Hub, name: &str, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
         Self::with_adapter(AdapterHandle::start_link(hub, name, ASPACE), iova, ram_offset, ram_size)
+    }
+
+    /// QEMU goes away and a new one connects, as after the guest's QEMU
+    /// restarted without a device reset: the old connection is closed, a new
+    /// client negotiates and maps the same RAM again (the adapter forgets
+    /// DMA maps on disconnect). Nothing else is set up.
+    pub fn reconnect(&mut self, iova: u64, ram_offset: u64, ram_size: u64) {
+        self.vfio.stream.shutdown(std::net::Shutdown::Both).expect("shutdown vfio-user socket");
+        self.vfio = self.adapter.client();
+        self.vfio.dma_map(iova, ram_size, &self.ram, ram_offset);
+    }
+
+    /// The PCI command register.
+    pub fn pci_command(&mut self) -> u16 {
+        u16::from_le_bytes(self.vfio.region_read(CONFIG_REGION, PCI_COMMAND, 2).try_into().unwrap())
     }
 
     fn with_adapter(adapter: AdapterHandle, iova: u64, ram_offset: u64, ram_size: u64) -> Node {

@@ -1,0 +1,347 @@
+//! The guest's side of the agent protocol: answers the requests read from a
+//! port (the virtio-serial port in `mc-agent`, a socket in tests), one
+//! operation at a time.
+//!
+//! Threads: [`serve`] runs on the caller's thread and owns the port. While a
+//! command runs, one thread per output pipe reads it into a channel and one
+//! thread writes the stdin chunks into the command's pipe, so the serving
+//! thread never blocks on the command: it only moves chunks between the
+//! port and those threads.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, ErrorKind, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+use crate::{b64_decode, b64_encode, read_frame, write_frame, Envelope, Request, Response, CHUNK};
+
+/// How long output readers get after the command exits (background children
+/// that keep the pipes open must not hold the answer forever).
+const OUTPUT_GRACE: Duration = Duration::from_millis(300);
+/// How long the serving loop waits for something to happen before it looks
+/// at the command again.
+const TICK: Duration = Duration::from_millis(5);
+/// Stdin chunks queued for the command beyond what its pipe holds.
+const STDIN_QUEUE: usize = 8;
+
+/// Answers requests from `port` until it reads as end of file (no host
+/// connected: `mc-agent` calls it again; a closed socket: the test is over).
+pub fn serve<P: Read + Write + AsFd>(port: &mut P) -> io::Result<()> {
+    let hostname = fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
+    loop {
+        let req: Envelope<Request> = match read_frame(port) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::InvalidData => {
+                send(port, 0, Response::Error { message: format!("bad request: {e}") })?;
+                continue;
+            }
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let id = req.id;
+        match req.body {
+            Request::Ping => send(port, id, Response::Pong { hostname: hostname.clone(), uptime_s: uptime() })?,
+            Request::Exec { argv, stdin, timeout_s } => exec(port, id, &argv, stdin, timeout_s)?,
+            Request::Put { path, mode, name } => put(port, id, &path, mode, &name)?,
+            Request::Get { path } => get(port, id, &path)?,
+            // The rest of a stream whose operation has ended (the command
+            // exited before reading all its input, or its host went away).
+            Request::Stdin { .. } | Request::StdinEnd => {}
+        }
+    }
+}
+
+fn send<P: Write>(port: &mut P, id: u64, body: Response) -> io::Result<()> {
+    write_frame(port, &Envelope { id, body })
+}
+
+fn uptime() -> f64 {
+    fs::read_to_string("/proc/uptime").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(0.0)
+}
+
+/// True when `port` has bytes to read within `wait`.
+fn readable<P: AsFd>(port: &P, wait: Duration) -> io::Result<bool> {
+    let mut fds = [PollFd::new(port.as_fd(), PollFlags::POLLIN)];
+    let ms = PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX);
+    match nix::poll::poll(&mut fds, ms) {
+        Ok(n) => Ok(n > 0),
+        Err(nix::errno::Errno::EINTR) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What the stream after `Exec { stdin: true }` or `Put` brought next.
+enum Incoming {
+    Chunk(Vec<u8>),
+    End,
+    /// The host went away (end of file) or sent something that is not a
+    /// chunk (answered with an error): the stream is over.
+    Gone,
+}
+
+fn next_chunk<P: Read + Write>(port: &mut P) -> io::Result<Incoming> {
+    match read_frame::<_, Envelope<Request>>(port) {
+        Ok(Some(Envelope { body: Request::Stdin { data }, .. })) => match b64_decode(&data) {
+            Ok(b) => Ok(Incoming::Chunk(b)),
+            Err(e) => {
+                send(port, 0, Response::Error { message: format!("stdin chunk is not base64: {e}") })?;
+                Ok(Incoming::Gone)
+            }
+        },
+        Ok(Some(Envelope { body: Request::StdinEnd, .. })) => Ok(Incoming::End),
+        Ok(Some(Envelope { id, .. })) => {
+            send(port, id, Response::Error { message: "the agent is busy with another operation".into() })?;
+            Ok(Incoming::Gone)
+        }
+        Ok(None) => Ok(Incoming::Gone),
+        Err(e) if matches!(e.kind(), ErrorKind::InvalidData | ErrorKind::UnexpectedEof) => Ok(Incoming::Gone),
+        Err(e) => Err(e),
+    }
+}
+
+/// A piece of a command's output, from its reader threads.
+enum Piece {
+    Out(u8, Vec<u8>),
+    Closed,
+}
+
+fn reader(fd: u8, mut r: impl Read + Send + 'static, tx: mpsc::Sender<Piece>) {
+    thread::spawn(move || {
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if tx.send(Piece::Out(fd, buf[..n].to_vec())).is_err() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let _ = tx.send(Piece::Closed);
+    });
+}
+
+/// Feeds the command's stdin from a bounded queue. When the command stops
+/// reading (broken pipe), later chunks are dropped so the port keeps moving.
+fn stdin_writer(mut si: ChildStdin) -> SyncSender<Vec<u8>> {
+    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(STDIN_QUEUE);
+    thread::spawn(move || {
+        let mut broken = false;
+        for chunk in rx {
+            if !broken && si.write_all(&chunk).is_err() {
+                broken = true;
+            }
+        }
+        // The queue closed (StdinEnd): dropping `si` is the command's end of file.
+    });
+    tx
+}
+
+fn spawn(argv: &[String], stdin: bool) -> Result<Child, String> {
+    let Some((prog, args)) = argv.split_first() else { return Err("empty command".into()) };
+    Command::new(prog)
+        .args(args)
+        .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot run {prog}: {e}"))
+}
+
+fn exec<P: Read + Write + AsFd>(port: &mut P, id: u64, argv: &[String], stdin: bool, timeout_s: u64) -> io::Result<()> {
+    let mut child = match spawn(argv, stdin) {
+        Ok(c) => c,
+        // Stdin chunks the host already sent are ignored by `serve`.
+        Err(message) => return send(port, id, Response::Error { message }),
+    };
+    let (tx, rx) = mpsc::channel();
+    reader(1, child.stdout.take().expect("piped stdout"), tx.clone());
+    reader(2, child.stderr.take().expect("piped stderr"), tx);
+    let mut feed = child.stdin.take().map(stdin_writer);
+    let mut pending: Option<Vec<u8>> = None;
+    let deadline = (timeout_s > 0).then(|| Instant::now() + Duration::from_secs(timeout_s));
+    let mut timed_out = false;
+    let mut exited: Option<(std::process::ExitStatus, Instant)> = None;
+    let mut closed = 0;
+    loop {
+        let mut progress = false;
+        // Output first: it is what the host is waiting for.
+        while let Ok(p) = rx.try_recv() {
+            forward(port, id, p, &mut closed)?;
+            progress = true;
+        }
+        if let Some(f) = &feed {
+            if let Some(chunk) = pending.take() {
+                match f.try_send(chunk) {
+                    Ok(()) => progress = true,
+                    Err(TrySendError::Full(c)) => pending = Some(c),
+                    Err(TrySendError::Disconnected(_)) => {}
+                }
+            }
+            if pending.is_none() && readable(port, Duration::ZERO)? {
+                match next_chunk(port)? {
+                    Incoming::Chunk(c) => pending = Some(c),
+                    Incoming::End | Incoming::Gone => feed = None,
+                }
+                progress = true;
+            }
+        }
+        if exited.is_none() {
+            if let Some(st) = child.try_wait()? {
+                exited = Some((st, Instant::now()));
+                progress = true;
+            } else if !timed_out && deadline.is_some_and(|d| Instant::now() > d) {
+                timed_out = true;
+                let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+            }
+        }
+        if let Some((_, at)) = exited {
+            if closed == 2 || at.elapsed() > OUTPUT_GRACE {
+                break;
+            }
+        }
+        if !progress {
+            if feed.is_some() && pending.is_none() {
+                // Wake for a stdin chunk or after a tick, whichever comes first.
+                readable(port, TICK)?;
+            } else {
+                match rx.recv_timeout(TICK) {
+                    Ok(p) => forward(port, id, p, &mut closed)?,
+                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+                }
+            }
+        }
+    }
+    let (status, _) = exited.expect("loop ends after exit");
+    let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    send(port, id, Response::Exited { code, timed_out })
+}
+
+fn forward<P: Write>(port: &mut P, id: u64, p: Piece, closed: &mut usize) -> io::Result<()> {
+    match p {
+        Piece::Out(fd, data) => send(port, id, Response::Output { fd, data: b64_encode(&data) }),
+        Piece::Closed => {
+            *closed += 1;
+            Ok(())
+        }
+    }
+}
+
+/// Where `Put` writes: `path`, or `path/name` when `path` is a folder.
+fn put_target(path: &str, name: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(path);
+    if path.is_empty() {
+        return Err("empty guest path".into());
+    }
+    if p.is_dir() {
+        if name.is_empty() || name.contains('/') {
+            return Err(format!("{path} is a folder in the guest and no file name was given"));
+        }
+        return Ok(p.join(name));
+    }
+    match p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(d) if !d.is_dir() => Err(format!("guest folder {} does not exist", d.display())),
+        _ => Ok(p),
+    }
+}
+
+/// The temporary file a copy is written to before it is renamed into place.
+fn temp_beside(target: &Path) -> PathBuf {
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    target.with_file_name(format!(".{name}.mc-cp.{}", std::process::id()))
+}
+
+fn put<P: Read + Write + AsFd>(port: &mut P, id: u64, path: &str, mode: u32, name: &str) -> io::Result<()> {
+    let target = match put_target(path, name) {
+        Ok(t) => t,
+        Err(message) => return send(port, id, Response::Error { message }),
+    };
+    let tmp = temp_beside(&target);
+    let mut file = match OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp) {
+        Ok(f) => f,
+        Err(e) => {
+            return send(port, id, Response::Error { message: format!("cannot create {}: {e}", target.display()) })
+        }
+    };
+    send(port, id, Response::Ready { path: target.display().to_string() })?;
+    let mut bytes = 0u64;
+    let mut failed: Option<String> = None;
+    loop {
+        match next_chunk(port)? {
+            Incoming::Chunk(c) => {
+                if failed.is_none() {
+                    match file.write_all(&c) {
+                        Ok(()) => bytes += c.len() as u64,
+                        Err(e) => failed = Some(format!("writing {}: {e}", target.display())),
+                    }
+                }
+            }
+            Incoming::End => break,
+            Incoming::Gone => {
+                let _ = fs::remove_file(&tmp);
+                return Ok(());
+            }
+        }
+    }
+    let done = failed.map_or_else(|| finish_put(&file, &tmp, &target, mode), Err);
+    drop(file);
+    match done {
+        Ok(()) => send(port, id, Response::Done { path: target.display().to_string(), bytes, mode: mode & 0o7777 }),
+        Err(message) => {
+            let _ = fs::remove_file(&tmp);
+            send(port, id, Response::Error { message })
+        }
+    }
+}
+
+fn finish_put(file: &File, tmp: &Path, target: &Path, mode: u32) -> Result<(), String> {
+    file.set_permissions(fs::Permissions::from_mode(mode & 0o7777))
+        .map_err(|e| format!("setting the mode of {}: {e}", target.display()))?;
+    fs::rename(tmp, target).map_err(|e| format!("cannot create {}: {e}", target.display()))
+}
+
+fn get<P: Write>(port: &mut P, id: u64, path: &str) -> io::Result<()> {
+    let opened = File::open(path).and_then(|f| {
+        let m = f.metadata()?;
+        Ok((f, m))
+    });
+    let (mut f, meta) = match opened {
+        Ok((_, m)) if m.is_dir() => {
+            return send(port, id, Response::Error { message: format!("{path} is a folder in the guest") })
+        }
+        Ok(x) => x,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return send(port, id, Response::Error { message: format!("{path}: no such file in the guest") })
+        }
+        Err(e) => return send(port, id, Response::Error { message: format!("cannot read {path}: {e}") }),
+    };
+    let mut buf = vec![0u8; CHUNK];
+    let mut bytes = 0u64;
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                send(port, id, Response::Data { data: b64_encode(&buf[..n]) })?;
+                bytes += n as u64;
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return send(port, id, Response::Error { message: format!("reading {path}: {e}") }),
+        }
+    }
+    send(port, id, Response::Done { path: path.to_string(), bytes, mode: meta.permissions().mode() & 0o7777 })
+}
