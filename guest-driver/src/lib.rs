@@ -75,8 +75,7 @@ impl Adapter {
 
     /// This node's id, or `None` while the link is down.
     pub fn node(&self) -> Option<u16> {
-        let n = self.reg(reg::NODE) & 0xFFFF;
-        (n != 0xFFFF).then_some(n as u16)
+        regs::node_id(self.reg(reg::NODE))
     }
 
     /// Pages in the address space.

@@ -332,7 +332,7 @@ impl Regs {
     /// bits, and every other member's answer to a store on the ACK page (a
     /// member that does not answer within a second counts too).
     fn outstanding(&self) -> u32 {
-        let me = self.reg(regs::reg::NODE as usize) & 0xFFFF;
+        let me = regs::node_id(self.reg(regs::reg::NODE as usize)).map(usize::from);
         let mine = (self.reg(regs::reg::ERR_STATUS as usize) != 0) as u32;
         let Some((tx, rx, lock)) = &self.ack else { return mine };
         // SAFETY: flock(2) on a file we hold open.
@@ -341,7 +341,7 @@ impl Regs {
         let byte = |n: usize| rx.load::<u8>(n).unwrap_or(0);
         let _ = rx.fill(0, 64, 0);
         let _ = tx.store::<u64>(0, 1);
-        let members: Vec<usize> = self.members().into_iter().map(usize::from).filter(|&n| n as u32 != me).collect();
+        let members: Vec<usize> = self.members().into_iter().map(usize::from).filter(|&n| Some(n) != me).collect();
         let t0 = std::time::Instant::now();
         while !members.iter().all(|&n| byte(n) & regs::ACK_VALID != 0)
             && t0.elapsed() < std::time::Duration::from_secs(1)
@@ -356,9 +356,9 @@ impl Regs {
 
     /// The nodes the hub counts as up (whether or not they run imcd).
     pub fn members(&self) -> Vec<u16> {
-        let m =
-            (self.reg(regs::reg::MEMBERS_HI as usize) as u64) << 32 | self.reg(regs::reg::MEMBERS_LO as usize) as u64;
-        (0..64).filter(|i| m & (1 << i) != 0).collect()
+        regs::members(self.reg(regs::reg::MEMBERS_LO as usize), self.reg(regs::reg::MEMBERS_HI as usize))
+            .map(|n| n as u16)
+            .collect()
     }
 }
 

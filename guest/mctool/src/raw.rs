@@ -336,8 +336,10 @@ pub(crate) fn ack(page: u64, timeout: u64) -> Result<()> {
     let me = a.node().context("not joined to a hub")?;
     let (bits, iova) = a.page(page);
     a.set_page(page, bits | pct::TX | pct::ACK, iova);
-    let members = (a.reg(reg::MEMBERS_HI) as u64) << 32 | a.reg(reg::MEMBERS_LO) as u64;
-    let others: Vec<u64> = (0..64).filter(|&n| members & (1 << n) != 0 && n != me as u64).collect();
+    let others: Vec<u64> = regs::members(a.reg(reg::MEMBERS_LO), a.reg(reg::MEMBERS_HI))
+        .map(|n| n as u64)
+        .filter(|&n| n != me as u64)
+        .collect();
     a.store64(page * PAGE_SIZE, 1);
     let off = (page * PAGE_SIZE) as usize;
     let t0 = Instant::now();
