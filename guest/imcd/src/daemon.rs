@@ -463,7 +463,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
             let Some(t) = self.away[dead] else { continue };
             if elected && t.elapsed() >= self.settings.repair_after {
                 self.away[dead] = None;
-                self.clear_node(dead, &format!("away for {:.1} s", t.elapsed().as_secs_f64()));
+                self.clear_node(dead, &format!("failed (away for {:.1} s)", t.elapsed().as_secs_f64()));
                 for w in [host::READY, host::TOKEN] {
                     n.put_host(dead, w, 0);
                 }
