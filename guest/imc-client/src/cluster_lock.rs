@@ -206,15 +206,22 @@ impl<B: OrderedBus> ClusterLock<B> {
 }
 
 /// A totally ordered bus simulated in memory, for tests: one sequencer, and
-/// per node a receive copy applied in order with random lags.
+/// per node a receive copy applied in order with random lags. A node's link
+/// can go down and up ([`sim::SimCluster::link_down`]): meanwhile its stores
+/// are dropped and it misses, for good, every write ordered in between, as
+/// the adapter does (docs/adapter.md, "Link").
 pub mod sim {
     use std::collections::VecDeque;
+    use std::ops::Range;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Condvar, Mutex};
     use std::thread;
     use std::time::Duration;
 
     use super::OrderedBus;
+
+    /// `down_since` of a node whose link is up.
+    const UP: u64 = u64::MAX;
 
     struct Inner {
         /// The total order: (slot, value).
@@ -223,7 +230,25 @@ pub mod sim {
         /// Per node: its copy of the slots, and how far in the log it is.
         copies: Vec<Vec<AtomicU64>>,
         applied: Vec<AtomicU64>,
+        /// Per node: the log length when its link went down, or [`UP`].
+        down_since: Vec<AtomicU64>,
+        /// Per node: the stretches of the log it missed while down.
+        missed: Vec<Mutex<Vec<Range<u64>>>>,
         stop: AtomicBool,
+    }
+
+    impl Inner {
+        /// Whether node `n` misses log entry `i` (its link was down when
+        /// the entry was ordered). Reads `down_since` before `missed`:
+        /// [`SimCluster::link_up`] records the stretch before it marks the
+        /// link up, so one of the two always tells.
+        fn misses(&self, n: usize, i: u64) -> bool {
+            let since = self.down_since[n].load(Ordering::SeqCst);
+            if since != UP && i >= since {
+                return true;
+            }
+            self.missed[n].lock().unwrap().iter().any(|r| r.contains(&i))
+        }
     }
 
     /// The simulated cluster; drop it to stop the delivery threads.
@@ -254,6 +279,8 @@ pub mod sim {
                 grew: Condvar::new(),
                 copies: (0..nodes).map(|_| (0..slots).map(|_| AtomicU64::new(0)).collect()).collect(),
                 applied: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+                down_since: (0..nodes).map(|_| AtomicU64::new(UP)).collect(),
+                missed: (0..nodes).map(|_| Mutex::new(Vec::new())).collect(),
                 stop: AtomicBool::new(false),
             });
             let threads = (0..nodes)
@@ -261,7 +288,7 @@ pub mod sim {
                     let inner = inner.clone();
                     let mut rng = seed ^ (n as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
                     thread::spawn(move || {
-                        let mut pending: VecDeque<(usize, u64)> = VecDeque::new();
+                        let mut pending: VecDeque<(u64, usize, u64)> = VecDeque::new();
                         let mut next = 0usize;
                         while !inner.stop.load(Ordering::Relaxed) {
                             {
@@ -271,10 +298,12 @@ pub mod sim {
                                 } else {
                                     log
                                 };
-                                pending.extend(log[next..].iter().copied());
+                                pending.extend(
+                                    log[next..].iter().enumerate().map(|(k, &(s, v))| ((next + k) as u64, s, v)),
+                                );
                                 next = log.len();
                             }
-                            if let Some((slot, v)) = pending.pop_front() {
+                            if let Some((i, slot, v)) = pending.pop_front() {
                                 rng ^= rng << 13;
                                 rng ^= rng >> 7;
                                 rng ^= rng << 17;
@@ -282,7 +311,9 @@ pub mod sim {
                                 if lag > 0 && rng % 4 == 0 {
                                     thread::sleep(Duration::from_nanos(rng % lag));
                                 }
-                                inner.copies[n][slot].store(v, Ordering::SeqCst);
+                                if !inner.misses(n, i) {
+                                    inner.copies[n][slot].store(v, Ordering::SeqCst);
+                                }
                                 inner.applied[n].fetch_add(1, Ordering::SeqCst);
                             }
                         }
@@ -301,6 +332,30 @@ pub mod sim {
         /// nothing. Call while nobody writes.
         pub fn wipe(&self, n: usize) {
             self.inner.copies[n].iter().for_each(|w| w.store(0, Ordering::SeqCst));
+        }
+
+        /// Node `n`'s link goes down: from now on its stores are dropped and
+        /// it applies none of the writes ordered, until [`SimCluster::link_up`].
+        pub fn link_down(&self, n: usize) {
+            let log = self.inner.log.lock().unwrap();
+            let _ = self.inner.down_since[n].compare_exchange(UP, log.len() as u64, Ordering::SeqCst, Ordering::SeqCst);
+        }
+
+        /// Node `n`'s link is back: it applies writes ordered from now on;
+        /// those ordered while it was down are lost to it.
+        pub fn link_up(&self, n: usize) {
+            let log = self.inner.log.lock().unwrap();
+            let since = self.inner.down_since[n].load(Ordering::SeqCst);
+            if since == UP {
+                return;
+            }
+            self.inner.missed[n].lock().unwrap().push(since..log.len() as u64);
+            self.inner.down_since[n].store(UP, Ordering::SeqCst);
+        }
+
+        /// Whether node `n`'s link is up.
+        pub fn is_up(&self, n: usize) -> bool {
+            self.inner.down_since[n].load(Ordering::SeqCst) == UP
         }
 
         /// Every write so far, in the total order.
@@ -327,11 +382,25 @@ pub mod sim {
             self.inner.copies[self.node].len()
         }
         fn store(&self, slot: usize, v: u64) {
-            self.inner.log.lock().unwrap().push((slot, v));
+            let mut log = self.inner.log.lock().unwrap();
+            // A node whose link is down drops its stores at the sender.
+            if self.inner.down_since[self.node].load(Ordering::SeqCst) != UP {
+                return;
+            }
+            log.push((slot, v));
+            drop(log);
             self.inner.grew.notify_all();
         }
         fn load(&self, slot: usize) -> u64 {
             self.inner.copies[self.node][slot].load(Ordering::SeqCst)
+        }
+    }
+
+    impl SimNode {
+        /// Zeroes `slots` of this node's own copy (local memory: nothing
+        /// goes on the bus).
+        pub fn clear_local(&self, slots: Range<usize>) {
+            self.inner.copies[self.node][slots].iter().for_each(|w| w.store(0, Ordering::SeqCst));
         }
     }
 }
@@ -406,5 +475,30 @@ mod tests {
         // Node 2 dies holding the lock; the survivors clear its slot.
         waiter.clear_failed(2);
         waiter.acquire(Duration::from_secs(5)).unwrap();
+    }
+
+    #[test]
+    fn a_node_whose_link_is_down_drops_its_stores_and_misses_the_others() {
+        let cluster = SimCluster::new(2, Duration::ZERO, 11);
+        let (a, b) = (cluster.node(0), cluster.node(1));
+        cluster.link_down(1);
+        assert!(!cluster.is_up(1));
+        b.store(1, 5);
+        a.store(0, 7);
+        // Its own bid never comes back: an acquire fails instead of hanging.
+        match ClusterLock::new(cluster.node(1)).acquire(Duration::from_millis(50)) {
+            Err(LockError::NoLoopback(_)) => {}
+            other => panic!("expected NoLoopback, got {other:?}"),
+        }
+        cluster.link_up(1);
+        a.store(0, 8);
+        let t0 = Instant::now();
+        while b.load(0) != 8 || a.load(0) != 8 {
+            assert!(t0.elapsed() < Duration::from_secs(5), "writes after the rejoin never arrived");
+            thread::yield_now();
+        }
+        assert_eq!(cluster.log(), vec![(0, 7), (0, 8)], "the stores made while down were dropped");
+        // Node 1 missed 7 for good, and nothing of its own came back.
+        assert_eq!((b.load(1), a.load(1)), (0, 0));
     }
 }

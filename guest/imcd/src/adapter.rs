@@ -53,6 +53,8 @@ pub struct AdapterHw {
     irq: Option<Interrupt>,
     tx_offset: u64,
     rx: Mutex<HashMap<u32, Rx>>,
+    /// Regions with transmit enabled here: id -> (first page, pages).
+    tx: Mutex<HashMap<u32, (u64, u64)>>,
 }
 
 impl AdapterHw {
@@ -113,11 +115,26 @@ impl AdapterHw {
             irq,
             tx_offset,
             rx: Mutex::new(HashMap::new()),
+            tx: Mutex::new(HashMap::new()),
         })
     }
 
     fn rx(&self) -> MutexGuard<'_, HashMap<u32, Rx>> {
         self.rx.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn tx(&self) -> MutexGuard<'_, HashMap<u32, (u64, u64)>> {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Clears TX and LOOPBACK on `pages` pages from `first`.
+    fn stop_transmit(&self, first: u64, pages: u64) {
+        for p in first..first + pages {
+            let (bits, iova) = self.a.page(p);
+            if bits & (pct::TX | pct::LOOPBACK) != 0 {
+                self.a.set_page(p, bits & !(pct::TX | pct::LOOPBACK), iova);
+            }
+        }
     }
 
     fn device_fd(&self) -> Option<File> {
@@ -200,6 +217,10 @@ impl Hw for AdapterHw {
         self.rx().iter().map(|(id, r)| (*id, r.first, r.buf.len() as u64 / PAGE_SIZE)).collect()
     }
     fn forget(&self, id: u32) {
+        // A region attached for transmit only has no receive buffer.
+        if let Some((first, pages)) = self.tx().remove(&id) {
+            self.stop_transmit(first, pages);
+        }
         let Some(r) = self.rx().remove(&id) else { return };
         let a = &self.a;
         let pages = r.buf.len() as u64 / PAGE_SIZE;
@@ -211,7 +232,25 @@ impl Hw for AdapterHw {
         drop(r.buf);
         let _ = std::fs::remove_file(r.path);
     }
+    fn forget_all(&self) {
+        let mut ids: Vec<u32> = self.tx().keys().copied().collect();
+        ids.extend(self.rx().keys().copied());
+        for id in ids {
+            self.forget(id);
+        }
+    }
+    fn clear_meta(&self, page: u64, words: std::ops::Range<usize>) {
+        for w in words {
+            let _ = self.meta.store::<u64>((page * PAGE_SIZE) as usize + w * 8, 0);
+        }
+    }
     fn transmit(&self, r: &RegionDesc, loopback: bool) {
+        if let Some((first, pages)) = self.tx().insert(r.id, (r.first_page, r.pages)) {
+            if (first, pages) != (r.first_page, r.pages) {
+                // The entry was reused for another region: the old pages go.
+                self.stop_transmit(first, pages);
+            }
+        }
         let a = &self.a;
         for p in r.first_page..r.first_page + r.pages {
             let (bits, iova) = a.page(p);

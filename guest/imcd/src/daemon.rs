@@ -1,8 +1,11 @@
 //! [`Daemon`]: imcd's main thread. It answers requests (allocation, attach,
 //! release, hosts, cluster signals) and, once per tick, does what needs the
-//! directory lock: failure repair of nodes that left, and late-join service
-//! for nodes that started after the others. Only the lowest ready imcd
-//! repairs and serves joins.
+//! directory lock: failure repair of nodes that stayed away longer than
+//! [`Settings::repair_after`], late-join service for nodes that started
+//! after the others or come back from a short outage, and settling this
+//! node's own outages (docs/faults.md, "Link flaps"). Only the lowest ready
+//! imcd that is not itself waiting to be served repairs and serves joins;
+//! an imcd whose own link is down does neither.
 //!
 //! Touched by the main thread only; it shares the [`Node`] with the mapper.
 
@@ -11,8 +14,8 @@ use std::fs::File;
 use std::time::{Duration, Instant};
 
 use imc_proto::layout::{
-    host, lock_set_pages, lock_slot_offset, DATA_FIRST, ENTRIES, IMCD_BID_BASE, LOCK_KEY, LOCK_SLOTS, MAX_LOCKS,
-    MAX_NODES,
+    host, lock_set_pages, lock_slot_offset, DATA_FIRST, DIR_PAGE, ENTRIES, IMCD_BID_BASE, LOCK_KEY, LOCK_SLOTS,
+    MAX_LOCKS, MAX_NODES,
 };
 use imc_proto::{Reply, Request, Status};
 use regs::PAGE_SIZE;
@@ -22,18 +25,41 @@ use crate::node::{now_ns, Node};
 use crate::regions::{Access, Cred, RegionDesc, RegionError, Regions, FLAG_COHERENT};
 use crate::relay;
 
-/// Timeouts of the cluster-wide waits.
+/// Timeouts of the cluster-wide waits, and the flap policy.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
     /// Longest wait for the directory lock, a coherency ack, a relay answer.
     pub cluster_timeout: Duration,
     /// Whether the failure drill (`AbandonUpdate`) is allowed.
     pub test_hooks: bool,
+    /// An outage of our own link up to this long is ridden out (we ask to
+    /// be sent the directory again); a longer one revokes every attachment
+    /// here, and the node rejoins as a new member.
+    pub flap_grace: Duration,
+    /// The others repair a node out once it has been away this long. More
+    /// than `flap_grace` by a margin that covers the skew between when a
+    /// node sees its own link go down and when the others see it leave, so
+    /// that a node repaired out has always revoked its attachments first.
+    pub repair_after: Duration,
+    /// How long a node waits to be sent the directory (start-up, rejoin,
+    /// re-synchronisation).
+    pub join_wait: Duration,
 }
+
+/// Default [`Settings::flap_grace`].
+pub const FLAP_GRACE: Duration = Duration::from_secs(2);
+/// Default margin of [`Settings::repair_after`] over the grace.
+pub const REPAIR_MARGIN: Duration = Duration::from_secs(1);
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { cluster_timeout: Duration::from_secs(10), test_hooks: false }
+        Settings {
+            cluster_timeout: Duration::from_secs(10),
+            test_hooks: false,
+            flap_grace: FLAP_GRACE,
+            repair_after: FLAP_GRACE + REPAIR_MARGIN,
+            join_wait: Duration::from_secs(3),
+        }
     }
 }
 
@@ -64,6 +90,8 @@ pub struct Daemon<'a, H: Hw> {
     relay_seq: u64,
     /// Nodes up at the last tick (for failure repair).
     members: u64,
+    /// Per node: since when it has been away (not repaired yet).
+    away: [Option<Instant>; MAX_NODES],
 }
 
 impl<'a, H: Hw> Daemon<'a, H> {
@@ -72,8 +100,16 @@ impl<'a, H: Hw> Daemon<'a, H> {
     pub fn new(n: &'a Node<H>, settings: Settings) -> Result<Self, RegionError> {
         let dir =
             Regions::new(n.hw.dir_bus(), LOCK_SLOTS, ENTRIES, DATA_FIRST..n.hw.pages(), settings.cluster_timeout)?;
-        let mut d =
-            Daemon { n, dir, settings, next_bid: 0, holders: HashMap::new(), relay_seq: 0, members: n.members() };
+        let mut d = Daemon {
+            n,
+            dir,
+            settings,
+            next_bid: 0,
+            holders: HashMap::new(),
+            relay_seq: 0,
+            members: n.members(),
+            away: [None; MAX_NODES],
+        };
         if d.dir.list().iter().any(|r| r.hosts & (1 << n.me) != 0) {
             d.clear_node(n.me, "restarted");
         }
@@ -360,18 +396,74 @@ impl<'a, H: Hw> Daemon<'a, H> {
         }
     }
 
-    /// Once per tick: failure repair and late-join service, by the lowest
-    /// ready imcd.
+    /// Settles an outage of our own link (the mapper saw it): we missed
+    /// writes, so our copy of the directory lock is forgotten and we ask to
+    /// be sent the directory and the host table again. If the outage
+    /// outlasted the grace (the mapper revoked every attachment here), or
+    /// the others repaired us out meanwhile (the host row they send back
+    /// is not ready), we leave: our processes' holds are dropped, our bits
+    /// and bids are taken out of the directory, and we rejoin as a new
+    /// member with a new token.
+    fn settle(&mut self, upto: u64) {
+        let n = self.n;
+        let revoked = n.revoked();
+        // Bids ordered while we were down are lost to us: our copy of the
+        // directory lock may show a slot set for good. Every slot that
+        // matters is re-sent (the server's) or rewritten by its owner.
+        n.hw.clear_meta(DIR_PAGE, 0..LOCK_SLOTS);
+        // A release of ours dropped while down would hold the lock for good.
+        n.hw.store64(DIR_PAGE * PAGE_SIZE + n.me as u64 * 8, 0);
+        let joined = n.ask_directory(now_ns(), self.settings.join_wait);
+        let (token, name) = n.ident();
+        let member = n.host(n.me, host::READY) == token;
+        eprintln!("imcd: our link is back; {joined}; {}", if member { "still a member" } else { "repaired out" });
+        if revoked || !member {
+            n.hw.forget_all();
+            let dropped: usize = self.holders.values().map(|h| h.len()).sum();
+            self.holders.clear();
+            eprintln!("imcd: left the cluster: {dropped} holds of processes here revoked");
+            self.clear_node(n.me, "left the cluster");
+            // Clearing our bids enabled transmit on lock sets again.
+            n.hw.forget_all();
+            let joined = n.join(now_ns(), &name, self.settings.join_wait);
+            eprintln!("imcd: rejoined as a new member: {joined}");
+        }
+        n.settled(upto);
+    }
+
+    /// Once per tick: settling our own outages, then failure repair and
+    /// late-join service, by the lowest ready imcd not waiting to be served.
     pub fn tick(&mut self) {
         let n = self.n;
         let members = n.members();
-        let gone = self.members & !members;
+        if members & (1 << n.me) == 0 {
+            // Our own link is down: MEMBERS reads 0, which says nothing of
+            // the others. Repair nobody, serve nobody.
+            return;
+        }
+        if let Some(upto) = n.unsettled() {
+            self.settle(upto);
+            return;
+        }
+        let now = Instant::now();
+        for m in 0..MAX_NODES {
+            if members & (1 << m) != 0 {
+                if self.away[m].take().is_some() {
+                    eprintln!("imcd: node {m} is back");
+                }
+            } else if self.members & (1 << m) != 0 {
+                self.away[m] = Some(now);
+            }
+        }
         self.members = members;
         let ready = n.ready_among(members) | 1 << n.me;
-        let elected = ready.trailing_zeros() as usize == n.me;
-        for dead in (0..MAX_NODES).filter(|&d| gone & (1 << d) != 0) {
-            if elected {
-                self.clear_node(dead, "failed");
+        let serving = (0..MAX_NODES).filter(|&m| ready & (1 << m) != 0 && (m == n.me || !n.pending(m)));
+        let elected = serving.min() == Some(n.me);
+        for dead in 0..MAX_NODES {
+            let Some(t) = self.away[dead] else { continue };
+            if elected && t.elapsed() >= self.settings.repair_after {
+                self.away[dead] = None;
+                self.clear_node(dead, &format!("failed (away for {:.1} s)", t.elapsed().as_secs_f64()));
                 for w in [host::READY, host::TOKEN] {
                     n.put_host(dead, w, 0);
                 }
@@ -392,6 +484,9 @@ impl<'a, H: Hw> Daemon<'a, H> {
                         n.put_host(h, w, n.host(h, w));
                     }
                 }
+                // Its own ready word as we see it: 0 tells a node back from
+                // an outage that it was repaired out.
+                n.put_host(m, host::READY, n.host(m, host::READY));
                 n.put_host(m, host::JOIN_SERVED, req);
             });
             match r {

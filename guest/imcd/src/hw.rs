@@ -50,6 +50,13 @@ pub trait Hw: Sync {
     fn received(&self) -> Vec<(u32, u64, u64)>;
     /// Stops receiving and transmitting region `id` here.
     fn forget(&self, id: u32);
+    /// Stops receiving and transmitting every region here: what a node
+    /// that has left the cluster does, so its processes can no longer write
+    /// pages the others may give to a new region (imcd's own pages stay).
+    fn forget_all(&self);
+    /// Zeroes `words` of this node's own copy of imcd page `page` (local
+    /// memory only: nothing is transmitted).
+    fn clear_meta(&self, page: u64, words: std::ops::Range<usize>);
     /// Enables transmit (and loopback) on the pages of `r`.
     fn transmit(&self, r: &RegionDesc, loopback: bool);
     /// The cluster-signal service: delivers `sig` to `pid` for a sender
@@ -146,6 +153,12 @@ impl<T: Hw + Send> Hw for std::sync::Arc<T> {
     }
     fn forget(&self, id: u32) {
         (**self).forget(id)
+    }
+    fn forget_all(&self) {
+        (**self).forget_all()
+    }
+    fn clear_meta(&self, page: u64, words: std::ops::Range<usize>) {
+        (**self).clear_meta(page, words)
     }
     fn transmit(&self, r: &RegionDesc, loopback: bool) {
         (**self).transmit(r, loopback)

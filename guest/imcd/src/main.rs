@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 use imc_client::send_with_fd;
 use imc_proto::{decode_request, encode_line, Reply, Status, IMCD_SOCKET, MAX_LINE};
 use imcd::adapter::AdapterHw;
-use imcd::daemon::{Daemon, Settings};
+use imcd::daemon::{Daemon, Settings, FLAP_GRACE, REPAIR_MARGIN};
 use imcd::hw::Hw;
 use imcd::mapper::Mapper;
 use imcd::node::{now_ns, Node};
@@ -26,9 +26,6 @@ use imcd::regions::Cred;
 
 /// How often the main thread looks at membership and join requests.
 const TICK_MS: libc::c_int = 20;
-/// How long a newcomer waits to be sent the directory before deciding it
-/// is the first imcd of the cluster.
-const JOIN_WAIT: Duration = Duration::from_secs(3);
 
 fn peer_cred(s: &UnixStream) -> Cred {
     let mut c = libc::ucred { pid: 0, uid: u32::MAX, gid: u32::MAX };
@@ -63,7 +60,7 @@ fn read_line(s: &mut UnixStream) -> std::io::Result<Option<Vec<u8>>> {
     }
 }
 
-fn run(test_hooks: bool) -> Result<()> {
+fn run(settings: Settings) -> Result<()> {
     // Listen first: clients that come early wait in the backlog.
     let _ = std::fs::remove_file(IMCD_SOCKET);
     let listener = UnixListener::bind(IMCD_SOCKET).with_context(|| format!("cannot listen on {IMCD_SOCKET}"))?;
@@ -73,11 +70,10 @@ fn run(test_hooks: bool) -> Result<()> {
     node.publish_errcount(&mut None);
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     // Announce ourselves; a node already serving sends us the directory.
-    let joined = node.join(now_ns(), name.trim(), JOIN_WAIT);
-    let settings = Settings { test_hooks, ..Settings::default() };
+    let joined = node.join(now_ns(), name.trim(), settings.join_wait);
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| -> Result<()> {
-        let mapper = Mapper::new(&node)?;
+        let mapper = Mapper::new(&node, settings.flap_grace)?;
         let mapper_thread = s.spawn(|| mapper.run(&stop));
         let mut d = Daemon::new(&node, settings)?;
         eprintln!("imcd: node {}, {} pages, {joined}; listening on {IMCD_SOCKET}", node.me, node.hw.pages());
@@ -138,13 +134,27 @@ fn serve<H: Hw>(d: &mut Daemon<H>, listener: &UnixListener) -> Result<()> {
 }
 
 fn main() {
-    let mut test_hooks = false;
-    for a in std::env::args().skip(1) {
+    let mut settings = Settings::default();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
         match a.as_str() {
-            "--test-hooks" => test_hooks = true,
+            "--test-hooks" => settings.test_hooks = true,
+            "--flap-grace" => {
+                let secs = args.next().and_then(|v| v.parse::<f64>().ok()).filter(|s| s.is_finite() && *s > 0.0);
+                let Some(secs) = secs else {
+                    eprintln!("imcd: --flap-grace needs a positive number of seconds");
+                    std::process::exit(2);
+                };
+                settings.flap_grace = Duration::from_secs_f64(secs);
+                settings.repair_after = settings.flap_grace + REPAIR_MARGIN;
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: imcd [--test-hooks]\n  the TruCluster MEMORY CHANNEL daemon; listens on {IMCD_SOCKET}"
+                    "usage: imcd [--test-hooks] [--flap-grace SECONDS]\n  the TruCluster MEMORY CHANNEL daemon; \
+                     listens on {IMCD_SOCKET}\n  --flap-grace: link outages up to this long are ridden out \
+                     (default {} s); the others repair a node out {} s later",
+                    FLAP_GRACE.as_secs_f64(),
+                    REPAIR_MARGIN.as_secs_f64()
                 );
                 return;
             }
@@ -154,7 +164,7 @@ fn main() {
             }
         }
     }
-    if let Err(e) = run(test_hooks) {
+    if let Err(e) = run(settings) {
         eprintln!("imcd: {e:#}");
         std::process::exit(1);
     }

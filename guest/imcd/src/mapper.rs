@@ -1,7 +1,10 @@
 //! The mapper thread (the paper's mapper process): receives every coherent
 //! region and acknowledges it, drops receive buffers of freed regions,
 //! serves the command relay, publishes error counts and re-announces this
-//! node's host row about once a second.
+//! node's host row about once a second. It also watches this node's own
+//! link ([`Node::watch_link`]): while it is down the mapper does nothing
+//! else (what it would store is dropped), and it never re-announces a node
+//! whose outage the main thread has not settled yet.
 //!
 //! It never takes the directory lock, so a node whose main thread waits for
 //! that lock still acks the coherent allocation holding it.
@@ -12,7 +15,7 @@ use std::time::Duration;
 use imc_proto::layout::{DATA_FIRST, ENTRIES, LOCK_SLOTS, MAX_NODES};
 
 use crate::hw::Hw;
-use crate::node::Node;
+use crate::node::{Link, Node};
 use crate::regions::{RegionError, Regions};
 use crate::relay;
 
@@ -28,20 +31,28 @@ pub struct Mapper<'a, H: Hw> {
     served: [u64; MAX_NODES],
     published: Option<u64>,
     ticks: u64,
+    grace: Duration,
 }
 
 impl<'a, H: Hw> Mapper<'a, H> {
-    /// A mapper for node `n`.
-    pub fn new(n: &'a Node<H>) -> Result<Self, RegionError> {
+    /// A mapper for node `n`; an outage of our link longer than `grace`
+    /// revokes every attachment here.
+    pub fn new(n: &'a Node<H>, grace: Duration) -> Result<Self, RegionError> {
         let reader = Regions::new(n.hw.dir_bus(), LOCK_SLOTS, ENTRIES, DATA_FIRST..n.hw.pages(), Duration::ZERO)?;
-        Ok(Mapper { n, reader, served: [0; MAX_NODES], published: None, ticks: 0 })
+        Ok(Mapper { n, reader, served: [0; MAX_NODES], published: None, ticks: 0, grace })
     }
 
     /// One round of the mapper's work.
     pub fn tick(&mut self) {
         let n = self.n;
         self.ticks += 1;
-        if self.ticks % REANNOUNCE_TICKS == 0 {
+        match n.watch_link(self.grace) {
+            Link::Down => return,
+            // What we published while down was dropped: publish again.
+            Link::Back => self.published = None,
+            Link::Up => {}
+        }
+        if self.ticks % REANNOUNCE_TICKS == 0 && n.unsettled().is_none() {
             n.reannounce();
         }
         n.publish_errcount(&mut self.published);

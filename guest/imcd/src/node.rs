@@ -3,14 +3,23 @@
 //! counts; and the start-up announcement by which a new imcd joins
 //! ([`Node::join`]).
 //!
+//! It also keeps the state of this node's own link ([`Node::watch_link`]):
+//! the mapper notices an outage (MEMBERS without our bit, or a latched
+//! LINK_DOWN) and, past the flap grace, revokes every attachment here; the
+//! main thread then settles ([`crate::daemon::Daemon`]: re-synchronise, or
+//! leave and rejoin). The policy is docs/faults.md, "Link flaps".
+//!
 //! Read by both imcd threads; the main thread and the mapper each store
 //! only their own words (host row and join at start-up, acks and error
-//! counts in the mapper), so no lock is needed.
+//! counts in the mapper), so no lock is needed; the link state is atomics
+//! and one mutex.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use imc_proto::layout::{host, ACK_PAGE, ERRCNT_PAGE, HOST_PAGE, MAX_NODES};
-use regs::PAGE_SIZE;
+use regs::{err, PAGE_SIZE};
 
 use crate::hw::Hw;
 
@@ -20,6 +29,36 @@ pub struct Node<H: Hw> {
     pub hw: H,
     /// This node's id.
     pub me: usize,
+    link: LinkState,
+    /// Our imcd token and host name, as [`Node::join`] announced them.
+    ident: Mutex<(u64, String)>,
+}
+
+/// What the mapper saw of our own link, for the main thread.
+#[derive(Default)]
+struct LinkState {
+    /// When the current outage began (as the mapper first saw it).
+    down_since: Mutex<Option<Instant>>,
+    /// An outage happened and the main thread has not settled it yet: our
+    /// copy of the cluster's pages may miss writes, so we must not
+    /// re-announce ourselves.
+    unsettled: AtomicBool,
+    /// The outage outlasted the grace: every attachment here was revoked,
+    /// and the node must leave and rejoin as a new member.
+    revoked: AtomicBool,
+    /// Outages seen so far (a settle covers those up to its start).
+    outages: AtomicU64,
+}
+
+/// What [`Node::watch_link`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// Up, and no outage since the last look.
+    Up,
+    /// Up again after an outage (or a latched LINK_DOWN).
+    Back,
+    /// Down now.
+    Down,
 }
 
 /// How [`Node::join`] ended.
@@ -54,7 +93,76 @@ impl<H: Hw> Node<H> {
     /// The node on `hw`.
     pub fn new(hw: H) -> Node<H> {
         let me = hw.me();
-        Node { hw, me }
+        Node { hw, me, link: LinkState::default(), ident: Mutex::new((0, String::new())) }
+    }
+
+    /// Looks at our own link (the mapper does, every tick): an outage is
+    /// MEMBERS without our own bit (it reads 0 while the link is down), or
+    /// LINK_DOWN latched in the error bits (an outage too short to be
+    /// seen). An outage longer than `grace` revokes every attachment here
+    /// at once, while the link is still down: the others repair this node
+    /// out a little later, and its processes must not write pages by then.
+    pub fn watch_link(&self, grace: Duration) -> Link {
+        let up = self.members() & (1 << self.me) != 0;
+        let latched = self.hw.errors().0 & err::LINK_DOWN != 0;
+        let mut since = self.link.down_since.lock().unwrap_or_else(|e| e.into_inner());
+        if !up {
+            let first = since.is_none();
+            let t = *since.get_or_insert_with(Instant::now);
+            if first {
+                self.link.outages.fetch_add(1, Ordering::SeqCst);
+            }
+            if !self.link.unsettled.swap(true, Ordering::SeqCst) {
+                eprintln!("imcd: our link is down");
+            }
+            if t.elapsed() >= grace && !self.link.revoked.swap(true, Ordering::SeqCst) {
+                self.hw.forget_all();
+                eprintln!("imcd: link down for more than {grace:?}: every attachment here is revoked");
+            }
+            return Link::Down;
+        }
+        if since.take().is_some() || latched {
+            if latched {
+                self.link.outages.fetch_add(1, Ordering::SeqCst);
+            }
+            self.link.unsettled.store(true, Ordering::SeqCst);
+            return Link::Back;
+        }
+        Link::Up
+    }
+
+    /// Whether an outage is waiting for the main thread to settle it: the
+    /// number of outages so far, to hand back to [`Node::settled`].
+    pub fn unsettled(&self) -> Option<u64> {
+        self.link.unsettled.load(Ordering::SeqCst).then(|| self.link.outages.load(Ordering::SeqCst))
+    }
+
+    /// Whether the last outage outlasted the grace (attachments revoked).
+    pub fn revoked(&self) -> bool {
+        self.link.revoked.load(Ordering::SeqCst)
+    }
+
+    /// The main thread settled the outages up to number `upto` (what
+    /// [`Node::unsettled`] said); a later one stays to settle.
+    pub fn settled(&self, upto: u64) {
+        let since = self.link.down_since.lock().unwrap_or_else(|e| e.into_inner());
+        if since.is_none() && self.link.outages.load(Ordering::SeqCst) == upto {
+            self.link.revoked.store(false, Ordering::SeqCst);
+            self.link.unsettled.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Our token and host name (from the last [`Node::join`]).
+    pub fn ident(&self) -> (u64, String) {
+        self.ident.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether node `m` asked to be sent the directory and was not served
+    /// yet (a newcomer, or a node re-synchronising after an outage): it
+    /// serves nobody meanwhile.
+    pub fn pending(&self, m: usize) -> bool {
+        let req = self.host(m, host::JOIN_REQ);
+        req != 0 && self.host(m, host::JOIN_SERVED) != req
     }
 
     /// Word `idx` of imcd page `page`.
@@ -117,6 +225,7 @@ impl<H: Hw> Node<H> {
     /// ready either way.
     pub fn join(&self, token: u64, name: &str, wait: Duration) -> Joined {
         let me = self.me;
+        *self.ident.lock().unwrap_or_else(|e| e.into_inner()) = (token, name.to_string());
         let mut bytes = [0u8; host::NAME_WORDS * 8];
         let keep = name.len().min(bytes.len() - 1);
         bytes[..keep].copy_from_slice(&name.as_bytes()[..keep]);
@@ -126,11 +235,22 @@ impl<H: Hw> Node<H> {
             word.copy_from_slice(w);
             self.put_host(me, host::NAME + i, u64::from_le_bytes(word));
         }
+        let joined = self.ask_directory(token, wait);
+        self.put_host(me, host::READY, token);
+        joined
+    }
+
+    /// Asks to be sent the directory with request `req` (fresh, nonzero)
+    /// and waits until a running node served it, or no other node is up,
+    /// or `wait` passed. Unserved, it marks the request served itself, so
+    /// the others do not take this node for a newcomer for ever.
+    pub fn ask_directory(&self, req: u64, wait: Duration) -> Joined {
+        let me = self.me;
         self.put_host(me, host::JOIN_SERVED, 0);
-        self.put_host(me, host::JOIN_REQ, token);
+        self.put_host(me, host::JOIN_REQ, req);
         let t0 = Instant::now();
         let joined = loop {
-            if self.host(me, host::JOIN_SERVED) == token {
+            if self.host(me, host::JOIN_SERVED) == req {
                 break Joined::Served;
             }
             if self.members() & !(1 << me) == 0 {
@@ -141,7 +261,9 @@ impl<H: Hw> Node<H> {
             }
             std::thread::sleep(Duration::from_millis(5));
         };
-        self.put_host(me, host::READY, token);
+        if joined != Joined::Served {
+            self.put_host(me, host::JOIN_SERVED, req);
+        }
         joined
     }
 

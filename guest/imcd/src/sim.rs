@@ -2,13 +2,16 @@
 //! node logic ([`Daemon`] and [`Mapper`] threads) on a simulated ordered
 //! bus (`imc_client::cluster_lock::sim`: one total order, per-node copies
 //! applied with random lags), with a membership bitmap the test controls
-//! (a node fails, or joins late) and a recorded signal service.
+//! (a node fails, or joins late), links that go down and up as the
+//! adapter's do (docs/adapter.md, "Link": stores dropped, writes missed for
+//! good, MEMBERS reading 0 on the node itself, one error counted and
+//! LINK_DOWN latched), and a recorded signal service.
 //!
 //! Every node receives every page (a superset of what the adapter's page
 //! control table would let through), which the node logic does not rely
 //! on either way.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -19,7 +22,7 @@ use std::time::Duration;
 use imc_client::cluster_lock::sim::{SimCluster, SimNode};
 use imc_client::cluster_lock::OrderedBus;
 use imc_proto::{Reply, Request};
-use regs::PAGE_SIZE;
+use regs::{err, PAGE_SIZE};
 
 use crate::daemon::{Daemon, Settings};
 use crate::hw::{Handout, Hw, HwError};
@@ -47,6 +50,10 @@ struct Shared {
     bus: SimCluster,
     pages: u64,
     members: AtomicU64,
+    /// Nodes whose link is down (bit n: node n).
+    down: AtomicU64,
+    /// Per node: the adapter's error count and latched error bits.
+    errors: Vec<(AtomicU64, AtomicU64)>,
     signals: Mutex<Vec<Signal>>,
     /// Pids the signal service answers ESRCH for.
     absent: Mutex<Vec<u64>>,
@@ -64,6 +71,8 @@ pub struct SimHw {
     bus: SimNode,
     shared: Arc<Shared>,
     received: Mutex<HashMap<u32, (u64, u64)>>,
+    /// Regions with transmit enabled: id -> (first page, pages).
+    transmitted: Mutex<HashMap<u32, (u64, u64)>>,
     error_sum: AtomicU64,
 }
 
@@ -89,6 +98,8 @@ impl SimNet {
                 bus,
                 pages,
                 members: AtomicU64::new(0),
+                down: AtomicU64::new(0),
+                errors: (0..nodes).map(|_| (AtomicU64::new(0), AtomicU64::new(0))).collect(),
                 signals: Mutex::new(Vec::new()),
                 absent: Mutex::new(Vec::new()),
             }),
@@ -102,12 +113,13 @@ impl SimNet {
             bus: self.shared.bus.node(n),
             shared: self.shared.clone(),
             received: Mutex::new(HashMap::new()),
+            transmitted: Mutex::new(HashMap::new()),
             error_sum: AtomicU64::new(0),
         })
     }
 
     /// Brings node `n`'s link up and starts its imcd (host name `name`),
-    /// with `settings`. Returns once it joined.
+    /// with `settings`; returns at once ([`Running::joined`] waits).
     pub fn start(&self, n: usize, name: &str, settings: Settings) -> Running {
         self.shared.members.fetch_or(1 << n, Ordering::SeqCst);
         let hw = self.hw(n);
@@ -119,11 +131,11 @@ impl SimNet {
             .name(format!("sim-imcd-{n}"))
             .spawn(move || {
                 let node = Node::new(hw2);
-                let joined = node.join(now_ns(), &name, Duration::from_secs(3));
+                let joined = node.join(now_ns(), &name, settings.join_wait);
                 let mut d = Daemon::new(&node, settings).expect("directory on the simulated bus");
                 let _ = jtx.send(joined);
                 std::thread::scope(|s| {
-                    let mapper = Mapper::new(&node).expect("directory on the simulated bus");
+                    let mapper = Mapper::new(&node, settings.flap_grace).expect("directory on the simulated bus");
                     s.spawn(|| mapper.run(&stop2));
                     while !stop2.load(Ordering::Relaxed) {
                         d.tick();
@@ -146,6 +158,37 @@ impl SimNet {
     pub fn fail(&self, n: usize, r: Running) {
         self.shared.members.fetch_and(!(1 << n), Ordering::SeqCst);
         drop(r);
+    }
+
+    /// Node `n`'s link goes down (its imcd keeps running): its stores are
+    /// dropped, it misses every write ordered meanwhile, its MEMBERS reads
+    /// 0 and the others see it leave; its adapter counts one error.
+    pub fn link_down(&self, n: usize) {
+        if self.shared.down.fetch_or(1 << n, Ordering::SeqCst) & (1 << n) == 0 {
+            self.shared.bus.link_down(n);
+            let (count, bits) = &self.shared.errors[n];
+            count.fetch_add(1, Ordering::SeqCst);
+            bits.fetch_or(err::LINK_DOWN as u64, Ordering::SeqCst);
+        }
+    }
+
+    /// Node `n`'s link is back (same node id): it receives again, and the
+    /// others see it rejoin.
+    pub fn link_up(&self, n: usize) {
+        self.shared.bus.link_up(n);
+        self.shared.down.fetch_and(!(1 << n), Ordering::SeqCst);
+    }
+
+    /// Node `n`'s link goes down for `outage`, then comes back.
+    pub fn flap(&self, n: usize, outage: Duration) {
+        self.link_down(n);
+        std::thread::sleep(outage);
+        self.link_up(n);
+    }
+
+    /// Node `n`'s adapter error count.
+    pub fn error_count(&self, n: usize) -> u64 {
+        self.shared.errors[n].0.load(Ordering::SeqCst)
     }
 
     /// Zeroes node `n`'s copy of the bus: a node that has seen nothing.
@@ -198,6 +241,11 @@ impl SimHw {
     pub fn error_sum(&self) -> u64 {
         self.error_sum.load(Ordering::SeqCst)
     }
+
+    /// Whether this node has transmit enabled on MEMORY CHANNEL page `page`.
+    pub fn transmits(&self, page: u64) -> bool {
+        self.transmitted.lock().unwrap_or_else(|e| e.into_inner()).values().any(|&(f, p)| (f..f + p).contains(&page))
+    }
 }
 
 impl Hw for SimHw {
@@ -210,7 +258,11 @@ impl Hw for SimHw {
         self.shared.pages
     }
     fn members(&self) -> u64 {
-        self.shared.members.load(Ordering::SeqCst)
+        let down = self.shared.down.load(Ordering::SeqCst);
+        if down & (1 << self.me) != 0 {
+            return 0;
+        }
+        self.shared.members.load(Ordering::SeqCst) & !down
     }
     fn store64(&self, addr: u64, v: u64) {
         self.bus.store((addr / 8) as usize, v)
@@ -223,9 +275,14 @@ impl Hw for SimHw {
         self.bus.clone()
     }
     fn errors(&self) -> (u32, u64) {
-        (0, 0)
+        let (count, bits) = &self.shared.errors[self.me];
+        (bits.load(Ordering::SeqCst) as u32, count.load(Ordering::SeqCst))
     }
-    fn clear_errors(&self, _bits: u32) {}
+    fn clear_errors(&self, bits: u32) {
+        // LINK_DOWN cannot be cleared while the link is down.
+        let keep = if self.shared.down.load(Ordering::SeqCst) & (1 << self.me) != 0 { err::LINK_DOWN } else { 0 };
+        self.shared.errors[self.me].1.fetch_and(!((bits & !keep) as u64), Ordering::SeqCst);
+    }
     fn set_error_sum(&self, sum: u64) {
         self.error_sum.store(sum, Ordering::SeqCst)
     }
@@ -248,8 +305,23 @@ impl Hw for SimHw {
     }
     fn forget(&self, id: u32) {
         self.received.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        self.transmitted.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
     }
-    fn transmit(&self, _r: &RegionDesc, _loopback: bool) {}
+    fn forget_all(&self) {
+        let mut ids: HashSet<u32> =
+            self.transmitted.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
+        ids.extend(self.received.lock().unwrap_or_else(|e| e.into_inner()).keys());
+        for id in ids {
+            self.forget(id);
+        }
+    }
+    fn clear_meta(&self, page: u64, words: std::ops::Range<usize>) {
+        let base = page as usize * PAGE_WORDS;
+        self.bus.clear_local(base + words.start..base + words.end);
+    }
+    fn transmit(&self, r: &RegionDesc, _loopback: bool) {
+        self.transmitted.lock().unwrap_or_else(|e| e.into_inner()).insert(r.id, (r.first_page, r.pages));
+    }
     fn signal(&self, pid: u64, sig: u64, uid: u64) -> u64 {
         if self.shared.absent.lock().unwrap_or_else(|e| e.into_inner()).contains(&pid) {
             return libc::ESRCH as u64;

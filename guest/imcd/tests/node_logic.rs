@@ -17,7 +17,7 @@ const ME: Cred = Cred { uid: 1000, gid: 100 };
 const PAGES: u64 = DATA_FIRST + 16;
 
 fn settings() -> Settings {
-    Settings { cluster_timeout: Duration::from_secs(20), test_hooks: false }
+    Settings { cluster_timeout: Duration::from_secs(20), ..Settings::default() }
 }
 
 fn net(nodes: usize, seed: u64) -> SimNet {
@@ -167,4 +167,173 @@ fn failed_node_is_repaired_out_of_regions_locks_and_hosts() {
         hosts(&nodes[1]) == vec![(0, "n0".to_string()), (1, "n1".to_string())]
     });
     assert_ne!(only, shared);
+}
+
+/// Settings with a short flap grace, so the outages stay short.
+fn flap_settings() -> Settings {
+    Settings {
+        cluster_timeout: Duration::from_secs(5),
+        flap_grace: Duration::from_millis(800),
+        repair_after: Duration::from_millis(1600),
+        join_wait: Duration::from_secs(3),
+        ..Settings::default()
+    }
+}
+
+fn start_with(net: &SimNet, n: usize, s: Settings) -> Running {
+    let r = net.start(n, &format!("n{n}"), s);
+    assert!(r.joined().is_some(), "node {n} never finished joining");
+    r
+}
+
+fn find(r: &Running, key: u64) -> Option<(u32, u64)> {
+    match call(r, Request::Find { key }) {
+        Reply::Region { id, first_page, .. } => Some((id, first_page)),
+        Reply::Error { code: Status::NotFound, .. } => None,
+        other => panic!("find {key:#x}: {other:?}"),
+    }
+}
+
+fn both_hosts() -> Vec<(u32, String)> {
+    vec![(0, "n0".to_string()), (1, "n1".to_string())]
+}
+
+/// Regions of the directory as node `r` sees it never share a page.
+fn assert_disjoint(r: &Running) {
+    let mut ranges: Vec<(u64, u64, u64)> = match call(r, Request::Hosts) {
+        Reply::Hosts { .. } => Vec::new(),
+        other => panic!("hosts: {other:?}"),
+    };
+    for key in [0x50u64, 0x55, 0x66, 0x67] {
+        if let Reply::Region { first_page, pages, .. } = call(r, Request::Find { key }) {
+            ranges.push((first_page, first_page + pages, key));
+        }
+    }
+    ranges.sort_unstable();
+    assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0), "two regions share pages: {ranges:?}");
+}
+
+/// A flap shorter than the grace is ridden out: nobody is repaired (host
+/// table, regions and lock bids stay), and the flapped node is sent the
+/// directory again, so it sees an allocation made while it was down and
+/// does not allocate over it. The outage counts as an error.
+#[test]
+fn short_flap_is_ridden_out_and_the_node_resynchronised() {
+    let net = net(2, 21);
+    let a = start_with(&net, 0, flap_settings());
+    let b = start_with(&net, 1, flap_settings());
+    eventually("both imcds see each other", || hosts(&a).len() == 2 && hosts(&b).len() == 2);
+    let (id55, first55) = alloc(&b, 0x55, false);
+    assert!(matches!(call(&b, Request::Asattach { id: id55, transmit: true, loopback: false }), Reply::Mapping { .. }));
+    let set = match call(&b, Request::Lkalloc { key: 0x12, nlocks: 1, mode: 0o666, creator: true }) {
+        Reply::LockSet { id, placed_bid, .. } if placed_bid != 0 => id,
+        other => panic!("lkalloc: {other:?}"),
+    };
+    assert!(matches!(
+        call(&a, Request::Lkalloc { key: 0x12, nlocks: 1, mode: 0o666, creator: false }),
+        Reply::LockSet { id, .. } if id == set
+    ));
+    let slot1 = lock_slot_offset(0, 1);
+    eventually("node 0 sees node 1's bid", || a.hw().region_word(set, slot1).unwrap_or(0) != 0);
+    let errors_before = net.error_count(1);
+
+    net.link_down(1);
+    std::thread::sleep(Duration::from_millis(150));
+    // Made while node 1 is down: it misses these writes.
+    let (id66, first66) = alloc(&a, 0x66, false);
+    assert!(first66 >= first55 + 2 || first66 + 2 <= first55, "node 1's pages were given away");
+    std::thread::sleep(Duration::from_millis(250));
+    net.link_up(1);
+
+    eventually("node 1 was sent the allocation it missed", || find(&b, 0x66) == Some((id66, first66)));
+    eventually("both host tables list both nodes", || hosts(&a) == both_hosts() && hosts(&b) == both_hosts());
+    // Past the repair delay too: nothing was repaired.
+    std::thread::sleep(Duration::from_millis(2000));
+    assert_eq!(hosts(&a), both_hosts());
+    assert_eq!(find(&a, 0x55), Some((id55, first55)), "node 1's region survived the flap");
+    assert_eq!(a.hw().region_word(set, slot1).map(|b| b != 0), Some(true), "node 1's bid survived the flap");
+    assert!(b.hw().transmits(first55), "node 1's attachment was not revoked");
+    // Node 1 still holds what it held, and allocates around what it missed.
+    let (_, first67) = alloc(&b, 0x67, false);
+    assert_disjoint(&a);
+    assert_disjoint(&b);
+    assert_ne!(first67, first66);
+    assert_eq!(call(&b, Request::Dealloc { id: id55 }), Reply::Done, "node 1's holder kept its region");
+    assert_eq!(net.error_count(1), errors_before + 1, "the outage counts one error");
+    eventually("the clusterwide error count shows the outage", || {
+        a.hw().error_sum() > errors_before && b.hw().error_sum() > errors_before
+    });
+}
+
+/// A node away longer than the repair delay is repaired out (its region
+/// freed, its pages reusable); when it comes back its imcd has revoked
+/// what its processes held (transmit off, holders gone) and it rejoins as
+/// a new member: no page is owned by two regions.
+#[test]
+fn long_outage_repairs_the_node_out_and_it_revokes_on_return() {
+    let net = net(2, 22);
+    let a = start_with(&net, 0, flap_settings());
+    let b = start_with(&net, 1, flap_settings());
+    eventually("both imcds see each other", || hosts(&a).len() == 2 && hosts(&b).len() == 2);
+    let (id55, first55) = alloc(&b, 0x55, false);
+    match call(&b, Request::Asattach { id: id55, transmit: true, loopback: false }) {
+        Reply::Mapping { .. } => {}
+        other => panic!("attach: {other:?}"),
+    }
+    assert!(b.hw().transmits(first55), "node 1 transmits on its region");
+    eventually("node 0 sees node 1's region", || find(&a, 0x55) == Some((id55, first55)));
+
+    net.link_down(1);
+    eventually("node 0 repairs node 1 out and frees its region", || find(&a, 0x55).is_none());
+    eventually("node 1 revoked its attachments while down", || !b.hw().transmits(first55));
+    // The freed pages go to a new region on node 0.
+    let (id66, first66) = alloc(&a, 0x66, false);
+    assert_eq!(first66, first55, "first fit reuses the freed pages");
+    net.link_up(1);
+
+    eventually("node 1 rejoined", || hosts(&a) == both_hosts() && hosts(&b) == both_hosts());
+    eventually("node 1 sees the new region", || find(&b, 0x66) == Some((id66, first66)));
+    assert!(!b.hw().transmits(first66), "node 1's old attachment must not write the new region's pages");
+    match call(&b, Request::Dealloc { id: id55 }) {
+        Reply::Error { code: Status::NotAlloc, .. } => {}
+        other => panic!("the revoked holder still holds region {id55}: {other:?}"),
+    }
+    match call(&b, Request::Asattach { id: id66, transmit: true, loopback: false }) {
+        Reply::Error { code: Status::NotAlloc, .. } => {}
+        other => panic!("the revoked holder may attach the new region: {other:?}"),
+    }
+    assert_eq!(find(&b, 0x55), None);
+    assert_disjoint(&a);
+    assert_disjoint(&b);
+    // The rejoined node works as a new member.
+    let (_, first67) = alloc(&b, 0x67, false);
+    assert_ne!(first67, first66);
+    assert_disjoint(&a);
+}
+
+/// A node whose own link is down (MEMBERS reads 0 there) repairs nobody:
+/// after it comes back, the other node's regions, lock bids and host row
+/// are intact, even with the outage longer than the repair delay.
+#[test]
+fn node_whose_link_is_down_repairs_nobody() {
+    let net = net(2, 23);
+    let s = Settings { cluster_timeout: Duration::from_millis(500), ..flap_settings() };
+    let a = start_with(&net, 0, s);
+    let b = start_with(&net, 1, s);
+    eventually("both imcds see each other", || hosts(&a).len() == 2 && hosts(&b).len() == 2);
+    let (id50, first50) = alloc(&a, 0x50, false);
+    let set = match call(&a, Request::Lkalloc { key: 0x13, nlocks: 1, mode: 0o666, creator: true }) {
+        Reply::LockSet { id, placed_bid, .. } if placed_bid != 0 => id,
+        other => panic!("lkalloc: {other:?}"),
+    };
+    let slot0 = lock_slot_offset(0, 0);
+    eventually("node 0's bid is in place", || a.hw().region_word(set, slot0).unwrap_or(0) != 0);
+    for outage in [Duration::from_millis(300), Duration::from_millis(2500)] {
+        net.flap(1, outage);
+        eventually("both host tables list both nodes", || hosts(&a) == both_hosts() && hosts(&b) == both_hosts());
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(hosts(&a), both_hosts(), "node 0's host row survives a {outage:?} outage of node 1");
+        assert_eq!(find(&a, 0x50), Some((id50, first50)), "node 0's region survives");
+        assert_ne!(a.hw().region_word(set, slot0), Some(0), "node 0's bid survives");
+    }
 }

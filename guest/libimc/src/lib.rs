@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_long, CStr, CString};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use imc_client::{Attached, Imc, ImcError, LockSet, Regs, Status};
 
@@ -245,8 +245,23 @@ pub unsafe extern "C" fn imc_lkalloc(
     }))
 }
 
-/// `imc_lkacquire`: takes lock `lock` of set `id`. IMC_LOCKWAIT waits as
-/// long as it takes; otherwise 1 + `retries` attempts, then IMC_LOCKBUSY.
+/// Longest an `IMC_LOCKWAIT` acquire waits, unless `IMC_LOCKWAIT_SECONDS`
+/// in the environment says otherwise: a lock whose holder's release was
+/// lost (its node's link went down) would otherwise be waited on for ever.
+const LOCKWAIT_LIMIT: Duration = Duration::from_secs(120);
+
+fn lockwait_limit() -> Duration {
+    std::env::var("IMC_LOCKWAIT_SECONDS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .map(Duration::from_secs)
+        .unwrap_or(LOCKWAIT_LIMIT)
+}
+
+/// `imc_lkacquire`: takes lock `lock` of set `id`. IMC_LOCKWAIT waits up to
+/// [`LOCKWAIT_LIMIT`] (or `IMC_LOCKWAIT_SECONDS`); otherwise 1 + `retries`
+/// attempts. Either way a lock not taken is IMC_LOCKBUSY.
 #[no_mangle]
 pub extern "C" fn imc_lkacquire(id: c_int, lock: c_int, retries: c_int, flag: c_int) -> c_int {
     rc(with(|st, _| {
@@ -254,17 +269,27 @@ pub extern "C" fn imc_lkacquire(id: c_int, lock: c_int, retries: c_int, flag: c_
         if lock < 0 {
             return Err(invalid(format!("imc_lkacquire: lock {lock}")));
         }
-        let attempts = if flag & IMC_LOCKWAIT != 0 { u32::MAX } else { 1 + retries.max(0) as u32 };
-        let per_try = if flag & IMC_LOCKWAIT != 0 { Duration::from_secs(10) } else { Duration::from_millis(50) };
+        let wait = flag & IMC_LOCKWAIT != 0;
+        let deadline = wait.then(|| Instant::now() + lockwait_limit());
+        let attempts = if wait { u32::MAX } else { 1 + retries.max(0) as u32 };
+        let per_try = if wait { Duration::from_secs(10) } else { Duration::from_millis(50) };
         let mut last = String::new();
         for _ in 0..attempts {
-            match set.acquire(lock as u32, per_try) {
+            let try_for = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left.min(per_try),
+                    _ => break,
+                },
+                None => per_try,
+            };
+            match set.acquire(lock as u32, try_for) {
                 Ok(()) => return Ok(()),
                 Err(ImcError::Refused { code: Status::Timeout, message }) => last = message,
                 Err(e) => return Err(fail(e)),
             }
         }
-        Err((IMC_LOCKBUSY, format!("imc_lkacquire: lock {lock} of set {id} is held: {last}")))
+        let waited = if wait { format!(" (gave up after {:?})", lockwait_limit()) } else { String::new() };
+        Err((IMC_LOCKBUSY, format!("imc_lkacquire: lock {lock} of set {id} is held{waited}: {last}")))
     }))
 }
 

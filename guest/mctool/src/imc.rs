@@ -17,6 +17,13 @@ pub(crate) fn imc_status(e: imc_client::ImcError) -> anyhow::Error {
     }
 }
 
+/// Longest wait for one increment of `imc-lock-test` to come back through
+/// the hub (a store dropped while the link is down never does).
+const STORE_WAIT: Duration = Duration::from_secs(10);
+
+/// `imc-lock-test`: every wait has a deadline, and a counter that comes up
+/// short is reported with the errors the adapters counted meanwhile (the
+/// API's answer to writes dropped during an outage), never as success.
 pub(crate) fn imc_lock_test(key: u64, procs: usize, rounds: u64, total: u64, timeout: u64) -> Result<()> {
     use imc_client::Imc;
     let counter_key = key + 1000;
@@ -32,19 +39,36 @@ pub(crate) fn imc_lock_test(key: u64, procs: usize, rounds: u64, total: u64, tim
             children.push(pid);
             continue;
         }
+        let mut errcheck: Option<(imc_client::Regs, u32)> = None;
         let r = (|| -> Result<u64> {
             let imc = Imc::connect()?;
+            let regs = imc.regs()?;
+            let before = regs.rderrcnt();
+            let regs = &errcheck.insert((regs, before)).0;
+            let errors = |what: String| {
+                let k = regs.rderrcnt().wrapping_sub(before);
+                anyhow::anyhow!("{what} (the adapters counted {k} errors during the run)")
+            };
             let (set, _) = imc.lkalloc(key, 1, 0o666, false)?;
             // Coherent: every node has received the counter from the start.
             let (id, ..) = imc.asalloc_flags(counter_key, 8192, 0o666, false, true)?;
             let tx = imc.asattach_tx(id, true)?;
             let rx = imc.asattach_rx(id)?;
-            for _ in 0..rounds {
-                set.acquire(0, limit)?;
+            let t_run = Instant::now();
+            for round in 0..rounds {
+                let left = limit.saturating_sub(t_run.elapsed());
+                set.acquire(0, left).map_err(|e| errors(format!("round {round}: lock: {e}")))?;
                 // A plain read-modify-write, safe only under the lock.
                 let c = rx.load::<u64>(0)?;
                 tx.store::<u64>(0, c + 1)?;
+                let t0 = Instant::now();
                 while load64(&rx, 0) != c + 1 {
+                    if t0.elapsed() > STORE_WAIT {
+                        let _ = set.release(0);
+                        return Err(errors(format!(
+                            "round {round}: our increment did not come back within {STORE_WAIT:?}: link down?"
+                        )));
+                    }
                     std::hint::spin_loop();
                 }
                 set.release(0)?;
@@ -61,7 +85,18 @@ pub(crate) fn imc_lock_test(key: u64, procs: usize, rounds: u64, total: u64, tim
                 std::process::exit(0)
             }
             Ok(seen) => {
-                println!("process {p}: counter {seen}, expected {total}");
+                let (regs, before) = errcheck.as_ref().expect("set before the counter is read");
+                let mut now = *before;
+                let moved = regs.ckerrcnt(&mut now);
+                let k = now.wrapping_sub(*before);
+                if seen < total && moved {
+                    println!(
+                        "process {p}: counter short by {}; the adapter counted {k} errors during the run",
+                        total - seen
+                    );
+                } else {
+                    println!("process {p}: counter {seen}, expected {total}; {k} errors counted during the run");
+                }
                 std::process::exit(1)
             }
             Err(e) => {
