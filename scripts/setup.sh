@@ -38,7 +38,7 @@ need_root() { [ "$(id -u)" = 0 ] || die "$1 needs root (run as root or with sudo
 # ---------------------------------------------------------------- apt -------
 APT_LIST=/etc/apt/sources.list.d/mc-cluster.sources
 APT_PKGS=(
-    # QEMU build dependencies (minimal configure, see DESIGN.md)
+    # QEMU build dependencies (a minimal configure: x86_64 system emulation, vfio-user, virtfs)
     build-essential ninja-build pkg-config libglib2.0-dev libpixman-1-dev
     libslirp-dev libfdt-dev flex bison device-tree-compiler python3-venv
     dpkg-dev
@@ -197,7 +197,7 @@ setup_kernel() {
         return
     fi
     local pkg
-    # Debian's generic kernel (not -rt or -cloud, not backports): the one checked in DESIGN.md
+    # Debian's generic kernel (not -rt or -cloud, not backports): its modules (vfio, 9p, virtio) are what the image loads
     pkg=$(apt-cache search --names-only '^linux-image-[0-9.]+-[0-9]+-amd64-unsigned$' 2>/dev/null \
         | awk '{print $1}' | sort -V | tail -1)
     [ -n "$pkg" ] || die "no linux-image-*-amd64-unsigned package found (run apt-get update)"
