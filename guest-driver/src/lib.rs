@@ -73,6 +73,14 @@ impl Adapter {
         self.regs.store::<u32>(off as usize, v).unwrap_or_else(|e| panic!("register {off:#x}: {e}"))
     }
 
+    /// Resets the adapter through CTRL (guest VFIO offers no device reset,
+    /// so nothing else clears the PCT, masks, causes and counters between
+    /// opens; `docs/adapter.md`, "Reset"). Node, link, members and LAST_SEQ
+    /// are kept.
+    pub fn reset(&self) {
+        self.set_reg(reg::CTRL, regs::ctrl::RESET)
+    }
+
     /// This node's id, or `None` while the link is down.
     pub fn node(&self) -> Option<u16> {
         regs::node_id(self.reg(reg::NODE))

@@ -19,8 +19,12 @@ use thiserror::Error;
 use vfio_bindings::bindings::vfio::{
     vfio_group_status, vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_region_info, VFIO_TYPE1v2_IOMMU,
     VFIO_API_VERSION, VFIO_BASE, VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_GROUP_FLAGS_VIABLE,
+    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_CONFIG_REGION_INDEX as CONFIG_REGION_INDEX,
     VFIO_REGION_INFO_FLAG_MMAP, VFIO_TYPE, VFIO_TYPE1_IOMMU,
 };
+
+/// `VFIO_PCI_MSIX_IRQ_INDEX`: the IRQ index of MSI-X.
+pub use vfio_bindings::bindings::vfio::VFIO_PCI_MSIX_IRQ_INDEX as MSIX_IRQ_INDEX;
 
 /// Errors of the VFIO driver, each saying what to check.
 #[derive(Debug, Error)]
@@ -66,6 +70,8 @@ fn os(what: impl Into<String>) -> impl FnOnce(io::Error) -> VfioError {
     move |err| VfioError::Os { what, err }
 }
 
+/// `_IO(VFIO_TYPE, VFIO_BASE + nr)`: the kernel header defines the ioctl
+/// numbers as macros, which the bindings do not carry.
 const fn io_nr(nr: u32) -> libc::c_ulong {
     ((VFIO_TYPE << 8) | (VFIO_BASE + nr)) as libc::c_ulong
 }
@@ -77,16 +83,9 @@ const VFIO_GROUP_SET_CONTAINER: libc::c_ulong = io_nr(4);
 const VFIO_GROUP_GET_DEVICE_FD: libc::c_ulong = io_nr(6);
 const VFIO_DEVICE_GET_REGION_INFO: libc::c_ulong = io_nr(8);
 const VFIO_DEVICE_SET_IRQS: libc::c_ulong = io_nr(10);
-const VFIO_DEVICE_RESET: libc::c_ulong = io_nr(11);
-/// `VFIO_PCI_CONFIG_REGION_INDEX`.
-const CONFIG_REGION_INDEX: u32 = 7;
 const PCI_COMMAND: u64 = 0x04;
 const PCI_COMMAND_MEMORY: u16 = 1 << 1;
 const PCI_COMMAND_MASTER: u16 = 1 << 2;
-/// `VFIO_PCI_MSIX_IRQ_INDEX`.
-pub const MSIX_IRQ_INDEX: u32 = 2;
-const VFIO_IRQ_SET_DATA_EVENTFD: u32 = 1 << 2;
-const VFIO_IRQ_SET_ACTION_TRIGGER: u32 = 1 << 5;
 const VFIO_IOMMU_MAP_DMA: libc::c_ulong = io_nr(13);
 const VFIO_IOMMU_UNMAP_DMA: libc::c_ulong = io_nr(14);
 
@@ -330,10 +329,5 @@ impl VfioDevice {
         buf[5] = eventfd.as_raw_fd() as u32;
         ioctl_ptr(&self.device, VFIO_DEVICE_SET_IRQS, &mut buf, "VFIO_DEVICE_SET_IRQS")?;
         Ok(())
-    }
-
-    /// Function-level reset through VFIO.
-    pub fn reset(&self) -> Result<()> {
-        ioctl_val(&self.device, VFIO_DEVICE_RESET, 0, "VFIO_DEVICE_RESET").map(|_| ())
     }
 }

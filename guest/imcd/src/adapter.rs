@@ -18,7 +18,7 @@ use guest_driver::guest_mem::{Mapping, ReadWrite};
 use guest_driver::{rx_buffer, Adapter, Interrupt, RX_IOVA_BASE};
 use imc_proto::layout::{ACK_Q_PAGE, DIR_PAGE, MAX_NODES, META_PAGES, RELAY_PAGE};
 use imc_proto::{ACK_FILE, ERRCOUNT_FILE};
-use regs::{ctrl, int, pct, reg, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
+use regs::{int, pct, reg, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
 
 use crate::bus::AdapterBus;
 use crate::hw::{Handout, Hw, HwError};
@@ -78,7 +78,7 @@ impl AdapterHw {
         // Nothing resets the adapter between opens (guest VFIO offers no
         // device reset): start from the reset state, as docs/adapter.md
         // asks of the driver that takes the adapter into service.
-        a.set_reg(reg::CTRL, ctrl::RESET);
+        a.reset();
         let meta = rx_buffer(Path::new("/dev/shm/imcd-meta"), META_PAGES).map_err(mem("imcd-meta"))?;
         a.dev.map_dma(&meta, iova(0)).map_err(|e| HwError::Device(e.to_string()))?;
         for p in 0..META_PAGES {
