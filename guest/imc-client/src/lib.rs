@@ -231,6 +231,28 @@ pub struct LockSet {
     placed: std::cell::Cell<u64>,
 }
 
+/// Takes an exclusive flock on `f` within `timeout`: true once held,
+/// false if another holder kept it that long.
+fn flock_within(f: &std::fs::File, timeout: std::time::Duration) -> Result<bool, ImcError> {
+    let t0 = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_micros(50);
+    loop {
+        // SAFETY: flock(2) on a file we hold open.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) && e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(ImcError::Io(e));
+        }
+        if t0.elapsed() >= timeout {
+            return Ok(false);
+        }
+        std::thread::sleep(pause.min(timeout.saturating_sub(t0.elapsed())));
+        pause = (pause * 2).min(std::time::Duration::from_millis(2));
+    }
+}
+
 impl LockSet {
     fn flock(&self, lock: u32, op: libc::c_int) -> Result<(), ImcError> {
         // SAFETY: flock(2) on a file we hold open.
@@ -251,14 +273,20 @@ impl LockSet {
     }
 
     /// `imc_lkacquire` (waiting): first among this node's processes, then
-    /// clusterwide.
+    /// clusterwide, both within `timeout`.
     pub fn acquire(&self, lock: u32, timeout: std::time::Duration) -> Result<(), ImcError> {
         self.check(lock)?;
-        self.flock(lock, libc::LOCK_EX)?;
+        let t0 = std::time::Instant::now();
+        if !flock_within(&self.local[lock as usize], timeout)? {
+            return Err(ImcError::Refused {
+                code: Status::Timeout,
+                message: format!("lock {lock}: another process of this node held it for {timeout:?}"),
+            });
+        }
         let base = self.bids.get();
         self.bids.set(base + (1 << 16));
         let cl = crate::cluster_lock::ClusterLock::with_bid_base(LockBus { set: self, lock }, base);
-        if let Err(e) = cl.acquire(timeout) {
+        if let Err(e) = cl.acquire(timeout.saturating_sub(t0.elapsed())) {
             let _ = self.flock(lock, libc::LOCK_UN);
             return Err(ImcError::Refused { code: Status::Timeout, message: e.to_string() });
         }
@@ -547,5 +575,25 @@ mod tests {
         // could be shorter: mapping it must fail, not fault on a later load.
         std::fs::write(d.path().join("page"), [0u8; 100]).unwrap();
         assert!(matches!(imc.asattach_rx(1), Err(ImcError::Map(_))));
+    }
+
+    #[test]
+    fn local_lock_wait_has_a_deadline() {
+        let dir = std::env::temp_dir().join(format!("imc-flock-{}", std::process::id()));
+        std::fs::write(&dir, b"").unwrap();
+        let holder = std::fs::File::open(&dir).unwrap();
+        let waiter = std::fs::File::open(&dir).unwrap();
+        assert!(flock_within(&holder, std::time::Duration::ZERO).unwrap(), "a free lock is taken at once");
+        let t0 = std::time::Instant::now();
+        assert!(!flock_within(&waiter, std::time::Duration::from_millis(200)).unwrap());
+        let waited = t0.elapsed();
+        assert!(
+            waited >= std::time::Duration::from_millis(200) && waited < std::time::Duration::from_secs(5),
+            "{waited:?}"
+        );
+        // SAFETY: flock(2) on a file we hold open.
+        unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_UN) };
+        assert!(flock_within(&waiter, std::time::Duration::from_millis(200)).unwrap(), "taken once released");
+        let _ = std::fs::remove_file(&dir);
     }
 }
