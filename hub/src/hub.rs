@@ -27,6 +27,9 @@
 //! 3. the capture queue ([`Shared::capture`]);
 //! 4. inside an adapter: its DMA map lock, then its interrupt mutex.
 //!
+//! The nonce source's mutex (challenges for TCP connections) is taken
+//! alone, never with another lock held.
+//!
 //! A lock is only taken while holding locks above it in this list. Nobody
 //! waits for another thread while holding the order lock: a step that finds
 //! a link port's queue full returns before numbering, and the writer waits
