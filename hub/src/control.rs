@@ -2,6 +2,9 @@
 //! -- …`): counters, and faults on purpose (link down and up, corrupted and
 //! delayed frames) for link ports and local ports alike.
 //!
+//! Connections are capped ([`crate::hub::HubConfig::max_control`]) and
+//! closed when idle ([`crate::hub::HubConfig::control_idle_timeout`]).
+//!
 //! Runs on the hub's tokio tasks. Takes the control view's mutex, never the
 //! order lock while holding it (lock order: order lock, then control view),
 //! so `stats` and `link-down` answer at once even while a full receiver
@@ -12,10 +15,10 @@ use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::UnixListener;
-use tracing::info;
+use tokio::net::{UnixListener, UnixStream};
+use tracing::{debug, info};
 
-use crate::hub::{accept_failed, CtlView, Hub};
+use crate::hub::{accept_failed, closed_at_door, CtlView, Hub};
 use crate::order::PortCtl;
 
 /// Longest control request line accepted.
@@ -99,6 +102,24 @@ pub enum ControlReply {
         rejected: u64,
         /// Nodes cut off because their queue stayed full.
         stalled: u64,
+        /// Link connections open now that have not completed their `Hello`.
+        #[serde(default)]
+        unauthenticated: usize,
+        /// Link connections closed at once because `unauthenticated` was at its cap.
+        #[serde(default)]
+        unauthenticated_closed: u64,
+        /// Link connections closed because they sent no `Hello` in time.
+        #[serde(default)]
+        auth_timeouts: u64,
+        /// Control connections open now (this one included).
+        #[serde(default)]
+        control_connections: usize,
+        /// Control connections closed at once because they were at their cap.
+        #[serde(default)]
+        control_closed: u64,
+        /// Control connections closed after sending nothing for the idle timeout.
+        #[serde(default)]
+        control_idle_closed: u64,
     },
     /// Refused.
     Error {
@@ -160,33 +181,67 @@ impl Hub {
                             continue;
                         }
                     };
+                    let Some(slot) = self.shared.control_conns.enter() else {
+                        closed_at_door("control", &self.shared.control_conns);
+                        self.turn_away(stream);
+                        continue;
+                    };
                     let hub = self.clone();
                     tokio::spawn(async move {
-                        let (r, mut w) = stream.into_split();
-                        let mut r = BufReader::new(r);
-                        let mut line = Vec::with_capacity(256);
-                        // One request per line, for as long as the client likes;
-                        // each line is bounded, and every line gets an answer.
-                        while let Ok(Some(too_long)) = read_line_capped(&mut r, &mut line, MAX_CONTROL_LINE).await {
-                            let reply = if too_long {
-                                ControlReply::Error { message: format!("request over {MAX_CONTROL_LINE} bytes") }
-                            } else {
-                                match std::str::from_utf8(&line) {
-                                    Err(_) => ControlReply::Error { message: "request is not UTF-8".into() },
-                                    Ok(text) => match serde_json::from_str::<Control>(text) {
-                                        Ok(c) => hub.control(c).await,
-                                        Err(e) => ControlReply::Error { message: format!("bad request: {e}") },
-                                    },
-                                }
-                            };
-                            let mut out = serde_json::to_vec(&reply).unwrap_or_default();
-                            out.push(b'\n');
-                            if w.write_all(&out).await.is_err() {
-                                break;
-                            }
-                        }
+                        hub.serve_control_conn(stream).await;
+                        drop(slot);
                     });
                 }
+            }
+        }
+    }
+
+    /// Tells a control client over the cap why it is closed, without waiting:
+    /// the line fits a fresh socket's buffer, or is not sent.
+    fn turn_away(&self, stream: UnixStream) {
+        let cap = self.shared.control_conns.cap();
+        let reply = ControlReply::Error { message: format!("too many control connections ({cap} open); try again") };
+        let mut out = serde_json::to_vec(&reply).unwrap_or_default();
+        out.push(b'\n');
+        if let Ok(s) = stream.into_std() {
+            let _ = std::io::Write::write(&mut &s, &out);
+        }
+    }
+
+    /// Answers one control connection: one request per line, for as long as
+    /// the client sends one within the idle timeout; each line is bounded,
+    /// and every line gets an answer.
+    async fn serve_control_conn(&self, stream: UnixStream) {
+        let idle = self.shared.cfg.control_idle_timeout;
+        let (r, mut w) = stream.into_split();
+        let mut r = BufReader::new(r);
+        let mut line = Vec::with_capacity(256);
+        loop {
+            let too_long = match tokio::time::timeout(idle, read_line_capped(&mut r, &mut line, MAX_CONTROL_LINE)).await
+            {
+                Ok(Ok(Some(too_long))) => too_long,
+                Ok(_) => break,
+                Err(_) => {
+                    self.shared.control_idle_closed.fetch_add(1, Ordering::Relaxed);
+                    debug!("control connection idle for {idle:?}; closed");
+                    break;
+                }
+            };
+            let reply = if too_long {
+                ControlReply::Error { message: format!("request over {MAX_CONTROL_LINE} bytes") }
+            } else {
+                match std::str::from_utf8(&line) {
+                    Err(_) => ControlReply::Error { message: "request is not UTF-8".into() },
+                    Ok(text) => match serde_json::from_str::<Control>(text) {
+                        Ok(c) => self.control(c).await,
+                        Err(e) => ControlReply::Error { message: format!("bad request: {e}") },
+                    },
+                }
+            };
+            let mut out = serde_json::to_vec(&reply).unwrap_or_default();
+            out.push(b'\n');
+            if w.write_all(&out).await.is_err() {
+                break;
             }
         }
     }
@@ -229,6 +284,12 @@ impl Hub {
                 held_down: ctl.held_down.iter().enumerate().filter(|(_, h)| **h).map(|(i, _)| i as u16).collect(),
                 rejected: self.shared.rejected.load(Ordering::Relaxed),
                 stalled: self.shared.stalled.load(Ordering::Relaxed),
+                unauthenticated: self.shared.unauthenticated.open(),
+                unauthenticated_closed: self.shared.unauthenticated.closed(),
+                auth_timeouts: self.shared.auth_timeouts.load(Ordering::Relaxed),
+                control_connections: self.shared.control_conns.open(),
+                control_closed: self.shared.control_conns.closed(),
+                control_idle_closed: self.shared.control_idle_closed.load(Ordering::Relaxed),
             },
             Control::Delay { micros, .. } if micros > MAX_DELAY_MICROS => {
                 ControlReply::Error { message: format!("delay {micros} us is over the {MAX_DELAY_MICROS} us limit") }

@@ -27,6 +27,9 @@
 //! 3. the capture queue ([`Shared::capture`]);
 //! 4. inside an adapter: its DMA map lock, then its interrupt mutex.
 //!
+//! The nonce source's mutex (challenges for TCP connections) is taken
+//! alone, never with another lock held.
+//!
 //! A lock is only taken while holding locks above it in this list. Nobody
 //! waits for another thread while holding the order lock: a step that finds
 //! a link port's queue full returns before numbering, and the writer waits
@@ -39,6 +42,13 @@
 //! to the senders, as on the original shared bus. Memory is bounded by
 //! `ports × queue_depth × frame` (frames are shared between ports, so usually
 //! far less). Local ports take a write as it is ordered and never fill.
+//!
+//! Connections not trusted yet are bounded too ([`crate::bounds`]): at most
+//! [`HubConfig::max_unauthenticated`] link connections before their `Hello`
+//! (each without buffers: those come after the `Hello`), closed after
+//! [`HubConfig::auth_timeout`]; at most [`HubConfig::max_control`] control
+//! connections, closed after [`HubConfig::control_idle_timeout`] idle.
+//! Every listener backs off after a failed `accept()` and goes on.
 //!
 //! A receiver whose queue stays full for [`HubConfig::stall_timeout`] is
 //! declared failed: its link is closed and its departure announced, exactly
@@ -69,10 +79,11 @@ use std::time::Duration;
 use tokio::net::{TcpListener, UnixListener};
 use tracing::{debug, info, info_span, warn, Instrument};
 
+use crate::bounds::Gate;
 use crate::capture::Capture;
 pub use crate::capture::PCAP_LINKTYPE;
 pub use crate::control::{Control, ControlReply, NodeStats};
-use crate::link_port::{handle, random_nonce};
+use crate::link_port::{handle, NonceSource};
 use crate::local::LocalPort;
 use crate::order::{PortCtl, State};
 
@@ -87,11 +98,32 @@ pub struct HubConfig {
     pub stall_timeout: Duration,
     /// Cluster secret adapters must prove on TCP connections.
     pub secret: Option<Vec<u8>>,
+    /// Link connections (Unix and TCP together) that have not completed
+    /// their `Hello` and authentication yet, at most. A connection beyond
+    /// it is closed at once and counted (`unauthenticated_closed`).
+    pub max_unauthenticated: usize,
+    /// How long a new link connection has to complete its `Hello` (and, on
+    /// TCP, prove the secret); then it is closed and counted.
+    pub auth_timeout: Duration,
+    /// Control connections open at once, at most; one more gets an error
+    /// line and is closed.
+    pub max_control: usize,
+    /// A control connection that sends no request for this long is closed.
+    pub control_idle_timeout: Duration,
 }
 
 impl Default for HubConfig {
     fn default() -> Self {
-        HubConfig { max_nodes: 8, queue_depth: 4096, stall_timeout: Duration::from_secs(10), secret: None }
+        HubConfig {
+            max_nodes: 8,
+            queue_depth: 4096,
+            stall_timeout: Duration::from_secs(10),
+            secret: None,
+            max_unauthenticated: 64,
+            auth_timeout: Duration::from_secs(5),
+            max_control: 16,
+            control_idle_timeout: Duration::from_secs(60),
+        }
     }
 }
 
@@ -131,6 +163,16 @@ pub(crate) struct Shared {
     pub rejected: AtomicU64,
     pub stalled: AtomicU64,
     pub capture: Mutex<Option<Capture>>,
+    /// Link connections that have not completed their `Hello` yet.
+    pub unauthenticated: Arc<Gate>,
+    /// Link connections closed at the authentication deadline.
+    pub auth_timeouts: AtomicU64,
+    /// Control connections.
+    pub control_conns: Arc<Gate>,
+    /// Control connections closed after their idle timeout.
+    pub control_idle_closed: AtomicU64,
+    /// Where authentication challenges come from.
+    pub nonces: NonceSource,
 }
 
 /// A running hub's handle: serve adapters, answer control requests.
@@ -153,10 +195,15 @@ impl Hub {
                 state: Mutex::new(state),
                 ctl: Mutex::new(ctl),
                 seq_hint: AtomicU64::new(0),
-                cfg,
                 rejected: AtomicU64::new(0),
                 stalled: AtomicU64::new(0),
                 capture: Mutex::new(None),
+                unauthenticated: Gate::new(cfg.max_unauthenticated),
+                auth_timeouts: AtomicU64::new(0),
+                control_conns: Gate::new(cfg.max_control),
+                control_idle_closed: AtomicU64::new(0),
+                nonces: NonceSource::default(),
+                cfg,
             }),
         }
     }
@@ -179,6 +226,8 @@ impl Hub {
         if self.shared.cfg.secret.as_ref().is_none_or(|s| s.is_empty()) {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "a TCP hub needs a cluster secret"));
         }
+        // Opened now, while descriptors are surely free; kept for good.
+        self.shared.nonces.nonce()?;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -191,12 +240,23 @@ impl Hub {
                             continue;
                         }
                     };
+                    let Some(slot) = self.shared.unauthenticated.enter() else {
+                        closed_at_door("TCP", &self.shared.unauthenticated);
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
                     let shared = self.shared.clone();
                     tokio::spawn(async move {
+                        let nonce = match shared.nonces.nonce() {
+                            Ok(n) => n,
+                            Err(e) => {
+                                shared.rejected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                warn!(%peer, "connection closed: no challenge for it: {e}");
+                                return;
+                            }
+                        };
                         let (r, w) = stream.into_split();
-                        let nonce = random_nonce();
-                        if let Err(e) = handle(shared, r, w, Some(nonce)).instrument(info_span!("tcp", %peer)).await {
+                        if let Err(e) = handle(shared, r, w, Some(nonce), slot).instrument(info_span!("tcp", %peer)).await {
                             debug!("link closed: {e}");
                         }
                     });
@@ -222,10 +282,14 @@ impl Hub {
                             continue;
                         }
                     };
+                    let Some(slot) = self.shared.unauthenticated.enter() else {
+                        closed_at_door("link", &self.shared.unauthenticated);
+                        continue;
+                    };
                     let shared = self.shared.clone();
                     tokio::spawn(async move {
                         let (r, w) = stream.into_split();
-                        if let Err(e) = handle(shared, r, w, None).await {
+                        if let Err(e) = handle(shared, r, w, None, slot).await {
                             debug!("link closed: {e}");
                         }
                     });
@@ -243,6 +307,18 @@ pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 pub(crate) async fn accept_failed(what: &str, e: &std::io::Error) {
     warn!("{what} accept failed: {e}");
     tokio::time::sleep(ACCEPT_BACKOFF).await;
+}
+
+/// Logs a connection on the `what` listener closed at once because `gate`
+/// was full: the first, then each time the count doubles, so a flood is
+/// seen in the log without flooding it.
+pub(crate) fn closed_at_door(what: &str, gate: &Gate) {
+    let n = gate.closed();
+    if n.is_power_of_two() {
+        warn!("{what}: connection closed at once: {} already open, the cap ({n} closed so far)", gate.cap());
+    } else {
+        debug!("{what}: connection closed at once ({n} so far)");
+    }
 }
 
 /// Runs a hub on `listener` until `shutdown` completes (no control socket).

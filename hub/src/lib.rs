@@ -7,6 +7,7 @@
 //! - `link_port`: link ports (remote adapters over sockets).
 //! - `control`: control requests (counters, faults on purpose).
 //! - `capture`: the pcap capture of every ordered frame.
+//! - `bounds`: caps on connections not trusted yet (before `Hello`, control).
 //! - [`local`]: local ports: the adapters of guests on this host, served
 //!   over vfio-user by the hub itself, so a store reaches the other guests'
 //!   memory in the thread that received it.
@@ -14,6 +15,7 @@
 //! - `testing` (feature `testing`): a real hub on its own runtime, for tests.
 #![warn(missing_docs)]
 
+mod bounds;
 mod capture;
 mod control;
 pub mod hub;

@@ -1,8 +1,9 @@
 //! Link ports: remote `mc-adapter` processes over a Unix socket or TCP,
 //! speaking the link protocol of crate `link`.
 //!
-//! Each connection has two tokio tasks: a reader (authentication, `Hello`,
-//! then the adapter's writes into the order) and a writer (the port's queue
+//! Each connection has two tokio tasks: a reader (the greeting: challenge,
+//! `Hello` and its proof, within the authentication deadline and without
+//! buffers; then the adapter's writes into the order) and a writer (the port's queue
 //! out to the socket, batched, with link sequence numbers stamped on the way
 //! and faults on purpose applied: corruption, delay).
 
@@ -16,11 +17,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 use tracing::{debug, info, info_span, warn, Instrument};
 
+use crate::bounds::Slot;
 use crate::hub::Shared;
 use crate::order::{Frame, Port, PortCtl, PortKind, MEMBER_ROOM};
 
-/// How long a new connection may take to send its `Hello`.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bytes buffered for a port after which its writer flushes without
 /// waiting for more.
 const FLUSH_AT: usize = 32 * 1024;
@@ -47,12 +47,29 @@ fn invalid(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
 }
 
-/// 32 bytes from the kernel's random source for an authentication challenge.
-pub(crate) fn random_nonce() -> [u8; AUTH_LEN] {
-    let mut n = [0u8; AUTH_LEN];
-    let mut f = std::fs::File::open("/dev/urandom").expect("/dev/urandom");
-    std::io::Read::read_exact(&mut f, &mut n).expect("reading /dev/urandom");
-    n
+/// The kernel's random source for authentication challenges, opened once
+/// (on first use) and kept: a challenge costs no file descriptor, so a hub
+/// out of descriptors still authenticates; if it cannot be opened, the one
+/// connection that needed it is refused with the error.
+#[derive(Debug, Default)]
+pub(crate) struct NonceSource(std::sync::Mutex<Option<std::fs::File>>);
+
+impl NonceSource {
+    /// 32 random bytes for one challenge.
+    pub fn nonce(&self) -> std::io::Result<[u8; AUTH_LEN]> {
+        let mut n = [0u8; AUTH_LEN];
+        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let f = match &mut *guard {
+            Some(f) => f,
+            slot => slot.insert(
+                std::fs::File::open("/dev/urandom")
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("cannot open /dev/urandom: {e}")))?,
+            ),
+        };
+        std::io::Read::read_exact(f, &mut n)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot read /dev/urandom: {e}")))?;
+        Ok(n)
+    }
 }
 
 async fn refuse<W: AsyncWrite + Unpin>(shared: &Shared, w: &mut W, reason: &str) -> std::io::Result<()> {
@@ -62,54 +79,67 @@ async fn refuse<W: AsyncWrite + Unpin>(shared: &Shared, w: &mut W, reason: &str)
     w.flush().await
 }
 
-/// Serves one link port connection: authentication, join, then the
-/// adapter's writes into the order and the ordered frames back out, until the
-/// link drops; then the node's departure is announced.
-pub(crate) async fn handle<R, W>(
-    shared: Arc<Shared>,
-    r: R,
-    w: W,
+/// What a new connection said before it was trusted.
+struct Greeting {
+    /// Its `Hello` frame's header.
+    hdr: Header,
+    want: u16,
+    name: String,
+}
+
+/// The untrusted start of a connection: the challenge out (TCP), the
+/// `Hello` in and its proof checked. Reads and writes the socket directly:
+/// no buffer is allocated for a peer that has not proved itself, and a
+/// frame that is not a `Hello` of the right size is refused before its
+/// payload is read. `Ok(None)`: refused (logged and counted).
+async fn greet<R, W>(
+    shared: &Shared,
+    r: &mut R,
+    w: &mut W,
     challenge: Option<[u8; AUTH_LEN]>,
-) -> std::io::Result<()>
+) -> std::io::Result<Option<Greeting>>
 where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin,
 {
-    let mut w = BufWriter::with_capacity(64 * 1024, w);
-    // Frames are read through a buffer: one read(2) per batch, not two per frame.
-    let mut r = tokio::io::BufReader::with_capacity(64 * 1024, r);
-    let mut buf = Vec::new();
-    // Our link frames: the challenge (if any) is frame 0.
-    let mut first_link_seq: u16 = 0;
     if let Some(nonce) = challenge {
         w.write_all(&Msg::Challenge { nonce }.encode()).await?;
         w.flush().await?;
-        first_link_seq = 1;
     }
-    let hdr = match tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut r, &mut buf)).await {
-        Ok(Ok(h)) => h,
-        Ok(Err(e)) => {
+    let mut h = [0u8; HEADER_LEN];
+    let mut buf = Vec::new();
+    let read = async {
+        r.read_exact(&mut h).await?;
+        let hdr = Header::parse(&h).map_err(invalid)?;
+        if hdr.kind != Kind::Hello || hdr.len > link::MAX_HELLO {
+            return Err(invalid(format!("a {} frame of {} bytes", hdr.kind.name(), hdr.len)));
+        }
+        buf.resize(hdr.len, 0);
+        r.read_exact(&mut buf).await?;
+        Ok(hdr)
+    };
+    let hdr = match read.await {
+        Ok(h) => h,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
             shared.rejected.fetch_add(1, Ordering::Relaxed);
             warn!("garbage from new peer ({e}); closing");
-            return Ok(());
+            return Ok(None);
         }
-        Err(_) => {
-            shared.rejected.fetch_add(1, Ordering::Relaxed);
-            warn!("peer sent no Hello within {HELLO_TIMEOUT:?}; closing");
-            return Ok(());
-        }
+        // Gone before its Hello (closed, reset): counted, not worth a
+        // warning each, since a flood of these would flood the log.
+        Err(e) => return Err(e),
     };
     let (want, name, auth) = match Msg::parse(&hdr, &buf) {
         Ok(Msg::Hello { want_node, name, auth, .. }) => (want_node, name.to_string(), auth),
         Ok(other) => {
             shared.rejected.fetch_add(1, Ordering::Relaxed);
             warn!("peer opened with {:?} instead of Hello; closing", kind_of(&other));
-            return Ok(());
+            return Ok(None);
         }
         Err(e) => {
             shared.rejected.fetch_add(1, Ordering::Relaxed);
             warn!("garbage from new peer ({e}); closing");
-            return Ok(());
+            return Ok(None);
         }
     };
     if let Some(nonce) = challenge {
@@ -117,9 +147,56 @@ where
         let ok = auth.is_some_and(|tag| link::auth_ok(secret, &nonce, &tag));
         if !ok {
             let why = if auth.is_none() { "no cluster secret presented" } else { "wrong cluster secret" };
-            return refuse(&shared, &mut w, &format!("authentication failed for '{name}': {why}")).await;
+            refuse(shared, w, &format!("authentication failed for '{name}': {why}")).await?;
+            return Ok(None);
         }
     }
+    Ok(Some(Greeting { hdr, want, name }))
+}
+
+/// Serves one link port connection: authentication, join, then the
+/// adapter's writes into the order and the ordered frames back out, until the
+/// link drops; then the node's departure is announced.
+///
+/// `slot` is the connection's place among those not trusted yet: given back
+/// once the `Hello` is in (or the connection closes). The whole greeting
+/// must be done within [`HubConfig::auth_timeout`](crate::hub::HubConfig).
+pub(crate) async fn handle<R, W>(
+    shared: Arc<Shared>,
+    mut r: R,
+    mut w: W,
+    challenge: Option<[u8; AUTH_LEN]>,
+    slot: Slot,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let deadline = shared.cfg.auth_timeout;
+    let greeting = match tokio::time::timeout(deadline, greet(&shared, &mut r, &mut w, challenge)).await {
+        Ok(Ok(Some(g))) => g,
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Err(e)) => {
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
+            debug!("new peer went away: {e}");
+            return Ok(());
+        }
+        Err(_) => {
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
+            shared.auth_timeouts.fetch_add(1, Ordering::Relaxed);
+            warn!("peer sent no Hello within {deadline:?}; closing");
+            return Ok(());
+        }
+    };
+    drop(slot);
+    let Greeting { hdr, want, name } = greeting;
+    // Our link frames: the challenge (if any) was frame 0.
+    let first_link_seq: u16 = if challenge.is_some() { 1 } else { 0 };
+    // Trusted from here on: buffers for the data path.
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    // Frames are read through a buffer: one read(2) per batch, not two per frame.
+    let mut r = tokio::io::BufReader::with_capacity(64 * 1024, r);
+    let mut buf = Vec::new();
 
     // Join: choose a port, send Welcome, announce to the others.
     let (node, mut rx, port) = match join_link(&shared, want, &name) {

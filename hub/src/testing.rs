@@ -122,6 +122,17 @@ impl TestHub {
         addr
     }
 
+    /// Also answers control requests on a socket in the hub's temporary
+    /// folder (as `mc-hub --control`); returns its path.
+    pub fn listen_control(&self) -> PathBuf {
+        let sock = self.path.with_file_name("hub.ctl");
+        let rt = self.rt.as_ref().expect("running");
+        let l = rt.block_on(async { tokio::net::UnixListener::bind(&sock) }).expect("bind control socket");
+        let h = self.hub.clone();
+        rt.spawn(async move { h.serve_control(l, std::future::pending()).await });
+        sock
+    }
+
     /// Adds a local port for `name` (the lowest node id not in use): the hub
     /// serves an adapter with `aspace` bytes of address space on a vfio-user
     /// socket in the hub's temporary folder. Returns the socket and the node id.

@@ -40,6 +40,21 @@ struct Args {
     /// Seconds a receiver may keep its queue full before it is cut off as failed.
     #[arg(long, default_value_t = 10.0)]
     stall_timeout: f64,
+    /// Link connections (Unix and TCP) that have not completed their Hello
+    /// and authentication yet, at most; more are closed at once and counted
+    /// (stats: unauthenticated_closed).
+    #[arg(long, default_value_t = 64)]
+    max_unauthenticated: usize,
+    /// Seconds a new link connection has to send its Hello (and prove the
+    /// secret on TCP) before it is closed.
+    #[arg(long, default_value_t = 5.0)]
+    auth_timeout: f64,
+    /// Control connections open at once, at most; one more gets an error and is closed.
+    #[arg(long, default_value_t = 16)]
+    max_control: usize,
+    /// Seconds a control connection may stay open without sending a request.
+    #[arg(long, default_value_t = 60.0)]
+    control_idle_timeout: f64,
     /// Write every ordered frame to this pcap file (see docs/hub.md).
     #[arg(long)]
     pcap: Option<PathBuf>,
@@ -169,8 +184,18 @@ fn run() -> anyhow::Result<()> {
     if args.max_nodes == 0 || args.max_nodes > MAX_NODES {
         anyhow::bail!("--max-nodes must be between 1 and {MAX_NODES}, not {}", args.max_nodes);
     }
-    if !(args.stall_timeout > 0.0 && args.stall_timeout.is_finite()) {
-        anyhow::bail!("--stall-timeout must be a positive number of seconds");
+    let secs = |v: f64, flag: &str| {
+        if v > 0.0 && v.is_finite() && v < 1e9 {
+            Ok(Duration::from_secs_f64(v))
+        } else {
+            Err(anyhow::anyhow!("--{flag} must be a positive number of seconds"))
+        }
+    };
+    let stall_timeout = secs(args.stall_timeout, "stall-timeout")?;
+    let auth_timeout = secs(args.auth_timeout, "auth-timeout")?;
+    let control_idle_timeout = secs(args.control_idle_timeout, "control-idle-timeout")?;
+    if args.max_unauthenticated == 0 || args.max_control == 0 {
+        anyhow::bail!("--max-unauthenticated and --max-control must be at least 1");
     }
     let secret = match &args.secret_file {
         Some(p) => {
@@ -197,8 +222,12 @@ fn run() -> anyhow::Result<()> {
     let cfg = HubConfig {
         max_nodes: args.max_nodes,
         queue_depth: args.queue_depth,
-        stall_timeout: Duration::from_secs_f64(args.stall_timeout),
+        stall_timeout,
         secret,
+        max_unauthenticated: args.max_unauthenticated,
+        auth_timeout,
+        max_control: args.max_control,
+        control_idle_timeout,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {

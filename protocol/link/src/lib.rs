@@ -71,6 +71,9 @@ pub const AUTH_LEN: usize = 32;
 /// Domain separation for [`auth_tag`].
 const AUTH_CONTEXT: &[u8] = b"mc-link-v1";
 const HELLO_FIXED: usize = 12 + AUTH_LEN;
+/// Largest payload of a valid `Hello` (with the longest name): a peer that
+/// announces more is not saying `Hello`, and is not given a bigger buffer.
+pub const MAX_HELLO: usize = HELLO_FIXED + MAX_NAME;
 
 /// The authenticator an adapter sends for `nonce`.
 pub fn auth_tag(secret: &[u8], nonce: &[u8; AUTH_LEN]) -> [u8; AUTH_LEN] {
