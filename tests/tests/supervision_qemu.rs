@@ -124,8 +124,12 @@ fn killed_adapter_restarts_its_node() {
     let (q, a) = (pid(&n1["qemu_pid"]), pid(&n1["adapter_pid"]));
     assert!(q != qemu1 && a != adapter1 && alive(q) && alive(a), "{st}");
     assert!(!alive(qemu1), "the wedged QEMU {qemu1} still runs");
-    let events = std::fs::read_to_string(c.run_dir().join("events.log")).unwrap();
-    assert!(events.contains("node 1: adapter exited") && events.contains("node 1 restarted"), "{events}");
+    let t0 = Instant::now();
+    let restarted = |e: &str| e.contains("node 1: adapter exited") && e.contains("node 1 restarted");
+    while !restarted(&std::fs::read_to_string(c.run_dir().join("events.log")).unwrap()) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no restart in events.log");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     c.run(1, &["true"]);
     let (ok, status) = launcher(&c, &["status"]);
     assert!(ok && status.contains(&format!("adapter pid {a},")) && !status.contains("gone"), "{status}");
