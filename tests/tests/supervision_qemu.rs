@@ -211,5 +211,52 @@ fn hub_restart_in_hub_reboots_the_guests() {
     assert!(stats.contains("\"node\": 0,") && stats.contains("\"node\": 1,"), "{stats}");
     let (ok, status) = launcher(&c, &["status"]);
     assert!(ok, "{status}");
+
+    // One node on its own: a new QEMU on the same local port of the hub.
+    let (ok, said) = launcher(&c, &["restart", "1"]);
+    assert!(ok && said.contains("node 1 restarted"), "{said}");
+    let st1 = c.state();
+    assert!(st1["nodes"][1]["restarts"] == 2 && st1["nodes"][0]["restarts"] == 1, "{st1}");
+    assert_eq!(pid(&st1["hub_pid"]), hub, "a node restart leaves the hub alone");
+    c.poll_until(0, &["mctool", "imc-hosts"], 60, |o| o.contains("hosts [0, 1]"));
+
+    // A hub that dies takes every guest's device with it: the supervisor
+    // reboots the cluster.
+    kill9(hub);
+    let st = wait_state(&c, 200, "the cluster rebooted", |s| {
+        // One more restart of each node than before.
+        let again = |n: usize| s["nodes"][n]["restarts"] == st1["nodes"][n]["restarts"].as_u64().unwrap() + 1;
+        s["hub_restarts"] == 2 && (0..2).all(|n| again(n) && !s["nodes"][n]["ready_s"].is_null())
+    });
+    let hub2 = pid(&st["hub_pid"]);
+    assert!(hub2 != hub && alive(hub2), "{st}");
+    c.run(1, &["true"]);
+    c.imcd_ready();
+    c.poll_until(0, &["mctool", "imc-hosts"], 60, |o| o.contains("hosts [0, 1]"));
+    down_clean(&c);
+}
+
+/// Finding 5 with the TCP transport: a restarted hub listens on the address
+/// the adapters were given (the first hub chose a free port) and takes the
+/// same secret, so they rejoin.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn hub_restart_over_tcp_keeps_the_address() {
+    let cfg = tests::root().join("qemu-configs/tcp-loopback.toml");
+    let c = Cluster::up_with("t-sup-tcp", 2, &["--config", cfg.to_str().unwrap()]);
+    let addr = std::fs::read_to_string(c.run_dir().join("hub.tcp")).unwrap();
+    let (ok, said) = launcher(&c, &["hub", "restart"]);
+    assert!(ok && said.contains("hub restarted"), "{said}");
+    assert_eq!(std::fs::read_to_string(c.run_dir().join("hub.tcp")).unwrap(), addr);
+    let t0 = Instant::now();
+    loop {
+        let stats = c.hub(&["stats"]);
+        if stats.contains("\"node\": 0,") && stats.contains("\"node\": 1,") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "adapters did not rejoin: {stats}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.run(0, &["true"]);
     down_clean(&c);
 }
