@@ -82,7 +82,10 @@ pub fn hub_ctl(paths: &Paths, name: &str, args: &[String]) -> Result<String> {
     let rd = paths.run_dir(name);
     let st = State::load(&rd).map_err(|_| anyhow::anyhow!("cluster '{name}' is not up (run 'mc-cluster up' first)"))?;
     if !pid_alive(st.hub_pid) {
-        bail!("the hub of cluster '{name}' is not running");
+        match &st.hub_exit {
+            Some(how) => bail!("the hub of cluster '{name}' is not running (it exited: {how}; see events.log)"),
+            None => bail!("the hub of cluster '{name}' is not running"),
+        }
     }
     let out = Command::new(paths.bin_dir.join("mc-hub"))
         .arg("ctl")

@@ -90,7 +90,7 @@ fn killed_qemu_takes_its_node_out_per_guest() {
     let lt =
         c.exec(0, &["mctool", "imc-lock-test", "--key", "456", "--procs", "1", "--rounds", "50", "--timeout", "30"]);
     assert!(lt.status.success(), "{}{}", String::from_utf8_lossy(&lt.stdout), String::from_utf8_lossy(&lt.stderr));
-    eprintln!("node 1 repaired out {:.1} s after its QEMU was killed", repaired.as_secs_f64());
+    eprintln!("node 1 left node 0's host list {:.1} s after its QEMU was killed", repaired.as_secs_f64());
 
     // Back: a new adapter and QEMU; the guest boots and imcd late-joins.
     let (ok, said) = launcher(&c, &["restart", "1"]);
