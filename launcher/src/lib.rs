@@ -7,7 +7,7 @@
 //! - [`supervisor`]: the background process that owns a running cluster.
 //! - [`agent`]: talking to the guest agents.
 //! - [`kvm`]: whether KVM really runs guests here.
-//! - this file: the `up`, `down`, `status`, `exec` and `cp` operations.
+//! - this file: the `up`, `down`, `status`, `restart`, `exec` and `cp` operations.
 #![warn(missing_docs)]
 
 pub mod agent;
@@ -82,7 +82,10 @@ pub fn hub_ctl(paths: &Paths, name: &str, args: &[String]) -> Result<String> {
     let rd = paths.run_dir(name);
     let st = State::load(&rd).map_err(|_| anyhow::anyhow!("cluster '{name}' is not up (run 'mc-cluster up' first)"))?;
     if !pid_alive(st.hub_pid) {
-        bail!("the hub of cluster '{name}' is not running");
+        match &st.hub_exit {
+            Some(how) => bail!("the hub of cluster '{name}' is not running (it exited: {how}; see events.log)"),
+            None => bail!("the hub of cluster '{name}' is not running"),
+        }
     }
     let out = Command::new(paths.bin_dir.join("mc-hub"))
         .arg("ctl")
@@ -95,6 +98,20 @@ pub fn hub_ctl(paths: &Paths, name: &str, args: &[String]) -> Result<String> {
         bail!("{}", String::from_utf8_lossy(&out.stderr).trim().trim_start_matches("mc-hub: "));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Asks the supervisor of cluster `name` to carry out `req` (`restart-hub`,
+/// `restart-node N`); returns its answer once done.
+pub fn restart(paths: &Paths, name: &str, req: &str) -> Result<String> {
+    let rd = paths.run_dir(name);
+    let st = State::load(&rd).map_err(|_| anyhow::anyhow!("cluster '{name}' is not up (run 'mc-cluster up' first)"))?;
+    if st.status != Status::Up || !pid_alive(st.supervisor_pid) {
+        bail!("cluster '{name}' is not up (status {:?}; run 'mc-cluster up')", st.status);
+    }
+    let plan: Plan = serde_json::from_slice(&fs::read(rd.join("plan.json")).context("reading plan.json")?)?;
+    // A restart waits for guests to boot (all of them for an in-hub hub restart).
+    let timeout = Duration::from_secs(plan.config.qemu.boot_timeout_s + 60);
+    supervisor::request(&rd, req, timeout)
 }
 
 /// Sockets left in a run folder.

@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use launcher::config::Paths;
 use launcher::config::GUEST_SHARE;
 use launcher::supervisor::{self, State, Status};
-use launcher::{agent, cp, down_dir, exec, hub_ctl, pid_alive as alive, up, UpOptions};
+use launcher::{agent, cp, down_dir, exec, hub_ctl, pid_alive as alive, restart, up, UpOptions};
 
 #[derive(Parser)]
 #[command(version, about = "Run a virtual MEMORY CHANNEL cluster of QEMU guests")]
@@ -73,11 +73,25 @@ enum Cmd {
     },
     /// Show the cluster's processes and whether each guest answers.
     Status,
-    /// Talk to the hub: stats, link-down NODE, link-up NODE, corrupt NODE [COUNT].
+    /// Talk to the hub: `hub -- stats`, `hub -- link-down NODE`, `link-up
+    /// NODE`, `corrupt NODE [COUNT]`; or `hub restart`: a new hub with the
+    /// same arguments (in-hub mode, the default, restarts every guest too:
+    /// their vfio-user clients never reconnect; per-guest, the adapters
+    /// rejoin).
     Hub {
+        /// `restart`, or nothing (then a request after --).
+        #[arg(value_parser = ["restart"])]
+        action: Option<String>,
         /// The request and its arguments (after --), as for `mc-hub ctl`.
-        #[arg(last = true, required = true)]
+        #[arg(last = true)]
         args: Vec<String>,
+    },
+    /// Restart node NODE: its QEMU (and, per-guest, its adapter) are stopped
+    /// and started again; returns when its agent answers. Its guest reboots
+    /// and imcd joins the running cluster.
+    Restart {
+        /// Node id.
+        node: usize,
     },
     /// Stop everything and remove the sockets.
     Down,
@@ -106,7 +120,13 @@ fn status(paths: &Paths, name: &str) -> Result<i32> {
     if !up {
         return Ok(3);
     }
-    println!("  hub      pid {:<8} {}", st.hub_pid, if alive(st.hub_pid) { "running" } else { "gone" });
+    let hub = match (&st.hub_exit, alive(st.hub_pid)) {
+        (_, true) => "running".to_string(),
+        (Some(how), false) => format!("exited ({how})"),
+        (None, false) => "gone".to_string(),
+    };
+    let restarts = if st.hub_restarts > 0 { format!(", restarted {} time(s)", st.hub_restarts) } else { String::new() };
+    println!("  hub      pid {:<8} {hub}{restarts}", st.hub_pid);
     println!("  share    {} is {GUEST_SHARE} in every guest", st.share.display());
     let mut all = true;
     for (n, ns) in st.nodes.iter().enumerate() {
@@ -118,10 +138,17 @@ fn status(paths: &Paths, name: &str) -> Result<i32> {
             }
         };
         let q = match &ns.qemu_exit {
-            Some(how) => format!("qemu exited ({how})"),
-            None => format!("qemu pid {}", ns.qemu_pid),
+            Some(how) => format!("qemu pid {} exited ({how})", ns.qemu_pid),
+            None if alive(ns.qemu_pid) => format!("qemu pid {}", ns.qemu_pid),
+            None => format!("qemu pid {} gone", ns.qemu_pid),
         };
-        println!("  node {n:<3} {q}, adapter pid {}, {agent}", ns.adapter_pid);
+        let a = match &ns.adapter_exit {
+            Some(how) => format!("adapter pid {} exited ({how})", ns.adapter_pid),
+            None if alive(ns.adapter_pid) => format!("adapter pid {}", ns.adapter_pid),
+            None => format!("adapter pid {} gone", ns.adapter_pid),
+        };
+        let r = if ns.restarts > 0 { format!(", restarted {} time(s)", ns.restarts) } else { String::new() };
+        println!("  node {n:<3} {q}, {a}, {agent}{r}");
     }
     Ok(if all { 0 } else { 1 })
 }
@@ -156,8 +183,22 @@ fn run() -> Result<i32> {
             Ok(0)
         }
         Cmd::Status => status(&paths, &cli.name),
-        Cmd::Hub { args } => {
+        Cmd::Hub { action: Some(_), args } if !args.is_empty() => {
+            anyhow::bail!("hub restart takes no request after --")
+        }
+        Cmd::Hub { action: Some(_), .. } => {
+            println!("{}", restart(&paths, &cli.name, "restart-hub")?);
+            Ok(0)
+        }
+        Cmd::Hub { action: None, args } if args.is_empty() => {
+            anyhow::bail!("give a request after -- (mc-cluster hub -- stats) or restart")
+        }
+        Cmd::Hub { action: None, args } => {
             print!("{}", hub_ctl(&paths, &cli.name, &args)?);
+            Ok(0)
+        }
+        Cmd::Restart { node } => {
+            println!("{}", restart(&paths, &cli.name, &format!("restart-node {node}"))?);
             Ok(0)
         }
         Cmd::Down => {

@@ -64,3 +64,15 @@ fn exec_and_down_without_a_cluster() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("nothing was running"));
 }
+
+#[test]
+fn restarts_without_a_cluster_and_bad_hub_requests_are_refused() {
+    let run = tempfile::tempdir().unwrap();
+    let env = [("MC_RUN_DIR", run.path())];
+    fails_with(&mc(&["--name", "none", "restart", "1"], &env), &["cluster 'none' is not up"]);
+    fails_with(&mc(&["--name", "none", "hub", "restart"], &env), &["cluster 'none' is not up"]);
+    fails_with(&mc(&["--name", "none", "hub"], &env), &["give a request after --", "restart"]);
+    fails_with(&mc(&["--name", "none", "hub", "restart", "--", "stats"], &env), &["takes no request"]);
+    let out = mc(&["--name", "none", "hub", "reboot"], &env);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("restart"));
+}
