@@ -38,7 +38,9 @@ while [ $# -gt 0 ]; do
         --seconds) SECONDS_PER="${1:?--seconds needs a number}"; shift ;;
         --asan) ASAN=1 ;;
         --if-installed) IF_INSTALLED=1 ;;
-        --repro) REPRO=("${1:?--repro needs TARGET FILE}" "${2:?--repro needs TARGET FILE}"); shift 2 ;;
+        --repro)
+            REPRO=("${1:?--repro needs TARGET FILE}" "$(realpath -e "${2:?--repro needs TARGET FILE}")") || exit 2
+            TARGETS+=("$1"); shift 2 ;;
         -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         -*) echo "fuzz: unknown option '$arg' (try --help)" >&2; exit 2 ;;
         *) TARGETS+=("$arg") ;;
