@@ -104,7 +104,7 @@ for t in "${TARGETS[@]}"; do
         crashed=1
         crashes="1: $(sed -n 's/.*Test unit written to \(.*\)/\1/p' "$log" | tail -1)"
         [ "$crashes" != "1: " ] || crashes="exit $rc (see the log)"
-        grep -E "panicked at|ERROR: libFuzzer|ERROR: AddressSanitizer" "$log" | head -3 | sed 's/^/    /'
+        { grep -E "panicked at|ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)" "$log" || true; } | head -3 | sed 's/^/    /'
     fi
     rows+=("$(printf '%-13s %10s %8s %6s %7s %7s  %s' "$t" "${runs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$crashes")")
 done

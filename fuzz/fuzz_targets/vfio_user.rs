@@ -134,11 +134,14 @@ fuzz_target!(init: fuzz::write_seeds(fuzz::vfio_user()), |data: &[u8]| {
         drop(fds);
         client.shutdown(std::net::Shutdown::Write).unwrap();
         std::thread::scope(|s| {
-            s.spawn(move || {
+            let drain = s.spawn(move || {
                 let mut replies = Vec::new();
                 let _ = (&client).read_to_end(&mut replies);
             });
             let _ = Connection::new(server, &mut dev).run();
+            // Joined, not just waited for: the thread has exited (its
+            // thread-local destructors ran) before the leak check.
+            drain.join().unwrap();
         });
     }
     assert_eq!(open_fds(), before, "fds leaked");
