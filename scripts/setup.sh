@@ -11,7 +11,11 @@
 # Idempotent: every step checks its own result and skips work already done.
 # Cache folder: $MC_CACHE (default: <repo>/.cache, ignored by git).
 #
-# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust image"]
+# Optional step "fuzz" (not in the default list): cargo-fuzz into
+# $MC_CACHE/cargo-fuzz for scripts/fuzz.sh (needs a C++ compiler, which
+# build-essential brings).
+#
+# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust image fuzz"]
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,7 +27,7 @@ while [ $# -gt 0 ]; do
     case "$arg" in
         --no-apt) NO_APT=1 ;;
         --only) ONLY="${1:?--only needs a list of steps}"; shift ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -243,10 +247,27 @@ setup_image() {
     "$REPO/firmware/build-initramfs.sh" "$MC_CACHE" || die "initramfs build failed"
 }
 
+# ---------------------------------------------------------------- fuzz ------
+CARGO_FUZZ_VERSION=0.13.2
+setup_fuzz() {
+    local bin="$MC_CACHE/cargo-fuzz/bin/cargo-fuzz"
+    if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -qF "$CARGO_FUZZ_VERSION"; then
+        step "fuzz: cargo-fuzz $CARGO_FUZZ_VERSION cached ($bin)"
+        return
+    fi
+    command -v cargo >/dev/null || die "cargo not found: install Rust (rustup) first"
+    # libfuzzer-sys compiles libFuzzer from its C++ source.
+    command -v c++ >/dev/null || die "no C++ compiler (c++): install build-essential (step apt)"
+    step "fuzz: installing cargo-fuzz $CARGO_FUZZ_VERSION into $MC_CACHE/cargo-fuzz"
+    cargo install -q --locked --version "$CARGO_FUZZ_VERSION" --root "$MC_CACHE/cargo-fuzz" cargo-fuzz \
+        >"$MC_CACHE/cargo-fuzz-install.log" 2>&1 \
+        || { tail -20 "$MC_CACHE/cargo-fuzz-install.log"; die "cargo install cargo-fuzz failed (see $MC_CACHE/cargo-fuzz-install.log)"; }
+}
+
 for s in ${ONLY:-apt qemu kernel rust image}; do
     case "$s" in
-        apt|qemu|kernel|rust|image) "setup_$s" ;;
-        *) die "unknown step '$s' (steps: apt qemu kernel rust image)" ;;
+        apt|qemu|kernel|rust|image|fuzz) "setup_$s" ;;
+        *) die "unknown step '$s' (steps: apt qemu kernel rust image fuzz)" ;;
     esac
 done
 step "setup complete (cache: $MC_CACHE)"

@@ -61,6 +61,17 @@ pub enum Control {
     },
 }
 
+impl Control {
+    /// Decodes one request line (without its newline, at most
+    /// [`MAX_CONTROL_LINE`] bytes: the reader caps it). A malformed line
+    /// gives the [`ControlReply::Error`] to send back, never a panic.
+    pub fn parse_line(line: &[u8]) -> Result<Control, ControlReply> {
+        let text =
+            std::str::from_utf8(line).map_err(|_| ControlReply::Error { message: "request is not UTF-8".into() })?;
+        serde_json::from_str::<Control>(text).map_err(|e| ControlReply::Error { message: format!("bad request: {e}") })
+    }
+}
+
 /// One node's line in [`ControlReply::Stats`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct NodeStats {
@@ -230,12 +241,9 @@ impl Hub {
             let reply = if too_long {
                 ControlReply::Error { message: format!("request over {MAX_CONTROL_LINE} bytes") }
             } else {
-                match std::str::from_utf8(&line) {
-                    Err(_) => ControlReply::Error { message: "request is not UTF-8".into() },
-                    Ok(text) => match serde_json::from_str::<Control>(text) {
-                        Ok(c) => self.control(c).await,
-                        Err(e) => ControlReply::Error { message: format!("bad request: {e}") },
-                    },
+                match Control::parse_line(&line) {
+                    Ok(c) => self.control(c).await,
+                    Err(refusal) => refusal,
                 }
             };
             let mut out = serde_json::to_vec(&reply).unwrap_or_default();
@@ -342,6 +350,30 @@ impl Hub {
                     ControlReply::Ok
                 }
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_line_decodes_requests_and_refuses_garbage_with_a_reply() {
+        assert_eq!(
+            Control::parse_line(br#"{"cmd":"corrupt","node":2,"count":5}"#),
+            Ok(Control::Corrupt { node: 2, count: 5 })
+        );
+        assert_eq!(Control::parse_line(br#"{"cmd":"stats"}"#), Ok(Control::Stats));
+        match Control::parse_line(b"{\"cmd\":\"stats\"}\xff") {
+            Err(ControlReply::Error { message }) => assert!(message.contains("not UTF-8"), "{message}"),
+            other => panic!("invalid UTF-8 gave {other:?}"),
+        }
+        for bad in [&br#"{"cmd":"link_down","node":70000}"#[..], br#"{"cmd":"reboot"}"#, b"", b"[1,2"] {
+            match Control::parse_line(bad) {
+                Err(ControlReply::Error { message }) => assert!(message.starts_with("bad request: "), "{message}"),
+                other => panic!("{:?} gave {other:?}", String::from_utf8_lossy(bad)),
+            }
         }
     }
 }
