@@ -73,7 +73,7 @@ pub fn refusal(e: &RegionError) -> Reply {
         RegionError::TableFull(_) => Status::TableFull,
         RegionError::NotFound(_) => Status::NotFound,
         RegionError::Empty => Status::Invalid,
-        RegionError::Lock(_) | RegionError::Toggle(_) => Status::Cluster,
+        RegionError::Lock(_) | RegionError::Toggle(_) | RegionError::Unanswered { .. } => Status::Cluster,
     };
     Reply::error(code, e)
 }
@@ -173,7 +173,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
             }
             if t0.elapsed() > self.settings.cluster_timeout {
                 eprintln!("imcd: nodes {missing:?} never received coherent region {}", r.id);
-                return Err(RegionError::NotFound(r.key));
+                return Err(RegionError::Unanswered { key: r.key, nodes: missing });
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -304,7 +304,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
             if creator {
                 self.place_creator_bid(r, bid).map_err(|e| {
                     eprintln!("imcd: lock set {key}: {e}");
-                    RegionError::NotFound(r.key)
+                    RegionError::Unanswered { key: r.key, nodes: vec![self.n.me] }
                 })?;
                 placed = bid;
             }

@@ -166,6 +166,14 @@ pub enum RegionError {
     /// No such region.
     #[error("no region {0}")]
     NotFound(u64),
+    /// Nodes that are up did not receive a coherent region in time.
+    #[error("nodes {nodes:?} did not receive region {key:#x} in time")]
+    Unanswered {
+        /// The region's key.
+        key: u64,
+        /// The nodes that did not answer.
+        nodes: Vec<usize>,
+    },
     /// The size asked for is zero.
     #[error("a region needs at least one page")]
     Empty,

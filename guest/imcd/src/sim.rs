@@ -57,6 +57,9 @@ struct Shared {
     signals: Mutex<Vec<Signal>>,
     /// Pids the signal service answers ESRCH for.
     absent: Mutex<Vec<u64>>,
+    /// Nodes whose adapter refuses to set up receive buffers (a node that
+    /// is up but cannot take a region: its mapper never acks).
+    deaf: AtomicU64,
 }
 
 /// The simulated cluster.
@@ -102,6 +105,7 @@ impl SimNet {
                 errors: (0..nodes).map(|_| (AtomicU64::new(0), AtomicU64::new(0))).collect(),
                 signals: Mutex::new(Vec::new()),
                 absent: Mutex::new(Vec::new()),
+                deaf: AtomicU64::new(0),
             }),
         }
     }
@@ -205,6 +209,11 @@ impl SimNet {
     pub fn absent_pid(&self, pid: u64) {
         self.shared.absent.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
     }
+
+    /// Makes node `n`'s adapter refuse every receive buffer from now on.
+    pub fn deafen(&self, n: usize) {
+        self.shared.deaf.fetch_or(1 << n, Ordering::SeqCst);
+    }
 }
 
 impl Running {
@@ -290,6 +299,9 @@ impl Hw for SimHw {
         std::thread::sleep(timeout)
     }
     fn receive(&self, r: &RegionDesc) -> Result<(), HwError> {
+        if self.shared.deaf.load(Ordering::SeqCst) & (1 << self.me) != 0 {
+            return Err(HwError::Device(format!("node {} refuses receive buffers (test)", self.me)));
+        }
         if (r.first_page + r.pages) > self.shared.pages {
             return Err(HwError::Device(format!("region {} past the simulated bus", r.id)));
         }

@@ -337,3 +337,21 @@ fn node_whose_link_is_down_repairs_nobody() {
         assert_ne!(a.hw().region_word(set, slot0), Some(0), "node 0's bid survives");
     }
 }
+
+#[test]
+fn coherent_allocation_a_node_never_acks_fails_as_a_cluster_error() {
+    let net = net(2, 5);
+    let fast = Settings { cluster_timeout: Duration::from_millis(500), ..settings() };
+    let a = net.start(0, "n0", fast);
+    assert!(a.joined().is_some());
+    let b = start(&net, 1);
+    eventually("both imcds see each other", || hosts(&a).len() == 2);
+    net.deafen(1);
+    match call(&a, Request::Asalloc { key: 0x90, size: PAGE_SIZE, mode: 0o666, exclusive: false, coherent: true }) {
+        Reply::Error { code: Status::Cluster, message } => assert!(message.contains("[1]"), "{message}"),
+        other => panic!("a coherent allocation node 1 never acked: {other:?}"),
+    }
+    // Nothing is left behind: the key is free again.
+    assert!(matches!(call(&a, Request::Find { key: 0x90 }), Reply::Error { code: Status::NotFound, .. }));
+    drop(b);
+}
