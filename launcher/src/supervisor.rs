@@ -928,17 +928,21 @@ impl Sup {
             }
         }
         for n in 0..self.plan.nodes {
-            if let Some(st) = self.qemus[n].as_mut().map(|q| q.try_wait()).transpose()?.flatten() {
-                self.qemus[n] = None;
-                self.state.qemu_exited(n, &st.to_string());
-                self.ev.say(&format!("node {n}: QEMU exited ({st})"));
-                return Ok(Some(Exited::Qemu(n)));
-            }
+            // The adapter first: its QEMU aborts within milliseconds of
+            // losing it, and both may be seen dead in one poll; the cause is
+            // the adapter (a QEMU that dies first is noticed while its
+            // adapter still runs: the supervisor stops that one itself).
             if let Some(st) = self.adapters[n].as_mut().map(|a| a.try_wait()).transpose()?.flatten() {
                 self.adapters[n] = None;
                 self.state.adapter_exited(n, &st.to_string());
                 self.ev.say(&format!("node {n}: adapter exited ({st})"));
                 return Ok(Some(Exited::Adapter(n)));
+            }
+            if let Some(st) = self.qemus[n].as_mut().map(|q| q.try_wait()).transpose()?.flatten() {
+                self.qemus[n] = None;
+                self.state.qemu_exited(n, &st.to_string());
+                self.ev.say(&format!("node {n}: QEMU exited ({st})"));
+                return Ok(Some(Exited::Qemu(n)));
             }
         }
         Ok(None)
