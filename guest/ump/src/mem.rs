@@ -58,8 +58,24 @@ impl<A: Access> Range<A> {
         Ok(Range { map, base, len })
     }
 
+    /// All of `map`.
+    fn whole(map: Arc<Mapping<A>>) -> Range<A> {
+        let len = map.len();
+        Range { map, base: 0, len }
+    }
+
     fn window(&self) -> Window<'_, A> {
-        self.map.window(self.base, self.len).unwrap_or_else(|e| panic!("channel memory: {e}"))
+        bug(self.map.window(self.base, self.len))
+    }
+
+    /// A control word, acquire-loaded (both kinds of receive memory).
+    fn load(&self, off: usize) -> u64 {
+        bug(self.window().load_acquire(off))
+    }
+
+    /// Data published by an acquire-loaded index (both kinds of receive memory).
+    fn read(&self, off: usize, dst: &mut [u8]) {
+        bug(self.window().read(off, dst))
     }
 }
 
@@ -82,12 +98,12 @@ impl Source for Local {
         self.0.len
     }
     fn load(&self, off: usize) -> u64 {
-        bug(self.0.window().load_acquire(off))
+        self.0.load(off)
     }
     fn read(&self, off: usize, dst: &mut [u8]) {
         // Published by an acquire-loaded index, and not reused by the
         // producer until we publish our tail.
-        bug(self.0.window().read(off, dst))
+        self.0.read(off, dst)
     }
 }
 
@@ -110,8 +126,7 @@ pub struct TxWindow(Range<ReadWrite>);
 impl TxWindow {
     /// All of a transmit mapping.
     pub fn new(map: Arc<Mapping<ReadWrite>>) -> TxWindow {
-        let len = map.len();
-        TxWindow(Range { map, base: 0, len })
+        TxWindow(Range::whole(map))
     }
 }
 
@@ -131,8 +146,7 @@ pub struct RxWindow(Range<ReadOnly>);
 impl RxWindow {
     /// All of a receive mapping.
     pub fn new(map: Arc<Mapping<ReadOnly>>) -> RxWindow {
-        let len = map.len();
-        RxWindow(Range { map, base: 0, len })
+        RxWindow(Range::whole(map))
     }
 }
 
@@ -141,10 +155,10 @@ impl Source for RxWindow {
         self.0.len
     }
     fn load(&self, off: usize) -> u64 {
-        bug(self.0.window().load_acquire(off))
+        self.0.load(off)
     }
     fn read(&self, off: usize, dst: &mut [u8]) {
-        bug(self.0.window().read(off, dst))
+        self.0.read(off, dst)
     }
 }
 
