@@ -64,6 +64,10 @@ pub enum ImcError {
     /// Mapping what `imcd` sent failed.
     #[error("mapping what imcd sent: {0}")]
     Map(#[from] MemError),
+    /// `imcd` did not answer within the call timeout (this connection is
+    /// no longer usable: connect again).
+    #[error("imcd did not answer in time (connect again)")]
+    Timeout,
     /// `imcd` answered something unexpected.
     #[error("unexpected answer from imcd: {0}")]
     Protocol(String),
@@ -76,7 +80,15 @@ fn recv_line_with_fd(sock: &UnixStream) -> std::io::Result<(String, Option<Owned
 /// A connection to `imcd`.
 pub struct Imc {
     sock: UnixStream,
+    /// Set when a call gave up waiting: its answer may still come, so the
+    /// connection can no longer pair requests with answers.
+    broken: std::cell::Cell<bool>,
 }
+
+/// How long a call waits for imcd's answer by default. imcd's own waits
+/// (a coherent allocation asking every node, a repair) are bounded well
+/// below this; [`Imc::set_call_timeout`] changes it.
+pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A mapped region as `imc_asattach` returns it: transmit (stores go to
 /// the cluster) or receive (loads see what the cluster wrote). Rust callers
@@ -124,12 +136,34 @@ impl Imc {
     /// Connects to `imcd` at `path`.
     pub fn connect_to(path: &Path) -> Result<Imc, ImcError> {
         let sock = UnixStream::connect(path).map_err(|e| ImcError::NoDaemon(path.display().to_string(), e))?;
-        Ok(Imc { sock })
+        sock.set_read_timeout(Some(CALL_TIMEOUT))?;
+        sock.set_write_timeout(Some(CALL_TIMEOUT))?;
+        Ok(Imc { sock, broken: std::cell::Cell::new(false) })
+    }
+
+    /// How long each call waits for imcd's answer (default [`CALL_TIMEOUT`]).
+    /// A call that gives up fails with [`ImcError::Timeout`], and so does
+    /// every later call on this connection: connect again.
+    pub fn set_call_timeout(&self, limit: std::time::Duration) -> Result<(), ImcError> {
+        self.sock.set_read_timeout(Some(limit))?;
+        self.sock.set_write_timeout(Some(limit))?;
+        Ok(())
     }
 
     fn call(&self, req: &Request) -> Result<(Reply, Option<OwnedFd>), ImcError> {
-        (&self.sock).write_all(&encode_line(req))?;
-        let (text, fd) = recv_line_with_fd(&self.sock)?;
+        if self.broken.get() {
+            return Err(ImcError::Timeout);
+        }
+        let timed_out = |e: std::io::Error| {
+            if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+                self.broken.set(true);
+                ImcError::Timeout
+            } else {
+                ImcError::Io(e)
+            }
+        };
+        (&self.sock).write_all(&encode_line(req)).map_err(timed_out)?;
+        let (text, fd) = recv_line_with_fd(&self.sock).map_err(timed_out)?;
         let text = text.trim_end_matches('\n');
         match decode_reply(text.as_bytes()).map_err(|e| ImcError::Protocol(format!("{e}: {text}")))? {
             Reply::Error { code, message } => Err(ImcError::Refused { code, message }),
@@ -380,6 +414,16 @@ impl Regs {
         // SAFETY: as above.
         unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_UN) };
         mine + others
+    }
+
+    /// The adapter's error status bits (`regs::err`; a device read).
+    pub fn err_status(&self) -> u32 {
+        self.reg(regs::reg::ERR_STATUS as usize)
+    }
+
+    /// This node's id (None while the adapter has none).
+    pub fn node(&self) -> Option<u16> {
+        regs::node_id(self.reg(regs::reg::NODE as usize))
     }
 
     /// The nodes the hub counts as up (whether or not they run imcd).

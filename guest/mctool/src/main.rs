@@ -5,12 +5,14 @@
 //! - [`imc`]: commands through imcd (the TruCluster API, as `libimc` uses it).
 //! - [`pingpong`] and [`order`]: two-node measurements and checks.
 //! - [`signals`]: clean stops and `wait-signal`.
+//! - [`soak`]: one node's share of the soak workload (`scripts/soak.sh`).
 
 mod imc;
 mod order;
 mod pingpong;
 mod raw;
 mod signals;
+mod soak;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -101,6 +103,31 @@ enum Cmd {
     },
     /// Through imcd (libimc): the error count and the nodes that are up.
     ImcHosts,
+    /// One node's share of the soak workload (`scripts/soak.sh` runs it on
+    /// every node): sequenced broadcast writes checked by every reader,
+    /// increments under a cluster spinlock, a UMP ping-pong. Writes a JSON
+    /// status to --status every second; stops when --stop exists.
+    Soak {
+        /// Nodes in the cluster (the broadcast region has a slot for each).
+        #[arg(long)]
+        nodes: usize,
+        /// This run's incarnation on this node (1 the first time, one more
+        /// after each restart).
+        #[arg(long, default_value_t = 1)]
+        incarnation: u16,
+        /// Status file (JSON, replaced once a second).
+        #[arg(long)]
+        status: PathBuf,
+        /// Stop when this file exists.
+        #[arg(long)]
+        stop: PathBuf,
+        /// Stop after this many seconds as well (0: only on --stop).
+        #[arg(long, default_value_t = 0)]
+        seconds: u64,
+        /// Broadcast records written per second.
+        #[arg(long, default_value_t = 100)]
+        rate: u64,
+    },
     /// Through imcd (libimc): imc_kill, a signal to a process on another
     /// node through the command relay.
     ImcKill {
@@ -393,6 +420,9 @@ fn main() -> Result<()> {
             imc::imc_lock_test(key, procs, rounds, total, timeout)
         }
         Cmd::ImcKill { host, pid, sig } => imc::kill(&host, pid, sig),
+        Cmd::Soak { nodes, incarnation, status, stop, seconds, rate } => {
+            soak::run(soak::Opts { nodes, incarnation, status, stop, seconds, rate })
+        }
         Cmd::WaitSignal { timeout } => signals::wait_signal(timeout),
         Cmd::ImcDrill { id } => imc::drill(id),
         Cmd::ImcCheckErrors { seconds } => imc::check_errors(seconds),

@@ -2,6 +2,7 @@
 //! means the same thing by a percentile or a test pattern: `mctool`,
 //! `imc-bench`, `ump-tool` and the QEMU tier's checks. No I/O.
 //!
+//! - [`soak`]: the words of the soak workload and how a reader judges them.
 //! - [`stats`]: nearest-rank percentiles of raw latency samples.
 //! - [`pattern`]: the non-repeating test pattern `mctool fill` writes and
 //!   the tests check.
@@ -9,6 +10,7 @@
 //!   sends and checks them.
 #![warn(missing_docs)]
 
+pub mod soak;
 pub mod stats;
 
 /// A non-repeating test pattern: `len` bytes for `page` with `seed`

@@ -285,6 +285,20 @@ pub fn write(id: i32, msg: &[u8]) -> Result<(), UmpError> {
     Ok(())
 }
 
+/// `ump_write` with a deadline: fails with a timeout when the message is
+/// not all in the channel buffer by then (the reader is not reading, or
+/// its progress is not reaching us).
+pub fn write_timeout(id: i32, msg: &[u8], timeout: Duration) -> Result<(), UmpError> {
+    busy_nb(id, true)?;
+    let ch = channel(id)?;
+    ch.write(msg, Some(Instant::now() + timeout))?;
+    let _ = with(|st| {
+        st.stats.0 += msg.len() as u64;
+        Ok(())
+    });
+    Ok(())
+}
+
 /// `ump_read`: reads the next message into `buf` (waits for it); returns
 /// its length. A message longer than `buf` is left in the channel
 /// ([`ChanError::TooBig`] says how long it is).
