@@ -498,6 +498,9 @@ fn bcast(sh: &Shared, rate: u64, tick: impl Fn()) -> Result<()> {
                         // Later losses are excused only by outages after this.
                         f.mark = (own, sh.absent(w));
                     }
+                    // Its tag arrived but its payload store did not (a
+                    // frame dropped as corrupt, say): a loss, announced.
+                    Next::Corrupt if announced => st.lost_announced += 1,
                     Next::Corrupt => {
                         st.corrupt += 1;
                         sh.error(format!("bcast: writer {w} record {t}: wrong contents"));
