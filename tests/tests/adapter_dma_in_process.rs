@@ -592,3 +592,20 @@ fn wait_retired_long(n: &Node, idx: u32) -> (u32, u32) {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// The link going down during a transfer ends the descriptor with
+/// LINK_DOWN: one error, the bytes sent so far in the write-back.
+#[test]
+fn dma_link_down_in_the_middle_ends_the_descriptor() {
+    let hub = Hub::start();
+    let (l, mut a, _b) = slow_transfer(&hub);
+    doorbell(&mut a, 1);
+    poll("the transfer to start", || (a.vfio.reg(reg::DMA_BYTES) > 0).then_some(()));
+    hub.control_ok(Control::LinkDown { node: a.adapter.node });
+    let (code, bytes) = wait_retired_long(&a, 0);
+    assert_eq!(code, status::LINK_DOWN);
+    assert!((bytes as u64) < l.span, "{bytes} bytes sent");
+    assert_eq!(a.vfio.reg(reg::DMA_STATUS), status::LINK_DOWN);
+    assert_ne!(a.vfio.reg(reg::ERR_STATUS) & err::DMA, 0);
+    hub.control_ok(Control::LinkUp { node: a.adapter.node });
+}
