@@ -236,6 +236,24 @@ impl DmaSpace {
         Ok(())
     }
 
+    /// Checks that `[iova, iova+len)` is all in mapped guest memory with a
+    /// backing (readable by the device), without touching it.
+    pub fn check_readable(&self, iova: u64, len: u64) -> Result<(), DmaError> {
+        if iova.checked_add(len).is_none() {
+            return Err(DmaError::Unmapped(iova));
+        }
+        let maps = self.maps.read().unwrap();
+        let mut at = iova;
+        let end = iova + len;
+        while at < end {
+            let (_, r) =
+                maps.ranges.range(..=at).next_back().filter(|(_, r)| r.end > at).ok_or(DmaError::Unmapped(at))?;
+            r.backing.as_ref().ok_or(DmaError::NoBacking(at))?;
+            at = r.end;
+        }
+        Ok(())
+    }
+
     /// Copies guest memory at `iova` into `buf`.
     pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), DmaError> {
         if iova.checked_add(buf.len() as u64).is_none() {

@@ -6,7 +6,8 @@
 //!   format — the adapter's datasheet in code (`docs/adapter.md` in prose).
 //! - [`adapter`]: the device (`adapter/mod.rs`: its state and the vfio-user
 //!   `Device` impl), with `registers` (BAR 0 and the PCT), `tx` (transmit
-//!   window to write packets), `rx` (deliveries into guest memory, ACK
+//!   window to write packets), `txdma` (the transmit DMA engine: descriptor
+//!   ring, page-sized packets), `rx` (deliveries into guest memory, ACK
 //!   answers) and `irq` (causes, FIFO, INTx and MSI-X).
 //! - [`uplink`]: where an adapter's writes go (the contract with the hub).
 //! - [`remote`]: a link port: the adapter's socket to a hub in another process.

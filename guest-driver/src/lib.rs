@@ -9,11 +9,14 @@
 //! - [`rx_buffer`]: pinned receive memory, a [`guest_mem::Mapping`] of a
 //!   file in `/dev/shm` so other processes (and `mctool dump`) can read
 //!   what the adapter wrote; [`VfioDevice::map_dma`] maps it for the adapter.
+//! - [`txdma`]: the transmit DMA engine's descriptor ring ([`Adapter::dma_ring`]),
+//!   in memory allocated like receive buffers.
 //! - [`ivshmem`]: QEMU's `ivshmem-plain` shared memory, mapped through sysfs
 //!   (the comparison floor of `mctool pingpong --via ivshmem`).
 #![warn(missing_docs)]
 
 pub mod ivshmem;
+pub mod txdma;
 pub mod vfio;
 
 use std::os::fd::AsRawFd;

@@ -1,7 +1,7 @@
 //! The MEMORY CHANNEL adapter: register file, page control table, transmit
 //! window, receive DMA, interrupts and ACK pages, behind the [`Device`] trait.
 //!
-//! Two kinds of thread touch an adapter:
+//! Three kinds of thread touch an adapter:
 //! - its vfio-user thread (QEMU's requests, in order): register and PCT
 //!   accesses and transmit-window stores, which become write packets handed
 //!   to the adapter's [`Uplink`];
@@ -9,7 +9,9 @@
 //!   thread of whichever guest made the write (under the hub's order lock);
 //!   on a link port, the link's receive thread ([`crate::remote`]). It calls
 //!   [`Shared::deliver`], which applies the bytes to guest memory through the
-//!   DMA maps, and returns ACK answers for the deliverer to send.
+//!   DMA maps, and returns ACK answers for the deliverer to send;
+//! - its transmit DMA engine thread (`txdma`), which sends what the
+//!   descriptors the guest posted name, into the same uplink.
 //!
 //! What both need lives in [`Shared`]: atomics for the PCT and counters and
 //! a mutex for the interrupt state (taken last, never held across anything
@@ -20,6 +22,7 @@ mod irq;
 mod registers;
 mod rx;
 mod tx;
+mod txdma;
 
 use std::io::{self, BufWriter};
 use std::os::fd::OwnedFd;
@@ -33,6 +36,7 @@ use tracing::{info, warn};
 
 use self::irq::Irq;
 use self::tx::Pending;
+use self::txdma::TxDma;
 use crate::dma::DmaSpace;
 use crate::link_client::{HubAddr, Joined, Stream};
 use crate::pci::{ConfigSpace, CONFIG_SIZE};
@@ -98,6 +102,8 @@ pub struct Shared {
     last_seq: AtomicU64,
     /// Next sequence number expected from the hub (gap detection).
     next_seq: AtomicU64,
+    /// The transmit DMA engine's ring and counters.
+    txdma: TxDma,
     irq: Mutex<Irq>,
 }
 
@@ -120,6 +126,7 @@ impl Shared {
             link_events: AtomicU32::new(0),
             last_seq: AtomicU64::new(0),
             next_seq: AtomicU64::new(0),
+            txdma: TxDma::new(),
             irq: Mutex::new(Irq {
                 msix: (0..MSIX_VECTORS).map(|_| None).collect(),
                 msix_masked: vec![false; MSIX_VECTORS as usize],
@@ -229,6 +236,7 @@ impl Shared {
         self.rx_packets.store(0, Ordering::Relaxed);
         self.rx_dropped.store(0, Ordering::Relaxed);
         self.link_events.store(0, Ordering::Relaxed);
+        self.txdma.reset();
         let mut irq = self.irq.lock().unwrap();
         irq.cause = 0;
         irq.mask = 0;
@@ -244,6 +252,17 @@ pub struct Adapter {
     config: ConfigSpace,
     pending: Option<Pending>,
     uplink: Arc<dyn Uplink>,
+    /// The transmit DMA engine's thread.
+    engine: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Adapter {
+    fn drop(&mut self) {
+        self.shared.txdma.shutdown();
+        if let Some(t) = self.engine.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Adapter {
@@ -261,11 +280,14 @@ impl Adapter {
         }
         let pages = aspace / PAGE_SIZE;
         let shared = Arc::new(Shared::new(pages));
+        let s = shared.clone();
+        let engine = std::thread::Builder::new().name("mc-txdma".into()).spawn(move || txdma::run(s))?;
         Ok(Adapter {
             config: ConfigSpace::new(Self::pct_bar_size(pages), aspace),
             shared,
             pending: None,
             uplink: Arc::new(Unplugged),
+            engine: Some(engine),
         })
     }
 
@@ -281,6 +303,7 @@ impl Adapter {
     /// Plugs the adapter's cable in: its writes go to `uplink` from now on.
     pub fn set_uplink(&mut self, uplink: Arc<dyn Uplink>) {
         self.flush_pending();
+        self.shared.txdma.set_uplink(uplink.clone());
         self.uplink = uplink;
     }
 
@@ -380,9 +403,15 @@ impl Device for Adapter {
     }
 
     fn reset(&mut self) {
-        // Stores the guest made before the reset still go out.
+        // Stores the guest made before the reset still go out; a transfer
+        // in progress stops at its next page.
         self.flush_link();
+        let cut = self.shared.txdma.abort();
         self.shared.reset();
+        if cut {
+            // Counted after the clearing, so the driver learns of it.
+            self.shared.dma_failed(regs::dma::status::ABORTED);
+        }
         info!("adapter reset");
     }
 
@@ -397,6 +426,10 @@ impl Device for Adapter {
     }
 
     fn disconnected(&mut self) {
+        // A transfer in progress stops before the maps it reads go away.
+        if self.shared.txdma.abort() {
+            self.shared.dma_failed(regs::dma::status::ABORTED);
+        }
         self.shared.dma.clear();
         let mut irq = self.shared.irq.lock().unwrap();
         irq.intx = None;

@@ -36,6 +36,8 @@ impl Shared {
             reg::NOTIFY_LOST => self.irq.lock().unwrap().lost,
             reg::LINK_EVENTS => self.link_events.load(Ordering::Relaxed),
             reg::LAST_SEQ => self.last_seq.load(Ordering::Relaxed) as u32,
+            reg::CAPS => regs::caps::ALL,
+            reg::DMA_RING_LO..=reg::DMA_BYTES => self.txdma.reg(off),
             _ => 0,
         }
     }
@@ -85,6 +87,21 @@ impl Adapter {
                 irq.update(before);
             }
             reg::CTRL if v & regs::ctrl::RESET != 0 => Device::reset(self),
+            reg::DMA_TAIL => {
+                if let Err(code) = self.shared.txdma.doorbell(v) {
+                    self.shared.dma_failed(code);
+                }
+            }
+            reg::DMA_RING_LO | reg::DMA_RING_HI => {
+                self.shared.txdma.wait_idle();
+                self.shared.txdma.set_base(off == reg::DMA_RING_HI, v);
+            }
+            reg::DMA_RING_SIZE => {
+                self.shared.txdma.wait_idle();
+                if !self.shared.txdma.set_size(v) {
+                    self.shared.dma_failed(regs::dma::status::RING);
+                }
+            }
             _ => debug!(off, v, "write to read-only register ignored"),
         }
     }
@@ -102,6 +119,8 @@ impl Adapter {
     }
 
     pub(super) fn pct_write(&mut self, off: u64, data: &[u8]) {
+        // Packets of a doorbell before this write are sent under the old entry.
+        self.shared.txdma.wait_idle();
         // Stores already made under the old entry go out first.
         self.flush_pending();
         // Each touched word is built whole and stored once, so the receive

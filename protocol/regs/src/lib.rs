@@ -85,6 +85,29 @@ pub mod reg {
     /// RO. Low 32 bits of the global sequence number of the last write
     /// delivered to this node (0 before the first); not cleared by a reset.
     pub const LAST_SEQ: u64 = 0x54;
+    /// RO. Extensions beyond the original adapter, see [`super::caps`]
+    /// (0 on an adapter without any: software for the original register
+    /// set never reads it).
+    pub const CAPS: u64 = 0x58;
+    /// RW. Transmit DMA ring base IOVA, low 32 bits (bits 0-4 read as
+    /// zero: the ring is 32-byte aligned). See [`super::dma`].
+    pub const DMA_RING_LO: u64 = 0x60;
+    /// RW. Transmit DMA ring base IOVA, high 32 bits.
+    pub const DMA_RING_HI: u64 = 0x64;
+    /// RW. Descriptors in the ring (a power of two up to
+    /// [`super::dma::MAX_RING`]; 0 turns the engine off). Writing it
+    /// (re)starts the ring: `DMA_HEAD` and `DMA_TAIL` become 0.
+    pub const DMA_RING_SIZE: u64 = 0x68;
+    /// RW, doorbell. Free-running index one past the last descriptor posted.
+    pub const DMA_TAIL: u64 = 0x6C;
+    /// RO. Free-running index of the next descriptor the engine retires.
+    pub const DMA_HEAD: u64 = 0x70;
+    /// RO. Bit 31 busy; bits 0-7 the last error code ([`super::dma::status`]).
+    pub const DMA_STATUS: u64 = 0x74;
+    /// RO. Descriptors retired (status written back), low 32 bits.
+    pub const DMA_DESCS: u64 = 0x78;
+    /// RO. Bytes the engine sent to the hub, low 32 bits.
+    pub const DMA_BYTES: u64 = 0x7C;
     /// Start of the MSI-X table (emulated by QEMU; one vector).
     pub const MSIX_TABLE: u64 = 0x800;
     /// Start of the MSI-X pending bit array.
@@ -128,8 +151,10 @@ pub mod int {
     pub const LINK: u32 = 1 << 1;
     /// An error bit was set in `ERR_STATUS`.
     pub const ERROR: u32 = 1 << 2;
+    /// A transmit DMA descriptor with [`super::dma::flags::INT`] was retired.
+    pub const DMA: u32 = 1 << 3;
     /// All defined bits.
-    pub const ALL: u32 = 0x7;
+    pub const ALL: u32 = 0xF;
 }
 
 /// Reset value of `ID`.
@@ -161,10 +186,13 @@ pub mod err {
     pub const SEQ_GAP: u32 = 1 << 7;
     /// A packet was dropped at the sender because the link was down.
     pub const TX_LINK_DOWN: u32 = 1 << 8;
+    /// A transmit DMA descriptor or doorbell failed (the code is in the
+    /// descriptor's status and in `DMA_STATUS`).
+    pub const DMA: u32 = 1 << 9;
     /// All defined bits.
-    pub const ALL: u32 = 0x1FF;
+    pub const ALL: u32 = 0x3FF;
     /// Every bit with its short name, as tools print them.
-    pub const NAMES: [(u32, &str); 9] = [
+    pub const NAMES: [(u32, &str); 10] = [
         (TX_DISABLED, "tx-disabled"),
         (TX_READ, "tx-read"),
         (RX_DMA, "rx-dma"),
@@ -174,6 +202,7 @@ pub mod err {
         (TX_DEST, "tx-dest"),
         (SEQ_GAP, "seq-gap"),
         (TX_LINK_DOWN, "tx-link-down"),
+        (DMA, "dma"),
     ];
 }
 
@@ -186,6 +215,106 @@ pub const ACK_VALID: u8 = 0x80;
 pub mod ctrl {
     /// Write 1: reset the adapter (self-clearing).
     pub const RESET: u32 = 1 << 0;
+}
+
+/// Bits of `CAPS`: extensions beyond the original adapter.
+pub mod caps {
+    /// The transmit DMA engine ([`super::dma`], registers `DMA_*`).
+    pub const TX_DMA: u32 = 1 << 0;
+    /// All defined bits.
+    pub const ALL: u32 = TX_DMA;
+}
+
+/// The transmit DMA engine (an extension; [`caps::TX_DMA`]): a ring of
+/// 32-byte descriptors in guest memory, read through the adapter's DMA maps.
+///
+/// ```text
+///  0                8                16       20       24        28       32
+/// +----------------+----------------+--------+--------+---------+--------+
+/// | source IOVA    | MC address     | length | flags  | bytes   | status |
+/// +----------------+----------------+--------+--------+---------+--------+
+///   written by the driver                              written back by the engine
+/// ```
+///
+/// The driver writes a descriptor with `status` 0, then rings the doorbell
+/// (`DMA_TAIL`). The engine sends the bytes as page-sized write packets
+/// and writes `bytes` (sent) and `status` ([`DONE`] with a [`status`]
+/// code) back as one 8-byte store.
+pub mod dma {
+    /// Bytes per descriptor (and the ring's alignment).
+    pub const DESC_SIZE: u64 = 32;
+    /// Most descriptors in a ring.
+    pub const MAX_RING: u32 = 4096;
+    /// Descriptor field offsets.
+    pub const SRC: u64 = 0;
+    /// MEMORY CHANNEL (global) address of the first byte.
+    pub const DEST: u64 = 8;
+    /// Length in bytes (1 to 2^32-1).
+    pub const LEN: u64 = 16;
+    /// [`flags`] bits.
+    pub const FLAGS: u64 = 20;
+    /// Bytes sent, written back.
+    pub const BYTES: u64 = 24;
+    /// Status, written back (with `BYTES`, as one 8-byte store).
+    pub const STATUS: u64 = 28;
+    /// Set in a written-back status: the descriptor is retired.
+    pub const DONE: u32 = 1 << 31;
+    /// Bit 31 of `DMA_STATUS`: the engine has descriptors to retire.
+    pub const BUSY: u32 = 1 << 31;
+
+    /// Descriptor flags.
+    pub mod flags {
+        /// Raise the DMA interrupt cause when the descriptor is retired.
+        pub const INT: u32 = 1 << 0;
+        /// All defined bits (others make the descriptor BAD_DESC).
+        pub const ALL: u32 = INT;
+    }
+
+    /// Status codes: bits 0-7 of a written-back status and of `DMA_STATUS`.
+    pub mod status {
+        /// Sent whole.
+        pub const OK: u32 = 0;
+        /// The source is not (wholly) in readable mapped guest memory.
+        pub const SRC_UNMAPPED: u32 = 1;
+        /// The MEMORY CHANNEL range runs past the address space.
+        pub const RANGE: u32 = 2;
+        /// A page of the range has no TX in the PCT.
+        pub const TX_DISABLED: u32 = 3;
+        /// A page is point-to-point to a node outside the hub's ports.
+        pub const TX_DEST: u32 = 4;
+        /// A page is an ACK page (not for DMA).
+        pub const ACK_PAGE: u32 = 5;
+        /// The link went down: the rest was not sent.
+        pub const LINK_DOWN: u32 = 6;
+        /// A reset or the client's disconnect stopped the transfer.
+        pub const ABORTED: u32 = 7;
+        /// Zero length or undefined flags.
+        pub const BAD_DESC: u32 = 8;
+        /// Bus mastering is off: the adapter cannot read guest memory.
+        pub const NO_BUS_MASTER: u32 = 9;
+        /// `DMA_STATUS` only: the ring is not set up, or a descriptor could
+        /// not be read or written back (ring outside mapped guest memory).
+        /// The posted descriptors are dropped.
+        pub const RING: u32 = 10;
+        /// `DMA_STATUS` only: a doorbell posted more than the ring holds or
+        /// moved backwards; ignored.
+        pub const OVERFLOW: u32 = 11;
+        /// Every code with its short name, as tools print them.
+        pub const NAMES: [(u32, &str); 12] = [
+            (OK, "ok"),
+            (SRC_UNMAPPED, "src-unmapped"),
+            (RANGE, "range"),
+            (TX_DISABLED, "tx-disabled"),
+            (TX_DEST, "tx-dest"),
+            (ACK_PAGE, "ack-page"),
+            (LINK_DOWN, "link-down"),
+            (ABORTED, "aborted"),
+            (BAD_DESC, "bad-desc"),
+            (NO_BUS_MASTER, "no-bus-master"),
+            (RING, "ring"),
+            (OVERFLOW, "overflow"),
+        ];
+    }
 }
 
 /// Page control table entry: 16 bytes per page at `page * PCT_ENTRY` in BAR 2.

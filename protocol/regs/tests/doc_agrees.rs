@@ -77,6 +77,15 @@ fn registers_match() {
         ("NOTIFY_LOST", reg::NOTIFY_LOST),
         ("LINK_EVENTS", reg::LINK_EVENTS),
         ("LAST_SEQ", reg::LAST_SEQ),
+        ("CAPS", reg::CAPS),
+        ("DMA_RING_LO", reg::DMA_RING_LO),
+        ("DMA_RING_HI", reg::DMA_RING_HI),
+        ("DMA_RING_SIZE", reg::DMA_RING_SIZE),
+        ("DMA_TAIL", reg::DMA_TAIL),
+        ("DMA_HEAD", reg::DMA_HEAD),
+        ("DMA_STATUS", reg::DMA_STATUS),
+        ("DMA_DESCS", reg::DMA_DESCS),
+        ("DMA_BYTES", reg::DMA_BYTES),
     ];
     check(&rows, &consts, num, "register");
     // Hex case does not matter; the values do.
@@ -105,6 +114,7 @@ fn error_bits_match() {
         ("TX_DEST", err::TX_DEST as u64),
         ("SEQ_GAP", err::SEQ_GAP as u64),
         ("TX_LINK_DOWN", err::TX_LINK_DOWN as u64),
+        ("DMA", err::DMA as u64),
     ];
     check(&rows, &consts, |c| 1 << num(c), "error bit");
     assert_eq!(
@@ -133,7 +143,7 @@ fn reset_values(doc: &str) -> BTreeMap<String, Option<u64>> {
 #[test]
 fn reset_values_match() {
     let rows = reset_values(&doc());
-    let want: [(&str, Option<u64>); 20] = [
+    let want: [(&str, Option<u64>); 29] = [
         ("ID", Some(regs::ID_VALUE as u64)),
         ("NODE", Some(regs::NODE_RESET as u64)),
         ("LINK", None),
@@ -154,6 +164,15 @@ fn reset_values_match() {
         ("NOTIFY_LOST", Some(0)),
         ("LINK_EVENTS", Some(0)),
         ("LAST_SEQ", Some(0)),
+        ("CAPS", Some(regs::caps::ALL as u64)),
+        ("DMA_RING_LO", Some(0)),
+        ("DMA_RING_HI", Some(0)),
+        ("DMA_RING_SIZE", Some(0)),
+        ("DMA_TAIL", Some(0)),
+        ("DMA_HEAD", Some(0)),
+        ("DMA_STATUS", Some(0)),
+        ("DMA_DESCS", Some(0)),
+        ("DMA_BYTES", Some(0)),
     ];
     for (name, v) in want {
         assert_eq!(rows.get(name), Some(&v), "reset value of {name} in docs/adapter.md");
@@ -180,7 +199,12 @@ fn receive_address_and_ack_bits_match() {
 #[test]
 fn interrupt_bits_match() {
     let rows = table(&doc(), "### INT_CAUSE and INT_MASK bits");
-    let consts = [("NOTIFY", int::NOTIFY as u64), ("LINK", int::LINK as u64), ("ERROR", int::ERROR as u64)];
+    let consts = [
+        ("NOTIFY", int::NOTIFY as u64),
+        ("LINK", int::LINK as u64),
+        ("ERROR", int::ERROR as u64),
+        ("DMA", int::DMA as u64),
+    ];
     check(&rows, &consts, |c| 1 << num(c), "interrupt bit");
     assert_eq!(consts.iter().fold(0, |a, (_, v)| a | v), int::ALL as u64);
 }
@@ -213,4 +237,33 @@ fn pct_bits_match() {
         "WORD0_MASK covers exactly the documented bits"
     );
     assert!(d.contains(&format!("page `p` at offset `p × {}`", pct::ENTRY)));
+}
+
+#[test]
+fn dma_layout_and_codes_match() {
+    use regs::dma::{self, status};
+    let d = doc();
+    let sec = &d[d.find("## Transmit DMA").expect("a Transmit DMA section")..];
+    // Status codes: the table's rows are (code, name).
+    let mut rows = table(sec, "Status codes");
+    rows.remove("name"); // the header row
+    let names: Vec<(u32, String)> =
+        status::NAMES.iter().map(|(c, n)| (*c, n.to_uppercase().replace('-', "_"))).collect();
+    for (code, name) in &names {
+        let cell = rows.get(name).unwrap_or_else(|| panic!("DMA status {name} is not documented"));
+        assert_eq!(num(cell), *code as u64, "DMA status {name}");
+    }
+    assert_eq!(rows.len(), names.len(), "DMA status codes in the doc: {:?}", rows.keys());
+    // The descriptor picture and the limits.
+    let flat = sec.replace('\n', " ");
+    for needle in [
+        format!("ring of {}-byte descriptors", dma::DESC_SIZE),
+        format!("a power of two, 1 to {}", dma::MAX_RING),
+        format!("bit {} INT", dma::flags::INT.trailing_zeros()),
+        format!("bit {} DONE", dma::DONE.trailing_zeros()),
+    ] {
+        assert!(flat.contains(&needle), "the Transmit DMA section does not say '{needle}'");
+    }
+    assert_eq!((dma::SRC, dma::DEST, dma::LEN, dma::FLAGS, dma::BYTES, dma::STATUS), (0, 8, 16, 20, 24, 28));
+    assert_eq!(dma::STATUS + 4, dma::DESC_SIZE);
 }

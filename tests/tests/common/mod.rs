@@ -587,6 +587,16 @@ impl Node {
         }
     }
 
+    /// Like [`Node::start`] with an address space of `aspace` bytes.
+    pub fn start_aspace(hub: &Hub, name: &str, aspace: u64, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
+        Self::with_adapter(AdapterHandle::start_with(hub, name, aspace), iova, ram_offset, ram_size)
+    }
+
+    /// [`Node::start_local`] with an address space of `aspace` bytes.
+    pub fn start_local_aspace(hub: &Hub, name: &str, aspace: u64, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
+        Self::with_adapter(AdapterHandle::start_local(hub, name, aspace), iova, ram_offset, ram_size)
+    }
+
     /// A node on a local port, whatever [`ports`] says.
     pub fn start_local(hub: &Hub, name: &str, iova: u64, ram_offset: u64, ram_size: u64) -> Node {
         Self::with_adapter(AdapterHandle::start_local(hub, name, ASPACE), iova, ram_offset, ram_size)
