@@ -16,10 +16,12 @@ fn soak_short_form_passes() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     println!("{text}");
-    let run = std::env::var_os("MC_RUN_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| tests::root().join(".run"));
-    let result: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(run.join("soak-ci/share/soak/result.json")).expect("result.json written"))
-            .unwrap();
+    let run =
+        std::env::var_os("MC_RUN_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| tests::root().join(".run"));
+    let result: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(run.join("soak-ci/share/soak/result.json")).expect("result.json written"),
+    )
+    .unwrap();
     let kinds: std::collections::BTreeSet<&str> =
         result["faults"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds.len(), 5, "every kind of fault was injected: {kinds:?}");

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -221,7 +222,11 @@ impl Hw for AdapterHw {
         if let Some((first, pages)) = self.tx().remove(&id) {
             self.stop_transmit(first, pages);
         }
-        let Some(r) = self.rx().remove(&id) else { return };
+        // The receive table stays locked until the file is gone: a
+        // `receive` of the same id in between would make a new file under
+        // the same name, and this one's removal would take it away.
+        let mut rx = self.rx();
+        let Some(r) = rx.remove(&id) else { return };
         let a = &self.a;
         let pages = r.buf.len() as u64 / PAGE_SIZE;
         for p in r.first..r.first + pages {
@@ -231,6 +236,7 @@ impl Hw for AdapterHw {
         let _ = a.dev.unmap_dma(iova(r.first), pages * PAGE_SIZE);
         drop(r.buf);
         let _ = std::fs::remove_file(r.path);
+        drop(rx);
     }
     fn forget_all(&self) {
         let mut ids: Vec<u32> = self.tx().keys().copied().collect();
@@ -279,7 +285,14 @@ impl Hw for AdapterHw {
             Handout::Receive { id } => {
                 let rx = self.rx();
                 let r = rx.get(&id).ok_or(HwError::NotReceived(id))?;
-                let f = File::open(&r.path).map_err(os("region buffer"))?;
+                // The buffer's own file, not its name, so what is handed out
+                // is always the memory the adapter writes into; opened anew
+                // through /proc so the process gets it read-only.
+                let f = match r.buf.file() {
+                    Some(f) => File::open(format!("/proc/self/fd/{}", f.as_raw_fd())),
+                    None => File::open(&r.path),
+                }
+                .map_err(os("region buffer"))?;
                 Ok((0, r.buf.len() as u64, Some(f)))
             }
         }

@@ -91,7 +91,6 @@ pub fn classify(tag: u64, data: u64, writer: usize, inc: u16, seq: u64) -> Next 
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -436,7 +436,8 @@ fn run() -> Result<bool> {
                 println!("[{:>5.0} s] the cluster did not settle after fault {fi}", t_all.elapsed().as_secs_f64());
             }
             let jitter = a.fault_every / 2;
-            next_fault = Instant::now() + Duration::from_secs(rng.range(a.fault_every - jitter, a.fault_every + jitter));
+            next_fault =
+                Instant::now() + Duration::from_secs(rng.range(a.fault_every - jitter, a.fault_every + jitter));
         }
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -491,18 +492,11 @@ fn run() -> Result<bool> {
     // The lock counter against every incarnation's tally.
     let confirmed: u64 = s.tallies.values().map(|t| t.confirmed).sum();
     let live: std::collections::BTreeSet<(usize, u16)> = (0..a.nodes).map(|n| (n, s.inc[n])).collect();
-    let doubt: u64 = s
-        .tallies
-        .iter()
-        .map(|(k, t)| t.doubt + u64::from(t.pending && !live.contains(k)))
-        .sum();
+    let doubt: u64 = s.tallies.iter().map(|(k, t)| t.doubt + u64::from(t.pending && !live.contains(k))).sum();
     let counter = current.iter().map(|v| u(&v["lock"]["counter"])).max().unwrap_or(0);
     let regressions = sum(&all, |v| u(&v["lock"]["regressions"]));
-    let lock_error = if counter < confirmed {
-        confirmed - counter
-    } else {
-        counter.saturating_sub(confirmed + doubt)
-    } + regressions;
+    let lock_error =
+        if counter < confirmed { confirmed - counter } else { counter.saturating_sub(confirmed + doubt) } + regressions;
 
     let hangs = s.stalls.len() as u64 + s.hangs.len() as u64;
     let lost_unannounced = sum(&all, |v| u(&v["bcast"]["lost_unannounced"])) + lost_at_end;
@@ -522,16 +516,16 @@ fn run() -> Result<bool> {
         ("writes made".into(), sum(&all, |v| u(&v["bcast"]["written"])).to_string(), ""),
         ("writes checked (record × reader)".into(), checked.to_string(), "> 0"),
         ("writes recovered by retransmission".into(), sum(&all, |v| u(&v["bcast"]["recovered"])).to_string(), ""),
-        ("writes lost inside announced outages".into(), sum(&all, |v| u(&v["bcast"]["lost_announced"])).to_string(), ""),
+        (
+            "writes lost inside announced outages".into(),
+            sum(&all, |v| u(&v["bcast"]["lost_announced"])).to_string(),
+            "",
+        ),
         ("writes lost outside an announced outage".into(), lost_unannounced.to_string(), "0"),
         ("reorderings".into(), reorders.to_string(), "0"),
         ("wrong contents (broadcast, UMP)".into(), corrupt.to_string(), "0"),
         ("lock rounds".into(), rounds.to_string(), "> 0"),
-        (
-            "lock counter / confirmed / in doubt".into(),
-            format!("{counter} / {confirmed} / {doubt}"),
-            "",
-        ),
+        ("lock counter / confirmed / in doubt".into(), format!("{counter} / {confirmed} / {doubt}"), ""),
         ("lock-counter error".into(), lock_error.to_string(), "0"),
         ("UMP pings (contents checked)".into(), pings.to_string(), if pairs > 0 { "> 0" } else { "" }),
         (
@@ -551,7 +545,10 @@ fn run() -> Result<bool> {
     }
     println!("  {:-<72}", "");
     for (name, value, want) in &rows {
-        println!("  {name:<42} {value:>18}  {}", if want.is_empty() { String::new() } else { format!("(must be {want})") });
+        println!(
+            "  {name:<42} {value:>18}  {}",
+            if want.is_empty() { String::new() } else { format!("(must be {want})") }
+        );
     }
     for n in &notes {
         println!("  note: {n}");
