@@ -5,24 +5,39 @@
 # blocking and non-blocking writes, measured in one run. Prints the table
 # and copies the two SVG plots to OUT_DIR (default bench-out/).
 #
-# Usage: scripts/ump-bench.sh [OUT_DIR]   (after scripts/setup.sh; ump-tool is
-# the crate guest/ump-tool, built into the guest image)
+# Each figure is printed as soon as it is measured; the table comes at the
+# end. The echo processes serve until the benchmark closes its channels
+# (or an hour passes with nothing to do, `ump-tool serve --idle`); every
+# wait of the benchmark has a deadline (`ump-tool bench --timeout`, 60 s).
+#
+# Usage: scripts/ump-bench.sh [OUT_DIR [ump-tool bench options...]]
+# (after scripts/setup.sh; ump-tool is the crate guest/ump-tool, built into
+# the guest image)
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${1:-$REPO/bench-out}
+[ $# -gt 0 ] && shift
 M=$REPO/target/release/mc-cluster
 NAME=ump-bench
 mkdir -p "$OUT"
 trap '"$M" --name $NAME down >/dev/null' EXIT
 "$M" --name $NAME up --nodes 2 >/dev/null
 for n in 0 1; do
-    "$M" --name $NAME exec $n -- sh -c 'while ! grep -q listening /var/log/imcd.log; do sleep 0.2; done'
+    "$M" --name $NAME exec $n --timeout 150 -- sh -c 'i=0; until grep -q listening /var/log/imcd.log; do
+        [ $i -ge 600 ] && { echo "imcd not listening after 120 s:"; cat /var/log/imcd.log; exit 1; } >&2
+        i=$((i+1)); sleep 0.2; done'
 done
 # Echo processes: on node 1 (MEMORY CHANNEL peer, and TCP), on node 0 (shared-memory peer).
 "$M" --name $NAME exec 1 -- sh -c 'ump-tool serve --me 101 --peer 100 --tcp-port 5998 >/tmp/serve.log 2>&1 &'
 "$M" --name $NAME exec 0 -- sh -c 'ump-tool serve --me 102 --peer 100 >/tmp/serve.log 2>&1 &'
-"$M" --name $NAME exec 0 --timeout 900 -- \
-    ump-tool bench --me 100 --mc-peer 101 --shm-peer 102 --tcp 10.0.0.2:5998 --svg-dir /tmp "$@"
+if ! "$M" --name $NAME exec 0 --timeout 1800 -- \
+    ump-tool bench --me 100 --mc-peer 101 --shm-peer 102 --tcp 10.0.0.2:5998 --svg-dir /tmp "$@"; then
+    for n in 1 0; do
+        echo "echo process on node $n (/tmp/serve.log):" >&2
+        "$M" --name $NAME exec $n -- cat /tmp/serve.log >&2 || true
+    done
+    exit 1
+fi
 for f in fig8-latency.svg fig9-bandwidth.svg; do
     "$M" --name $NAME exec 0 -- cat "/tmp/$f" >"$OUT/ump-$f"
 done

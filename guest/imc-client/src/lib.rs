@@ -343,6 +343,10 @@ impl LockSet {
 /// Serializes `imc_ckerrcnt` among the processes of a node (one ACK page).
 const ACK_LOCK: &str = "/run/imc-ack.lock";
 
+/// Longest wait for [`ACK_LOCK`] (a holder keeps it for at most about a
+/// second: the wait for the members' answers).
+const ACK_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The error counts, read from user space with no call to imcd after the
 /// first (seed 000, "Error Management"):
 /// - `rderrcnt` loads imcd's copy of the clusterwide count (every node's
@@ -392,13 +396,17 @@ impl Regs {
 
     /// Nodes with errors their imcd has not counted yet: this node's error
     /// bits, and every other member's answer to a store on the ACK page (a
-    /// member that does not answer within a second counts too).
+    /// member that does not answer within a second counts too). When
+    /// another process of this node keeps the ACK page longer than
+    /// [`ACK_LOCK_WAIT`], the others cannot be asked: that counts as one
+    /// (errors may be outstanding; the caller checks again).
     fn outstanding(&self) -> u32 {
         let me = regs::node_id(self.reg(regs::reg::NODE as usize)).map(usize::from);
         let mine = (self.reg(regs::reg::ERR_STATUS as usize) != 0) as u32;
         let Some((tx, rx, lock)) = &self.ack else { return mine };
-        // SAFETY: flock(2) on a file we hold open.
-        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+        if !matches!(flock_within(lock, ACK_LOCK_WAIT), Ok(true)) {
+            return mine + 1;
+        }
         // n < 64, inside the one-page answers file (checked when mapped).
         let byte = |n: usize| rx.load::<u8>(n).unwrap_or(0);
         let _ = rx.fill(0, 64, 0);
@@ -619,6 +627,41 @@ mod tests {
         // could be shorter: mapping it must fail, not fault on a later load.
         std::fs::write(d.path().join("page"), [0u8; 100]).unwrap();
         assert!(matches!(imc.asattach_rx(1), Err(ImcError::Map(_))));
+    }
+
+    #[test]
+    fn ckerrcnt_waits_for_a_busy_ack_page_no_longer_than_its_limit() {
+        let d = tempfile::tempdir().unwrap();
+        let file = |name: &str| {
+            let p = d.path().join(name);
+            std::fs::write(&p, [0u8; 4096]).unwrap();
+            std::fs::OpenOptions::new().read(true).write(true).open(p).unwrap()
+        };
+        let lock = file("ack.lock");
+        let holder = std::fs::File::open(d.path().join("ack.lock")).unwrap();
+        // Another process of the node asks the members and never lets go.
+        assert!(flock_within(&holder, std::time::Duration::ZERO).unwrap());
+        let r = Regs {
+            map: Mapping::from_file(file("regs"), 0, 4096).unwrap(),
+            count: None,
+            ack: Some((
+                Mapping::from_file(file("ack-tx"), 0, 4096).unwrap(),
+                Mapping::from_file(file("ack-rx"), 0, 4096).unwrap(),
+                lock,
+            )),
+        };
+        let (done, finished) = std::sync::mpsc::channel();
+        let t0 = std::time::Instant::now();
+        std::thread::spawn(move || {
+            let mut errors = 0;
+            let _ = done.send(r.ckerrcnt(&mut errors));
+        });
+        let moved = finished
+            .recv_timeout(ACK_LOCK_WAIT + std::time::Duration::from_secs(10))
+            .expect("imc_ckerrcnt still waiting for the ACK page's lock");
+        assert!(moved, "errors may be outstanding: the other nodes could not be asked");
+        assert!(t0.elapsed() >= ACK_LOCK_WAIT, "{:?}", t0.elapsed());
+        drop(holder);
     }
 
     #[test]

@@ -145,14 +145,17 @@ impl TcpWire {
 
     /// Ping: connect to pong at `peer:port`.
     fn connect(peer: &str, port: u16, limit: Duration) -> Result<TcpWire> {
-        let s =
-            std::net::TcpStream::connect((peer, port)).with_context(|| format!("TCP connection to {peer}:{port}"))?;
+        use std::net::ToSocketAddrs;
+        let what = || format!("TCP connection to {peer}:{port} (within {limit:?})");
+        let to = (peer, port).to_socket_addrs().with_context(what)?.next().with_context(what)?;
+        let s = std::net::TcpStream::connect_timeout(&to, limit).with_context(what)?;
         Self::tune(s, limit)
     }
 
     fn tune(s: std::net::TcpStream, limit: Duration) -> Result<TcpWire> {
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(limit))?;
+        s.set_write_timeout(Some(limit))?;
         Ok(TcpWire { s })
     }
 }

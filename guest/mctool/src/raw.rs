@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use guest_driver::guest_mem::{Access, Mapping, ReadOnly, ReadWrite};
 use guest_driver::{rx_buffer, Adapter, Interrupt, RX_IOVA_BASE};
-use regs::{err, int, pct, reg, ACK_VALID, NOTIFY_EMPTY, PAGE_SIZE};
+use regs::{err, int, pct, reg, ACK_VALID, NOTIFY_DEPTH, NOTIFY_EMPTY, PAGE_SIZE};
 use testkit::pattern;
 
 use crate::signals::{stop_on_signals, STOP};
@@ -31,6 +31,9 @@ pub(crate) fn hold_until_stopped(a: &Adapter, pages: &[u64]) {
     }
 }
 pub(crate) const PID_FILE: &str = "/run/mctool-rx.pid";
+
+/// Longest wait for the background receiver to say its setup is done.
+const RX_SETUP_WAIT: Duration = Duration::from_secs(30);
 
 pub(crate) fn parse_pages(s: &str) -> Result<Vec<u64>> {
     let mut out = Vec::new();
@@ -181,7 +184,17 @@ pub(crate) fn rx(pages: &str, buffer: &Path, foreground: bool) -> Result<()> {
         unsafe { libc::close(fds[1]) };
         let mut msg = Vec::new();
         let mut b = [0u8; 512];
+        let deadline = Instant::now() + RX_SETUP_WAIT;
         loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut pfd = libc::pollfd { fd: fds[0], events: libc::POLLIN, revents: 0 };
+            // SAFETY: poll(2) on one pollfd on our stack.
+            let ready = unsafe { libc::poll(&mut pfd, 1, left.as_millis() as libc::c_int) };
+            if ready == 0 {
+                // SAFETY: kill(2), no memory; the child is ours.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                bail!("the receiver (pid {pid}) did not finish its setup within {RX_SETUP_WAIT:?}");
+            }
             // SAFETY: reading into a local buffer.
             let n = unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), b.len()) };
             if n <= 0 {
@@ -247,8 +260,12 @@ pub(crate) fn stop() -> Result<()> {
     // Wait for it to go so the device is free when we return.
     let deadline = Instant::now() + Duration::from_secs(5);
     // SAFETY: signal 0 only checks existence.
-    while unsafe { libc::kill(pid, 0) } == 0 && Instant::now() < deadline {
+    let alive = || unsafe { libc::kill(pid, 0) } == 0;
+    while alive() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
+    }
+    if alive() {
+        bail!("the background receiver (pid {pid}) did not exit within 5 s of SIGTERM; it still holds the adapter");
     }
     let _ = std::fs::remove_file(PID_FILE);
     Ok(())
@@ -291,7 +308,17 @@ pub(crate) fn notify_wait(page: u64, timeout: u64) -> Result<()> {
     a.set_page(page, bits | pct::INT, iova);
     // Start clean: drop old notifications, then enable the cause.
     a.set_reg(reg::INT_CAUSE, int::ALL);
-    while a.reg(reg::NOTIFY_FIFO) != NOTIFY_EMPTY {}
+    // The FIFO holds NOTIFY_DEPTH entries; one that never empties is a
+    // writer notifying faster than we read, or a device that is gone.
+    let mut drained = 0;
+    while a.reg(reg::NOTIFY_FIFO) != NOTIFY_EMPTY {
+        drained += 1;
+        if drained > 4 * NOTIFY_DEPTH {
+            let (bits, iova) = a.page(page);
+            a.set_page(page, bits & !(pct::INT | pct::RX), iova);
+            bail!("the notification FIFO did not empty after {drained} reads (a flood of notifications, or no device)");
+        }
+    }
     a.set_reg(reg::INT_MASK, int::NOTIFY);
     println!("armed: waiting for a write to page {page}");
     std::io::stdout().flush()?;
@@ -307,8 +334,9 @@ pub(crate) fn notify_wait(page: u64, timeout: u64) -> Result<()> {
         }
         let cause = a.reg(reg::INT_CAUSE);
         a.set_reg(reg::INT_CAUSE, cause);
+        // At most one FIFO's worth per interrupt (the rest raises another).
         let mut pages = Vec::new();
-        loop {
+        while pages.len() < NOTIFY_DEPTH {
             let p = a.reg(reg::NOTIFY_FIFO);
             if p == NOTIFY_EMPTY {
                 break;
@@ -413,7 +441,15 @@ pub(crate) fn lock_test(nodes: usize, rounds: u64, page: u64, timeout: u64) -> R
         // is ordered before our release, so the next holder sees it.
         let c = buf.load::<u64>(counter_addr as usize)?;
         a.store64(counter_addr, c + 1);
+        let ts = Instant::now();
         while load64(&buf, counter_addr as usize) != c + 1 {
+            if ts.elapsed() > limit {
+                lock.release();
+                for p in [lock_page, counter_page, barrier_page] {
+                    disable_rx(&a, p);
+                }
+                bail!("our increment of the counter ({c} -> {}) did not come back within {limit:?}: link down?", c + 1);
+            }
             std::hint::spin_loop();
         }
         lock.release();

@@ -2,7 +2,11 @@
 //!
 //! - `serve`: echo every message back until the other side closes;
 //! - `pingpong`: messages of the given sizes there and back, contents checked;
-//! - `send` / `recv`: one large message, checked byte for byte.
+//! - `send` / `recv`: one large message, checked byte for byte;
+//! - `bench`: the paper's Figures 8 and 9, each figure printed as measured.
+//!
+//! Every wait for another process has a deadline (`--timeout`; for
+//! `serve`, `--idle`) and fails naming what it waited for.
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +35,10 @@ struct Ends {
     /// any, shm or mc.
     #[arg(long, default_value = "any")]
     transport: String,
+    /// Longest wait, in seconds, for the other side: to open the channel,
+    /// to send a message, to take one.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
 }
 
 #[derive(Subcommand)]
@@ -42,6 +50,11 @@ enum Cmd {
         /// Also echo TCP frames (4-byte length, payload) on this port.
         #[arg(long)]
         tcp_port: Option<u16>,
+        /// Give up after this many seconds with nothing to do: the other
+        /// side not opening the channel yet, or sending nothing (a client
+        /// may measure other things for a long while in between).
+        #[arg(long, default_value_t = 3600)]
+        idle: u64,
     },
     /// The paper's Figures 8 and 9: one-way message time and bandwidth
     /// against size, blocking and non-blocking writes, over each channel
@@ -69,6 +82,10 @@ enum Cmd {
         /// Where to write fig8-latency.svg and fig9-bandwidth.svg.
         #[arg(long, default_value = "/tmp")]
         svg_dir: String,
+        /// Longest wait, in seconds, for a peer: to open its channel, to
+        /// answer one message, for a TCP connection or answer.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
     },
     /// Send messages of each size, read the echo, check it.
     Pingpong {
@@ -107,6 +124,9 @@ enum Cmd {
         /// Largest message.
         #[arg(long, default_value = "100K")]
         max: String,
+        /// Longest wait, in seconds, for a peer (to open, to send, to take a message).
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
     },
     /// Listen on handle ME (this guest and others) for COUNT channels from
     /// handles it does not know; echo one message on each.
@@ -117,6 +137,9 @@ enum Cmd {
         /// Channels to accept.
         #[arg(long, default_value_t = 1)]
         count: usize,
+        /// Longest wait, in seconds, for the channels to come.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
     },
     /// Multicast COUNT messages (sizes up to MAX) to every peer with one
     /// ump_mcast each; waits until every peer has closed.
@@ -133,6 +156,10 @@ enum Cmd {
         /// Largest message.
         #[arg(long, default_value = "64K")]
         max: String,
+        /// Longest wait, in seconds, for the receivers (to open, to take
+        /// each message, to finish and close).
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
     },
     /// Receive COUNT multicast messages from FROM and check each.
     McastRecv {
@@ -148,6 +175,9 @@ enum Cmd {
         /// Largest message (as the sender's --max).
         #[arg(long, default_value = "64K")]
         max: String,
+        /// Longest wait, in seconds, for the sender (to open, for each message).
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
     },
     /// Receive one message and check it is the pattern `send` sends.
     Recv {
@@ -181,16 +211,65 @@ fn size(s: &str) -> Result<usize> {
     Ok(n.parse::<usize>().with_context(|| format!("size {s:?}"))? * m)
 }
 
-/// TCP echo: frames of a 4-byte length and that many bytes, sent back whole.
-fn tcp_echo(l: std::net::TcpListener) {
+/// Seconds as a duration.
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// What a timed-out or failed channel call means, naming what we waited for.
+fn waited(what: &str, limit: Duration, e: ump::UmpError) -> anyhow::Error {
+    match e {
+        ump::UmpError::Channel(ump::ChanError::Timeout | ump::ChanError::NotOpen) => {
+            anyhow::anyhow!("{what}: nothing within {} s", limit.as_secs_f64())
+        }
+        e => anyhow::anyhow!("{what}: {e}"),
+    }
+}
+
+/// `ump_read` waiting at most `limit` for the message.
+fn read_within(ch: i32, buf: &mut [u8], limit: Duration, what: &str) -> Result<usize> {
+    ump::read_timeout(ch, buf, limit).map_err(|e| waited(what, limit, e))
+}
+
+/// `ump_write` waiting at most `limit` for room (the reader to read).
+fn write_within(ch: i32, msg: &[u8], limit: Duration, what: &str) -> Result<()> {
+    ump::write_timeout(ch, msg, limit).map_err(|e| waited(what, limit, e))
+}
+
+/// Waits at most `limit` for channel `ch`'s non-blocking write to finish.
+fn nbwrite_done(ch: i32, limit: Duration, what: &str) -> Result<()> {
+    let t0 = Instant::now();
+    let mut spins = 0u32;
+    while ump::nbwrite_result(ch)?.is_none() {
+        if t0.elapsed() > limit {
+            bail!("{what}: the non-blocking write did not finish within {} s", limit.as_secs_f64());
+        }
+        spins += 1;
+        if spins < 1024 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    Ok(())
+}
+
+/// TCP echo: frames of a 4-byte length and that many bytes, sent back
+/// whole. A connection silent for `idle` is dropped.
+fn tcp_echo(l: std::net::TcpListener, idle: Duration) {
     use std::io::{Read, Write};
     for s in l.incoming() {
         let Ok(mut s) = s else { continue };
         let _ = s.set_nodelay(true);
+        let _ = s.set_read_timeout(Some(idle));
+        let _ = s.set_write_timeout(Some(idle));
         let mut buf = vec![0u8; 16 << 20];
         loop {
             let mut len = [0u8; 4];
-            if s.read_exact(&mut len).is_err() {
+            if let Err(e) = s.read_exact(&mut len) {
+                if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                    eprintln!("TCP echo: dropping the connection: {e} (idle limit {} s)", idle.as_secs());
+                }
                 break;
             }
             let n = u32::from_le_bytes(len) as usize;
@@ -216,66 +295,90 @@ fn time_round_trips(rounds: usize, mut trip: impl FnMut() -> Result<()>) -> Resu
     Ok(median.as_secs_f64() / 2.0)
 }
 
-fn bench(
+/// Prints one figure of the benchmark at once (a long run shows its
+/// progress, and what was measured survives a later failure).
+fn print_point(series: &str, size: usize, one_way: f64) -> Result<()> {
+    use std::io::Write;
+    println!("{series:<40} {size:>10} bytes {:>12.1} us {:>11.2} MB/s", one_way * 1e6, size as f64 / one_way / 1e6);
+    std::io::stdout().flush()?;
+    Ok(())
+}
+
+/// Settings of `bench`.
+struct BenchArgs<'a> {
     me: u64,
-    peers: &[(&str, u64)],
-    tcp: Option<&str>,
-    sizes: &[usize],
+    peers: Vec<(&'a str, u64)>,
+    tcp: Option<&'a str>,
+    sizes: Vec<usize>,
     volume: usize,
-    svg_dir: &str,
-) -> Result<()> {
+    svg_dir: &'a str,
+    limit: Duration,
+}
+
+fn bench(a: &BenchArgs) -> Result<()> {
     use std::io::{Read, Write};
+    let (me, sizes, volume, limit) = (a.me, &a.sizes, a.volume, a.limit);
     ump::init(Config::from_env()?)?;
     let mut series: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
     let max = sizes.iter().copied().max().unwrap_or(0).max(1);
     let mut buf = vec![0u8; max];
     let mut opened = Vec::new();
-    for &(name, peer) in peers {
+    println!("one-way time (half the median round trip) and bandwidth (size / time), each as measured:");
+    std::io::stdout().flush()?;
+    for &(name, peer) in &a.peers {
         let ch = ump::open(me, peer, Want::Any)?;
         opened.push(ch);
-        while !matches!(ump::wait(Some(ch), Some(Duration::from_secs(60)))?, Some(Event::Open(_))) {}
+        wait_open(ch, limit).with_context(|| format!("{name}: the echo process (handle {peer}, `ump-tool serve`)"))?;
         let kind = format!("{:?}", ump::transport(ch)?);
         for nb in [false, true] {
+            let label = format!("{name} ({kind}), {}", if nb { "non-blocking" } else { "blocking" });
             let mut pts = Vec::new();
             for &s in sizes {
                 let msg = pattern(s as u64, s);
                 let rounds = (volume / s.max(1024)).clamp(5, 400);
+                let what = format!("{label}, {s} bytes, echo process {peer}");
                 let one_way = time_round_trips(rounds, || {
                     if nb {
                         ump::nbwrite(ch, &msg)?;
                     } else {
-                        ump::write(ch, &msg)?;
+                        write_within(ch, &msg, limit, &what)?;
                     }
-                    let n = ump::read(ch, &mut buf)?;
+                    let n = read_within(ch, &mut buf, limit, &format!("{what}: its echo"))?;
                     if nb {
-                        while ump::nbwrite_result(ch)?.is_none() {
-                            std::hint::spin_loop();
-                        }
+                        nbwrite_done(ch, limit, &what)?;
                     }
                     anyhow::ensure!(n == s && buf[..n] == msg[..], "echo of {s} bytes differs");
                     Ok(())
                 })?;
+                print_point(&label, s, one_way)?;
                 pts.push((s, one_way));
             }
-            series.push((format!("{name} ({kind}), {}", if nb { "non-blocking" } else { "blocking" }), pts));
+            series.push((label, pts));
         }
     }
-    if let Some(addr) = tcp {
-        let mut s = std::net::TcpStream::connect(addr).with_context(|| format!("TCP {addr}"))?;
+    if let Some(addr) = a.tcp {
+        use std::net::ToSocketAddrs;
+        let to = addr.to_socket_addrs().with_context(|| format!("TCP {addr}"))?.next().context("no address")?;
+        let mut s = std::net::TcpStream::connect_timeout(&to, limit)
+            .with_context(|| format!("TCP connection to the echo process at {addr}"))?;
         s.set_nodelay(true)?;
+        s.set_read_timeout(Some(limit))?;
+        s.set_write_timeout(Some(limit))?;
         let mut pts = Vec::new();
         for &size in sizes {
             let msg = pattern(size as u64, size);
             let rounds = (volume / size.max(1024)).clamp(5, 400);
             let one_way = time_round_trips(rounds, || {
-                s.write_all(&(size as u32).to_le_bytes())?;
-                s.write_all(&msg)?;
+                let what = || format!("TCP echo of {size} bytes from {addr} (timeout {} s)", limit.as_secs_f64());
+                s.write_all(&(size as u32).to_le_bytes()).with_context(what)?;
+                s.write_all(&msg).with_context(what)?;
                 let mut len = [0u8; 4];
-                s.read_exact(&mut len)?;
-                s.read_exact(&mut buf[..size])?;
+                s.read_exact(&mut len).with_context(what)?;
+                s.read_exact(&mut buf[..size]).with_context(what)?;
                 anyhow::ensure!(buf[..size] == msg[..], "TCP echo of {size} bytes differs");
                 Ok(())
             })?;
+            print_point("TCP", size, one_way)?;
             pts.push((size, one_way));
         }
         series.push(("TCP".into(), pts));
@@ -284,6 +387,7 @@ fn bench(
     for ch in opened {
         ump::close(ch)?;
     }
+    println!();
     println!("UMP message time (one way, half the median round trip) and bandwidth (size / time)");
     print!("{:>10}", "bytes");
     for (name, _) in &series {
@@ -309,8 +413,8 @@ fn bench(
             points: p.iter().map(|&(s, t)| (s as f64, s as f64 / t / 1e6)).collect(),
         })
         .collect();
-    let f8 = format!("{svg_dir}/fig8-latency.svg");
-    let f9 = format!("{svg_dir}/fig9-bandwidth.svg");
+    let f8 = format!("{}/fig8-latency.svg", a.svg_dir);
+    let f9 = format!("{}/fig9-bandwidth.svg", a.svg_dir);
     std::fs::write(
         &f8,
         plot::svg("UMP message transfer time (Figure 8)", "message size (bytes)", "one-way time (us)", &lat)?,
@@ -327,32 +431,54 @@ fn mcast_len(i: u64, max: usize) -> usize {
 }
 
 /// Opens a channel from `me` to each peer (UMP_ANY) and waits until all are complete.
-fn open_all(me: u64, peers: &[u64]) -> Result<Vec<i32>> {
+fn open_all(me: u64, peers: &[u64], limit: Duration) -> Result<Vec<i32>> {
     let chans: Vec<i32> = peers.iter().map(|&p| ump::open(me, p, Want::Any)).collect::<Result<_, _>>()?;
     let mut open = std::collections::HashSet::new();
+    let t0 = Instant::now();
     while open.len() < chans.len() {
-        match ump::wait(None, Some(Duration::from_secs(60)))? {
+        let left = limit.saturating_sub(t0.elapsed());
+        match ump::wait(None, Some(left))? {
             Some(Event::Open(c)) => {
                 open.insert(c);
             }
-            Some(_) => {}
-            None => bail!("only {} of {} channels opened within 60 s", open.len(), chans.len()),
+            Some(_) if t0.elapsed() <= limit => {}
+            _ => {
+                let missing: Vec<String> =
+                    peers.iter().zip(&chans).filter(|(_, c)| !open.contains(*c)).map(|(p, _)| p.to_string()).collect();
+                bail!(
+                    "only {} of {} channels opened within {} s: handle(s) {} did not open theirs",
+                    open.len(),
+                    chans.len(),
+                    limit.as_secs_f64(),
+                    missing.join(",")
+                )
+            }
         }
     }
     Ok(chans)
 }
 
-fn open(e: &Ends) -> Result<i32> {
+/// Waits at most `limit` for channel `ch` to be complete (the other side
+/// opened it too).
+fn wait_open(ch: i32, limit: Duration) -> Result<()> {
+    let t0 = Instant::now();
+    loop {
+        let left = limit.saturating_sub(t0.elapsed());
+        match ump::wait(Some(ch), Some(left))? {
+            Some(Event::Open(_)) => return Ok(()),
+            Some(_) if t0.elapsed() <= limit => continue,
+            _ => bail!("the other side did not open the channel within {} s", limit.as_secs_f64()),
+        }
+    }
+}
+
+/// `ump_init`, then opens the channel of `e` and waits at most `limit`
+/// for the other side to open it.
+fn open(e: &Ends, limit: Duration) -> Result<i32> {
     ump::init(Config::from_env()?)?;
     let ch = ump::open(e.me, e.peer, want(&e.transport)?).map_err(|e| anyhow::anyhow!("ump_open: {e}"))?;
     let t0 = Instant::now();
-    loop {
-        match ump::wait(Some(ch), Some(Duration::from_secs(60)))? {
-            Some(Event::Open(_)) => break,
-            Some(_) => continue,
-            None => bail!("the other side did not open the channel within 60 s"),
-        }
-    }
+    wait_open(ch, limit).with_context(|| format!("channel {} <-> {}", e.me, e.peer))?;
     eprintln!(
         "channel {:#x} <-> {:#x} open over {:?} after {:.1} ms",
         e.me,
@@ -366,18 +492,22 @@ fn open(e: &Ends) -> Result<i32> {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Serve { ends, tcp_port } => {
+        Cmd::Serve { ends, tcp_port, idle } => {
+            let idle = secs(idle);
             if let Some(port) = tcp_port {
                 let l = std::net::TcpListener::bind(("0.0.0.0", port)).with_context(|| format!("TCP port {port}"))?;
-                std::thread::spawn(move || tcp_echo(l));
+                std::thread::spawn(move || tcp_echo(l, idle));
             }
-            let ch = open(&ends)?;
+            let ch = open(&ends, idle).context("serve (--idle)")?;
             let mut buf = vec![0u8; 16 << 20];
             let mut n = 0u64;
             loop {
-                match ump::read(ch, &mut buf) {
-                    Ok(len) => ump::write(ch, &buf[..len])?,
+                match ump::read_timeout(ch, &mut buf, idle) {
+                    Ok(len) => write_within(ch, &buf[..len], secs(ends.timeout), "serve: echoing a message")?,
                     Err(ump::UmpError::Channel(ump::ChanError::Closed(_))) => break,
+                    Err(ump::UmpError::Channel(ump::ChanError::Timeout)) => {
+                        bail!("serve: no message from handle {} for {} s (--idle)", ends.peer, idle.as_secs())
+                    }
                     Err(e) => bail!("serve: {e}"),
                 }
                 n += 1;
@@ -386,7 +516,8 @@ fn main() -> Result<()> {
             ump::exit()?;
         }
         Cmd::Pingpong { ends, sizes, rounds } => {
-            let ch = open(&ends)?;
+            let limit = secs(ends.timeout);
+            let ch = open(&ends, limit)?;
             let sizes: Vec<usize> = sizes.split(',').map(size).collect::<Result<_>>()?;
             let mut buf = vec![0u8; sizes.iter().copied().max().unwrap_or(0).max(1)];
             let mut seq = 0u64;
@@ -396,8 +527,9 @@ fn main() -> Result<()> {
                     seq += 1;
                     let msg = pattern(seq, s);
                     let t0 = Instant::now();
-                    ump::write(ch, &msg)?;
-                    let n = ump::read(ch, &mut buf)?;
+                    write_within(ch, &msg, limit, &format!("sending {s} bytes to handle {}", ends.peer))?;
+                    let n =
+                        read_within(ch, &mut buf, limit, &format!("the echo of {s} bytes from handle {}", ends.peer))?;
                     best = best.min(t0.elapsed().as_secs_f64());
                     if n != s || buf[..n] != msg[..] {
                         bail!("size {s}: echo of {n} bytes differs from what was sent");
@@ -410,39 +542,40 @@ fn main() -> Result<()> {
             println!("pingpong ok: {} sizes", sizes.len());
         }
         Cmd::Send { ends, size: s, nb } => {
-            let ch = open(&ends)?;
+            let limit = secs(ends.timeout);
+            let ch = open(&ends, limit)?;
             let msg = pattern(7, size(&s)?);
             let t0 = Instant::now();
+            let what = format!("sending {} bytes to handle {}", msg.len(), ends.peer);
             if nb {
                 ump::nbwrite(ch, &msg)?;
                 println!("nbwrite started");
                 loop {
-                    match ump::wait(Some(ch), Some(Duration::from_secs(120)))? {
+                    match ump::wait(Some(ch), Some(limit))? {
                         Some(Event::WriteDone(_)) => break,
-                        Some(_) => std::thread::sleep(Duration::from_millis(1)),
-                        None => bail!("no WriteDone event"),
+                        Some(_) if t0.elapsed() <= limit => std::thread::sleep(Duration::from_millis(1)),
+                        _ => bail!("{what}: no WriteDone event within {} s", limit.as_secs()),
                     }
                 }
                 ump::nbwrite_result(ch)?;
             } else {
-                ump::write(ch, &msg)?;
+                write_within(ch, &msg, limit, &what)?;
             }
             println!("sent {} bytes in {:.1} ms", msg.len(), t0.elapsed().as_secs_f64() * 1e3);
             // Stay until the reader closes: it checks we are alive while it reads.
             let t1 = Instant::now();
-            while !matches!(ump::wait(Some(ch), Some(Duration::from_secs(60))), Ok(Some(Event::Closed(_))))
-                && t1.elapsed() < Duration::from_secs(60)
-            {
+            while !matches!(ump::wait(Some(ch), Some(limit)), Ok(Some(Event::Closed(_)))) && t1.elapsed() < limit {
                 std::thread::sleep(Duration::from_millis(1));
             }
             ump::close(ch)?;
             ump::exit()?;
         }
-        Cmd::Mesh { me, peers, rounds, max } => {
+        Cmd::Mesh { me, peers, rounds, max, timeout } => {
+            let limit = secs(timeout);
             let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
             let max = size(&max)?;
             ump::init(Config::from_env()?)?;
-            let chans = open_all(me, &peers)?;
+            let chans = open_all(me, &peers, limit)?;
             let len = |from: u64, to: u64, r: u64| ((r * 7919 + from * 104_729 + to * 13) % max as u64) as usize;
             let mut buf = vec![0u8; max];
             for r in 0..rounds {
@@ -450,16 +583,14 @@ fn main() -> Result<()> {
                     ump::nbwrite(c, &pattern(me * 1_000_003 + r, len(me, p, r)))?;
                 }
                 for (&p, &c) in peers.iter().zip(&chans) {
-                    let n = ump::read(c, &mut buf)?;
+                    let n = read_within(c, &mut buf, limit, &format!("round {r}: the message from handle {p}"))?;
                     let want = pattern(p * 1_000_003 + r, len(p, me, r));
                     if buf[..n] != want[..] {
                         bail!("round {r}: the message from {p} ({n} bytes) is not what it sent");
                     }
                 }
-                for &c in &chans {
-                    while ump::nbwrite_result(c)?.is_none() {
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
+                for (&p, &c) in peers.iter().zip(&chans) {
+                    nbwrite_done(c, limit, &format!("round {r}: writing to handle {p}"))?;
                 }
             }
             let kinds: Vec<String> =
@@ -469,8 +600,7 @@ fn main() -> Result<()> {
             std::thread::sleep(Duration::from_millis(500));
             ump::exit()?;
         }
-        Cmd::Bench { me, mc_peer, shm_peer, tcp, sizes, volume, svg_dir } => {
-            let sizes: Vec<usize> = sizes.split(',').map(size).collect::<Result<_>>()?;
+        Cmd::Bench { me, mc_peer, shm_peer, tcp, sizes, volume, svg_dir, timeout } => {
             let mut peers = Vec::new();
             if let Some(p) = mc_peer {
                 peers.push(("other guest", p));
@@ -478,9 +608,18 @@ fn main() -> Result<()> {
             if let Some(p) = shm_peer {
                 peers.push(("this guest", p));
             }
-            bench(me, &peers, tcp.as_deref(), &sizes, size(&volume)?, &svg_dir)?;
+            bench(&BenchArgs {
+                me,
+                peers,
+                tcp: tcp.as_deref(),
+                sizes: sizes.split(',').map(size).collect::<Result<_>>()?,
+                volume: size(&volume)?,
+                svg_dir: &svg_dir,
+                limit: secs(timeout),
+            })?;
         }
-        Cmd::Listen { me, count } => {
+        Cmd::Listen { me, count, timeout } => {
+            let limit = secs(timeout);
             ump::init(Config::from_env()?)?;
             ump::listen(me, Want::Any)?;
             println!("listening on {me}");
@@ -488,32 +627,36 @@ fn main() -> Result<()> {
             std::io::stdout().flush()?;
             let mut served = std::collections::HashSet::new();
             let mut buf = vec![0u8; 1 << 20];
+            let t0 = Instant::now();
             while served.len() < count {
-                match ump::wait(None, Some(Duration::from_secs(120)))? {
+                let left = limit.saturating_sub(t0.elapsed());
+                match ump::wait(None, Some(left))? {
                     Some(Event::Message(c)) => {
-                        let n = ump::read(c, &mut buf)?;
-                        ump::write(c, &buf[..n])?;
+                        let n = read_within(c, &mut buf, limit, "a message announced by ump_wait")?;
+                        write_within(c, &buf[..n], limit, "echoing a message")?;
                         served.insert(c);
                         println!("echoed {n} bytes on a {:?} channel", ump::transport(c)?);
                     }
-                    Some(_) => {}
-                    None => bail!("only {} of {count} channels within 120 s", served.len()),
+                    Some(_) if t0.elapsed() <= limit => {}
+                    _ => bail!("only {} of {count} channels within {timeout} s", served.len()),
                 }
             }
             std::thread::sleep(Duration::from_millis(500));
             ump::exit()?;
         }
-        Cmd::McastSend { me, peers, count, max } => {
+        Cmd::McastSend { me, peers, count, max, timeout } => {
+            let limit = secs(timeout);
             let peers: Vec<u64> = peers.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
             let max = size(&max)?;
             ump::init(Config::from_env()?)?;
-            let chans = open_all(me, &peers)?;
+            let chans = open_all(me, &peers, limit)?;
             let t0 = Instant::now();
             let mut bytes = 0;
             for i in 0..count {
                 let m = pattern(me * 1_000_003 + i, mcast_len(i, max));
                 bytes += m.len();
-                ump::mcast(&chans, &m)?;
+                ump::mcast_timeout(&chans, &m, limit)
+                    .map_err(|e| waited(&format!("multicast message {i}: the receivers taking it"), limit, e))?;
             }
             println!(
                 "multicast {count} messages, {bytes} bytes, to {} peers in {:.1} ms",
@@ -521,21 +664,24 @@ fn main() -> Result<()> {
                 t0.elapsed().as_secs_f64() * 1e3
             );
             let mut closed = 0;
+            let t1 = Instant::now();
             while closed < chans.len() {
-                match ump::wait(None, Some(Duration::from_secs(120)))? {
+                let left = limit.saturating_sub(t1.elapsed());
+                match ump::wait(None, Some(left))? {
                     Some(Event::Closed(_)) => closed += 1,
-                    Some(_) => {}
-                    None => bail!("receivers did not finish"),
+                    Some(_) if t1.elapsed() <= limit => {}
+                    _ => bail!("only {closed} of {} receivers finished and closed within {timeout} s", chans.len()),
                 }
             }
             ump::exit()?;
         }
-        Cmd::McastRecv { me, from, count, max } => {
+        Cmd::McastRecv { me, from, count, max, timeout } => {
+            let limit = secs(timeout);
             let max = size(&max)?;
-            let ch = open(&Ends { me, peer: from, transport: "any".into() })?;
+            let ch = open(&Ends { me, peer: from, transport: "any".into(), timeout }, limit)?;
             let mut buf = vec![0u8; max.max(1)];
             for i in 0..count {
-                let n = ump::read(ch, &mut buf)?;
+                let n = read_within(ch, &mut buf, limit, &format!("multicast message {i} from handle {from}"))?;
                 if buf[..n] != pattern(from * 1_000_003 + i, mcast_len(i, max))[..] {
                     bail!("multicast message {i} ({n} bytes) is not what was sent");
                 }
@@ -545,11 +691,12 @@ fn main() -> Result<()> {
             ump::exit()?;
         }
         Cmd::Recv { ends, max, delay_ms } => {
-            let ch = open(&ends)?;
+            let limit = secs(ends.timeout);
+            let ch = open(&ends, limit)?;
             std::thread::sleep(Duration::from_millis(delay_ms));
             let mut buf = vec![0u8; size(&max)?];
             let t0 = Instant::now();
-            let n = ump::read(ch, &mut buf).map_err(|e| anyhow::anyhow!("recv: {e}"))?;
+            let n = read_within(ch, &mut buf, limit, &format!("recv: a message from handle {}", ends.peer))?;
             if buf[..n] != pattern(7, n)[..] {
                 bail!("received {n} bytes that are not what was sent");
             }

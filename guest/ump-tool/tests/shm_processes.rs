@@ -125,3 +125,97 @@ fn four_processes_every_pair_at_once() {
         assert!(text.contains("mesh ok: 25 rounds with 3 peers"), "{text}");
     }
 }
+
+/// Runs `cmd` to its end, killing it (and failing) after `limit`: a tool
+/// that hangs fails the test instead of hanging it.
+fn run_within(mut cmd: Command, limit: Duration) -> (bool, String, String, Duration) {
+    use std::io::Read;
+    let t0 = Instant::now();
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > limit {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{cmd:?} still waiting after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    (status.success(), out, err, t0.elapsed())
+}
+
+#[test]
+fn bench_gives_up_on_an_echo_process_that_never_opens() {
+    let (a, b) = handles();
+    let dir = tempfile::tempdir().unwrap();
+    let mut bench = tool();
+    bench.args(["bench", "--me", &a, "--shm-peer", &b, "--timeout", "2", "--sizes", "8"]);
+    bench.arg("--svg-dir").arg(dir.path());
+    let (ok, _, err, took) = run_within(bench, Duration::from_secs(30));
+    assert!(!ok);
+    assert!(err.contains("did not open the channel within 2 s") && err.contains(&format!("handle {b}")), "{err}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+}
+
+#[test]
+fn a_reader_waits_for_a_message_no_longer_than_its_timeout() {
+    // Both sides open, both wait to read: nobody will ever send.
+    let (a, b) = handles();
+    let serve = tool()
+        .args(["serve", "--me", &a, "--peer", &b, "--idle", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut recv = tool();
+    recv.args(["recv", "--me", &b, "--peer", &a, "--timeout", "2"]);
+    let (ok, out, err, took) = run_within(recv, Duration::from_secs(30));
+    assert!(!ok, "{out}");
+    assert!(err.contains(&format!("a message from handle {a}: nothing within 2 s")), "{err}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    // The reader is gone: the echo process notices and ends, saying so.
+    let served = serve.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&served.stdout) + String::from_utf8_lossy(&served.stderr);
+    assert!(said.contains("served 0 messages") || said.contains("gone"), "{said}");
+}
+
+#[test]
+fn an_echo_process_nobody_opens_gives_up_after_its_idle_limit() {
+    let (a, b) = handles();
+    let mut serve = tool();
+    serve.args(["serve", "--me", &a, "--peer", &b, "--idle", "1"]);
+    let (ok, _, err, took) = run_within(serve, Duration::from_secs(30));
+    assert!(!ok);
+    assert!(err.contains("--idle") && err.contains("did not open the channel within 1 s"), "{err}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+#[test]
+fn bench_prints_each_figure_as_measured_and_the_plots() {
+    let (a, b) = handles();
+    let dir = tempfile::tempdir().unwrap();
+    let serve = tool()
+        .args(["serve", "--me", &b, "--peer", &a])
+        .env("UMP_SHM_BUFFER", "64K")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut bench = tool();
+    bench.args(["bench", "--me", &a, "--shm-peer", &b, "--sizes", "8,4K", "--volume", "16K"]);
+    bench.arg("--svg-dir").arg(dir.path()).env("UMP_SHM_BUFFER", "64K");
+    let (ok, out, err, _) = run_within(bench, Duration::from_secs(60));
+    assert!(ok, "{out}{err}");
+    for series in ["this guest (Shm), blocking", "this guest (Shm), non-blocking"] {
+        for size in [8, 4096] {
+            let row = format!("{size:>10} bytes");
+            assert!(out.lines().any(|l| l.starts_with(series) && l.contains(&row)), "{series} {size}: {out}");
+        }
+    }
+    assert!(dir.path().join("fig8-latency.svg").exists() && dir.path().join("fig9-bandwidth.svg").exists());
+    assert!(serve.wait_with_output().unwrap().status.success());
+}

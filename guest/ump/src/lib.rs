@@ -42,7 +42,7 @@ pub use error::UmpError;
 pub use events::{wait, Event};
 pub use listen::listen;
 pub use nb::{nbread, nbread_result, nbwrite, nbwrite_result};
-pub use outbuf::mcast;
+pub use outbuf::{mcast, mcast_timeout};
 
 use listen::{listen_dir, marker, marker_alive, notify_listener, Inbox};
 use mc::{open_mc, OutbufsIn};

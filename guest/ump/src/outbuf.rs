@@ -8,11 +8,12 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use imc_client::keys::Namespace;
 use imc_client::ImcError;
 
-use crate::channel::{Channel, Transport};
+use crate::channel::{ChanError, Channel, Transport};
 use crate::mem::{Sink, TxWindow};
 use crate::{channel, with, State, UmpError};
 
@@ -72,6 +73,17 @@ fn outbuf(st: &mut State) -> Result<Arc<Mutex<Outbuf>>, UmpError> {
 /// the outbuf) get an ordinary write. Order with the channel's other
 /// messages is kept: the record sits in the channel's own ring.
 pub fn mcast(ids: &[i32], msg: &[u8]) -> Result<(), UmpError> {
+    mcast_until(ids, msg, None)
+}
+
+/// `ump_mcast` with a deadline: fails with a timeout when a receiver has
+/// not taken enough of what it was sent (its ring, or our outbuf, stays
+/// full) by then.
+pub fn mcast_timeout(ids: &[i32], msg: &[u8], timeout: Duration) -> Result<(), UmpError> {
+    mcast_until(ids, msg, Some(Instant::now() + timeout))
+}
+
+fn mcast_until(ids: &[i32], msg: &[u8], deadline: Option<Instant>) -> Result<(), UmpError> {
     let chans: Vec<Arc<Channel>> = ids.iter().map(|&i| channel(i)).collect::<Result<_, _>>()?;
     let mut seen = HashSet::new();
     if let Some(dup) = ids.iter().find(|i| !seen.insert(**i)) {
@@ -79,7 +91,7 @@ pub fn mcast(ids: &[i32], msg: &[u8]) -> Result<(), UmpError> {
     }
     let (mc, local): (Vec<_>, Vec<_>) = chans.into_iter().partition(|c| c.transport == Transport::Mc);
     for c in &local {
-        c.write(msg, None)?;
+        c.write(msg, deadline)?;
     }
     if mc.is_empty() {
         return Ok(());
@@ -87,7 +99,7 @@ pub fn mcast(ids: &[i32], msg: &[u8]) -> Result<(), UmpError> {
     let ob = with(|st| if msg.len() as u64 <= st.cfg.outbuf as u64 / 2 { outbuf(st).map(Some) } else { Ok(None) })?;
     let Some(ob) = ob else {
         for c in &mc {
-            c.write(msg, None)?;
+            c.write(msg, deadline)?;
         }
         return Ok(());
     };
@@ -109,6 +121,9 @@ pub fn mcast(ids: &[i32], msg: &[u8]) -> Result<(), UmpError> {
         if spins % 4096 == 0 {
             // A reader that died never consumes its record: drop it.
             o.pending.retain(|(c, ..)| c.alive().is_ok());
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return Err(ChanError::Timeout.into());
+            }
         }
         if spins < 64 {
             std::hint::spin_loop();
@@ -127,7 +142,7 @@ pub fn mcast(ids: &[i32], msg: &[u8]) -> Result<(), UmpError> {
     o.head = end;
     let (key, size) = (o.key, o.size);
     for c in mc {
-        let after = c.write_record(msg.len(), key, start, size, None)?;
+        let after = c.write_record(msg.len(), key, start, size, deadline)?;
         o.pending.push((c, after, start));
     }
     Ok(())

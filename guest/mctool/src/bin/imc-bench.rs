@@ -11,7 +11,13 @@
 //! - with `--tcp PEER_IP`, the same latency and bandwidth over TCP between
 //!   the same two guests (virtio-net, the cluster LAN), in the same run: the
 //!   echo process also serves TCP on port 5999.
+//!
+//! Every wait for the other process has a deadline (`--timeout` for the
+//! measuring side; the echo process serves until told to stop, or until
+//! nothing came for `--idle` seconds), and each figure is printed as soon
+//! as it is measured, before the table.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -46,9 +52,14 @@ struct Cli {
     /// Bytes per bandwidth size (each size repeats until this much was sent).
     #[arg(long, default_value_t = 8 << 20)]
     volume: usize,
-    /// Give up waiting for the peer after this many seconds.
+    /// Measuring: give up waiting for one answer of the echo process (or
+    /// a TCP connection) after this many seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+    /// Echo: give up after this many seconds with nothing to echo (the
+    /// measuring side may spend a long while on other figures).
+    #[arg(long, default_value_t = 3600)]
+    idle: u64,
     /// Also measure TCP to the echo process at this address (its LAN IP).
     #[arg(long)]
     tcp: Option<String>,
@@ -58,13 +69,16 @@ struct Cli {
 const TCP_PORT: u16 = 5999;
 
 /// TCP echo: frames of a 4-byte length and that many bytes, each answered
-/// with its 4-byte length.
-fn tcp_echo() -> Result<()> {
+/// with its 4-byte length. Each frame counts as activity (`active`, for
+/// the echo's idle limit); a connection silent for `idle` is dropped.
+fn tcp_echo(idle: Duration, active: Arc<Mutex<Instant>>) -> Result<()> {
     use std::io::{Read, Write};
     let l = std::net::TcpListener::bind(("0.0.0.0", TCP_PORT))?;
     for s in l.incoming() {
-        let mut s = s?;
+        let Ok(mut s) = s else { continue };
         s.set_nodelay(true)?;
+        s.set_read_timeout(Some(idle))?;
+        s.set_write_timeout(Some(idle))?;
         let mut buf = vec![0u8; DATA];
         loop {
             let mut len = [0u8; 4];
@@ -72,27 +86,39 @@ fn tcp_echo() -> Result<()> {
                 break;
             }
             let n = u32::from_le_bytes(len) as usize;
-            if n > buf.len() {
+            if n > buf.len() || s.read_exact(&mut buf[..n]).is_err() || s.write_all(&len).is_err() {
                 break;
             }
-            s.read_exact(&mut buf[..n])?;
-            s.write_all(&len)?;
+            *active.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         }
     }
     Ok(())
 }
 
+/// Prints one measured figure at once.
+fn report(what: &str, value: String) -> Result<()> {
+    use std::io::Write;
+    println!("measured: {what:<40} {value}");
+    std::io::stdout().flush()?;
+    Ok(())
+}
+
 /// TCP one-way latency (RTT / 2 of a 4-byte message, p50 and p99) and
 /// bandwidth per block size.
-fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Result<TcpFigures> {
+fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize], limit: Duration) -> Result<TcpFigures> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect((peer, TCP_PORT)).with_context(|| format!("TCP to {peer}:{TCP_PORT}"))?;
+    use std::net::ToSocketAddrs;
+    let what = || format!("TCP to the echo process at {peer}:{TCP_PORT} (timeout {limit:?})");
+    let to = (peer, TCP_PORT).to_socket_addrs().with_context(what)?.next().with_context(what)?;
+    let mut s = std::net::TcpStream::connect_timeout(&to, limit).with_context(what)?;
     s.set_nodelay(true)?;
+    s.set_read_timeout(Some(limit))?;
+    s.set_write_timeout(Some(limit))?;
     let frame = |s: &mut std::net::TcpStream, payload: &[u8]| -> Result<()> {
-        s.write_all(&(payload.len() as u32).to_le_bytes())?;
-        s.write_all(payload)?;
+        s.write_all(&(payload.len() as u32).to_le_bytes()).with_context(what)?;
+        s.write_all(payload).with_context(what)?;
         let mut ack = [0u8; 4];
-        s.read_exact(&mut ack)?;
+        s.read_exact(&mut ack).with_context(|| format!("{}: the answer to a {}-byte frame", what(), payload.len()))?;
         Ok(())
     };
     let mut rtts = Vec::with_capacity(rounds as usize);
@@ -102,6 +128,7 @@ fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Resul
         rtts.push(t0.elapsed());
     }
     let one_way = Summary::of(&mut rtts).context("no round trips (--rounds 0)")?.div(2);
+    report("TCP latency, one way (p50, p99)", format!("{:.1} us, {:.1} us", us(one_way.p50), us(one_way.p99)))?;
     let block = vec![0x5Au8; DATA];
     let mut bw = Vec::new();
     for &size in sizes {
@@ -110,7 +137,9 @@ fn tcp_measure(peer: &str, rounds: u32, volume: usize, sizes: &[usize]) -> Resul
         for _ in 0..reps {
             frame(&mut s, &block[..size])?;
         }
-        bw.push((size * reps) as f64 / t0.elapsed().as_secs_f64() / 1e6);
+        let mbs = (size * reps) as f64 / t0.elapsed().as_secs_f64() / 1e6;
+        report(&format!("TCP bandwidth, {} KiB blocks", size >> 10), format!("{mbs:.1} MB/s"))?;
+        bw.push(mbs);
     }
     Ok(((us(one_way.p50), us(one_way.p99)), bw))
 }
@@ -137,8 +166,11 @@ fn main() -> Result<()> {
     let (echo, ..) = imc.asalloc(KEY_ECHO, 8192, 0o666, false)?;
     match cli.role.as_str() {
         "echo" => {
-            std::thread::spawn(|| {
-                if let Err(e) = tcp_echo() {
+            let idle = Duration::from_secs(cli.idle);
+            let active = Arc::new(Mutex::new(Instant::now()));
+            let tcp_active = active.clone();
+            std::thread::spawn(move || {
+                if let Err(e) = tcp_echo(idle, tcp_active) {
                     eprintln!("imc-bench: TCP echo: {e:#}");
                 }
             });
@@ -148,7 +180,7 @@ fn main() -> Result<()> {
             use std::io::Write;
             std::io::stdout().flush()?;
             let mut last = rx.load::<u32>(CTL)?;
-            let mut idle = Instant::now();
+            let mut spins = 0u32;
             loop {
                 let v = rx.load::<u32>(CTL)?;
                 if v != last {
@@ -158,9 +190,12 @@ fn main() -> Result<()> {
                     }
                     tx.store::<u32>(0, v)?;
                     last = v;
-                    idle = Instant::now();
-                } else if idle.elapsed() > limit {
-                    bail!("nothing to echo for {limit:?}");
+                    *active.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+                }
+                spins = spins.wrapping_add(1);
+                // The clock (and the lock) now and then, not on every load.
+                if spins % 4096 == 0 && active.lock().unwrap_or_else(|e| e.into_inner()).elapsed() > idle {
+                    bail!("nothing to echo, over MEMORY CHANNEL or TCP, for {idle:?} (--idle)");
                 }
                 std::hint::spin_loop();
             }
@@ -189,6 +224,7 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
         rtts.push(t0.elapsed());
     }
     let one_way = Summary::of(&mut rtts).context("no round trips (--rounds 0)")?.div(2);
+    report("latency, one way (p50, p99)", format!("{:.1} us, {:.1} us", us(one_way.p50), us(one_way.p99)))?;
 
     let sizes = [8 << 10, 64 << 10, 256 << 10, 1 << 20];
     let mut bw = Vec::new();
@@ -206,7 +242,9 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
             wait32(&rx, 0, x, limit).context("bandwidth")?;
         }
         let s = t0.elapsed().as_secs_f64();
-        bw.push((size, (size * reps) as f64 / s / 1e6));
+        let mbs = (size * reps) as f64 / s / 1e6;
+        report(&format!("sustained bandwidth, {} KiB blocks", size >> 10), format!("{mbs:.1} MB/s"))?;
+        bw.push((size, mbs));
     }
 
     let regs = imc.regs()?;
@@ -238,7 +276,7 @@ fn measure(imc: &Imc, data: u32, echo: u32, cli: &Cli, limit: Duration) -> Resul
         rel += t1.elapsed();
     }
     let tcp = match &cli.tcp {
-        Some(peer) => Some(tcp_measure(peer, cli.rounds, cli.volume, &sizes)?),
+        Some(peer) => Some(tcp_measure(peer, cli.rounds, cli.volume, &sizes, limit)?),
         None => None,
     };
     tx.store::<u32>(CTL, QUIT)?;
