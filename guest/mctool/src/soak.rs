@@ -47,6 +47,8 @@ const SLOT: usize = 2 * regs::PAGE_SIZE as usize;
 const WINDOW: u64 = RING - 16;
 /// Offset of reader acks in a slot header: word w is this node's ack of writer w.
 const ACKS: usize = 64;
+/// How far a reader may lag behind what has arrived, in ms.
+const LAG_MS: u64 = 5000;
 /// How long a reader waits for a missing record to be sent again.
 const RETRANSMIT_WAIT: Duration = Duration::from_secs(25);
 /// A worker that makes no progress this long (and saw no outage) is hung.
@@ -148,6 +150,11 @@ struct Shared {
     stop: AtomicBool,
     own_outages: AtomicU64,
     absences: Vec<AtomicU64>,
+    /// When (ms since start, 0 never) this node was last seen in an outage
+    /// of its own, and each node last seen absent.
+    own_at: AtomicU64,
+    absent_at: Vec<AtomicU64>,
+    t0: Instant,
     present: AtomicU64,
     hw_errors: AtomicU64,
     err_bits: AtomicU64,
@@ -163,6 +170,17 @@ impl Shared {
     }
     fn absent(&self, n: usize) -> u64 {
         self.absences[n].load(Ordering::Acquire)
+    }
+    /// Milliseconds since the workload started (at least 1).
+    fn now_ms(&self) -> u64 {
+        self.t0.elapsed().as_millis() as u64 + 1
+    }
+    /// Whether this node had an outage, or writer `w` was absent, at or
+    /// after `since_ms` (a loss of `w`'s writes after then is announced).
+    fn announced_since(&self, w: usize, since_ms: u64) -> bool {
+        let own = self.own_at.load(Ordering::Acquire);
+        let away = self.absent_at[w].load(Ordering::Acquire);
+        (own != 0 && own >= since_ms) || (away != 0 && away >= since_ms)
     }
     fn up(&self, n: usize) -> bool {
         self.present.load(Ordering::Acquire) & (1 << n) != 0
@@ -210,6 +228,9 @@ pub(crate) fn run(o: Opts) -> Result<()> {
         stop: AtomicBool::new(false),
         own_outages: AtomicU64::new(0),
         absences: (0..o.nodes).map(|_| AtomicU64::new(0)).collect(),
+        own_at: AtomicU64::new(0),
+        absent_at: (0..o.nodes).map(|_| AtomicU64::new(0)).collect(),
+        t0: Instant::now(),
         present: AtomicU64::new(u64::MAX),
         hw_errors: AtomicU64::new(u64::from(regs.hw_errcnt())),
         err_bits: AtomicU64::new(0),
@@ -311,14 +332,20 @@ fn watch(sh: &Shared, regs: imc_client::Regs) -> Result<()> {
         let now = regs.hw_errcnt();
         let members = regs.members().iter().fold(0u64, |m, &n| m | 1 << n);
         let me_up = members & (1 << sh.node) != 0;
+        if now != hw || !me_up {
+            sh.own_at.store(sh.now_ms(), Ordering::Release);
+        }
         if now != hw || (!me_up && was & (1 << sh.node) != 0) {
             sh.own_outages.fetch_add(1, Ordering::AcqRel);
             hw = now;
         }
         if me_up {
             for n in 0..sh.nodes {
-                if was & (1 << n) != 0 && members & (1 << n) == 0 {
-                    sh.absences[n].fetch_add(1, Ordering::AcqRel);
+                if members & (1 << n) == 0 {
+                    sh.absent_at[n].store(sh.now_ms(), Ordering::Release);
+                    if was & (1 << n) != 0 {
+                        sh.absences[n].fetch_add(1, Ordering::AcqRel);
+                    }
                 }
             }
         }
@@ -378,8 +405,8 @@ fn open_retrying(sh: &Shared, what: &str, open: impl Fn() -> Result<Region>) -> 
 struct Follow {
     inc: u16,
     seq: u64,
-    /// (own outages, writer's absences) when the last record was read.
-    mark: (u64, u64),
+    /// When the last record was read right (ms since start).
+    good_ms: u64,
     /// Since when the next record has been missing.
     missing_since: Option<Instant>,
 }
@@ -419,7 +446,8 @@ fn bcast(sh: &Shared, rate: u64, tick: impl Fn()) -> Result<()> {
             }
             std::thread::sleep(Duration::from_millis(300));
             own_seen = sh.own();
-            drop(r);
+            // Mapped anew before the old mapping goes, so that a receive
+            // buffer that survived the outage is kept.
             let Some(nr) = open_retrying(sh, "bcast", open) else { break };
             r = nr;
             st.setups += 1;
@@ -462,7 +490,6 @@ fn bcast(sh: &Shared, rate: u64, tick: impl Fn()) -> Result<()> {
             }
         }
         // Read every other writer.
-        let own = sh.own();
         for w in (0..sh.nodes).filter(|&w| w != me) {
             let f = &mut follow[w];
             let (hi, hs) = unpack(r.load(w * SLOT));
@@ -471,7 +498,7 @@ fn bcast(sh: &Shared, rate: u64, tick: impl Fn()) -> Result<()> {
             }
             if hi != f.inc {
                 if hi > f.inc {
-                    *f = Follow { inc: hi, seq: hs, mark: (own, sh.absent(w)), missing_since: None };
+                    *f = Follow { inc: hi, seq: hs, good_ms: sh.now_ms(), missing_since: None };
                     st.joins += 1;
                 } else {
                     st.reorders += 1;
@@ -488,7 +515,9 @@ fn bcast(sh: &Shared, rate: u64, tick: impl Fn()) -> Result<()> {
             while f.seq < hs {
                 let t = f.seq + 1;
                 let slot = w * SLOT + regs::PAGE_SIZE as usize + (t % RING) as usize * 16;
-                let announced = own != f.mark.0 || sh.absent(w) != f.mark.1;
+                // A record read now may have arrived a while ago: an outage up
+                // to LAG before the last good read may still explain a loss.
+                let announced = sh.announced_since(w, f.good_ms.saturating_sub(LAG_MS));
                 match classify(r.load(slot), r.load(slot + 8), w, hi, t) {
                     Next::Good => {
                         st.checked += 1;
@@ -496,7 +525,7 @@ fn bcast(sh: &Shared, rate: u64, tick: impl Fn()) -> Result<()> {
                             st.recovered += 1;
                         }
                         // Later losses are excused only by outages after this.
-                        f.mark = (own, sh.absent(w));
+                        f.good_ms = sh.now_ms();
                     }
                     // Its tag arrived but its payload store did not (a
                     // frame dropped as corrupt, say): a loss, announced.
@@ -627,6 +656,8 @@ fn lock(sh: &Shared, tick: impl Fn()) -> Result<()> {
     let mut fresh = false;
     let mut own_seen = sh.own();
     let mut high = 0u64;
+    let mut view_tick = 0u64;
+    let mut waiting: Option<Instant> = None;
     while !sh.stopping() {
         if sh.own() != own_seen {
             if !sh.wait_link() {
@@ -646,27 +677,28 @@ fn lock(sh: &Shared, tick: impl Fn()) -> Result<()> {
             }
         }
         if !fresh {
-            let v0 = r.load(0);
-            let t0 = Instant::now();
-            while r.load(0) == v0 && t0.elapsed() < Duration::from_secs(5) && !sh.stopping() {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if r.load(0) != v0 {
-                fresh = true;
+            fresh = refresh(sh, &r, &mut view_tick);
+            if fresh {
                 st.resyncs += 1;
-            } else if sh.inc == 1 && st.rounds == 0 && v0 == 0 && (0..sh.nodes).all(|n| r.load(64 + 8 * n) == 0) {
-                // The first incarnation on a new cluster: the region is
-                // coherent, so a counter never written reads 0 everywhere.
-                fresh = true;
-            }
-            if !fresh {
+            } else {
                 continue;
             }
         }
-        if let Err(e) = set.acquire(0, Duration::from_secs(30)) {
-            sh.error(format!("lock: acquire: {e}"));
-            own_seen = own_seen.wrapping_sub(1); // set up again
-            continue;
+        // Short tries, so our view stays current for nodes refreshing.
+        match set.acquire(0, Duration::from_secs(2)) {
+            Ok(()) => waiting = None,
+            Err(imc_client::ImcError::Refused { code: imc_client::Status::Timeout, .. })
+                if waiting.get_or_insert_with(Instant::now).elapsed() < Duration::from_secs(60) =>
+            {
+                publish_view(sh, &r, &mut view_tick, fresh);
+                continue;
+            }
+            Err(e) => {
+                sh.error(format!("lock: acquire: {e}"));
+                waiting = None;
+                own_seen = own_seen.wrapping_sub(1); // set up again
+                continue;
+            }
         }
         if sh.own() != own_seen {
             let _ = set.release(0);
@@ -694,6 +726,7 @@ fn lock(sh: &Shared, tick: impl Fn()) -> Result<()> {
         }
         r.store(tally_off, tally.word());
         let _ = set.release(0);
+        publish_view(sh, &r, &mut view_tick, fresh);
         st.rounds += 1;
         st.tally = Some(tally);
         st.counter = r.load(0);
@@ -709,6 +742,46 @@ fn lock(sh: &Shared, tick: impl Fn()) -> Result<()> {
     st.tallies = (0..sh.nodes).map(|n| r.load(64 + 8 * n)).collect();
     sh.with(|s| s.lock = st.clone());
     Ok(())
+}
+
+/// Offset of the views in the counter region: word n is node n's
+/// (tick, stale, counter as it sees it), republished every 100 ms or so.
+const VIEWS: usize = 512;
+
+fn publish_view(sh: &Shared, r: &Region, tick: &mut u64, fresh: bool) {
+    *tick = (*tick + 1) & 0xFFFF;
+    r.store(VIEWS + 8 * sh.node, *tick << 48 | u64::from(!fresh) << 47 | (r.load(0) & ((1 << 47) - 1)));
+}
+
+/// Makes a counter copy that may be stale (after an outage, or a new
+/// receive buffer) trustworthy: it is once the counter is seen to change
+/// (someone fresh incremented it), or once every node that runs the
+/// workload has republished its view within 5 s and none holds a higher
+/// counter than ours (the counter only grows, so the highest copy is the
+/// latest; after a hub restart every node is stale, nobody could write
+/// meanwhile, and the highest ones go on).
+fn refresh(sh: &Shared, r: &Region, tick: &mut u64) -> bool {
+    let view = |n: usize| r.load(VIEWS + 8 * n);
+    let before: Vec<u64> = (0..sh.nodes).map(view).collect();
+    let v0 = r.load(0);
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if sh.stopping() || r.load(0) != v0 {
+            return r.load(0) != v0;
+        }
+        publish_view(sh, r, tick, false);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mine = r.load(0);
+    if mine != v0 {
+        return true;
+    }
+    let (lo47, me) = ((1u64 << 47) - 1, sh.node);
+    // A new cluster: nobody has ever counted.
+    if sh.inc == 1 && mine == 0 && (0..sh.nodes).all(|n| view(n) & lo47 == 0) {
+        return true;
+    }
+    (0..sh.nodes).filter(|&n| n != me && sh.up(n) && view(n) != before[n]).all(|n| view(n) & lo47 <= mine)
 }
 
 /// UMP handles: the echo side listens on `ECHO + pair`; the pinger opens
