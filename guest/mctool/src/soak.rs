@@ -49,6 +49,9 @@ const WINDOW: u64 = RING - 16;
 const ACKS: usize = 64;
 /// How far a reader may lag behind what has arrived, in ms.
 const LAG_MS: u64 = 5000;
+/// How long a reader waits for a record lost in the writer's announced
+/// outage to be sent again.
+const ANNOUNCED_WAIT: Duration = Duration::from_secs(5);
 /// How long a reader waits for a missing record to be sent again.
 const RETRANSMIT_WAIT: Duration = Duration::from_secs(25);
 /// A worker that makes no progress this long (and saw no outage) is hung.
@@ -181,6 +184,11 @@ impl Shared {
         let own = self.own_at.load(Ordering::Acquire);
         let away = self.absent_at[w].load(Ordering::Acquire);
         (own != 0 && own >= since_ms) || (away != 0 && away >= since_ms)
+    }
+    /// Whether this node had an outage of its own at or after `since_ms`.
+    fn own_since(&self, since_ms: u64) -> bool {
+        let own = self.own_at.load(Ordering::Acquire);
+        own != 0 && own >= since_ms
     }
     fn up(&self, n: usize) -> bool {
         self.present.load(Ordering::Acquire) & (1 << n) != 0
@@ -541,18 +549,30 @@ fn bcast(sh: &Shared, rate: u64, tick: impl Fn()) -> Result<()> {
                         st.reorders += 1;
                         sh.error(format!("bcast: writer {w} record {t}: a later record in its slot"));
                     }
-                    Next::Missing if announced => {
-                        f.missing_since = None;
-                        st.lost_announced += 1;
-                    }
                     Next::Missing => {
+                        // Lost while our own link was down: nobody sends it
+                        // again. Lost while the writer's was: it sends its
+                        // last ring again once back. Otherwise: wait long.
                         let since = *f.missing_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() < RETRANSMIT_WAIT && !(stopping && drain_over(&drain)) {
+                        let from = f.good_ms.saturating_sub(LAG_MS);
+                        let wait = if sh.own_since(from) {
+                            Duration::ZERO
+                        } else if announced {
+                            ANNOUNCED_WAIT
+                        } else {
+                            RETRANSMIT_WAIT
+                        };
+                        if since.elapsed() < wait && !(stopping && drain_over(&drain)) {
                             break;
                         }
-                        f.missing_since = None;
-                        st.lost_unannounced += 1;
-                        sh.error(format!("bcast: writer {w} record {t} never arrived, and no outage was announced"));
+                        if sh.announced_since(w, from) {
+                            st.lost_announced += 1;
+                        } else {
+                            st.lost_unannounced += 1;
+                            sh.error(format!(
+                                "bcast: writer {w} record {t} never arrived, and no outage was announced"
+                            ));
+                        }
                     }
                 }
                 f.seq = t;
