@@ -33,6 +33,7 @@ pub(crate) struct SendArgs {
     pub seed: u64,
     pub flag: Option<u64>,
     pub no_attach: bool,
+    pub attach_only: bool,
     pub hold: u64,
 }
 
@@ -45,6 +46,10 @@ pub(crate) fn send(a: SendArgs) -> Result<()> {
     let rsize = a.region_size.unwrap_or_else(|| region_size(a.offset, a.size));
     let (id, first, pages, _) = imc.asalloc(a.key, rsize, 0o666, false).map_err(imc_status)?;
     let tx = if a.no_attach { None } else { Some(imc.asattach_tx(id, false).map_err(imc_status)?) };
+    if a.attach_only {
+        println!("IMC_SUCCESS region {id} (key {}, pages {first}..{}) attached for transmit", a.key, first + pages);
+        return hold(a.hold);
+    }
     let port = imc.dma_open(a.size.max(PAGE_SIZE)).map_err(imc_status)?;
     let data = pattern(a.seed, 0, a.size as usize);
     port.buffer().write(0, &data)?;
@@ -65,15 +70,16 @@ pub(crate) fn send(a: SendArgs) -> Result<()> {
     let bytes = port.wait(&h, Duration::from_secs(120)).context("imc_dma_wait")?;
     let secs = t0.elapsed().as_secs_f64();
     println!("IMC_SUCCESS sent {bytes} bytes in {:.2} ms ({:.1} MB/s)", secs * 1e3, bytes as f64 / secs / 1e6);
-    if a.hold > 0 {
-        std::io::stdout().flush()?;
-        crate::signals::stop_on_signals();
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(a.hold)
-            && !crate::signals::STOP.load(std::sync::atomic::Ordering::Relaxed)
-        {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    hold(a.hold)
+}
+
+/// Keeps the process (and its regions) for `secs` seconds or until SIGTERM.
+fn hold(secs: u64) -> Result<()> {
+    std::io::stdout().flush()?;
+    crate::signals::stop_on_signals();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(secs) && !crate::signals::STOP.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
 }

@@ -222,6 +222,9 @@ enum Cmd {
         /// Do not attach the region for transmit (the DMA must be refused).
         #[arg(long)]
         no_attach: bool,
+        /// Only attach the region for transmit and hold it (no DMA).
+        #[arg(long)]
+        attach_only: bool,
         /// Keep holding the region this many seconds afterwards.
         #[arg(long, default_value_t = 0)]
         hold: u64,
@@ -512,8 +515,8 @@ fn main() -> Result<()> {
         Cmd::ImcHosts => imc::hosts(),
         Cmd::ImcPut { key, size, value } => imc::put(key, size, value),
         Cmd::ImcGet { key, size, value, timeout } => imc::get(key, size, value, timeout),
-        Cmd::ImcDma { key, size, offset, region_size, seed, flag, no_attach, hold } => {
-            dma::send(dma::SendArgs { key, size, offset, region_size, seed, flag, no_attach, hold })
+        Cmd::ImcDma { key, size, offset, region_size, seed, flag, no_attach, attach_only, hold } => {
+            dma::send(dma::SendArgs { key, size, offset, region_size, seed, flag, no_attach, attach_only, hold })
         }
         Cmd::ImcDmaCheck { key, size, offset, seed, flag, expect_zero, timeout } => {
             dma::check(key, size, offset, seed, flag, expect_zero, timeout)
