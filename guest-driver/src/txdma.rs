@@ -155,6 +155,18 @@ impl<T: DmaRegs + ?Sized> DmaRegs for &T {
     }
 }
 
+impl<T: DmaRegs + ?Sized> DmaRegs for std::sync::Arc<T> {
+    fn reg(&self, off: u64) -> u32 {
+        (**self).reg(off)
+    }
+    fn set_reg(&self, off: u64, v: u32) {
+        (**self).set_reg(off, v)
+    }
+    fn unmap(&self, iova: u64, len: u64) {
+        (**self).unmap(iova, len)
+    }
+}
+
 /// A transmit DMA ring, in memory this process owns.
 pub struct DmaRing<R: DmaRegs> {
     regs: R,

@@ -14,9 +14,11 @@
 //! - [`cluster_lock`]: cluster spinlocks from the total order and loopback
 //!   (the algorithm `imc_lkacquire` runs in the caller's process, and imcd's
 //!   region directory is built on).
+//! - [`dma`]: transmit DMA from the process (an extension, not in Table 1).
 #![warn(missing_docs)]
 
 pub mod cluster_lock;
+pub mod dma;
 pub mod fdpass;
 
 pub use fdpass::send_with_fd;
@@ -548,6 +550,31 @@ impl Imc {
             Source::Device => Mapping::device_region(fd, offset, len)?,
             Source::File => Mapping::from_fd(fd, offset, len)?,
         })
+    }
+
+    /// Extension (not in Table 1): sets up transmit DMA for this process
+    /// with a source area of `size` bytes (once per connection). The set-up
+    /// goes through imcd; transfers ([`dma::DmaPort::start`]) do not.
+    pub fn dma_open(&self, size: u64) -> Result<dma::DmaPort, ImcError> {
+        let (reply, fd) = self.call(&Request::DmaOpen { size })?;
+        let Reply::DmaArea { iova, len, ring_entries } = reply else {
+            return Err(ImcError::Protocol(format!("{reply:?}")));
+        };
+        let fd = fd.ok_or_else(|| ImcError::Protocol("imcd sent no fd with the DMA area".into()))?;
+        let len = usize::try_from(len).map_err(|_| ImcError::Protocol(format!("a DMA area of {len} bytes")))?;
+        let area = Mapping::<ReadWrite>::from_fd(fd, 0, len)?;
+        let ring = self.map_reply(self.call(&Request::DmaRing)?, Source::File)?;
+        let regs = self.map_reply(self.call(&Request::Regs)?, Source::Device)?;
+        Ok(dma::DmaPort::new(area, iova, ring, ring_entries, regs)?)
+    }
+
+    /// Extension: region `id` as a transmit DMA destination. imcd refuses
+    /// (`NOTALLOC`) unless this process attached it for transmit.
+    pub fn dma_target(&self, id: u32) -> Result<dma::DmaTarget, ImcError> {
+        match self.call(&Request::DmaTarget { id })?.0 {
+            Reply::DmaTarget { id, first_page, pages } => Ok(dma::DmaTarget::new(id, first_page, pages)),
+            other => Err(ImcError::Protocol(format!("{other:?}"))),
+        }
     }
 
     /// The adapter's registers, read-only, and imcd's copy of the error count.

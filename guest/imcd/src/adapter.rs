@@ -2,10 +2,12 @@
 //! imcd's own pages in one receive buffer (`/dev/shm/imcd-meta`), one
 //! receive buffer per received region (`/dev/shm/imc-region-<id>`), the
 //! page control table, the MSI-X interrupt, and the files processes map
-//! (error count, ACK answers).
+//! (error count, ACK answers), and the transmit DMA set-up processes use
+//! (the node's one descriptor ring, a source area per process; see
+//! `docs/imc.md`, "Transmit DMA").
 //!
-//! Shared by imcd's main thread and mapper; the region buffers are behind
-//! a mutex.
+//! Shared by imcd's main thread and mapper; the region buffers and the DMA
+//! state are behind mutexes.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -16,13 +18,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use guest_driver::guest_mem::{Mapping, ReadWrite};
+use guest_driver::txdma::{DmaRing, DMA_RING_IOVA};
 use guest_driver::{rx_buffer, Adapter, Interrupt, RX_IOVA_BASE};
 use imc_proto::layout::{ACK_Q_PAGE, DIR_PAGE, MAX_NODES, META_PAGES, RELAY_PAGE};
 use imc_proto::{ACK_FILE, ERRCOUNT_FILE};
 use regs::{int, pct, reg, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
 
 use crate::bus::AdapterBus;
-use crate::hw::{Handout, Hw, HwError};
+use crate::hw::{DmaArea, Handout, Hw, HwError, DMA_AREA_MAX};
 use crate::regions::RegionDesc;
 
 fn iova(page: u64) -> u64 {
@@ -44,6 +47,23 @@ struct Rx {
     first: u64,
 }
 
+/// Where the node's transmit DMA ring lives (root's only: processes get
+/// an fd from imcd).
+const DMA_RING_FILE: &str = "/dev/shm/imcd-dma-ring";
+/// Descriptors in the ring: a retired descriptor's status stays readable
+/// until this many more are posted on the node.
+pub const DMA_RING_ENTRIES: u32 = 4096;
+/// Source areas per node (one per process that asks).
+const DMA_AREAS: usize = 64;
+
+/// Transmit DMA: the ring (set up on first use) and the clients' areas.
+#[derive(Default)]
+struct Dma {
+    ring: Option<DmaRing<Arc<Adapter>>>,
+    /// Per client: its slot (IOVA `src_base + slot * DMA_AREA_MAX`) and the area.
+    areas: HashMap<u64, (usize, Mapping<ReadWrite>)>,
+}
+
 /// The real adapter, set up for imcd.
 pub struct AdapterHw {
     a: Arc<Adapter>,
@@ -56,6 +76,7 @@ pub struct AdapterHw {
     rx: Mutex<HashMap<u32, Rx>>,
     /// Regions with transmit enabled here: id -> (first page, pages).
     tx: Mutex<HashMap<u32, (u64, u64)>>,
+    dma: Mutex<Dma>,
 }
 
 impl AdapterHw {
@@ -117,6 +138,7 @@ impl AdapterHw {
             tx_offset,
             rx: Mutex::new(HashMap::new()),
             tx: Mutex::new(HashMap::new()),
+            dma: Mutex::new(Dma::default()),
         })
     }
 
@@ -136,6 +158,15 @@ impl AdapterHw {
                 self.a.set_page(p, bits & !(pct::TX | pct::LOOPBACK), iova);
             }
         }
+    }
+
+    fn dma(&self) -> MutexGuard<'_, Dma> {
+        self.dma.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// IOVA of source area slot 0: above every receive buffer, on a 1 GiB boundary.
+    fn dma_src_base(&self) -> u64 {
+        iova(self.a.pages()).next_multiple_of(1 << 30)
     }
 
     fn device_fd(&self) -> Option<File> {
@@ -295,6 +326,61 @@ impl Hw for AdapterHw {
                 .map_err(os("region buffer"))?;
                 Ok((0, r.buf.len() as u64, Some(f)))
             }
+            Handout::DmaRing => {
+                if self.dma().ring.is_none() {
+                    return Err(HwError::Device("the DMA ring is not set up (DmaOpen first)".into()));
+                }
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(DMA_RING_FILE)
+                    .map_err(os(DMA_RING_FILE))?;
+                Ok((0, DMA_RING_ENTRIES as u64 * regs::dma::DESC_SIZE, Some(f)))
+            }
+        }
+    }
+    fn dma_open(&self, client: u64, size: u64) -> Result<DmaArea, HwError> {
+        if !self.a.has_tx_dma() {
+            return Err(HwError::NoDma);
+        }
+        if size == 0 || size > DMA_AREA_MAX {
+            return Err(HwError::DmaSize(size));
+        }
+        let mut dma = self.dma();
+        if dma.ring.is_none() {
+            let pages = (DMA_RING_ENTRIES as u64 * regs::dma::DESC_SIZE).div_ceil(PAGE_SIZE);
+            let mem = rx_buffer(Path::new(DMA_RING_FILE), pages).map_err(mem(DMA_RING_FILE))?;
+            std::fs::set_permissions(DMA_RING_FILE, std::fs::Permissions::from_mode(0o600))
+                .map_err(os(DMA_RING_FILE))?;
+            self.a.dev.map_dma(&mem, DMA_RING_IOVA).map_err(|e| HwError::Device(e.to_string()))?;
+            let ring = DmaRing::with_memory(self.a.clone(), mem, DMA_RING_IOVA, DMA_RING_ENTRIES)
+                .map_err(|e| HwError::Device(e.to_string()))?;
+            dma.ring = Some(ring);
+        }
+        if dma.areas.contains_key(&client) {
+            return Err(HwError::Device("this process has set up transmit DMA already".into()));
+        }
+        let slot =
+            (0..DMA_AREAS).find(|s| dma.areas.values().all(|(t, _)| t != s)).ok_or(HwError::DmaFull(DMA_AREAS))?;
+        let pages = size.div_ceil(PAGE_SIZE);
+        // A file nobody else can open: the process gets it as an fd.
+        let path = PathBuf::from(format!("/dev/shm/imcd-dma-src-{client}"));
+        let buf = rx_buffer(&path, pages).map_err(mem("DMA source area"));
+        let _ = std::fs::remove_file(&path);
+        let buf = buf?;
+        let iova = self.dma_src_base() + slot as u64 * DMA_AREA_MAX;
+        self.a.dev.map_dma(&buf, iova).map_err(|e| HwError::Device(e.to_string()))?;
+        let file = buf.file().ok_or_else(|| HwError::Device("DMA source area has no file".into()))?;
+        let file = file.try_clone().map_err(os("DMA source area"))?;
+        let len = buf.len() as u64;
+        dma.areas.insert(client, (slot, buf));
+        Ok(DmaArea { iova, len, file, ring_entries: DMA_RING_ENTRIES })
+    }
+    fn dma_close(&self, client: u64) {
+        let mut dma = self.dma();
+        if let Some((slot, buf)) = dma.areas.remove(&client) {
+            // A transfer still reading the area ends with SRC_UNMAPPED.
+            let _ = self.a.dev.unmap_dma(self.dma_src_base() + slot as u64 * DMA_AREA_MAX, buf.len() as u64);
         }
     }
 }

@@ -20,7 +20,7 @@ use imc_proto::layout::{
 use imc_proto::{Reply, Request, Status};
 use regs::PAGE_SIZE;
 
-use crate::hw::{Handout, Hw};
+use crate::hw::{Handout, Hw, HwError};
 use crate::node::{now_ns, Node};
 use crate::regions::{Access, Cred, RegionDesc, RegionError, Regions, FLAG_COHERENT};
 use crate::relay;
@@ -87,6 +87,9 @@ pub struct Daemon<'a, H: Hw> {
     /// Per region: the clients (connection numbers) on this node that hold
     /// it (the paper's PRD). The node holds it while this is non-empty.
     holders: HashMap<u32, HashSet<u64>>,
+    /// Per client: the regions it attached for transmit (what it may name
+    /// as a transmit DMA destination).
+    tx_attached: HashMap<u64, HashSet<u32>>,
     relay_seq: u64,
     /// Nodes up at the last tick (for failure repair).
     members: u64,
@@ -106,6 +109,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
             settings,
             next_bid: 0,
             holders: HashMap::new(),
+            tx_attached: HashMap::new(),
             relay_seq: 0,
             members: n.members(),
             away: [None; MAX_NODES],
@@ -137,6 +141,9 @@ impl<'a, H: Hw> Daemon<'a, H> {
         if !h.remove(&client) {
             return Err(RegionError::NotFound(id as u64));
         }
+        if let Some(t) = self.tx_attached.get_mut(&client) {
+            t.remove(&id);
+        }
         if h.is_empty() {
             self.holders.remove(&id);
             let coherent = self.region(id).map(|r| r.coherent()).unwrap_or(false);
@@ -156,6 +163,8 @@ impl<'a, H: Hw> Daemon<'a, H> {
                 eprintln!("imcd: releasing region {id} of a client that left: {e}");
             }
         }
+        self.tx_attached.remove(&client);
+        self.n.hw.dma_close(client);
     }
 
     /// Waits until every ready imcd of the cluster acked coherent region
@@ -258,6 +267,14 @@ impl<'a, H: Hw> Daemon<'a, H> {
             }
             Request::Kill { host, pid, sig } => (self.kill(&host, pid, sig, cred), None),
             Request::Asattach { id, transmit, loopback } => self.attach(id, transmit, loopback, cred, client),
+            Request::DmaOpen { size } => match self.n.hw.dma_open(client, size) {
+                Ok(a) => (Reply::DmaArea { iova: a.iova, len: a.len, ring_entries: a.ring_entries }, Some(a.file)),
+                Err(e @ HwError::NoDma) => (Reply::error(Status::NoDev, e), None),
+                Err(e @ (HwError::DmaSize(_) | HwError::Device(_))) => (Reply::error(Status::Invalid, e), None),
+                Err(e) => (Reply::error(Status::NoMem, e), None),
+            },
+            Request::DmaRing => self.mapping(Handout::DmaRing),
+            Request::DmaTarget { id } => (self.dma_target(id, client), None),
             Request::AbandonUpdate { id } => {
                 if !self.settings.test_hooks {
                     return (Reply::error(Status::Invalid, "imcd was not started with --test-hooks"), None);
@@ -341,12 +358,29 @@ impl<'a, H: Hw> Daemon<'a, H> {
                 }
             }
             hw.transmit(&r, loopback);
+            self.tx_attached.entry(client).or_default().insert(id);
             self.mapping(Handout::Transmit { first_page: r.first_page, pages: r.pages })
         } else {
             if let Err(e) = hw.receive(&r) {
                 return (Reply::error(Status::NoMem, e), None);
             }
             self.mapping(Handout::Receive { id })
+        }
+    }
+
+    /// Region `id` as a transmit DMA destination of client `client`: only
+    /// a region it attached for transmit (and still holds).
+    fn dma_target(&self, id: u32, client: u64) -> Reply {
+        let holds = self.holders.get(&id).is_some_and(|h| h.contains(&client));
+        if !holds || !self.tx_attached.get(&client).is_some_and(|t| t.contains(&id)) {
+            return Reply::error(
+                Status::NotAlloc,
+                format!("this process has not attached region {id} for transmit: it cannot be a DMA destination"),
+            );
+        }
+        match self.region(id) {
+            Ok(r) => Reply::DmaTarget { id, first_page: r.first_page, pages: r.pages },
+            Err(e) => refusal(&e),
         }
     }
 

@@ -64,6 +64,28 @@ pub trait Hw: Sync {
     fn signal(&self, pid: u64, sig: u64, uid: u64) -> u64;
     /// What a process maps for `what`: (offset, length, fd to map).
     fn handout(&self, what: Handout) -> Result<(u64, u64, Option<File>), HwError>;
+    /// Transmit DMA (an extension): sets up the node's descriptor ring if
+    /// needed and a source area of `size` bytes for client `client`,
+    /// mapped for the adapter. Returns its IOVA, its length, its file and
+    /// the ring's descriptors. Without an engine: [`HwError::NoDma`].
+    fn dma_open(&self, _client: u64, _size: u64) -> Result<DmaArea, HwError> {
+        Err(HwError::NoDma)
+    }
+    /// Unmaps and frees client `client`'s source area (it left).
+    fn dma_close(&self, _client: u64) {}
+}
+
+/// A client's transmit DMA source area, as [`Hw::dma_open`] set it up.
+#[derive(Debug)]
+pub struct DmaArea {
+    /// IOVA of byte 0.
+    pub iova: u64,
+    /// Bytes.
+    pub len: u64,
+    /// The area's file, for the client to map.
+    pub file: File,
+    /// Descriptors in the node's ring.
+    pub ring_entries: u32,
 }
 
 /// Something a process maps, handed out by imcd with an fd.
@@ -89,6 +111,10 @@ pub enum Handout {
         /// Region id.
         id: u32,
     },
+    /// The transmit DMA descriptor ring (after [`Hw::dma_open`]), in a new
+    /// open file description, so each process's `flock` on it excludes the
+    /// others.
+    DmaRing,
 }
 
 /// Errors of the adapter underneath.
@@ -108,7 +134,19 @@ pub enum HwError {
     /// The region has no receive buffer on this node.
     #[error("region {0} is not received on this node")]
     NotReceived(u32),
+    /// The adapter has no transmit DMA engine (CAPS.TX_DMA clear).
+    #[error("the adapter has no transmit DMA engine")]
+    NoDma,
+    /// A DMA source area this size is not offered.
+    #[error("a DMA source area of {0} bytes: 8 KiB to {max} MiB", max = DMA_AREA_MAX >> 20)]
+    DmaSize(u64),
+    /// Every DMA source area slot is taken.
+    #[error("all {0} DMA source areas of this node are in use")]
+    DmaFull(usize),
 }
+
+/// Largest transmit DMA source area per process.
+pub const DMA_AREA_MAX: u64 = 16 << 20;
 
 impl<T: Hw + Send> Hw for std::sync::Arc<T> {
     type Bus = T::Bus;
@@ -168,5 +206,11 @@ impl<T: Hw + Send> Hw for std::sync::Arc<T> {
     }
     fn handout(&self, what: Handout) -> Result<(u64, u64, Option<File>), HwError> {
         (**self).handout(what)
+    }
+    fn dma_open(&self, client: u64, size: u64) -> Result<DmaArea, HwError> {
+        (**self).dma_open(client, size)
+    }
+    fn dma_close(&self, client: u64) {
+        (**self).dma_close(client)
     }
 }

@@ -14,6 +14,7 @@ use std::ffi::{c_char, c_int, c_long, CStr, CString};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use imc_client::dma::{DmaError, DmaHandle, DmaPort, DmaTarget};
 use imc_client::{Attached, Imc, ImcError, LockSet, Regs, Status};
 
 /// Status codes (`IMC_*` in `<sys/imc.h>`).
@@ -34,6 +35,9 @@ pub mod status {
     pub const IMC_ERRNO: i32 = 12;
     pub const IMC_NOMEM: i32 = 13;
     pub const IMC_FAIL: i32 = 14;
+    pub const IMC_DMA_PENDING: i32 = 15;
+    pub const IMC_DMA_FAILED: i32 = 16;
+    pub const IMC_DMA_FULL: i32 = 17;
 }
 
 /// Flags and permission bits (`IMC_*` in `<sys/imc.h>`).
@@ -76,6 +80,10 @@ struct State {
     maps: HashMap<i32, Vec<Attached>>,
     locks: HashMap<i32, LockSet>,
     regs: Option<Regs>,
+    /// Transmit DMA (extension): the port, and the regions imcd accepted
+    /// as destinations.
+    dma: Option<DmaPort>,
+    targets: HashMap<i32, DmaTarget>,
     errmsg: CString,
     /// The process the state belongs to (a child of fork() starts afresh).
     pid: u32,
@@ -197,7 +205,10 @@ pub unsafe extern "C" fn imc_asattach(
 #[no_mangle]
 pub extern "C" fn imc_asdetach(id: c_int) -> c_int {
     rc(with(|st, _| match st.maps.remove(&id) {
-        Some(_) => Ok(()),
+        Some(_) => {
+            st.targets.remove(&id);
+            Ok(())
+        }
         None => Err((IMC_NOTALLOC, format!("imc_asdetach: region {id} is not attached"))),
     }))
 }
@@ -208,6 +219,7 @@ pub extern "C" fn imc_asdetach(id: c_int) -> c_int {
 pub extern "C" fn imc_asdealloc(id: c_int) -> c_int {
     rc(with(|st, imc| {
         st.maps.remove(&id);
+        st.targets.remove(&id);
         imc.asdealloc(id as u32).map_err(fail)
     }))
 }
@@ -397,4 +409,120 @@ pub extern "C" fn imc_errmsg() -> *const c_char {
         Some(st) => st.errmsg.as_ptr(),
         None => EMPTY.as_ptr(),
     }
+}
+
+// Extensions: not in the paper's Table 1. Transmit DMA (`docs/imc.md`,
+// "Transmit DMA"): set up through imcd, transfers without it.
+
+/// `imc_dma_t`: a transfer in flight (opaque to C).
+#[repr(C)]
+pub struct ImcDma {
+    /// The handle's words.
+    pub w: [u64; 3],
+}
+
+fn dma_fail(e: DmaError) -> (i32, String) {
+    let code = match e {
+        DmaError::Range { .. } | DmaError::BadLength(_) | DmaError::NotInArea => IMC_INVALID,
+        DmaError::Full(_) => IMC_DMA_FULL,
+        DmaError::Failed { .. } | DmaError::Dropped { .. } | DmaError::Overwritten(_) => IMC_DMA_FAILED,
+        DmaError::Timeout { .. } => IMC_DMA_PENDING,
+        DmaError::Lock(_) | DmaError::Mem(_) => IMC_FAIL,
+    };
+    (code, e.to_string())
+}
+
+/// `imc_dma_open` (extension): sets up transmit DMA for this process with
+/// a buffer of `size` bytes; `*addr` and `*len` get the buffer. Transfers
+/// start from bytes in it.
+#[no_mangle]
+pub unsafe extern "C" fn imc_dma_open(size: usize, addr: *mut *mut c_char, len: *mut usize) -> c_int {
+    rc(with(|st, imc| {
+        if addr.is_null() || len.is_null() {
+            return Err(invalid("imc_dma_open: addr or len is NULL"));
+        }
+        if st.dma.is_none() {
+            st.dma = Some(imc.dma_open(size as u64).map_err(|e| match e {
+                ImcError::Refused { code: Status::NoDev, .. } => (IMC_FAIL, e.to_string()),
+                e => fail(e),
+            })?);
+        }
+        let buf = st.dma.as_ref().expect("set above").buffer();
+        // SAFETY: checked non-null; the caller passes a caddr_t * and a size_t *.
+        unsafe {
+            *addr = buf.as_ptr().cast();
+            *len = buf.len();
+        }
+        Ok(())
+    }))
+}
+
+/// `imc_dma_start` (extension): starts copying `len` bytes at `src` (inside
+/// the buffer of `imc_dma_open`) into region `id` at byte `offset`; the
+/// region must be attached for transmit by this process. Returns at once;
+/// `*handle` is for `imc_dma_test` / `imc_dma_wait`.
+#[no_mangle]
+pub unsafe extern "C" fn imc_dma_start(
+    id: c_int,
+    offset: usize,
+    src: *const libc::c_void,
+    len: usize,
+    handle: *mut ImcDma,
+) -> c_int {
+    rc(with(|st, imc| {
+        if handle.is_null() || id < 0 {
+            return Err(invalid(format!("imc_dma_start: region {id}, handle {handle:?}")));
+        }
+        let Some(port) = st.dma.as_ref() else {
+            return Err(invalid("imc_dma_start: call imc_dma_open first"));
+        };
+        let src_off = port.offset_of(src.cast(), len as u64).map_err(dma_fail)?;
+        let t = match st.targets.get(&id) {
+            Some(t) => *t,
+            None => {
+                let t = imc.dma_target(id as u32).map_err(fail)?;
+                *st.targets.entry(id).or_insert(t)
+            }
+        };
+        let h = port.start(&t, offset as u64, src_off, len as u64).map_err(dma_fail)?;
+        // SAFETY: checked non-null; the caller passes an imc_dma_t *.
+        unsafe { (*handle).w = h.to_words() };
+        Ok(())
+    }))
+}
+
+fn dma_handle(st: &State, handle: *const ImcDma, what: &str) -> Result<DmaHandle, (i32, String)> {
+    if handle.is_null() {
+        return Err(invalid(format!("{what}: handle is NULL")));
+    }
+    if st.dma.is_none() {
+        return Err(invalid(format!("{what}: call imc_dma_open first")));
+    }
+    // SAFETY: checked non-null; the caller passes an imc_dma_t * from imc_dma_start.
+    Ok(DmaHandle::from_words(unsafe { (*handle).w }))
+}
+
+/// `imc_dma_test` (extension): IMC_SUCCESS once the transfer was sent
+/// whole, IMC_DMA_PENDING while it is in flight, IMC_DMA_FAILED if the
+/// adapter stopped it (imc_errmsg says why).
+#[no_mangle]
+pub unsafe extern "C" fn imc_dma_test(handle: *const ImcDma) -> c_int {
+    rc(with(|st, _| {
+        let h = dma_handle(st, handle, "imc_dma_test")?;
+        match st.dma.as_ref().expect("checked").test(&h).map_err(dma_fail)? {
+            Some(_) => Ok(()),
+            None => Err((IMC_DMA_PENDING, "imc_dma_test: the transfer is in flight".into())),
+        }
+    }))
+}
+
+/// `imc_dma_wait` (extension): waits up to `timeout_ms` for the transfer;
+/// what `imc_dma_test` answers then.
+#[no_mangle]
+pub unsafe extern "C" fn imc_dma_wait(handle: *const ImcDma, timeout_ms: c_int) -> c_int {
+    rc(with(|st, _| {
+        let h = dma_handle(st, handle, "imc_dma_wait")?;
+        let limit = Duration::from_millis(timeout_ms.max(0) as u64);
+        st.dma.as_ref().expect("checked").wait(&h, limit).map(|_| ()).map_err(dma_fail)
+    }))
 }

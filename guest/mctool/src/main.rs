@@ -3,10 +3,12 @@
 //! - [`raw`]: raw-adapter commands (registers, PCT, receive buffer,
 //!   transmit window), straight through the guest driver.
 //! - [`imc`]: commands through imcd (the TruCluster API, as `libimc` uses it).
+//! - [`dma`]: transmit DMA through imcd (libimc's extension calls).
 //! - [`pingpong`] and [`order`]: two-node measurements and checks.
 //! - [`signals`]: clean stops and `wait-signal`.
 //! - [`soak`]: one node's share of the soak workload (`scripts/soak.sh`).
 
+mod dma;
 mod imc;
 mod order;
 mod pingpong;
@@ -193,6 +195,89 @@ enum Cmd {
         /// Value stored.
         #[arg(long)]
         value: u64,
+    },
+    /// Through imcd (libimc's DMA extension): allocate region KEY, attach it
+    /// for transmit and send SIZE bytes of the pattern of SEED to OFFSET by
+    /// transmit DMA; with --flag V, store V into the region's last page
+    /// right after the doorbell.
+    ImcDma {
+        /// Region key.
+        #[arg(long)]
+        key: u64,
+        /// Bytes to send.
+        #[arg(long)]
+        size: u64,
+        /// Byte offset in the region.
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Region size (default: offset + size, rounded up, plus a flag page).
+        #[arg(long)]
+        region_size: Option<u64>,
+        /// Pattern seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Store this value into the flag word after the doorbell.
+        #[arg(long)]
+        flag: Option<u64>,
+        /// Do not attach the region for transmit (the DMA must be refused).
+        #[arg(long)]
+        no_attach: bool,
+        /// Only attach the region for transmit and hold it (no DMA).
+        #[arg(long)]
+        attach_only: bool,
+        /// Keep holding the region this many seconds afterwards.
+        #[arg(long, default_value_t = 0)]
+        hold: u64,
+    },
+    /// Through imcd: attach region KEY for receive and wait until SIZE
+    /// bytes at OFFSET read the pattern of SEED (with --flag V: wait for
+    /// the flag, then check the data once; with --expect-zero: wait
+    /// TIMEOUT seconds and check nothing was written).
+    ImcDmaCheck {
+        /// Region key.
+        #[arg(long)]
+        key: u64,
+        /// Bytes to check.
+        #[arg(long)]
+        size: u64,
+        /// Byte offset in the region.
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Pattern seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Wait for this flag value first.
+        #[arg(long)]
+        flag: Option<u64>,
+        /// Check that the bytes stay zero.
+        #[arg(long)]
+        expect_zero: bool,
+        /// Give up (or, with --expect-zero, stop watching) after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Bandwidth between two nodes through imcd's regions: transmit DMA
+    /// against stores through the transmit window (start --role recv on
+    /// the other node first).
+    ImcDmaBench {
+        /// send or recv.
+        #[arg(long, value_enum)]
+        role: dma::Role,
+        /// dma, store or both.
+        #[arg(long, value_enum, default_value = "both")]
+        via: dma::Via,
+        /// Region key (acknowledgements in KEY + 1).
+        #[arg(long, default_value_t = 7700)]
+        key: u64,
+        /// Transfer sizes in bytes, comma-separated.
+        #[arg(long, default_value = "4096,16384,65536,262144,1048576,4194304", value_delimiter = ',')]
+        sizes: Vec<u64>,
+        /// Seconds per size (at least two transfers).
+        #[arg(long, default_value_t = 2.0)]
+        secs: f64,
+        /// Give up after this many seconds without progress.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
     },
     /// Through imcd (libimc): allocate region KEY, attach it for receive and
     /// wait until every word reads VALUE.
@@ -430,6 +515,13 @@ fn main() -> Result<()> {
         Cmd::ImcHosts => imc::hosts(),
         Cmd::ImcPut { key, size, value } => imc::put(key, size, value),
         Cmd::ImcGet { key, size, value, timeout } => imc::get(key, size, value, timeout),
+        Cmd::ImcDma { key, size, offset, region_size, seed, flag, no_attach, attach_only, hold } => {
+            dma::send(dma::SendArgs { key, size, offset, region_size, seed, flag, no_attach, attach_only, hold })
+        }
+        Cmd::ImcDmaCheck { key, size, offset, seed, flag, expect_zero, timeout } => {
+            dma::check(key, size, offset, seed, flag, expect_zero, timeout)
+        }
+        Cmd::ImcDmaBench { role, via, key, sizes, secs, timeout } => dma::bench(role, via, key, &sizes, secs, timeout),
         Cmd::Pingpong { role, via, rounds, warmup, ping_page, pong_page, peer, port, samples, timeout } => {
             pingpong::pingpong(pingpong::PingpongArgs {
                 role,

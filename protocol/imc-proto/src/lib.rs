@@ -165,6 +165,22 @@ pub enum Request {
         /// Directory entry.
         id: u32,
     },
+    /// Extension (not in the paper's Table 1): set up transmit DMA for this
+    /// process: a source area of `size` bytes (the fd sent with the
+    /// [`Reply::DmaArea`]), mapped for the adapter's DMA. Once per process.
+    DmaOpen {
+        /// Bytes of source area (rounded up to whole 8 KiB pages).
+        size: u64,
+    },
+    /// Extension: the node's transmit DMA descriptor ring (a
+    /// [`Reply::Mapping`] of a file; after [`Request::DmaOpen`]).
+    DmaRing,
+    /// Extension: region `id` as a DMA destination; refused unless this
+    /// process attached it for transmit.
+    DmaTarget {
+        /// Region id.
+        id: u32,
+    },
     /// `imc_asattach`: map region `id` for transmit or receive.
     Asattach {
         /// Region id from `Asalloc`.
@@ -217,6 +233,24 @@ pub enum Reply {
         offset: u64,
         /// Bytes.
         len: u64,
+    },
+    /// A transmit DMA source area (its file is the fd sent with this reply).
+    DmaArea {
+        /// IOVA at which the adapter reads byte 0 of the area.
+        iova: u64,
+        /// Bytes.
+        len: u64,
+        /// Descriptors in the node's ring ([`Request::DmaRing`]).
+        ring_entries: u32,
+    },
+    /// A DMA destination: a region this process attached for transmit.
+    DmaTarget {
+        /// Region id.
+        id: u32,
+        /// First MEMORY CHANNEL page.
+        first_page: u64,
+        /// Pages.
+        pages: u64,
     },
     /// The request failed.
     Error {

@@ -40,6 +40,9 @@ typedef long imc_key_t;  /* user key: processes rendezvous on it */
 #define IMC_ERRNO       12  /* imc_kill: the remote kill(2) failed; see imc_errmsg() */
 #define IMC_NOMEM       13  /* no memory for a receive buffer */
 #define IMC_FAIL        14  /* anything else; see imc_errmsg() */
+#define IMC_DMA_PENDING 15  /* extension: the transfer is in flight */
+#define IMC_DMA_FAILED  16  /* extension: the adapter stopped the transfer */
+#define IMC_DMA_FULL    17  /* extension: the node's DMA ring is full; retry */
 
 /* Permissions (imc_asalloc, imc_lkalloc): System V style. */
 #define IMC_URW   0600      /* owner may read and write */
@@ -95,6 +98,30 @@ int imc_gethosts(imc_host_t *hosts, int max);
 
 /* The last failure of this process's imc_* calls, in words. */
 const char *imc_errmsg(void);
+
+/*
+ * EXTENSION, NOT IN THE PAPER'S TABLE 1: transmit DMA. The adapter's DMA
+ * engine copies a buffer into a region, so the CPU does not store each
+ * word. Set-up goes through imcd (imc_dma_open, and the first transfer to
+ * each region); transfers do not.
+ *
+ * imc_dma_open: sets up DMA for this process with a buffer of `size`
+ *   bytes (at most 16 MiB); *addr and *len get the buffer. Fill it, then
+ * imc_dma_start: copies `len` bytes at `src` (inside that buffer) into
+ *   region `id` (attached for transmit by this process, else
+ *   IMC_NOTALLOC) at byte `offset`. Asynchronous: leave the bytes alone
+ *   until the transfer is done. Stores made after it returns reach every
+ *   node after the transfer's bytes.
+ * imc_dma_test: IMC_SUCCESS when the transfer was sent whole,
+ *   IMC_DMA_PENDING while in flight, IMC_DMA_FAILED if the adapter stopped
+ *   it (imc_errmsg() says why).
+ * imc_dma_wait: imc_dma_test after waiting up to timeout_ms.
+ */
+typedef struct { unsigned long _w[3]; } imc_dma_t;
+int imc_dma_open(size_t size, caddr_t *addr, size_t *len);
+int imc_dma_start(imc_asid_t id, size_t offset, const void *src, size_t len, imc_dma_t *handle);
+int imc_dma_test(const imc_dma_t *handle);
+int imc_dma_wait(const imc_dma_t *handle, int timeout_ms);
 
 /* One connection to imcd per process, opened by the first call. A child of
  * fork() starts afresh with its own connection: it holds none of the
