@@ -142,7 +142,7 @@ impl Drop for Soak {
 }
 
 fn mc_cluster() -> PathBuf {
-    tests::launcher()
+    ::tests::launcher()
 }
 
 impl Soak {
@@ -295,16 +295,23 @@ impl Soak {
                     .map(|n| (n, before[n].as_ref().map_or(0, |s| s["absences"][node].as_u64().unwrap_or(0))))
                     .collect();
                 self.mc(&["restart", &node.to_string()])?;
-                // The others saw it leave (their old statuses are still current).
-                let seen = self.until(30, |all| {
-                    others.iter().all(|&(n, was)| {
-                        all[n].as_ref().is_some_and(|s| s["absences"][node].as_u64().unwrap_or(0) > was)
-                    })
-                });
                 self.imcd_ready(node)?;
                 self.inc[node] += 1;
                 self.start_worker(node)?;
-                Ok((format!("node {node} killed and rebooted (incarnation {})", self.inc[node]), seen))
+                // Every other node saw it leave, or (with per-guest adapters
+                // the new adapter may join the hub within milliseconds, too
+                // fast for a 10 ms poll of MEMBERS) follows its new
+                // incarnation: it joined late.
+                let inc = self.inc[node];
+                let seen = self.until(60, |all| {
+                    others.iter().all(|&(n, was)| {
+                        all[n].as_ref().is_some_and(|s| {
+                            s["absences"][node].as_u64().unwrap_or(0) > was
+                                || unpack(s["bcast"]["seen"][node].as_u64().unwrap_or(0)).0 == inc
+                        })
+                    })
+                });
+                Ok((format!("node {node} killed and rebooted (incarnation {inc})"), seen))
             }
             Kind::HubRestart => {
                 let was: Vec<u64> = (0..self.nodes).map(|n| field(&before, n, "own_outages")).collect();
@@ -352,7 +359,7 @@ fn run() -> Result<bool> {
     if a.minutes <= 0.0 || a.fault_every == 0 || a.rate == 0 {
         bail!("--minutes, --fault-every and --rate must be positive");
     }
-    let run_dir = std::env::var_os("MC_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| tests::root().join(".run"));
+    let run_dir = std::env::var_os("MC_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| ::tests::root().join(".run"));
     let share = run_dir.join(&a.name).join("share");
     let dir = share.join("soak");
     let t_all = Instant::now();
