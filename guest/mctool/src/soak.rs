@@ -199,7 +199,7 @@ impl Shared {
     fn error(&self, what: String) {
         self.with(|s| {
             if s.errors.len() < 50 {
-                s.errors.push(what)
+                s.errors.push(format!("[{:.1} s] {what}", self.t0.elapsed().as_secs_f64()))
             }
         });
     }
@@ -409,7 +409,7 @@ fn open_retrying(sh: &Shared, what: &str, open: impl Fn() -> Result<Region>) -> 
 }
 
 /// A reader's view of one writer.
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone)]
 struct Follow {
     inc: u16,
     seq: u64,
@@ -417,6 +417,12 @@ struct Follow {
     good_ms: u64,
     /// Since when the next record has been missing.
     missing_since: Option<Instant>,
+    /// The writer's head as last seen, and when it was last seen so.
+    head: u64,
+    head_ms: u64,
+    /// Heads seen and not yet read up to, each with when the head before
+    /// it was last seen: a record up to that head was stored after then.
+    batches: std::collections::VecDeque<(u64, u64)>,
 }
 
 fn bcast(sh: &Shared, rate: u64, tick: impl Fn()) -> Result<()> {
@@ -506,7 +512,8 @@ fn bcast(sh: &Shared, rate: u64, tick: impl Fn()) -> Result<()> {
             }
             if hi != f.inc {
                 if hi > f.inc {
-                    *f = Follow { inc: hi, seq: hs, good_ms: sh.now_ms(), missing_since: None };
+                    let now = sh.now_ms();
+                    *f = Follow { inc: hi, seq: hs, good_ms: now, head: hs, head_ms: now, ..Follow::default() };
                     st.joins += 1;
                 } else {
                     st.reorders += 1;
@@ -514,18 +521,32 @@ fn bcast(sh: &Shared, rate: u64, tick: impl Fn()) -> Result<()> {
                 }
                 continue;
             }
-            if hs < f.seq {
+            if hs < f.head {
                 st.reorders += 1;
-                sh.error(format!("bcast: writer {w}'s head went back from {} to {hs}", f.seq));
-                f.seq = hs;
+                sh.error(format!("bcast: writer {w}'s head went back from {} to {hs}", f.head));
+                f.head = hs;
+                f.seq = f.seq.min(hs);
                 continue;
             }
+            let now = sh.now_ms();
+            if hs > f.head {
+                f.batches.push_back((hs, f.head_ms));
+                f.head = hs;
+            }
+            f.head_ms = now;
             while f.seq < hs {
                 let t = f.seq + 1;
+                while f.batches.front().is_some_and(|b| b.0 < t) {
+                    f.batches.pop_front();
+                }
+                // Record t was stored after the writer's earlier head was
+                // last seen here; a loss is explained by an outage since
+                // then (give or take the gap between its two stores).
+                let stored_after = f.batches.front().map_or(f.good_ms, |b| b.1).min(f.good_ms);
                 let slot = w * SLOT + regs::PAGE_SIZE as usize + (t % RING) as usize * 16;
                 // A record read now may have arrived a while ago: an outage up
                 // to LAG before the last good read may still explain a loss.
-                let announced = sh.announced_since(w, f.good_ms.saturating_sub(LAG_MS));
+                let announced = sh.announced_since(w, stored_after.saturating_sub(LAG_MS));
                 match classify(r.load(slot), r.load(slot + 8), w, hi, t) {
                     Next::Good => {
                         st.checked += 1;
@@ -554,7 +575,7 @@ fn bcast(sh: &Shared, rate: u64, tick: impl Fn()) -> Result<()> {
                         // again. Lost while the writer's was: it sends its
                         // last ring again once back. Otherwise: wait long.
                         let since = *f.missing_since.get_or_insert_with(Instant::now);
-                        let from = f.good_ms.saturating_sub(LAG_MS);
+                        let from = stored_after.saturating_sub(LAG_MS);
                         let wait = if sh.own_since(from) {
                             Duration::ZERO
                         } else if announced {
