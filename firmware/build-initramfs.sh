@@ -43,7 +43,10 @@ ln -sf bin/busybox "$ROOT/init"
 cp -r "$HERE/rootfs/." "$ROOT/"
 for b in "${BINS[@]}"; do
     [ -x "$GUEST_BIN/$b" ] || { echo "guest binary $GUEST_BIN/$b missing: run scripts/setup.sh" >&2; exit 1; }
-    cp "$GUEST_BIN/$b" "$ROOT/bin/$b"
+    # Without the debug info the release profile keeps: the image unpacks
+    # into the guest's RAM (half of it at most), and with line tables the
+    # binaries alone fill most of that.
+    strip --strip-debug -o "$ROOT/bin/$b" "$GUEST_BIN/$b"
 done
 
 # glibc runtime from the host's packages.

@@ -75,7 +75,16 @@ fn run(settings: Settings) -> Result<()> {
     std::thread::scope(|s| -> Result<()> {
         let mapper = Mapper::new(&node, settings.flap_grace)?;
         let mapper_thread = s.spawn(|| mapper.run(&stop));
-        let mut d = Daemon::new(&node, settings)?;
+        // On an error here the mapper must be stopped too, or the scope
+        // would wait for it for ever and the error never be seen.
+        let mut d = match Daemon::new(&node, settings) {
+            Ok(d) => d,
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                let _ = mapper_thread.join();
+                return Err(e.into());
+            }
+        };
         eprintln!("imcd: node {}, {} pages, {joined}; listening on {IMCD_SOCKET}", node.me, node.hw.pages());
         let r = serve(&mut d, &listener);
         stop.store(true, Ordering::Relaxed);
