@@ -161,6 +161,8 @@ struct Shared {
     present: AtomicU64,
     hw_errors: AtomicU64,
     err_bits: AtomicU64,
+    /// The clusterwide error count (`imc_rderrcnt`): every node's errors.
+    cluster_errors: AtomicU64,
     status: Mutex<Status>,
 }
 
@@ -242,6 +244,7 @@ pub(crate) fn run(o: Opts) -> Result<()> {
         present: AtomicU64::new(u64::MAX),
         hw_errors: AtomicU64::new(u64::from(regs.hw_errcnt())),
         err_bits: AtomicU64::new(0),
+        cluster_errors: AtomicU64::new(0),
         status: Mutex::new(Status { node, incarnation: o.incarnation, ..Status::default() }),
     });
     let t0 = Instant::now();
@@ -359,6 +362,7 @@ fn watch(sh: &Shared, regs: imc_client::Regs) -> Result<()> {
         }
         sh.hw_errors.store(u64::from(now), Ordering::Relaxed);
         sh.err_bits.fetch_or(u64::from(regs.err_status()), Ordering::Relaxed);
+        sh.cluster_errors.store(u64::from(regs.rderrcnt()), Ordering::Release);
         sh.present.store(members, Ordering::Release);
         was = members;
         std::thread::sleep(Duration::from_millis(10));
@@ -876,8 +880,12 @@ fn ump_worker(sh: &Shared, tick: impl Fn()) -> Result<()> {
             std::thread::sleep(Duration::from_secs(1));
             continue;
         }
-        let mark = (sh.own(), sh.absent(peer));
-        let announced = |m: (u64, u64)| sh.own() != m.0 || sh.absent(peer) != m.1 || !sh.up(peer);
+        let errs = || sh.cluster_errors.load(Ordering::Acquire);
+        let mark = (sh.own(), sh.absent(peer), errs());
+        // The peer's own errors reach us through the clusterwide count (the
+        // echo side closes its channel when its error count moves).
+        let announced =
+            |m: (u64, u64, u64)| sh.own() != m.0 || sh.absent(peer) != m.1 || errs() != m.2 || !sh.up(peer);
         if pinger {
             attempt += 1;
             let me = PING + ((pair as u64) << 24) + (u64::from(sh.inc) << 12) + (attempt & 0xFFF);
@@ -901,7 +909,7 @@ fn ump_worker(sh: &Shared, tick: impl Fn()) -> Result<()> {
             while !sh.stopping() {
                 seq += 1;
                 let msg = ping_message(seq, LENGTHS[(seq % LENGTHS.len() as u64) as usize]);
-                let m0 = (sh.own(), sh.absent(peer));
+                let m0 = (sh.own(), sh.absent(peer), errs());
                 let r = ump::write_timeout(id, &msg, Duration::from_secs(10))
                     .and_then(|_| ump::read_timeout(id, &mut buf, Duration::from_secs(10)));
                 match r {
