@@ -884,8 +884,7 @@ fn ump_worker(sh: &Shared, tick: impl Fn()) -> Result<()> {
         let mark = (sh.own(), sh.absent(peer), errs());
         // The peer's own errors reach us through the clusterwide count (the
         // echo side closes its channel when its error count moves).
-        let announced =
-            |m: (u64, u64, u64)| sh.own() != m.0 || sh.absent(peer) != m.1 || errs() != m.2 || !sh.up(peer);
+        let announced = |m: (u64, u64, u64)| sh.own() != m.0 || sh.absent(peer) != m.1 || errs() != m.2 || !sh.up(peer);
         if pinger {
             attempt += 1;
             let me = PING + ((pair as u64) << 24) + (u64::from(sh.inc) << 12) + (attempt & 0xFFF);
