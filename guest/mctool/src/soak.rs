@@ -396,8 +396,9 @@ impl Region {
     }
 }
 
-/// Opens a region, retrying (with the error recorded) until it works or stop.
-fn open_retrying(sh: &Shared, what: &str, open: impl Fn() -> Result<Region>) -> Option<Region> {
+/// Sets up (a region, a lock set), retrying once a second with the error
+/// recorded, until it works or stop.
+fn open_retrying<T>(sh: &Shared, what: &str, open: impl Fn() -> Result<T>) -> Option<T> {
     loop {
         if sh.stopping() || !sh.wait_link() {
             return None;
@@ -680,18 +681,7 @@ fn lock(sh: &Shared, tick: impl Fn()) -> Result<()> {
         let (set, _) = r.imc.lkalloc(KEY + 2, 1, 0o666, false).map_err(crate::imc::imc_status)?;
         Ok((r, set))
     };
-    let open_both = || loop {
-        if sh.stopping() || !sh.wait_link() {
-            return None;
-        }
-        match open() {
-            Ok(x) => return Some(x),
-            Err(e) => {
-                sh.error(format!("lock: set-up: {e:#}"));
-                std::thread::sleep(Duration::from_secs(1));
-            }
-        }
-    };
+    let open_both = || open_retrying(sh, "lock", open);
     let Some((mut r, mut set)) = open_both() else { return Ok(()) };
     let mut st = Lock::default();
     let mut tally = Tally { inc: sh.inc, pending: false, doubt: 0, confirmed: 0 };
