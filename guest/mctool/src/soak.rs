@@ -280,8 +280,10 @@ pub(crate) fn run(o: Opts) -> Result<()> {
             .iter()
             .enumerate()
             .filter(|&(i, _)| {
+                // A worker with nothing to do (no UMP partner) has ended.
+                let running = !threads[i + 1].1.is_finished();
                 let p = progress[i].load(Ordering::Relaxed);
-                now_ms.saturating_sub(p) > HANG.as_millis() as u64 && last_own.1.elapsed() > HANG
+                running && now_ms.saturating_sub(p) > HANG.as_millis() as u64 && last_own.1.elapsed() > HANG
             })
             .map(|(_, n)| n.to_string())
             .collect();
