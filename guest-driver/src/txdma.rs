@@ -88,11 +88,6 @@ pub enum DmaError {
     Vfio(#[from] VfioError),
 }
 
-/// The name of a `regs::dma::status` code.
-pub fn status_name(code: u32) -> &'static str {
-    status::NAMES.iter().find(|(c, _)| *c == code).map_or("unknown", |(_, n)| n)
-}
-
 /// One transfer: `len` bytes of guest memory at IOVA `src` to MEMORY
 /// CHANNEL address `mc_addr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,7 +286,7 @@ impl<R: DmaRegs> DmaRing<R> {
                 if code == status::OK {
                     return Ok(bytes);
                 }
-                return Err(DmaError::Failed { index, code, name: status_name(code), bytes });
+                return Err(DmaError::Failed { index, code, name: status::name(code), bytes });
             }
             let dma_status = self.regs.reg(reg::DMA_STATUS);
             if dma_status & dma::BUSY == 0 {
@@ -300,7 +295,7 @@ impl<R: DmaRegs> DmaRing<R> {
                     continue;
                 }
                 let code = dma_status & 0xFF;
-                return Err(DmaError::Dropped { index, dma_status, name: status_name(code) });
+                return Err(DmaError::Dropped { index, dma_status, name: status::name(code) });
             }
             if Instant::now() >= deadline {
                 return Err(DmaError::Timeout { index, waited: start.elapsed(), dma_status });

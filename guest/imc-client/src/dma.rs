@@ -98,11 +98,6 @@ pub enum DmaError {
     Mem(#[from] MemError),
 }
 
-/// The name of a `regs::dma::status` code.
-pub fn status_name(code: u32) -> &'static str {
-    status::NAMES.iter().find(|(c, _)| *c == code).map_or("unknown", |(_, n)| n)
-}
-
 /// A region this process may send to by DMA: imcd gave it because the
 /// process attached the region for transmit ([`crate::Imc::dma_target`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,7 +307,7 @@ impl DmaPort {
         }
         match st & 0xFF {
             status::OK => Ok(Some(back as u32)),
-            code => Err(DmaError::Failed { code, name: status_name(code), bytes: back as u32 }),
+            code => Err(DmaError::Failed { code, name: status::name(code), bytes: back as u32 }),
         }
     }
 
@@ -333,7 +328,7 @@ impl DmaPort {
                     if let Some(bytes) = self.test(h)? {
                         return Ok(bytes);
                     }
-                    return Err(DmaError::Dropped { dma_status, name: status_name(dma_status & 0xFF) });
+                    return Err(DmaError::Dropped { dma_status, name: status::name(dma_status & 0xFF) });
                 }
                 if t0.elapsed() >= timeout {
                     return Err(DmaError::Timeout { waited: t0.elapsed(), dma_status });

@@ -314,6 +314,11 @@ pub mod dma {
             (RING, "ring"),
             (OVERFLOW, "overflow"),
         ];
+
+        /// The short name of status `code` ("unknown" for a code not in [`NAMES`]).
+        pub fn name(code: u32) -> &'static str {
+            NAMES.iter().find(|(c, _)| *c == code).map_or("unknown", |(_, n)| n)
+        }
     }
 }
 
