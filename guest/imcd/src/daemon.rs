@@ -95,6 +95,11 @@ pub struct Daemon<'a, H: Hw> {
     members: u64,
     /// Per node: since when it has been away (not repaired yet).
     away: [Option<Instant>; MAX_NODES],
+    /// Per node that went away: its join request as it was then. Until it
+    /// asks again and is served, the node is back in MEMBERS but its imcd
+    /// may not be (a guest still rebooting behind a new adapter, with the
+    /// old imcd's host row still ready), so coherency does not wait for it.
+    returning: [Option<u64>; MAX_NODES],
 }
 
 impl<'a, H: Hw> Daemon<'a, H> {
@@ -113,6 +118,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
             relay_seq: 0,
             members: n.members(),
             away: [None; MAX_NODES],
+            returning: [None; MAX_NODES],
         };
         if d.dir.list().iter().any(|r| r.hosts & (1 << n.me) != 0) {
             d.clear_node(n.me, "restarted");
@@ -171,10 +177,10 @@ impl<'a, H: Hw> Daemon<'a, H> {
     /// `r` (nodes that fail meanwhile drop out).
     fn wait_coherent(&self, r: &RegionDesc) -> Result<(), RegionError> {
         let n = self.n;
-        let want = n.imcd_hosts() | 1 << n.me;
+        let want = self.coherent_peers();
         let t0 = Instant::now();
         loop {
-            let now = n.imcd_hosts() | 1 << n.me;
+            let now = self.coherent_peers();
             let missing: Vec<usize> =
                 (0..MAX_NODES).filter(|&m| want & now & (1 << m) != 0 && n.ack(r.id, m) != r.ctime).collect();
             if missing.is_empty() {
@@ -186,6 +192,13 @@ impl<'a, H: Hw> Daemon<'a, H> {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// The nodes a coherent allocation waits for: ourselves, and every
+    /// ready imcd that is not on its way back from an outage.
+    fn coherent_peers(&self) -> u64 {
+        let returning = (0..MAX_NODES).filter(|&m| self.returning[m].is_some()).fold(0u64, |b, m| b | 1 << m);
+        (self.n.imcd_hosts() & !returning) | 1 << self.n.me
     }
 
     /// IMC_CREATOR: places `bid` for our node in lock 0 of the new set `r`
@@ -487,6 +500,15 @@ impl<'a, H: Hw> Daemon<'a, H> {
                 }
             } else if self.members & (1 << m) != 0 {
                 self.away[m] = Some(now);
+                // Its link is down, so this is its request from before.
+                self.returning[m] = Some(n.host(m, host::JOIN_REQ));
+            }
+            if let Some(before) = self.returning[m] {
+                let req = n.host(m, host::JOIN_REQ);
+                if members & (1 << m) != 0 && req != before && n.host(m, host::JOIN_SERVED) == req {
+                    self.returning[m] = None;
+                    eprintln!("imcd: node {m} has been sent the directory again");
+                }
             }
         }
         self.members = members;

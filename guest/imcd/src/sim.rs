@@ -164,6 +164,14 @@ impl SimNet {
         drop(r);
     }
 
+    /// A new adapter for failed node `n` joins (its guest rebooting): the
+    /// node is a member again, with an empty copy of the bus, and no imcd
+    /// runs there until [`SimNet::start`] starts one.
+    pub fn adapter_back(&self, n: usize) {
+        self.shared.bus.wipe(n);
+        self.shared.members.fetch_or(1 << n, Ordering::SeqCst);
+    }
+
     /// Node `n`'s link goes down (its imcd keeps running): its stores are
     /// dropped, it misses every write ordered meanwhile, its MEMBERS reads
     /// 0 and the others see it leave; its adapter counts one error.

@@ -355,3 +355,37 @@ fn coherent_allocation_a_node_never_acks_fails_as_a_cluster_error() {
     assert!(matches!(call(&a, Request::Find { key: 0x90 }), Reply::Error { code: Status::NotFound, .. }));
     drop(b);
 }
+
+#[test]
+fn rebooting_node_is_not_waited_for_until_its_new_imcd_joins() {
+    let net = net(3, 6);
+    // Repair would take the node out of the waits anyway; keep it far off,
+    // as a reboot is quicker than the repair delay.
+    let s = Settings { cluster_timeout: Duration::from_secs(3), repair_after: Duration::from_secs(600), ..settings() };
+    let nodes: Vec<Running> = (0..3).map(|n| net.start(n, &format!("n{n}"), s.clone())).collect();
+    for (n, r) in nodes.iter().enumerate() {
+        assert!(r.joined().is_some(), "node {n} never finished joining");
+    }
+    eventually("three imcds see each other", || hosts(&nodes[0]).len() == 3);
+    let mut nodes = nodes;
+    let old = nodes.pop().unwrap();
+    net.fail(2, old);
+    eventually("node 0 sees node 2 leave", || hosts(&nodes[0]).len() == 2);
+    // A new adapter: node 2 is a member again, its old host row still
+    // reads ready, but no imcd there acks anything yet.
+    net.adapter_back(2);
+    eventually("node 0 sees node 2's adapter back", || hosts(&nodes[0]).len() == 3);
+    let t0 = Instant::now();
+    alloc(&nodes[0], 0x70, true);
+    assert!(t0.elapsed() < Duration::from_secs(2), "the allocation waited {:?} for a node without imcd", t0.elapsed());
+    // Its new imcd joins and is counted again: it receives the next
+    // coherent region before the allocation returns.
+    let new = net.start(2, "n2", s);
+    assert_eq!(new.joined(), Some(Joined::Served));
+    let (id, _) = alloc(&nodes[1], 0x71, true);
+    assert!(
+        new.hw().received().iter().any(|&(rid, ..)| rid == id),
+        "the coherent region was not received on the new imcd's node"
+    );
+    drop(new);
+}
