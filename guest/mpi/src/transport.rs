@@ -1,1 +1,239 @@
-//! (to be written)
+//! Links to the other ranks: framed messages over UMP channels (shared
+//! memory inside a guest, MEMORY CHANNEL between guests), used so that the
+//! progress engine never blocks on one peer while another waits for it.
+//! A frame is written only when [`Link::room`] says it fits, and read only
+//! when [`Link::next_len`] says one is there.
+//!
+//! Also an in-process link pair ([`pipe`]) for the engine's unit tests.
+//!
+//! Touched only by the thread that calls MPI (the engine's lock).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+/// A link that failed.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum TransportError {
+    /// The UMP layer refused or failed.
+    #[error("UMP: {0}")]
+    Ump(String),
+    /// The channel to a rank did not open in time.
+    #[error("rank {rank}'s channel did not open within {secs} s (is rank {rank} running?)")]
+    NotOpen {
+        /// The rank.
+        rank: u32,
+        /// How long we waited.
+        secs: u64,
+    },
+    /// The other rank closed its end or died.
+    #[error("rank {0} is gone: {1}")]
+    PeerGone(u32, String),
+}
+
+/// One direction-pair to one other rank.
+pub trait Link: Send {
+    /// Bytes of frame that can be sent now without waiting.
+    fn room(&self) -> Result<usize, TransportError>;
+    /// Sends a frame; called only when `frame.len() <= room()`.
+    fn send(&self, frame: &[u8]) -> Result<(), TransportError>;
+    /// The length of the next frame, if one has arrived.
+    fn next_len(&self) -> Result<Option<usize>, TransportError>;
+    /// Reads the next frame (whose length `next_len` gave) into `buf`.
+    fn recv(&self, buf: &mut [u8]) -> Result<usize, TransportError>;
+    /// The largest frame this link can ever carry.
+    fn max_frame(&self) -> usize;
+}
+
+/// A link over one UMP channel.
+pub struct UmpLink {
+    rank: u32,
+    id: i32,
+    ch: Arc<ump::Channel>,
+    ring: usize,
+}
+
+fn gone(rank: u32, e: impl std::fmt::Display) -> TransportError {
+    TransportError::PeerGone(rank, e.to_string())
+}
+
+impl Link for UmpLink {
+    fn room(&self) -> Result<usize, TransportError> {
+        // A frame of n bytes takes an 8-byte header and n padded to 8.
+        let free = self.ch.writable().map_err(|e| gone(self.rank, e))?;
+        if free == 0 && (self.ch.peer_closed() || self.ch.is_closed()) {
+            return Err(gone(self.rank, "its channel is closed"));
+        }
+        Ok(free.saturating_sub(8) & !7)
+    }
+    fn send(&self, frame: &[u8]) -> Result<(), TransportError> {
+        self.ch.write(frame, Some(Instant::now() + Duration::from_secs(60))).map_err(|e| gone(self.rank, e))
+    }
+    fn next_len(&self) -> Result<Option<usize>, TransportError> {
+        match self.ch.pending() {
+            Some(n) => Ok(Some(n)),
+            None if self.ch.peer_closed() => Err(gone(self.rank, "it closed its channel")),
+            None => Ok(None),
+        }
+    }
+    fn recv(&self, buf: &mut [u8]) -> Result<usize, TransportError> {
+        self.ch.read(buf, Some(Instant::now() + Duration::from_secs(60))).map_err(|e| gone(self.rank, e))
+    }
+    fn max_frame(&self) -> usize {
+        self.ring - 8
+    }
+}
+
+impl Drop for UmpLink {
+    fn drop(&mut self) {
+        let _ = ump::close(self.id);
+    }
+}
+
+/// Opens a UMP channel from each rank of a job to every other one (both
+/// sides open; UMP picks shared memory or MEMORY CHANNEL) and waits until
+/// all are complete. `handle(r)` is rank r's UMP handle. Entry `me` of
+/// the result is `None`.
+pub fn connect_all(
+    me: u32,
+    size: u32,
+    handle: impl Fn(u32) -> u64,
+    timeout: Duration,
+) -> Result<Vec<Option<Box<dyn Link>>>, TransportError> {
+    let ump_err = |e: ump::UmpError| TransportError::Ump(e.to_string());
+    let mut ids = Vec::new();
+    for r in 0..size {
+        if r == me {
+            ids.push(None);
+            continue;
+        }
+        ids.push(Some(ump::open(handle(me), handle(r), ump::Want::Any).map_err(ump_err)?));
+    }
+    let t0 = Instant::now();
+    let mut links: Vec<Option<Box<dyn Link>>> = Vec::new();
+    for (r, id) in ids.iter().enumerate() {
+        let Some(id) = *id else {
+            links.push(None);
+            continue;
+        };
+        let rank = r as u32;
+        loop {
+            let left = timeout.saturating_sub(t0.elapsed());
+            if left.is_zero() {
+                return Err(TransportError::NotOpen { rank, secs: timeout.as_secs() });
+            }
+            match ump::wait(Some(id), Some(left.min(Duration::from_millis(200)))).map_err(ump_err)? {
+                Some(ump::Event::Closed(_)) => return Err(gone(rank, "it closed the channel while opening")),
+                _ if ump::chan(id).map_err(ump_err)?.is_complete() => break,
+                _ => {}
+            }
+        }
+        let ch = ump::chan(id).map_err(ump_err)?;
+        let ring = ump::info().map_err(ump_err)?;
+        let ring = match ch.transport {
+            ump::Transport::Shm => ring.shm_buffer,
+            ump::Transport::Mc => ring.mc_buffer,
+        };
+        links.push(Some(Box::new(UmpLink { rank, id, ch, ring })));
+    }
+    Ok(links)
+}
+
+/// One direction of an in-process pipe: frames and the bytes they take.
+#[derive(Default)]
+struct Queue {
+    frames: VecDeque<Vec<u8>>,
+    bytes: usize,
+    closed: bool,
+}
+
+/// One end of an in-process link pair with a ring of `cap` bytes each way
+/// (the same accounting as UMP: 8 bytes of header, payload padded to 8).
+pub struct PipeEnd {
+    out: Arc<Mutex<Queue>>,
+    inb: Arc<Mutex<Queue>>,
+    cap: usize,
+}
+
+/// A pair of in-process links, for tests.
+pub fn pipe(cap: usize) -> (PipeEnd, PipeEnd) {
+    let a = Arc::new(Mutex::new(Queue::default()));
+    let b = Arc::new(Mutex::new(Queue::default()));
+    (PipeEnd { out: a.clone(), inb: b.clone(), cap }, PipeEnd { out: b, inb: a, cap })
+}
+
+fn footprint(n: usize) -> usize {
+    8 + n.div_ceil(8) * 8
+}
+
+impl PipeEnd {
+    fn lock(q: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
+        q.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for PipeEnd {
+    fn drop(&mut self) {
+        Self::lock(&self.out).closed = true;
+    }
+}
+
+impl Link for PipeEnd {
+    fn room(&self) -> Result<usize, TransportError> {
+        let q = Self::lock(&self.out);
+        if Self::lock(&self.inb).closed {
+            return Err(gone(0, "pipe closed"));
+        }
+        Ok((self.cap - q.bytes).saturating_sub(8) & !7)
+    }
+    fn send(&self, frame: &[u8]) -> Result<(), TransportError> {
+        let mut q = Self::lock(&self.out);
+        let f = footprint(frame.len());
+        if q.bytes + f > self.cap {
+            return Err(TransportError::Ump(format!("a frame of {} bytes does not fit", frame.len())));
+        }
+        q.bytes += f;
+        q.frames.push_back(frame.to_vec());
+        Ok(())
+    }
+    fn next_len(&self) -> Result<Option<usize>, TransportError> {
+        let q = Self::lock(&self.inb);
+        match q.frames.front() {
+            Some(f) => Ok(Some(f.len())),
+            None if q.closed => Err(gone(0, "pipe closed")),
+            None => Ok(None),
+        }
+    }
+    fn recv(&self, buf: &mut [u8]) -> Result<usize, TransportError> {
+        let mut q = Self::lock(&self.inb);
+        let f = q.frames.pop_front().ok_or_else(|| TransportError::Ump("no frame".into()))?;
+        q.bytes -= footprint(f.len());
+        buf[..f.len()].copy_from_slice(&f);
+        Ok(f.len())
+    }
+    fn max_frame(&self) -> usize {
+        self.cap - 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipe_accounts_like_a_ring() {
+        let (a, b) = pipe(64);
+        assert_eq!(a.room().unwrap(), 56);
+        a.send(&[1; 20]).unwrap();
+        assert_eq!(a.room().unwrap(), 64 - footprint(20) - 8);
+        assert!(a.send(&[0; 40]).is_err());
+        assert_eq!(b.next_len().unwrap(), Some(20));
+        let mut buf = [0u8; 64];
+        assert_eq!(b.recv(&mut buf).unwrap(), 20);
+        assert_eq!(b.next_len().unwrap(), None);
+        drop(a);
+        assert!(b.next_len().is_err());
+    }
+}

@@ -281,6 +281,16 @@ impl Channel {
         Ok(tx.produced())
     }
 
+    /// Bytes that can be written now without waiting: 0 until the channel
+    /// is complete (and after either side closed it).
+    pub fn writable(&self) -> Result<usize, ChanError> {
+        if !self.poll_open() || self.is_closed() || self.peer.load(OPEN) == CLOSED {
+            return Ok(0);
+        }
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        tx.free().map_err(|e| ChanError::Corrupt(e.to_string()))
+    }
+
     /// Whether the other side's process is still there.
     pub fn alive(&self) -> Result<(), ChanError> {
         (self.alive)(self.peer_who()).map_err(ChanError::PeerDead)

@@ -272,6 +272,17 @@ fn channel(id: i32) -> Result<Arc<Channel>, UmpError> {
     with(|st| st.chans.get(&id).map(|e| e.ch.clone()).ok_or(UmpError::NoChannel(id)))
 }
 
+/// The channel behind `id`, for a layer above UMP that polls many
+/// channels itself (MPI's progress engine): its non-blocking
+/// [`Channel::writable`] and [`Channel::pending`], and blocking
+/// [`Channel::write`] and [`Channel::read`] that return at once when
+/// those said so. Take it once the channel is complete (`wait` reported
+/// [`Event::Open`]): before that, `UMP_ANY` may still move the channel to
+/// shared memory.
+pub fn chan(id: i32) -> Result<Arc<Channel>, UmpError> {
+    channel(id)
+}
+
 /// `ump_write`: writes a whole message; returns when all of it is in the
 /// channel buffer (large ones stream through it while the reader reads).
 pub fn write(id: i32, msg: &[u8]) -> Result<(), UmpError> {

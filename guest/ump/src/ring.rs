@@ -107,6 +107,16 @@ impl Producer {
         Ok((self.size - used).min(self.size - pos))
     }
 
+    /// Bytes free in the ring now (refreshing the consumer's index). A
+    /// message whose [`footprint`] fits goes in without waiting.
+    pub fn free(&mut self) -> Result<usize, RingError> {
+        self.tail = self.peer.load(TAIL);
+        let used = self.head.checked_sub(self.tail).filter(|&u| u <= self.size as u64).ok_or_else(|| {
+            RingError::Corrupt(format!("consumer index {} does not fit producer index {}", self.tail, self.head))
+        })? as usize;
+        Ok(self.size - used)
+    }
+
     /// Waits for room, then writes up to `src.len()` bytes (a multiple of 8)
     /// in one fragment and publishes it. Returns the bytes written.
     fn push(&mut self, src: &[u8], wait: Waiter) -> Result<usize, RingError> {
@@ -286,7 +296,13 @@ impl Consumer {
             a if a > self.size => {
                 return Err(RingError::Corrupt(format!("producer index {} does not fit ours {}", self.head, self.tail)))
             }
-            a if a < 8 => return Ok(None),
+            a if a < 8 => {
+                // Nothing to read: a poller may not come back soon, so the
+                // producer learns now how far we got (it may be waiting
+                // for that room).
+                self.publish(true);
+                return Ok(None);
+            }
             _ => {}
         }
         let mut h = [0u8; 8];
@@ -482,6 +498,30 @@ mod tests {
         fn any_sizes_any_ring(ring in (8usize..64).prop_map(|k| k * 64), sizes in proptest::collection::vec(0usize..9000, 1..60)) {
             stress(ring, sizes);
         }
+    }
+
+    #[test]
+    fn free_space_says_what_goes_in_without_waiting() {
+        let p = pair(256);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 256);
+        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 256);
+        assert_eq!(prod.free().unwrap(), 256);
+        prod.write(&msg(0, 100), &mut forever()).unwrap();
+        assert_eq!(prod.free().unwrap(), 256 - footprint(100));
+        // A message that fits the free space goes in with a waiter that
+        // refuses to wait.
+        let fits = prod.free().unwrap() - 8;
+        prod.write(&msg(1, fits), &mut || Err("would wait".to_string())).unwrap();
+        assert_eq!(prod.free().unwrap(), 0);
+        assert!(prod.write(&msg(2, 1), &mut || Err("would wait".to_string())).is_err());
+        let mut buf = [0u8; 256];
+        assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), 100);
+        // The reader publishes lazily, but a poll that finds nothing more
+        // gives the space back.
+        assert_eq!(cons.peek().unwrap(), Some(fits));
+        assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), fits);
+        assert_eq!(cons.peek().unwrap(), None);
+        assert_eq!(prod.free().unwrap(), 256, "reading gives the space back");
     }
 
     #[test]
