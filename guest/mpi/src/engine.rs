@@ -1,1 +1,928 @@
-//! (to be written)
+//! The point-to-point engine: message matching, the eager and rendezvous
+//! protocols, requests and progress. It knows ranks of `MPI_COMM_WORLD`,
+//! context ids (one per communicator and purpose) and bytes; communicators,
+//! datatypes and handles are the C layer's ([`crate::ffi`]).
+//!
+//! # Protocols (docs/mpi.md, "Protocols")
+//! - **Eager** (up to [`Engine::eager_limit`] bytes): the envelope and the
+//!   payload travel in one frame. A sender's buffer is free at once; an
+//!   unmatched message waits in the receiver's unexpected queue.
+//! - **Rendezvous** (larger): the sender announces (`RTS`); once a receive
+//!   matches, the receiver answers (`CTS`) and the sender streams `DATA`
+//!   frames straight into the posted buffer as ring space allows.
+//! - **Synchronous** sends (`MPI_Ssend`) complete when the receiver
+//!   matched: eagerly sent ones get an `ACK`, rendezvous ones complete at
+//!   the `CTS`.
+//!
+//! Messages between one pair of ranks arrive in the order sent and are
+//! matched in arrival order, so MPI's non-overtaking rule holds. No frame
+//! is written unless it fits the link now, so a rank never blocks on one
+//! peer while another waits for it.
+//!
+//! # A frame
+//!
+//! ```text
+//! 0  kind u8 | flags u8 | 0 u16 | ctx u32
+//! 8  tag i32 | 0 u32
+//! 16 len u64            message bytes (EAGER, RTS) or chunk offset (DATA)
+//! 24 a u64              sender's request (EAGER sync, RTS, CTS, ACK) or receiver's (DATA)
+//! 32 b u64              receiver's request (CTS)
+//! 40 payload            EAGER, DATA
+//! ```
+//!
+//! Touched by the thread that calls MPI, under the C layer's lock.
+
+use std::collections::{HashMap, VecDeque};
+
+use thiserror::Error;
+
+use crate::transport::{Link, TransportError};
+
+/// Bytes of a frame header.
+pub const HDR: usize = 40;
+
+const EAGER: u8 = 1;
+const RTS: u8 = 2;
+const CTS: u8 = 3;
+const DATA: u8 = 4;
+const ACK: u8 = 5;
+
+const FLAG_SYNC: u8 = 1;
+
+/// The default eager limit (bytes).
+pub const EAGER_DEFAULT: usize = 16 << 10;
+
+/// Errors of the engine.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum EngineError {
+    /// A link to another rank failed.
+    #[error(transparent)]
+    Link(#[from] TransportError),
+    /// A frame that makes no sense (corrupt, or a protocol bug).
+    #[error("from rank {from}: {what}")]
+    Protocol {
+        /// The rank it came from.
+        from: u32,
+        /// What is wrong.
+        what: String,
+    },
+    /// A request id that is not (or no longer) known.
+    #[error("no request {0}")]
+    NoRequest(u64),
+    /// A rank outside the job.
+    #[error("rank {0} is not in the job")]
+    NoRank(u32),
+}
+
+/// A request id.
+pub type ReqId = u64;
+
+/// What a completed request reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    /// The sender's rank in the world.
+    pub source: u32,
+    /// The message's tag.
+    pub tag: i32,
+    /// Bytes delivered.
+    pub bytes: usize,
+    /// The message was longer than the receive buffer (`bytes` were kept).
+    pub truncated: bool,
+    /// The request was cancelled.
+    pub cancelled: bool,
+}
+
+/// Where a receive puts the message.
+#[derive(Debug, Clone, Copy)]
+pub enum Into {
+    /// Straight into memory: `cap` bytes at `ptr`.
+    Contig {
+        /// Start.
+        ptr: *mut u8,
+        /// Bytes there.
+        cap: usize,
+    },
+    /// Into a buffer the engine keeps (the caller unpacks it later with
+    /// [`Engine::take_packed`]): for non-contiguous datatypes.
+    Packed {
+        /// Bytes wanted at most.
+        cap: usize,
+    },
+}
+
+impl Into {
+    fn cap(&self) -> usize {
+        match *self {
+            Into::Contig { cap, .. } | Into::Packed { cap } => cap,
+        }
+    }
+}
+
+/// What a send takes its bytes from.
+#[derive(Debug)]
+pub enum From {
+    /// Bytes the engine owns (packed, or copied).
+    Owned(Vec<u8>),
+    /// The caller's memory, valid until the send completes.
+    Borrowed {
+        /// Start.
+        ptr: *const u8,
+        /// Bytes.
+        len: usize,
+    },
+}
+
+impl From {
+    fn len(&self) -> usize {
+        match self {
+            From::Owned(v) => v.len(),
+            From::Borrowed { len, .. } => *len,
+        }
+    }
+    fn bytes(&self, off: usize, n: usize) -> &[u8] {
+        match self {
+            From::Owned(v) => &v[off..off + n],
+            // SAFETY: the caller keeps `len` bytes at `ptr` valid and
+            // unchanged until the send completes (MPI's rule for send
+            // buffers); off + n <= len.
+            From::Borrowed { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.add(off), n.min(len - off)) },
+        }
+    }
+}
+
+/// Which messages a receive or probe takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pattern {
+    /// Context id (the communicator's).
+    pub ctx: u32,
+    /// World rank, or any.
+    pub src: Option<u32>,
+    /// Tag, or any.
+    pub tag: Option<i32>,
+}
+
+impl Pattern {
+    fn takes(&self, ctx: u32, src: u32, tag: i32) -> bool {
+        self.ctx == ctx && self.src.is_none_or(|s| s == src) && self.tag.is_none_or(|t| t == tag)
+    }
+}
+
+/// A message that arrived before its receive.
+#[derive(Debug)]
+struct Unexpected {
+    ctx: u32,
+    src: u32,
+    tag: i32,
+    len: usize,
+    kind: Arrived,
+}
+
+#[derive(Debug)]
+enum Arrived {
+    /// The whole message; `sync` names the sender's request to ACK.
+    Eager { data: Vec<u8>, sync: Option<u64> },
+    /// Announced; the sender's request.
+    Rts { sreq: u64 },
+}
+
+#[derive(Debug)]
+enum Kind {
+    Send { dest: u32, data: From, waiting: bool },
+    Recv { pattern: Pattern, into: Into, total: usize, got: usize, packed: Vec<u8>, posted: bool },
+}
+
+#[derive(Debug)]
+struct Req {
+    kind: Kind,
+    done: bool,
+    status: Status,
+}
+
+/// Frames waiting for room on one link.
+enum Out {
+    Frame(Vec<u8>),
+    /// DATA frames of send request `sreq` for receive request `rreq`.
+    Stream {
+        sreq: ReqId,
+        rreq: u64,
+        off: usize,
+    },
+}
+
+/// A message removed from the queue by a matched probe (`MPI_Mprobe`).
+#[derive(Debug)]
+pub struct Matched(Unexpected);
+
+impl Matched {
+    /// Its status (source, tag, bytes).
+    pub fn status(&self) -> Status {
+        Status { source: self.0.src, tag: self.0.tag, bytes: self.0.len, ..Status::default() }
+    }
+}
+
+/// One rank's engine.
+pub struct Engine {
+    me: u32,
+    links: Vec<Option<Box<dyn Link>>>,
+    out: Vec<VecDeque<Out>>,
+    reqs: HashMap<ReqId, Req>,
+    next_id: ReqId,
+    /// Receives posted and not yet matched, in posting order.
+    posted: VecDeque<ReqId>,
+    /// Messages not yet matched, in arrival order.
+    unexpected: VecDeque<Unexpected>,
+    scratch: Vec<u8>,
+    eager_limit: usize,
+    /// Frames and bytes moved (for `MCMPI_STATS`).
+    pub stats: Stats,
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    /// Messages sent eagerly.
+    pub eager: u64,
+    /// Messages sent by rendezvous.
+    pub rendezvous: u64,
+    /// Bytes sent to other ranks.
+    pub bytes_out: u64,
+    /// Most messages ever waiting unmatched.
+    pub unexpected_peak: usize,
+}
+
+fn header(kind: u8, flags: u8, ctx: u32, tag: i32, len: u64, a: u64, b: u64) -> [u8; HDR] {
+    let mut h = [0u8; HDR];
+    h[0] = kind;
+    h[1] = flags;
+    h[4..8].copy_from_slice(&ctx.to_ne_bytes());
+    h[8..12].copy_from_slice(&tag.to_ne_bytes());
+    h[16..24].copy_from_slice(&len.to_ne_bytes());
+    h[24..32].copy_from_slice(&a.to_ne_bytes());
+    h[32..40].copy_from_slice(&b.to_ne_bytes());
+    h
+}
+
+fn word(f: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&f[at..at + 8]);
+    u64::from_ne_bytes(w)
+}
+
+impl Engine {
+    /// The engine of rank `me`, with one link per other rank (`None` at `me`).
+    pub fn new(me: u32, links: Vec<Option<Box<dyn Link>>>) -> Engine {
+        let max = links.iter().flatten().map(|l| l.max_frame()).min().unwrap_or(usize::MAX);
+        let eager_limit = EAGER_DEFAULT.min(max.saturating_sub(HDR) / 2);
+        let out = links.iter().map(|_| VecDeque::new()).collect();
+        Engine {
+            me,
+            links,
+            out,
+            reqs: HashMap::new(),
+            next_id: 1,
+            posted: VecDeque::new(),
+            unexpected: VecDeque::new(),
+            scratch: Vec::new(),
+            eager_limit,
+            stats: Stats::default(),
+        }
+    }
+
+    /// This rank.
+    pub fn me(&self) -> u32 {
+        self.me
+    }
+
+    /// Ranks in the job.
+    pub fn size(&self) -> u32 {
+        self.links.len() as u32
+    }
+
+    /// Messages up to this many bytes go eagerly.
+    pub fn eager_limit(&self) -> usize {
+        self.eager_limit
+    }
+
+    /// Sets the eager limit (capped so that an eager frame fits every link).
+    pub fn set_eager_limit(&mut self, n: usize) {
+        let max = self.links.iter().flatten().map(|l| l.max_frame()).min().unwrap_or(usize::MAX);
+        self.eager_limit = n.min(max.saturating_sub(HDR));
+    }
+
+    fn add(&mut self, kind: Kind) -> ReqId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.reqs.insert(id, Req { kind, done: false, status: Status::default() });
+        id
+    }
+
+    fn req(&mut self, id: ReqId) -> Result<&mut Req, EngineError> {
+        self.reqs.get_mut(&id).ok_or(EngineError::NoRequest(id))
+    }
+
+    /// Starts a send of `data` to world rank `dest`; `sync` for `MPI_Ssend`.
+    pub fn isend(&mut self, dest: u32, ctx: u32, tag: i32, data: From, sync: bool) -> Result<ReqId, EngineError> {
+        if dest >= self.size() {
+            return Err(EngineError::NoRank(dest));
+        }
+        let len = data.len();
+        let id = self.add(Kind::Send { dest, data, waiting: sync });
+        if dest == self.me {
+            // To ourselves: delivered as it arrives, whatever its size.
+            let bytes = match &self.req(id)?.kind {
+                Kind::Send { data, .. } => data.bytes(0, len).to_vec(),
+                Kind::Recv { .. } => unreachable!("just added as a send"),
+            };
+            self.arrive_eager(self.me, ctx, tag, bytes, sync.then_some(id))?;
+            if !sync {
+                self.finish_send(id);
+            }
+            return Ok(id);
+        }
+        if len <= self.eager_limit {
+            let mut f = Vec::with_capacity(HDR + len);
+            let flags = if sync { FLAG_SYNC } else { 0 };
+            f.extend_from_slice(&header(EAGER, flags, ctx, tag, len as u64, id, 0));
+            if let Kind::Send { data, .. } = &self.req(id)?.kind {
+                f.extend_from_slice(data.bytes(0, len));
+            }
+            self.out[dest as usize].push_back(Out::Frame(f));
+            self.stats.eager += 1;
+            self.stats.bytes_out += len as u64;
+            if !sync {
+                // The bytes are copied: the buffer is free.
+                self.finish_send(id);
+            }
+        } else {
+            self.out[dest as usize].push_back(Out::Frame(header(RTS, 0, ctx, tag, len as u64, id, 0).to_vec()));
+            if let Kind::Send { waiting, .. } = &mut self.req(id)?.kind {
+                *waiting = true;
+            }
+            self.stats.rendezvous += 1;
+        }
+        self.flush(dest as usize)?;
+        Ok(id)
+    }
+
+    fn finish_send(&mut self, id: ReqId) {
+        if let Some(r) = self.reqs.get_mut(&id) {
+            r.done = true;
+            if let Kind::Send { data, .. } = &mut r.kind {
+                // Nothing of the caller's is kept.
+                *data = From::Owned(Vec::new());
+            }
+        }
+    }
+
+    /// Posts a receive.
+    pub fn irecv(&mut self, pattern: Pattern, into: Into) -> Result<ReqId, EngineError> {
+        let id = self.add(Kind::Recv { pattern, into, total: 0, got: 0, packed: Vec::new(), posted: false });
+        if let Some(i) = self.unexpected.iter().position(|u| pattern.takes(u.ctx, u.src, u.tag)) {
+            let u = self.unexpected.remove(i).expect("position is in range");
+            self.deliver(id, u)?;
+        } else {
+            if let Kind::Recv { posted, .. } = &mut self.req(id)?.kind {
+                *posted = true;
+            }
+            self.posted.push_back(id);
+        }
+        Ok(id)
+    }
+
+    /// Receives a message a matched probe took (`MPI_Mrecv`).
+    pub fn imrecv(&mut self, m: Matched, into: Into) -> Result<ReqId, EngineError> {
+        let pattern = Pattern { ctx: m.0.ctx, src: Some(m.0.src), tag: Some(m.0.tag) };
+        let id = self.add(Kind::Recv { pattern, into, total: 0, got: 0, packed: Vec::new(), posted: false });
+        self.deliver(id, m.0)?;
+        Ok(id)
+    }
+
+    /// Matches receive `id` with message `u`.
+    fn deliver(&mut self, id: ReqId, u: Unexpected) -> Result<(), EngineError> {
+        let (src, tag, len) = (u.src, u.tag, u.len);
+        match u.kind {
+            Arrived::Eager { data, sync } => {
+                self.write_into(id, 0, &data, len)?;
+                self.complete_recv(id, src, tag, len);
+                if let Some(sreq) = sync {
+                    self.ack(src, sreq)?;
+                }
+            }
+            Arrived::Rts { sreq } => {
+                let r = self.req(id)?;
+                r.status.source = src;
+                r.status.tag = tag;
+                if let Kind::Recv { total, .. } = &mut r.kind {
+                    *total = len;
+                }
+                self.out[src as usize].push_back(Out::Frame(header(CTS, 0, 0, 0, 0, sreq, id).to_vec()));
+                self.flush(src as usize)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn ack(&mut self, src: u32, sreq: u64) -> Result<(), EngineError> {
+        if src == self.me {
+            self.finish_send(sreq);
+            return Ok(());
+        }
+        self.out[src as usize].push_back(Out::Frame(header(ACK, 0, 0, 0, 0, sreq, 0).to_vec()));
+        self.flush(src as usize)
+    }
+
+    /// Copies `chunk` to offset `off` of receive `id` (what fits).
+    fn write_into(&mut self, id: ReqId, off: usize, chunk: &[u8], total: usize) -> Result<(), EngineError> {
+        let r = self.req(id)?;
+        let Kind::Recv { into, packed, got, .. } = &mut r.kind else {
+            return Err(EngineError::NoRequest(id));
+        };
+        let cap = into.cap();
+        let keep = cap.saturating_sub(off).min(chunk.len());
+        match *into {
+            Into::Contig { ptr, .. } => {
+                if keep > 0 {
+                    // SAFETY: the receive buffer holds `cap` bytes at `ptr`
+                    // (the caller's promise, kept until the receive
+                    // completes); off + keep <= cap.
+                    unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), ptr.add(off), keep) };
+                }
+            }
+            Into::Packed { .. } => {
+                if packed.len() < total.min(cap) {
+                    packed.resize(total.min(cap), 0);
+                }
+                packed[off..off + keep].copy_from_slice(&chunk[..keep]);
+            }
+        }
+        *got += chunk.len();
+        Ok(())
+    }
+
+    fn complete_recv(&mut self, id: ReqId, src: u32, tag: i32, len: usize) {
+        if let Some(r) = self.reqs.get_mut(&id) {
+            let cap = match &r.kind {
+                Kind::Recv { into, .. } => into.cap(),
+                Kind::Send { .. } => 0,
+            };
+            r.done = true;
+            r.status = Status { source: src, tag, bytes: len.min(cap), truncated: len > cap, cancelled: false };
+        }
+    }
+
+    /// A message that arrived eagerly (or from ourselves).
+    fn arrive_eager(
+        &mut self,
+        src: u32,
+        ctx: u32,
+        tag: i32,
+        data: Vec<u8>,
+        sync: Option<u64>,
+    ) -> Result<(), EngineError> {
+        let len = data.len();
+        let u = Unexpected { ctx, src, tag, len, kind: Arrived::Eager { data, sync } };
+        self.arrive(u)
+    }
+
+    fn arrive(&mut self, u: Unexpected) -> Result<(), EngineError> {
+        let reqs = &self.reqs;
+        let hit = self.posted.iter().position(|id| {
+            matches!(reqs.get(id), Some(Req { kind: Kind::Recv { pattern, .. }, .. }) if pattern.takes(u.ctx, u.src, u.tag))
+        });
+        match hit {
+            Some(i) => {
+                let id = self.posted.remove(i).expect("position is in range");
+                if let Kind::Recv { posted, .. } = &mut self.req(id)?.kind {
+                    *posted = false;
+                }
+                self.deliver(id, u)
+            }
+            None => {
+                self.unexpected.push_back(u);
+                self.stats.unexpected_peak = self.stats.unexpected_peak.max(self.unexpected.len());
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes what fits of link `p`'s queue.
+    fn flush(&mut self, p: usize) -> Result<(), EngineError> {
+        let Some(link) = self.links[p].as_ref() else { return Ok(()) };
+        while let Some(o) = self.out[p].front_mut() {
+            match o {
+                Out::Frame(f) => {
+                    if link.room()? < f.len() {
+                        return Ok(());
+                    }
+                    link.send(f)?;
+                    self.out[p].pop_front();
+                }
+                Out::Stream { sreq, rreq, off } => {
+                    let (sreq, rreq) = (*sreq, *rreq);
+                    let Some(Req { kind: Kind::Send { data, .. }, .. }) = self.reqs.get(&sreq) else {
+                        return Err(EngineError::NoRequest(sreq));
+                    };
+                    let total = data.len();
+                    let room = link.room()?;
+                    let left = total - *off;
+                    // Not worth a frame: wait for a useful amount of room.
+                    let want = left.min(4096).min(link.max_frame() / 2);
+                    if room < HDR + want {
+                        return Ok(());
+                    }
+                    let n = left.min(room - HDR);
+                    let mut f = Vec::with_capacity(HDR + n);
+                    f.extend_from_slice(&header(DATA, 0, 0, 0, *off as u64, rreq, 0));
+                    f.extend_from_slice(data.bytes(*off, n));
+                    link.send(&f)?;
+                    self.stats.bytes_out += n as u64;
+                    *off += n;
+                    if *off == total {
+                        self.out[p].pop_front();
+                        if let Some(r) = self.reqs.get_mut(&sreq) {
+                            r.done = true;
+                            if let Kind::Send { data, .. } = &mut r.kind {
+                                *data = From::Owned(Vec::new());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One round of progress: writes what fits, reads what arrived.
+    /// Returns whether anything moved.
+    pub fn progress(&mut self) -> Result<bool, EngineError> {
+        let mut moved = false;
+        for p in 0..self.links.len() {
+            if self.links[p].is_none() {
+                continue;
+            }
+            let before = self.out[p].len();
+            self.flush(p)?;
+            moved |= self.out[p].len() != before;
+            // A bounded number of frames per link and round, for fairness.
+            for _ in 0..64 {
+                let Some(link) = self.links[p].as_ref() else { break };
+                let Some(n) = link.next_len()? else { break };
+                let mut buf = std::mem::take(&mut self.scratch);
+                if buf.len() < n {
+                    buf.resize(n, 0);
+                }
+                let r =
+                    link.recv(&mut buf[..n]).map_err(EngineError::from).and_then(|n| self.frame(p as u32, &buf[..n]));
+                self.scratch = buf;
+                r?;
+                moved = true;
+            }
+        }
+        Ok(moved)
+    }
+
+    fn frame(&mut self, from: u32, f: &[u8]) -> Result<(), EngineError> {
+        let bad = |what: String| EngineError::Protocol { from, what };
+        if f.len() < HDR {
+            return Err(bad(format!("a frame of {} bytes", f.len())));
+        }
+        let (kind, flags) = (f[0], f[1]);
+        let ctx = u32::from_ne_bytes([f[4], f[5], f[6], f[7]]);
+        let tag = i32::from_ne_bytes([f[8], f[9], f[10], f[11]]);
+        let (len, a, b) = (word(f, 16), word(f, 24), word(f, 32));
+        let payload = &f[HDR..];
+        match kind {
+            EAGER => {
+                if payload.len() as u64 != len {
+                    return Err(bad(format!("eager frame says {len} bytes, carries {}", payload.len())));
+                }
+                let sync = (flags & FLAG_SYNC != 0).then_some(a);
+                self.arrive_eager(from, ctx, tag, payload.to_vec(), sync)
+            }
+            RTS => self.arrive(Unexpected { ctx, src: from, tag, len: len as usize, kind: Arrived::Rts { sreq: a } }),
+            CTS => {
+                match self.reqs.get_mut(&a) {
+                    Some(Req { kind: Kind::Send { dest, waiting, .. }, .. }) if *dest == from && *waiting => {
+                        *waiting = false;
+                    }
+                    _ => return Err(bad(format!("clear-to-send for unknown send {a}"))),
+                }
+                self.out[from as usize].push_back(Out::Stream { sreq: a, rreq: b, off: 0 });
+                self.flush(from as usize)
+            }
+            DATA => {
+                let total = match self.reqs.get(&a) {
+                    Some(Req { kind: Kind::Recv { total, got, .. }, done: false, .. })
+                        if (*got as u64) == len && *got + payload.len() <= *total =>
+                    {
+                        *total
+                    }
+                    _ => return Err(bad(format!("data for unknown receive {a} at offset {len}"))),
+                };
+                self.write_into(a, len as usize, payload, total)?;
+                if let Some(Req { kind: Kind::Recv { got, .. }, status, .. }) = self.reqs.get(&a) {
+                    if *got == total {
+                        let (src, tag) = (status.source, status.tag);
+                        self.complete_recv(a, src, tag, total);
+                    }
+                }
+                Ok(())
+            }
+            ACK => match self.reqs.get(&a) {
+                Some(Req { kind: Kind::Send { dest, .. }, .. }) if *dest == from => {
+                    self.finish_send(a);
+                    Ok(())
+                }
+                _ => Err(bad(format!("acknowledgement of unknown send {a}"))),
+            },
+            k => Err(bad(format!("unknown frame kind {k}"))),
+        }
+    }
+
+    /// Whether request `id` is complete (after one round of progress).
+    pub fn test(&mut self, id: ReqId) -> Result<bool, EngineError> {
+        if !self.req(id)?.done {
+            self.progress()?;
+        }
+        Ok(self.req(id)?.done)
+    }
+
+    /// Whether request `id` is complete, without progress.
+    pub fn is_done(&self, id: ReqId) -> Result<bool, EngineError> {
+        self.reqs.get(&id).map(|r| r.done).ok_or(EngineError::NoRequest(id))
+    }
+
+    /// Waits until request `id` completes.
+    pub fn wait(&mut self, id: ReqId) -> Result<(), EngineError> {
+        let mut idle = 0u32;
+        while !self.req(id)?.done {
+            if self.progress()? {
+                idle = 0;
+            } else {
+                backoff(&mut idle);
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees a completed request and returns its status (and, for a
+    /// packed receive, its bytes).
+    pub fn finish(&mut self, id: ReqId) -> Result<(Status, Vec<u8>), EngineError> {
+        let r = self.reqs.remove(&id).ok_or(EngineError::NoRequest(id))?;
+        let packed = match r.kind {
+            Kind::Recv { packed, .. } => packed,
+            Kind::Send { .. } => Vec::new(),
+        };
+        Ok((r.status, packed))
+    }
+
+    /// The status of a completed request, leaving it in place.
+    pub fn status(&self, id: ReqId) -> Result<Status, EngineError> {
+        self.reqs.get(&id).map(|r| r.status.clone()).ok_or(EngineError::NoRequest(id))
+    }
+
+    /// Takes the bytes of a completed packed receive.
+    pub fn take_packed(&mut self, id: ReqId) -> Result<Vec<u8>, EngineError> {
+        match &mut self.req(id)?.kind {
+            Kind::Recv { packed, .. } => Ok(std::mem::take(packed)),
+            Kind::Send { .. } => Ok(Vec::new()),
+        }
+    }
+
+    /// Cancels a receive not yet matched (a matched one, or a send,
+    /// completes normally: MPI lets a cancel fail). Returns whether it was
+    /// cancelled.
+    pub fn cancel(&mut self, id: ReqId) -> Result<bool, EngineError> {
+        let Some(i) = self.posted.iter().position(|&p| p == id) else {
+            self.req(id)?;
+            return Ok(false);
+        };
+        self.posted.remove(i);
+        let r = self.req(id)?;
+        r.done = true;
+        r.status.cancelled = true;
+        Ok(true)
+    }
+
+    /// Looks for a matching message without receiving it (`MPI_Iprobe`).
+    pub fn iprobe(&mut self, pattern: Pattern) -> Result<Option<Status>, EngineError> {
+        self.progress()?;
+        Ok(self.unexpected.iter().find(|u| pattern.takes(u.ctx, u.src, u.tag)).map(|u| Status {
+            source: u.src,
+            tag: u.tag,
+            bytes: u.len,
+            ..Status::default()
+        }))
+    }
+
+    /// Takes a matching message out of the queue (`MPI_Improbe`).
+    pub fn improbe(&mut self, pattern: Pattern) -> Result<Option<Matched>, EngineError> {
+        self.progress()?;
+        Ok(self
+            .unexpected
+            .iter()
+            .position(|u| pattern.takes(u.ctx, u.src, u.tag))
+            .map(|i| Matched(self.unexpected.remove(i).expect("position is in range"))))
+    }
+
+    /// Sends whatever is still queued, waiting for room (before finalize).
+    pub fn drain(&mut self) -> Result<(), EngineError> {
+        let mut idle = 0u32;
+        while self.out.iter().any(|q| !q.is_empty()) {
+            if self.progress()? {
+                idle = 0;
+            } else {
+                backoff(&mut idle);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Spins, then yields, then sleeps briefly: a waiting rank must not keep
+/// a guest's only vCPU from the rank it waits for.
+pub fn backoff(idle: &mut u32) {
+    *idle += 1;
+    if *idle < 64 {
+        std::hint::spin_loop();
+    } else if *idle < 2048 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::pipe;
+
+    /// `n` engines joined by pipes of `cap` bytes.
+    fn engines(n: usize, cap: usize) -> Vec<Engine> {
+        let mut links: Vec<Vec<Option<Box<dyn Link>>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        for i in 0..n {
+            for j in i + 1..n {
+                let (a, b) = pipe(cap);
+                links[i][j] = Some(Box::new(a));
+                links[j][i] = Some(Box::new(b));
+            }
+        }
+        links.into_iter().enumerate().map(|(i, l)| Engine::new(i as u32, l)).collect()
+    }
+
+    /// Progress on every engine until `done` or 100,000 rounds.
+    fn run(es: &mut [Engine], mut done: impl FnMut(&mut [Engine]) -> bool) {
+        for _ in 0..100_000 {
+            if done(es) {
+                return;
+            }
+            for e in es.iter_mut() {
+                e.progress().unwrap();
+            }
+        }
+        panic!("no completion after 100,000 rounds");
+    }
+
+    fn any(ctx: u32) -> Pattern {
+        Pattern { ctx, src: None, tag: None }
+    }
+
+    fn recv_vec(e: &mut Engine, p: Pattern, cap: usize) -> ReqId {
+        e.irecv(p, Into::Packed { cap }).unwrap()
+    }
+
+    #[test]
+    fn eager_and_rendezvous_arrive_intact_posted_or_not() {
+        let mut es = engines(2, 4096);
+        for len in [0usize, 1, 100, 1000, 1500, 5000, 100_000] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            // Unexpected first, then posted first.
+            for posted_first in [false, true] {
+                let mut r = 0;
+                if posted_first {
+                    r = recv_vec(&mut es[1], any(1), len);
+                }
+                let s = es[0].isend(1, 1, 5, From::Owned(data.clone()), false).unwrap();
+                if !posted_first {
+                    run(&mut es, |es| es[1].iprobe(any(1)).unwrap().is_some());
+                    r = recv_vec(&mut es[1], any(1), len);
+                }
+                run(&mut es, |es| es[0].is_done(s).unwrap() && es[1].is_done(r).unwrap());
+                let (st, got) = es[1].finish(r).unwrap();
+                assert_eq!((st.source, st.tag, st.bytes, st.truncated), (0, 5, len, false));
+                assert!(got == data, "{len} bytes, posted first {posted_first}: contents differ");
+                es[0].finish(s).unwrap();
+            }
+        }
+        assert!(es[0].stats.rendezvous > 0 && es[0].stats.eager > 0);
+    }
+
+    #[test]
+    fn order_wildcards_and_contexts() {
+        let mut es = engines(3, 8192);
+        // Rank 0 sends tags 1, 2, 1 on context 7 and one on context 8.
+        for (tag, ctx) in [(1, 7), (2, 7), (1, 7), (1, 8)] {
+            let s = es[0].isend(2, ctx, tag, From::Owned(vec![tag as u8, ctx as u8]), false).unwrap();
+            es[0].finish(s).unwrap();
+        }
+        let s = es[1].isend(2, 7, 9, From::Owned(vec![9]), false).unwrap();
+        es[1].finish(s).unwrap();
+        run(&mut es, |es| es[2].unexpected.len() == 5);
+        // Tag 2 first: it overtakes nothing of its own tag.
+        let r = es[2].irecv(Pattern { ctx: 7, src: Some(0), tag: Some(2) }, Into::Packed { cap: 8 }).unwrap();
+        assert_eq!(es[2].finish(r).unwrap().1, vec![2, 7]);
+        // Context 8 is apart from 7.
+        let r = es[2].irecv(Pattern { ctx: 8, src: None, tag: None }, Into::Packed { cap: 8 }).unwrap();
+        assert_eq!(es[2].finish(r).unwrap().1, vec![1, 8]);
+        // Any source, any tag: arrival order among what is left of ctx 7.
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let r = es[2].irecv(any(7), Into::Packed { cap: 8 }).unwrap();
+            let (st, b) = es[2].finish(r).unwrap();
+            seen.push((st.source, st.tag, b[0]));
+        }
+        seen.sort();
+        assert_eq!(seen, vec![(0, 1, 1), (0, 1, 1), (1, 9, 9)]);
+        // From one sender, same tag: in the order sent.
+        let a = es[0].isend(1, 3, 4, From::Owned(vec![1; 20_000]), false).unwrap();
+        let b = es[0].isend(1, 3, 4, From::Owned(vec![2; 10]), false).unwrap();
+        let r1 = recv_vec(&mut es[1], any(3), 20_000);
+        let r2 = recv_vec(&mut es[1], any(3), 20_000);
+        run(&mut es, |es| es[1].is_done(r1).unwrap() && es[1].is_done(r2).unwrap() && es[0].is_done(a).unwrap());
+        assert_eq!(es[1].finish(r1).unwrap().0.bytes, 20_000);
+        assert_eq!(es[1].finish(r2).unwrap().1, vec![2; 10]);
+        let _ = es[0].finish(b);
+    }
+
+    #[test]
+    fn exchange_of_large_messages_both_ways_does_not_deadlock() {
+        let mut es = engines(2, 2048);
+        let n = 300_000;
+        let s0 = es[0].isend(1, 1, 0, From::Owned(vec![0xA; n]), false).unwrap();
+        let s1 = es[1].isend(0, 1, 0, From::Owned(vec![0xB; n]), false).unwrap();
+        let r0 = recv_vec(&mut es[0], any(1), n);
+        let r1 = recv_vec(&mut es[1], any(1), n);
+        run(&mut es, |es| {
+            [s0, r0].iter().all(|&r| es[0].is_done(r).unwrap()) && [s1, r1].iter().all(|&r| es[1].is_done(r).unwrap())
+        });
+        assert!(es[0].finish(r0).unwrap().1.iter().all(|&b| b == 0xB));
+        assert!(es[1].finish(r1).unwrap().1.iter().all(|&b| b == 0xA));
+    }
+
+    #[test]
+    fn sync_send_completes_only_once_matched() {
+        let mut es = engines(2, 4096);
+        for len in [10usize, 50_000] {
+            let s = es[0].isend(1, 1, 0, From::Owned(vec![1; len]), true).unwrap();
+            for _ in 0..200 {
+                es[0].progress().unwrap();
+                es[1].progress().unwrap();
+            }
+            assert!(!es[0].is_done(s).unwrap(), "ssend of {len} bytes completed before a receive");
+            let r = recv_vec(&mut es[1], any(1), len);
+            run(&mut es, |es| es[0].is_done(s).unwrap() && es[1].is_done(r).unwrap());
+        }
+        // To ourselves too.
+        let s = es[0].isend(0, 2, 0, From::Owned(vec![3]), true).unwrap();
+        assert!(!es[0].is_done(s).unwrap());
+        let r = recv_vec(&mut es[0], any(2), 1);
+        assert!(es[0].is_done(s).unwrap() && es[0].is_done(r).unwrap());
+    }
+
+    #[test]
+    fn truncation_cancel_and_matched_probe() {
+        let mut es = engines(2, 4096);
+        let mut small = [0u8; 4];
+        let r = es[1].irecv(any(1), Into::Contig { ptr: small.as_mut_ptr(), cap: 4 }).unwrap();
+        es[0].isend(1, 1, 0, From::Owned(vec![1, 2, 3, 4, 5, 6]), false).unwrap();
+        run(&mut es, |es| es[1].is_done(r).unwrap());
+        let st = es[1].finish(r).unwrap().0;
+        assert!(st.truncated && st.bytes == 4);
+        assert_eq!(small, [1, 2, 3, 4]);
+        // A posted receive cancels; nothing arrives in it.
+        let r = recv_vec(&mut es[1], any(9), 8);
+        assert!(es[1].cancel(r).unwrap());
+        assert!(es[1].finish(r).unwrap().0.cancelled);
+        // Mprobe takes the message away from other receives.
+        es[0].isend(1, 3, 1, From::Owned(vec![7; 3]), false).unwrap();
+        let mut m = None;
+        run(&mut es, |es| {
+            m = es[1].improbe(any(3)).unwrap();
+            m.is_some()
+        });
+        let m = m.unwrap();
+        assert_eq!(m.status().bytes, 3);
+        assert!(es[1].iprobe(any(3)).unwrap().is_none());
+        let r = es[1].imrecv(m, Into::Packed { cap: 3 }).unwrap();
+        assert_eq!(es[1].finish(r).unwrap().1, vec![7; 3]);
+    }
+
+    #[test]
+    fn a_dead_peer_is_an_error_not_a_hang() {
+        let mut es = engines(2, 4096);
+        let r = recv_vec(&mut es[0], any(1), 8);
+        let dead = es.pop().unwrap();
+        drop(dead);
+        assert!(matches!(es[0].wait(r), Err(EngineError::Link(_))));
+    }
+}
