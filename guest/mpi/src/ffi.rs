@@ -1,1 +1,263 @@
-//! (to be written)
+//! The C entry points of `libmpi_abi.so.1`: every `PMPI_X` (with its weak
+//! `MPI_X` alias, [`crate::weak_alias!`]) checks its arguments, maps the
+//! ABI's handles to the runtime's objects and calls the engine.
+//!
+//! - this module: the process's MPI state (one lock: MPI is
+//!   `MPI_THREAD_SERIALIZED`), handles, error handling;
+//! - [`env`]: init, finalize, abort, the environment queries;
+//! - [`comm`]: communicators and groups;
+//! - [`p2p`]: sends, receives, probes, requests and their completion;
+//! - [`coll`]: the collectives;
+//! - [`types`]: datatype and operation handles.
+//!
+//! Touched by the application's threads, one at a time, under [`STATE`].
+
+pub mod coll;
+pub mod comm;
+pub mod env;
+pub mod p2p;
+pub mod types;
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::abi::*;
+use crate::datatype::Datatype;
+use crate::engine::{Engine, EngineError, ReqId};
+use crate::launch::Place;
+
+/// An MPI error: its class and what happened.
+#[derive(Debug, Clone)]
+pub struct MpiErr {
+    /// The error class (`MPI_ERR_*`).
+    pub class: c_int,
+    /// The message.
+    pub msg: String,
+}
+
+/// Result of the runtime's functions.
+pub type R<T> = Result<T, MpiErr>;
+
+/// An error of class `class`.
+pub fn err<T>(class: c_int, msg: impl Into<String>) -> R<T> {
+    Err(MpiErr { class, msg: msg.into() })
+}
+
+impl From<EngineError> for MpiErr {
+    fn from(e: EngineError) -> MpiErr {
+        MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() }
+    }
+}
+
+/// A communicator: a context id pair and its members.
+#[derive(Debug, Clone)]
+pub struct Comm {
+    /// Context of point-to-point traffic; `ctx + 1` carries collectives.
+    pub ctx: u32,
+    /// World rank of each member, by rank in this communicator.
+    pub ranks: Vec<u32>,
+    /// Our rank here.
+    pub rank: u32,
+    /// Its error handler.
+    pub errhandler: MPI_Errhandler,
+    /// Its name.
+    pub name: String,
+}
+
+impl Comm {
+    /// Members.
+    pub fn size(&self) -> u32 {
+        self.ranks.len() as u32
+    }
+    /// The rank here of world rank `w`.
+    pub fn rank_of(&self, w: u32) -> Option<u32> {
+        self.ranks.iter().position(|&r| r == w).map(|i| i as u32)
+    }
+}
+
+/// A request as the C layer tracks it.
+#[derive(Debug)]
+pub struct Pending {
+    /// The engine's request (`None`: done from the start, e.g. `MPI_PROC_NULL`).
+    pub id: Option<ReqId>,
+    /// The communicator (for the status's source).
+    pub comm: MPI_Comm,
+    /// A non-contiguous receive to unpack on completion: buffer, count, type.
+    pub unpack: Option<(usize, u64, Arc<Datatype>)>,
+    /// Freed by the user before completion (`MPI_Request_free`,
+    /// `MPI_Bsend`): dropped when it completes.
+    pub detached: bool,
+    /// A persistent request's recipe, restarted by `MPI_Start`.
+    pub persistent: Option<p2p::Recipe>,
+    /// The status of a request completed without the engine.
+    pub status: Option<MPI_Status>,
+}
+
+/// The process's MPI state.
+pub struct State {
+    /// The engine.
+    pub eng: Engine,
+    /// Our place in the job.
+    pub place: Place,
+    /// Communicators by handle.
+    pub comms: HashMap<MPI_Comm, Comm>,
+    /// Groups by handle (world ranks).
+    pub groups: HashMap<MPI_Group, Vec<u32>>,
+    /// Datatypes by handle (predefined ones included).
+    pub types: HashMap<MPI_Datatype, Arc<Datatype>>,
+    /// User operations by handle.
+    pub ops: HashMap<MPI_Op, types::UserOp>,
+    /// Requests by handle.
+    pub reqs: HashMap<MPI_Request, Pending>,
+    /// User error handlers.
+    pub errhandlers: HashMap<MPI_Errhandler, comm::UserErrhandler>,
+    next_handle: usize,
+    next_ctx: u32,
+    /// Thread level granted.
+    pub thread_level: c_int,
+    /// The thread that called `MPI_Init`.
+    pub main_thread: std::thread::ThreadId,
+    /// The attached buffer for `MPI_Bsend` (address, bytes).
+    pub buffer: Option<(usize, usize)>,
+}
+
+impl State {
+    /// A fresh handle at or above [`FIRST_RUNTIME_HANDLE`].
+    pub fn handle(&mut self) -> usize {
+        let h = self.next_handle;
+        self.next_handle += 16;
+        h
+    }
+
+    /// The communicator of handle `c`.
+    pub fn comm(&self, c: MPI_Comm) -> R<&Comm> {
+        match self.comms.get(&c) {
+            Some(x) => Ok(x),
+            None if c == MPI_COMM_NULL => err(MPI_ERR_COMM, "MPI_COMM_NULL"),
+            None => err(MPI_ERR_COMM, format!("{c:#x} is not a communicator")),
+        }
+    }
+
+    /// The datatype of handle `t`.
+    pub fn dtype(&self, t: MPI_Datatype) -> R<Arc<Datatype>> {
+        match self.types.get(&t) {
+            Some(x) => Ok(x.clone()),
+            None if t == MPI_DATATYPE_NULL => err(MPI_ERR_TYPE, "MPI_DATATYPE_NULL"),
+            None => err(MPI_ERR_TYPE, format!("{t:#x} is not a datatype")),
+        }
+    }
+
+    /// A new context id pair agreed by every member of `parent`
+    /// (collective over it): the largest next id any member has.
+    pub fn agree_ctx(&mut self, parent: MPI_Comm) -> R<u32> {
+        let mine = self.next_ctx as u64;
+        let all = coll::allgather_u64(self, parent, &[mine])?;
+        let ctx = all.into_iter().max().unwrap_or(mine) as u32;
+        self.next_ctx = ctx + 2;
+        Ok(ctx)
+    }
+}
+
+/// The process's MPI state: `None` before `MPI_Init` and after `MPI_Finalize`.
+pub static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+/// Whether `MPI_Finalize` has run.
+pub static FINALIZED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn lock() -> MutexGuard<'static, Option<State>> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` on the initialised state; `MPI_ERR_OTHER` before init.
+pub fn with<T>(f: impl FnOnce(&mut State) -> R<T>) -> R<T> {
+    let mut g = lock();
+    match g.as_mut() {
+        Some(st) => f(st),
+        None => err(MPI_ERR_OTHER, "MPI is not initialised (call MPI_Init first)"),
+    }
+}
+
+/// The error handler in force for communicator `c` (the world's when `c`
+/// is not a communicator).
+fn handler_of(c: MPI_Comm) -> MPI_Errhandler {
+    let g = lock();
+    let Some(st) = g.as_ref() else { return MPI_ERRORS_ARE_FATAL };
+    st.comms.get(&c).or_else(|| st.comms.get(&MPI_COMM_WORLD)).map_or(MPI_ERRORS_ARE_FATAL, |x| x.errhandler)
+}
+
+/// Turns a result into the C return code, applying communicator `c`'s
+/// error handler: fatal ones print and end the job, `MPI_ERRORS_RETURN`
+/// returns the class, a user handler is called first.
+pub fn ret(func: &str, c: MPI_Comm, r: R<()>) -> c_int {
+    let Err(e) = r else { return MPI_SUCCESS };
+    let h = handler_of(c);
+    if h == MPI_ERRORS_RETURN {
+        return e.class;
+    }
+    if h != MPI_ERRORS_ARE_FATAL && h != MPI_ERRORS_ABORT {
+        if let Some(f) = comm::user_handler(h) {
+            let mut comm = c;
+            let mut code = e.class;
+            // SAFETY: a handler the user registered with
+            // MPI_Comm_create_errhandler, called as the standard says.
+            unsafe { f(&mut comm, &mut code) };
+            return e.class;
+        }
+    }
+    let rank = lock().as_ref().map_or(0, |s| s.place.rank);
+    eprintln!("MPI error in {func} (rank {rank}): {} ({})", e.msg, env::class_name(e.class));
+    eprintln!("MPI: rank {rank} ends the job");
+    env::abort_process(1)
+}
+
+/// A null pointer argument error.
+pub fn nonnull<T>(p: *const T, what: &str) -> R<()> {
+    if p.is_null() {
+        return err(MPI_ERR_ARG, format!("{what} is NULL"));
+    }
+    Ok(())
+}
+
+/// A negative count error.
+pub fn count_ok(n: c_int) -> R<u64> {
+    u64::try_from(n).map_err(|_| MpiErr { class: MPI_ERR_COUNT, msg: format!("count {n} is negative") })
+}
+
+/// Stores `v` through the caller's pointer `p` (an `MPI_ERR_ARG` if null).
+pub fn put<T>(p: *mut T, v: T, what: &str) -> R<()> {
+    nonnull(p, what)?;
+    // SAFETY: the MPI standard makes the caller pass a valid, writable
+    // object of this type for this output argument; `p` is not null.
+    unsafe { p.write_unaligned(v) };
+    Ok(())
+}
+
+/// Reads the caller's array of `n` values at `p`.
+pub fn array<T: Copy>(p: *const T, n: usize, what: &str) -> R<Vec<T>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    nonnull(p, what)?;
+    // SAFETY: the MPI standard makes the caller pass `n` valid values at
+    // `p` for this argument; `p` is not null.
+    Ok((0..n).map(|i| unsafe { p.add(i).read_unaligned() }).collect())
+}
+
+/// Declares `PMPI_X` with the body given (a closure returning [`R`]), its
+/// error handling through communicator `comm`, and its weak alias `MPI_X`.
+#[macro_export]
+macro_rules! entry {
+    ($mpi:ident / $pmpi:ident ( $($a:ident : $t:ty),* $(,)? ) comm($c:expr) $body:block) => {
+        #[doc = concat!("`", stringify!($mpi), "` (see the MPI standard).")]
+        ///
+        /// # Safety
+        /// Pointer arguments must be what the MPI standard requires.
+        #[no_mangle]
+        pub unsafe extern "C" fn $pmpi($($a: $t),*) -> ::std::ffi::c_int {
+            let r: $crate::ffi::R<()> = (|| $body)();
+            $crate::ffi::ret(stringify!($mpi), $c, r)
+        }
+        $crate::weak_alias!($mpi, $pmpi);
+    };
+}

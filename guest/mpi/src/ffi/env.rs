@@ -1,0 +1,232 @@
+//! Init, finalize, abort and the environment queries (`MPI_Wtime`,
+//! `MPI_Get_processor_name`, error strings, thread levels).
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_double, c_int};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::datatype::{Basic, Datatype, Pair};
+use crate::entry;
+use crate::launch::Place;
+use crate::transport::connect_all;
+
+/// How long `MPI_Init` waits for the channels to the other ranks.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
+
+static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// Ends this process with `code` after flushing C's stdio (the launcher
+/// ends the other ranks).
+pub fn abort_process(code: c_int) -> ! {
+    std::process::exit(code)
+}
+
+/// The predefined datatypes by handle.
+fn predefined_types() -> HashMap<MPI_Datatype, Arc<Datatype>> {
+    let mut m = HashMap::new();
+    for &(name, h) in DATATYPES.iter().chain(DATATYPE_ALIASES.iter()) {
+        if h == MPI_DATATYPE_NULL {
+            continue;
+        }
+        let t = Basic::ALL
+            .iter()
+            .find(|b| b.name() == name)
+            .map(|&b| Datatype::basic(b))
+            .or_else(|| Pair::ALL.iter().find(|p| p.name() == name).map(|&p| Datatype::pair(p)));
+        if let Some(t) = t {
+            m.insert(h, Arc::new(t));
+        }
+    }
+    m
+}
+
+fn init(level: c_int) -> R<c_int> {
+    let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if g.is_some() || FINALIZED.load(Ordering::SeqCst) {
+        return err(MPI_ERR_OTHER, "MPI_Init called twice");
+    }
+    T0.get_or_init(Instant::now);
+    let place = Place::from_env().map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?;
+    let links = if place.size > 1 {
+        ump::init(ump::Config::from_env().map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?)
+            .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: format!("UMP: {e}") })?;
+        connect_all(place.rank, place.size, |r| place.handle(r), CONNECT_TIMEOUT)
+            .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?
+    } else {
+        vec![None]
+    };
+    let mut eng = Engine::new(place.rank, links);
+    if let Some(n) = std::env::var("MCMPI_EAGER_LIMIT").ok().and_then(|v| v.parse().ok()) {
+        eng.set_eager_limit(n);
+    }
+    let world = Comm {
+        ctx: 0,
+        ranks: (0..place.size).collect(),
+        rank: place.rank,
+        errhandler: MPI_ERRORS_ARE_FATAL,
+        name: "MPI_COMM_WORLD".into(),
+    };
+    let me = Comm {
+        ctx: 2,
+        ranks: vec![place.rank],
+        rank: 0,
+        errhandler: MPI_ERRORS_ARE_FATAL,
+        name: "MPI_COMM_SELF".into(),
+    };
+    let granted = level.min(MPI_THREAD_SERIALIZED);
+    *g = Some(State {
+        eng,
+        place,
+        comms: HashMap::from([(MPI_COMM_WORLD, world), (MPI_COMM_SELF, me)]),
+        groups: HashMap::new(),
+        types: predefined_types(),
+        ops: HashMap::new(),
+        reqs: HashMap::new(),
+        errhandlers: HashMap::new(),
+        next_handle: FIRST_RUNTIME_HANDLE,
+        next_ctx: 4,
+        thread_level: granted,
+        main_thread: std::thread::current().id(),
+        buffer: None,
+    });
+    Ok(granted)
+}
+
+entry!(MPI_Init / PMPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) comm(MPI_COMM_WORLD) {
+    init(MPI_THREAD_SINGLE).map(|_| ())
+});
+
+entry!(MPI_Init_thread / PMPI_Init_thread(_argc: *mut c_int, _argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) comm(MPI_COMM_WORLD) {
+    let got = init(required)?;
+    put(provided, got, "provided")
+});
+
+entry!(MPI_Finalize / PMPI_Finalize() comm(MPI_COMM_WORLD) {
+    // Everything sent is delivered before anyone leaves: no rank closes
+    // its channels while another still reads from them.
+    with(|st| {
+        st.eng.drain()?;
+        coll::barrier(st, MPI_COMM_WORLD)?;
+        st.eng.drain()?;
+        Ok(())
+    })?;
+    let st = STATE.lock().unwrap_or_else(|e| e.into_inner()).take();
+    FINALIZED.store(true, Ordering::SeqCst);
+    drop(st);
+    let _ = ump::exit();
+    Ok(())
+});
+
+entry!(MPI_Initialized / PMPI_Initialized(flag: *mut c_int) comm(MPI_COMM_WORLD) {
+    let on = STATE.lock().unwrap_or_else(|e| e.into_inner()).is_some() || FINALIZED.load(Ordering::SeqCst);
+    put(flag, on as c_int, "flag")
+});
+
+entry!(MPI_Finalized / PMPI_Finalized(flag: *mut c_int) comm(MPI_COMM_WORLD) {
+    put(flag, FINALIZED.load(Ordering::SeqCst) as c_int, "flag")
+});
+
+entry!(MPI_Abort / PMPI_Abort(_comm: MPI_Comm, errorcode: c_int) comm(MPI_COMM_WORLD) {
+    let rank = STATE.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |s| s.place.rank);
+    eprintln!("MPI_Abort: rank {rank} ends the job with code {errorcode}");
+    abort_process(if errorcode == 0 { 1 } else { errorcode })
+});
+
+entry!(MPI_Query_thread / PMPI_Query_thread(provided: *mut c_int) comm(MPI_COMM_WORLD) {
+    let l = with(|st| Ok(st.thread_level))?;
+    put(provided, l, "provided")
+});
+
+entry!(MPI_Is_thread_main / PMPI_Is_thread_main(flag: *mut c_int) comm(MPI_COMM_WORLD) {
+    let main = with(|st| Ok(st.main_thread == std::thread::current().id()))?;
+    put(flag, main as c_int, "flag")
+});
+
+/// Copies `s` into the caller's `char` buffer of `cap` bytes, NUL ended,
+/// and stores the length (without the NUL) in `len`.
+pub fn put_str(dst: *mut c_char, cap: usize, s: &str, len: *mut c_int) -> R<()> {
+    nonnull(dst, "string buffer")?;
+    let n = s.len().min(cap.saturating_sub(1));
+    // SAFETY: the caller passes a buffer of at least `cap` chars (the
+    // MPI_MAX_* constant of this call); n + 1 <= cap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), dst as *mut u8, n);
+        *dst.add(n) = 0;
+    }
+    if !len.is_null() {
+        put(len, n as c_int, "resultlen")?;
+    }
+    Ok(())
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into())
+}
+
+entry!(MPI_Get_processor_name / PMPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) comm(MPI_COMM_WORLD) {
+    put_str(name, MPI_MAX_PROCESSOR_NAME as usize, &hostname(), resultlen)
+});
+
+/// What `MPI_Get_library_version` reports.
+pub const LIBRARY_VERSION: &str = concat!("MEMORY CHANNEL MPI ", env!("CARGO_PKG_VERSION"), " (MPI 5.0 standard ABI, over UMP)");
+
+entry!(MPI_Get_library_version / PMPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) comm(MPI_COMM_WORLD) {
+    put_str(version, MPI_MAX_LIBRARY_VERSION_STRING as usize, LIBRARY_VERSION, resultlen)
+});
+
+/// `MPI_Wtime`: seconds since the first `MPI_Init` (or first call).
+#[no_mangle]
+pub extern "C" fn PMPI_Wtime() -> c_double {
+    T0.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+crate::weak_alias!(MPI_Wtime, PMPI_Wtime);
+
+/// `MPI_Wtick`: the resolution of [`PMPI_Wtime`].
+#[no_mangle]
+pub extern "C" fn PMPI_Wtick() -> c_double {
+    1e-9
+}
+crate::weak_alias!(MPI_Wtick, PMPI_Wtick);
+
+/// The name of error class `c`.
+pub fn class_name(c: c_int) -> &'static str {
+    ERROR_CLASSES.iter().find(|e| e.1 == c).map_or("unknown error class", |e| e.0)
+}
+
+fn error_text(c: c_int) -> String {
+    let what = match c {
+        x if x == MPI_SUCCESS => "no error",
+        x if x == MPI_ERR_BUFFER => "invalid buffer pointer",
+        x if x == MPI_ERR_COUNT => "invalid count argument",
+        x if x == MPI_ERR_TYPE => "invalid datatype",
+        x if x == MPI_ERR_TAG => "invalid tag",
+        x if x == MPI_ERR_COMM => "invalid communicator",
+        x if x == MPI_ERR_RANK => "invalid rank",
+        x if x == MPI_ERR_REQUEST => "invalid request",
+        x if x == MPI_ERR_ROOT => "invalid root",
+        x if x == MPI_ERR_GROUP => "invalid group",
+        x if x == MPI_ERR_OP => "invalid operation",
+        x if x == MPI_ERR_ARG => "invalid argument",
+        x if x == MPI_ERR_TRUNCATE => "message truncated",
+        x if x == MPI_ERR_PENDING => "pending request",
+        x if x == MPI_ERR_IN_STATUS => "error code is in status",
+        x if x == MPI_ERR_UNSUPPORTED_OPERATION => "operation not supported by this library yet",
+        x if x == MPI_ERR_INTERN => "internal error",
+        _ => "error",
+    };
+    format!("{what} ({})", class_name(c))
+}
+
+entry!(MPI_Error_string / PMPI_Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) comm(MPI_COMM_WORLD) {
+    put_str(string, MPI_MAX_ERROR_STRING as usize, &error_text(errorcode), resultlen)
+});
+
+entry!(MPI_Error_class / PMPI_Error_class(errorcode: c_int, errorclass: *mut c_int) comm(MPI_COMM_WORLD) {
+    if !ERROR_CLASSES.iter().any(|e| e.1 == errorcode) {
+        return err(MPI_ERR_ARG, format!("{errorcode} is not an error code"));
+    }
+    put(errorclass, errorcode, "errorclass")
+});

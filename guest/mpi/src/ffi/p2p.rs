@@ -1,0 +1,701 @@
+//! Point-to-point: sends in every mode, receives, probes, requests and
+//! their completion (wait, test and their families), persistent requests
+//! and statuses.
+
+use std::ffi::{c_int, c_void};
+
+use super::*;
+use crate::engine::{backoff, From, Into, Pattern, Status};
+use crate::entry;
+
+/// How a persistent request starts again.
+#[derive(Debug, Clone, Copy)]
+pub enum Recipe {
+    /// A send: buffer, count, type, dest, tag, comm, synchronous.
+    Send(usize, c_int, MPI_Datatype, c_int, c_int, MPI_Comm, bool),
+    /// A receive: buffer, count, type, source, tag, comm.
+    Recv(usize, c_int, MPI_Datatype, c_int, c_int, MPI_Comm),
+}
+
+/// The largest tag (`MPI_TAG_UB`).
+pub const TAG_UB: c_int = i32::MAX;
+
+fn check_tag(tag: c_int, any_ok: bool) -> R<()> {
+    if tag < 0 && !(any_ok && tag == MPI_ANY_TAG) {
+        return err(MPI_ERR_TAG, format!("tag {tag} is invalid"));
+    }
+    Ok(())
+}
+
+/// The bytes of `count` items of type `t` at `buf`, for a send: the
+/// caller's memory when contiguous, else packed.
+fn send_from(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<From> {
+    let n = count_ok(count)?;
+    let dt = st.dtype(t)?;
+    let size = dt.size() * n;
+    if size == 0 {
+        return Ok(From::Owned(Vec::new()));
+    }
+    if dt.is_contiguous() && dt.extent() as u64 == dt.size() {
+        return Ok(From::Borrowed { ptr: buf.wrapping_add_signed(dt.true_lb() as isize) as *const u8, len: size as usize });
+    }
+    let mut out = vec![0u8; size as usize];
+    // SAFETY: the caller's buffer holds `count` items of this type (MPI's
+    // rule for send buffers).
+    unsafe { dt.pack(n, buf as *const u8, &mut out) };
+    Ok(From::Owned(out))
+}
+
+/// Where a receive of `count` items of type `t` at `buf` goes, and what
+/// to unpack on completion.
+fn recv_into(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<(Into, Option<(usize, u64, Arc<Datatype>)>)> {
+    let n = count_ok(count)?;
+    let dt = st.dtype(t)?;
+    let cap = (dt.size() * n) as usize;
+    if cap == 0 || (dt.is_contiguous() && dt.extent() as u64 == dt.size()) {
+        let ptr = buf.wrapping_add_signed(dt.true_lb() as isize) as *mut u8;
+        return Ok((Into::Contig { ptr, cap }, None));
+    }
+    Ok((Into::Packed { cap }, Some((buf, n, dt))))
+}
+
+/// The world rank of `rank` in communicator `c` (`None` for `MPI_PROC_NULL`).
+fn peer(c: &Comm, rank: c_int) -> R<Option<u32>> {
+    if rank == MPI_PROC_NULL {
+        return Ok(None);
+    }
+    match usize::try_from(rank).ok().and_then(|r| c.ranks.get(r)) {
+        Some(&w) => Ok(Some(w)),
+        None => err(MPI_ERR_RANK, format!("rank {rank} is not in a communicator of {}", c.size())),
+    }
+}
+
+fn null_status() -> MPI_Status {
+    MPI_Status { MPI_SOURCE: MPI_PROC_NULL, MPI_TAG: MPI_ANY_TAG, MPI_ERROR: MPI_SUCCESS, MPI_internal: [0; 5] }
+}
+
+/// The status MPI reports for an engine status on communicator `c`.
+fn to_status(st: &State, c: MPI_Comm, s: &Status) -> MPI_Status {
+    let source = st.comms.get(&c).and_then(|x| x.rank_of(s.source)).map_or(s.source as c_int, |r| r as c_int);
+    let bytes = s.bytes as u64;
+    MPI_Status {
+        MPI_SOURCE: source,
+        MPI_TAG: s.tag,
+        MPI_ERROR: if s.truncated { MPI_ERR_TRUNCATE } else { MPI_SUCCESS },
+        MPI_internal: [bytes as u32 as c_int, (bytes >> 32) as c_int, s.cancelled as c_int, 0, 0],
+    }
+}
+
+/// Bytes a status says were received.
+fn status_bytes(s: &MPI_Status) -> u64 {
+    s.MPI_internal[0] as u32 as u64 | (s.MPI_internal[1] as u32 as u64) << 32
+}
+
+/// Starts a send; returns the request handle.
+fn start_send(st: &mut State, r: Recipe) -> R<MPI_Request> {
+    let Recipe::Send(buf, count, t, dest, tag, comm, sync) = r else { return err(MPI_ERR_INTERN, "not a send") };
+    check_tag(tag, false)?;
+    let c = st.comm(comm)?.clone();
+    let h = st.handle();
+    let Some(to) = peer(&c, dest)? else {
+        st.reqs.insert(h, Pending { id: None, comm, unpack: None, detached: false, persistent: None, status: Some(null_status()) });
+        return Ok(h);
+    };
+    let data = send_from(st, buf, count, t)?;
+    let id = st.eng.isend(to, c.ctx, tag, data, sync)?;
+    st.reqs.insert(h, Pending { id: Some(id), comm, unpack: None, detached: false, persistent: None, status: None });
+    Ok(h)
+}
+
+/// Starts a receive; returns the request handle.
+fn start_recv(st: &mut State, r: Recipe) -> R<MPI_Request> {
+    let Recipe::Recv(buf, count, t, source, tag, comm) = r else { return err(MPI_ERR_INTERN, "not a receive") };
+    check_tag(tag, true)?;
+    let c = st.comm(comm)?.clone();
+    let h = st.handle();
+    let src = if source == MPI_ANY_SOURCE { None } else { Some(peer(&c, source)?) };
+    if src == Some(None) {
+        st.reqs.insert(h, Pending { id: None, comm, unpack: None, detached: false, persistent: None, status: Some(null_status()) });
+        return Ok(h);
+    }
+    let (into, unpack) = recv_into(st, buf, count, t)?;
+    let pattern = Pattern { ctx: c.ctx, src: src.flatten(), tag: (tag != MPI_ANY_TAG).then_some(tag) };
+    let id = st.eng.irecv(pattern, into)?;
+    st.reqs.insert(h, Pending { id: Some(id), comm, unpack, detached: false, persistent: None, status: None });
+    Ok(h)
+}
+
+/// Whether request `h` is complete (no progress made).
+fn done(st: &State, h: MPI_Request) -> R<bool> {
+    let p = st.reqs.get(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
+    match (p.status, p.id) {
+        (Some(_), _) | (None, None) => Ok(true),
+        (None, Some(id)) => Ok(st.eng.is_done(id)?),
+    }
+}
+
+/// Completes request `h` (which must be done): unpacks, frees or resets
+/// it, and returns its status.
+fn complete(st: &mut State, h: MPI_Request) -> R<MPI_Status> {
+    let p = st.reqs.get_mut(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
+    let status = match (p.status.take(), p.id.take()) {
+        (Some(s), _) => s,
+        (None, None) => null_status(),
+        (None, Some(id)) => {
+            let (s, packed) = st.eng.finish(id)?;
+            let p = st.reqs.get_mut(&h).expect("looked up above");
+            if let Some((buf, n, dt)) = p.unpack.take() {
+                // SAFETY: the receive buffer holds `n` items of this type
+                // (MPI's rule for receive buffers); `packed` holds at most
+                // their packed size.
+                unsafe { dt.unpack(n, buf as *mut u8, &packed) };
+            }
+            let comm = p.comm;
+            to_status(st, comm, &s)
+        }
+    };
+    let persistent = st.reqs.get(&h).and_then(|p| p.persistent);
+    if persistent.is_none() {
+        st.reqs.remove(&h);
+    }
+    Ok(status)
+}
+
+/// Progress until request `h` is done.
+fn wait_one(st: &mut State, h: MPI_Request) -> R<MPI_Status> {
+    let mut idle = 0;
+    while !done(st, h)? {
+        if st.eng.progress()? {
+            idle = 0;
+        } else {
+            backoff(&mut idle);
+        }
+    }
+    complete(st, h)
+}
+
+/// Stores a status unless the caller passed `MPI_STATUS_IGNORE`.
+fn put_status(p: *mut MPI_Status, s: MPI_Status) -> R<()> {
+    if p as usize == MPI_STATUS_IGNORE {
+        return Ok(());
+    }
+    put(p, s, "status")
+}
+
+/// Requests whose handle is inactive (null, or a persistent one not started).
+fn inactive(st: &State, h: MPI_Request) -> bool {
+    h == MPI_REQUEST_NULL || st.reqs.get(&h).is_some_and(|p| p.persistent.is_some() && p.id.is_none() && p.status.is_none())
+}
+
+fn empty_status() -> MPI_Status {
+    MPI_Status { MPI_SOURCE: MPI_ANY_SOURCE, MPI_TAG: MPI_ANY_TAG, MPI_ERROR: MPI_SUCCESS, MPI_internal: [0; 5] }
+}
+
+/// Drops finished detached requests (`MPI_Request_free`, buffered sends).
+fn reap(st: &mut State) -> R<()> {
+    let gone: Vec<MPI_Request> = st.reqs.iter().filter(|(_, p)| p.detached).map(|(&h, _)| h).collect();
+    for h in gone {
+        if done(st, h)? {
+            let _ = complete(st, h);
+            st.reqs.remove(&h);
+        }
+    }
+    Ok(())
+}
+
+/// Blocking send in any mode.
+fn send(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, sync: bool) -> R<()> {
+    with(|st| {
+        let h = start_send(st, Recipe::Send(buf as usize, count, t, dest, tag, comm, sync))?;
+        wait_one(st, h)?;
+        reap(st)
+    })
+}
+
+entry!(MPI_Send / PMPI_Send(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) comm(comm) {
+    send(buf, count, t, dest, tag, comm, false)
+});
+
+entry!(MPI_Ssend / PMPI_Ssend(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) comm(comm) {
+    send(buf, count, t, dest, tag, comm, true)
+});
+
+entry!(MPI_Rsend / PMPI_Rsend(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) comm(comm) {
+    send(buf, count, t, dest, tag, comm, false)
+});
+
+/// A buffered send: the data is copied now and the send goes on in the
+/// background (the copy counts against the attached buffer's size).
+fn bsend(st: &mut State, buf: usize, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> R<MPI_Request> {
+    let Some((_, cap)) = st.buffer else {
+        return err(MPI_ERR_BUFFER, "MPI_Bsend without an attached buffer (MPI_Buffer_attach)");
+    };
+    let dt = st.dtype(t)?;
+    let need = (dt.size() * count_ok(count)?) as usize + MPI_BSEND_OVERHEAD as usize;
+    if need > cap {
+        return err(MPI_ERR_BUFFER, format!("a buffered send of {need} bytes exceeds the attached {cap}"));
+    }
+    let data = match send_from(st, buf, count, t)? {
+        From::Borrowed { ptr, len } => {
+            // SAFETY: the caller's send buffer holds `len` bytes at `ptr`.
+            From::Owned(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec())
+        }
+        owned => owned,
+    };
+    check_tag(tag, false)?;
+    let c = st.comm(comm)?.clone();
+    let h = st.handle();
+    match peer(&c, dest)? {
+        None => {
+            st.reqs.insert(h, Pending { id: None, comm, unpack: None, detached: false, persistent: None, status: Some(null_status()) });
+        }
+        Some(to) => {
+            let id = st.eng.isend(to, c.ctx, tag, data, false)?;
+            st.reqs.insert(h, Pending { id: Some(id), comm, unpack: None, detached: false, persistent: None, status: None });
+        }
+    }
+    Ok(h)
+}
+
+entry!(MPI_Bsend / PMPI_Bsend(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) comm(comm) {
+    with(|st| {
+        let h = bsend(st, buf as usize, count, t, dest, tag, comm)?;
+        if let Some(p) = st.reqs.get_mut(&h) {
+            p.detached = true;
+        }
+        st.eng.progress()?;
+        reap(st)
+    })
+});
+
+entry!(MPI_Ibsend / PMPI_Ibsend(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    let h = with(|st| bsend(st, buf as usize, count, t, dest, tag, comm))?;
+    put(req, h, "request")
+});
+
+entry!(MPI_Buffer_attach / PMPI_Buffer_attach(buf: *mut c_void, size: c_int) comm(MPI_COMM_WORLD) {
+    let n = count_ok(size)? as usize;
+    with(|st| {
+        if st.buffer.is_some() {
+            return err(MPI_ERR_BUFFER, "a buffer is attached already");
+        }
+        st.buffer = Some((buf as usize, n));
+        Ok(())
+    })
+});
+
+entry!(MPI_Buffer_detach / PMPI_Buffer_detach(buf: *mut c_void, size: *mut c_int) comm(MPI_COMM_WORLD) {
+    // Buffered sends still going are finished first, as the standard says.
+    let (b, n) = with(|st| {
+        let mut idle = 0;
+        while st.reqs.values().any(|p| p.detached) {
+            reap(st)?;
+            if !st.eng.progress()? {
+                backoff(&mut idle);
+            }
+        }
+        Ok(st.buffer.take().unwrap_or((0, 0)))
+    })?;
+    put(buf as *mut usize, b, "buffer")?;
+    put(size, n as c_int, "size")
+});
+
+fn isend(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, sync: bool, req: *mut MPI_Request) -> R<()> {
+    nonnull(req, "request")?;
+    let h = with(|st| start_send(st, Recipe::Send(buf as usize, count, t, dest, tag, comm, sync)))?;
+    put(req, h, "request")
+}
+
+entry!(MPI_Isend / PMPI_Isend(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    isend(buf, count, t, dest, tag, comm, false, req)
+});
+
+entry!(MPI_Issend / PMPI_Issend(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    isend(buf, count, t, dest, tag, comm, true, req)
+});
+
+entry!(MPI_Irsend / PMPI_Irsend(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    isend(buf, count, t, dest, tag, comm, false, req)
+});
+
+entry!(MPI_Recv / PMPI_Recv(buf: *mut c_void, count: c_int, t: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) comm(comm) {
+    let s = with(|st| {
+        let h = start_recv(st, Recipe::Recv(buf as usize, count, t, source, tag, comm))?;
+        wait_one(st, h)
+    })?;
+    put_status(status, s)?;
+    if s.MPI_ERROR == MPI_ERR_TRUNCATE {
+        return err(MPI_ERR_TRUNCATE, format!("a message of {} bytes does not fit the receive buffer", status_bytes(&s)));
+    }
+    Ok(())
+});
+
+entry!(MPI_Irecv / PMPI_Irecv(buf: *mut c_void, count: c_int, t: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    nonnull(req, "request")?;
+    let h = with(|st| start_recv(st, Recipe::Recv(buf as usize, count, t, source, tag, comm)))?;
+    put(req, h, "request")
+});
+
+entry!(MPI_Sendrecv / PMPI_Sendrecv(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, dest: c_int, stag: c_int,
+        rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, source: c_int, rtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) comm(comm) {
+    let s = with(|st| {
+        let r = start_recv(st, Recipe::Recv(rbuf as usize, rcount, rtype, source, rtag, comm))?;
+        let w = start_send(st, Recipe::Send(sbuf as usize, scount, stype, dest, stag, comm, false))?;
+        wait_one(st, w)?;
+        wait_one(st, r)
+    })?;
+    put_status(status, s)
+});
+
+entry!(MPI_Sendrecv_replace / PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, t: MPI_Datatype, dest: c_int, stag: c_int,
+        source: c_int, rtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) comm(comm) {
+    let s = with(|st| {
+        // The outgoing copy is taken before anything can arrive.
+        let data = match send_from(st, buf as usize, count, t)? {
+            // SAFETY: the caller's buffer holds `len` bytes at `ptr`.
+            From::Borrowed { ptr, len } => From::Owned(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()),
+            owned => owned,
+        };
+        let c = st.comm(comm)?.clone();
+        check_tag(stag, false)?;
+        let w = match peer(&c, dest)? {
+            Some(to) => Some(st.eng.isend(to, c.ctx, stag, data, false)?),
+            None => None,
+        };
+        let r = start_recv(st, Recipe::Recv(buf as usize, count, t, source, rtag, comm))?;
+        if let Some(w) = w {
+            st.eng.wait(w)?;
+            st.eng.finish(w)?;
+        }
+        wait_one(st, r)
+    })?;
+    put_status(status, s)
+});
+
+fn probe_pattern(st: &State, source: c_int, tag: c_int, comm: MPI_Comm) -> R<Option<Pattern>> {
+    check_tag(tag, true)?;
+    let c = st.comm(comm)?;
+    let src = if source == MPI_ANY_SOURCE { None } else { Some(peer(c, source)?) };
+    if src == Some(None) {
+        return Ok(None);
+    }
+    Ok(Some(Pattern { ctx: c.ctx, src: src.flatten(), tag: (tag != MPI_ANY_TAG).then_some(tag) }))
+}
+
+entry!(MPI_Iprobe / PMPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) comm(comm) {
+    let found = with(|st| {
+        let Some(p) = probe_pattern(st, source, tag, comm)? else { return Ok(Some(null_status())) };
+        Ok(st.eng.iprobe(p)?.map(|s| to_status(st, comm, &s)))
+    })?;
+    put(flag, found.is_some() as c_int, "flag")?;
+    match found {
+        Some(s) => put_status(status, s),
+        None => Ok(()),
+    }
+});
+
+entry!(MPI_Probe / PMPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) comm(comm) {
+    let s = with(|st| {
+        let Some(p) = probe_pattern(st, source, tag, comm)? else { return Ok(null_status()) };
+        let mut idle = 0;
+        loop {
+            if let Some(s) = st.eng.iprobe(p)? {
+                return Ok(to_status(st, comm, &s));
+            }
+            backoff(&mut idle);
+        }
+    })?;
+    put_status(status, s)
+});
+
+entry!(MPI_Wait / PMPI_Wait(req: *mut MPI_Request, status: *mut MPI_Status) comm(MPI_COMM_WORLD) {
+    let h = array(req as *const MPI_Request, 1, "request")?[0];
+    let s = with(|st| {
+        if inactive(st, h) {
+            return Ok((empty_status(), h));
+        }
+        let s = wait_one(st, h)?;
+        let keep = st.reqs.contains_key(&h);
+        Ok((s, if keep { h } else { MPI_REQUEST_NULL }))
+    })?;
+    put(req, s.1, "request")?;
+    put_status(status, s.0)
+});
+
+entry!(MPI_Test / PMPI_Test(req: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) comm(MPI_COMM_WORLD) {
+    let h = array(req as *const MPI_Request, 1, "request")?[0];
+    let r = with(|st| {
+        if inactive(st, h) {
+            return Ok(Some((empty_status(), h)));
+        }
+        st.eng.progress()?;
+        if !done(st, h)? {
+            return Ok(None);
+        }
+        let s = complete(st, h)?;
+        let keep = st.reqs.contains_key(&h);
+        Ok(Some((s, if keep { h } else { MPI_REQUEST_NULL })))
+    })?;
+    put(flag, r.is_some() as c_int, "flag")?;
+    if let Some((s, nh)) = r {
+        put(req, nh, "request")?;
+        put_status(status, s)?;
+    }
+    Ok(())
+});
+
+/// Stores status `i` of an array unless `MPI_STATUSES_IGNORE`.
+fn put_status_at(p: *mut MPI_Status, i: usize, s: MPI_Status) -> R<()> {
+    if p as usize == MPI_STATUSES_IGNORE {
+        return Ok(());
+    }
+    put(p.wrapping_add(i), s, "statuses")
+}
+
+entry!(MPI_Waitall / PMPI_Waitall(n: c_int, reqs: *mut MPI_Request, statuses: *mut MPI_Status) comm(MPI_COMM_WORLD) {
+    let n = count_ok(n)? as usize;
+    let hs = array(reqs as *const MPI_Request, n, "requests")?;
+    for (i, &h) in hs.iter().enumerate() {
+        let (s, nh) = with(|st| {
+            if inactive(st, h) {
+                return Ok((empty_status(), h));
+            }
+            let s = wait_one(st, h)?;
+            Ok((s, if st.reqs.contains_key(&h) { h } else { MPI_REQUEST_NULL }))
+        })?;
+        put(reqs.wrapping_add(i), nh, "requests")?;
+        put_status_at(statuses, i, s)?;
+    }
+    Ok(())
+});
+
+entry!(MPI_Testall / PMPI_Testall(n: c_int, reqs: *mut MPI_Request, flag: *mut c_int, statuses: *mut MPI_Status) comm(MPI_COMM_WORLD) {
+    let n = count_ok(n)? as usize;
+    let hs = array(reqs as *const MPI_Request, n, "requests")?;
+    let all = with(|st| {
+        st.eng.progress()?;
+        for &h in &hs {
+            if !inactive(st, h) && !done(st, h)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })?;
+    put(flag, all as c_int, "flag")?;
+    if all {
+        for (i, &h) in hs.iter().enumerate() {
+            let (s, nh) = with(|st| {
+                if inactive(st, h) {
+                    return Ok((empty_status(), h));
+                }
+                let s = complete(st, h)?;
+                Ok((s, if st.reqs.contains_key(&h) { h } else { MPI_REQUEST_NULL }))
+            })?;
+            put(reqs.wrapping_add(i), nh, "requests")?;
+            put_status_at(statuses, i, s)?;
+        }
+    }
+    Ok(())
+});
+
+/// The first complete active request of `hs`, completed; `Ok(None)` when
+/// none is, `Some(None)` when all are inactive.
+fn any_done(st: &mut State, hs: &[MPI_Request]) -> R<Option<Option<(usize, MPI_Status, MPI_Request)>>> {
+    if hs.iter().all(|&h| inactive(st, h)) {
+        return Ok(Some(None));
+    }
+    for (i, &h) in hs.iter().enumerate() {
+        if !inactive(st, h) && done(st, h)? {
+            let s = complete(st, h)?;
+            return Ok(Some(Some((i, s, if st.reqs.contains_key(&h) { h } else { MPI_REQUEST_NULL }))));
+        }
+    }
+    Ok(None)
+}
+
+entry!(MPI_Waitany / PMPI_Waitany(n: c_int, reqs: *mut MPI_Request, index: *mut c_int, status: *mut MPI_Status) comm(MPI_COMM_WORLD) {
+    let n = count_ok(n)? as usize;
+    let hs = array(reqs as *const MPI_Request, n, "requests")?;
+    let r = with(|st| {
+        let mut idle = 0;
+        loop {
+            if let Some(x) = any_done(st, &hs)? {
+                return Ok(x);
+            }
+            if !st.eng.progress()? {
+                backoff(&mut idle);
+            }
+        }
+    })?;
+    match r {
+        None => {
+            put(index, MPI_UNDEFINED, "index")?;
+            put_status(status, empty_status())
+        }
+        Some((i, s, nh)) => {
+            put(reqs.wrapping_add(i), nh, "requests")?;
+            put(index, i as c_int, "index")?;
+            put_status(status, s)
+        }
+    }
+});
+
+entry!(MPI_Testany / PMPI_Testany(n: c_int, reqs: *mut MPI_Request, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) comm(MPI_COMM_WORLD) {
+    let n = count_ok(n)? as usize;
+    let hs = array(reqs as *const MPI_Request, n, "requests")?;
+    let r = with(|st| {
+        st.eng.progress()?;
+        any_done(st, &hs)
+    })?;
+    match r {
+        None => put(flag, 0, "flag"),
+        Some(None) => {
+            put(flag, 1, "flag")?;
+            put(index, MPI_UNDEFINED, "index")?;
+            put_status(status, empty_status())
+        }
+        Some(Some((i, s, nh))) => {
+            put(flag, 1, "flag")?;
+            put(reqs.wrapping_add(i), nh, "requests")?;
+            put(index, i as c_int, "index")?;
+            put_status(status, s)
+        }
+    }
+});
+
+fn some(n: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status, block: bool) -> R<()> {
+    let n = count_ok(n)? as usize;
+    let hs = array(reqs as *const MPI_Request, n, "requests")?;
+    let got = with(|st| {
+        let mut idle = 0;
+        loop {
+            st.eng.progress()?;
+            if hs.iter().all(|&h| inactive(st, h)) {
+                return Ok(None);
+            }
+            let mut got = Vec::new();
+            for (i, &h) in hs.iter().enumerate() {
+                if !inactive(st, h) && done(st, h)? {
+                    let s = complete(st, h)?;
+                    got.push((i, s, if st.reqs.contains_key(&h) { h } else { MPI_REQUEST_NULL }));
+                }
+            }
+            if !got.is_empty() || !block {
+                return Ok(Some(got));
+            }
+            backoff(&mut idle);
+        }
+    })?;
+    let Some(got) = got else { return put(outcount, MPI_UNDEFINED, "outcount") };
+    put(outcount, got.len() as c_int, "outcount")?;
+    for (k, (i, s, nh)) in got.into_iter().enumerate() {
+        put(reqs.wrapping_add(i), nh, "requests")?;
+        put(indices.wrapping_add(k), i as c_int, "indices")?;
+        put_status_at(statuses, k, s)?;
+    }
+    Ok(())
+}
+
+entry!(MPI_Waitsome / PMPI_Waitsome(n: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status) comm(MPI_COMM_WORLD) {
+    some(n, reqs, outcount, indices, statuses, true)
+});
+
+entry!(MPI_Testsome / PMPI_Testsome(n: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status) comm(MPI_COMM_WORLD) {
+    some(n, reqs, outcount, indices, statuses, false)
+});
+
+entry!(MPI_Request_free / PMPI_Request_free(req: *mut MPI_Request) comm(MPI_COMM_WORLD) {
+    let h = array(req as *const MPI_Request, 1, "request")?[0];
+    with(|st| {
+        let Some(p) = st.reqs.get_mut(&h) else { return err(MPI_ERR_REQUEST, format!("{h:#x} is not a request")) };
+        if p.id.is_none() {
+            st.reqs.remove(&h);
+        } else {
+            p.persistent = None;
+            p.detached = true;
+        }
+        reap(st)
+    })?;
+    put(req, MPI_REQUEST_NULL, "request")
+});
+
+entry!(MPI_Cancel / PMPI_Cancel(req: *mut MPI_Request) comm(MPI_COMM_WORLD) {
+    let h = array(req as *const MPI_Request, 1, "request")?[0];
+    with(|st| {
+        let p = st.reqs.get(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
+        if let Some(id) = p.id {
+            st.eng.cancel(id)?;
+        }
+        Ok(())
+    })
+});
+
+entry!(MPI_Test_cancelled / PMPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int) comm(MPI_COMM_WORLD) {
+    let s = array(status, 1, "status")?[0];
+    put(flag, (s.MPI_internal[2] != 0) as c_int, "flag")
+});
+
+entry!(MPI_Get_count / PMPI_Get_count(status: *const MPI_Status, t: MPI_Datatype, count: *mut c_int) comm(MPI_COMM_WORLD) {
+    let s = array(status, 1, "status")?[0];
+    let dt = with(|st| st.dtype(t))?;
+    let bytes = status_bytes(&s);
+    let n = dt.get_count(bytes).map_or(MPI_UNDEFINED, |n| n.min(i32::MAX as u64) as c_int);
+    put(count, n, "count")
+});
+
+entry!(MPI_Get_elements / PMPI_Get_elements(status: *const MPI_Status, t: MPI_Datatype, count: *mut c_int) comm(MPI_COMM_WORLD) {
+    let s = array(status, 1, "status")?[0];
+    let dt = with(|st| st.dtype(t))?;
+    let n = dt.get_elements(status_bytes(&s)).map_or(MPI_UNDEFINED, |n| n.min(i32::MAX as u64) as c_int);
+    put(count, n, "count")
+});
+
+fn persistent(req: *mut MPI_Request, r: Recipe) -> R<()> {
+    nonnull(req, "request")?;
+    let h = with(|st| {
+        let h = st.handle();
+        let comm = match r {
+            Recipe::Send(.., c, _) | Recipe::Recv(.., c) => c,
+        };
+        st.comm(comm)?;
+        st.reqs.insert(h, Pending { id: None, comm, unpack: None, detached: false, persistent: Some(r), status: None });
+        Ok(h)
+    })?;
+    put(req, h, "request")
+}
+
+entry!(MPI_Send_init / PMPI_Send_init(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    persistent(req, Recipe::Send(buf as usize, count, t, dest, tag, comm, false))
+});
+
+entry!(MPI_Ssend_init / PMPI_Ssend_init(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    persistent(req, Recipe::Send(buf as usize, count, t, dest, tag, comm, true))
+});
+
+entry!(MPI_Recv_init / PMPI_Recv_init(buf: *mut c_void, count: c_int, t: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    persistent(req, Recipe::Recv(buf as usize, count, t, source, tag, comm))
+});
+
+fn start(st: &mut State, h: MPI_Request) -> R<()> {
+    let r = st.reqs.get(&h).and_then(|p| p.persistent).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a persistent request") })?;
+    let tmp = match r {
+        Recipe::Send(..) => start_send(st, r)?,
+        Recipe::Recv(..) => start_recv(st, r)?,
+    };
+    // Move the started request's state under the persistent handle.
+    let mut started = st.reqs.remove(&tmp).expect("just started");
+    started.persistent = Some(r);
+    st.reqs.insert(h, started);
+    Ok(())
+}
+
+entry!(MPI_Start / PMPI_Start(req: *mut MPI_Request) comm(MPI_COMM_WORLD) {
+    let h = array(req as *const MPI_Request, 1, "request")?[0];
+    with(|st| start(st, h))
+});
+
+entry!(MPI_Startall / PMPI_Startall(n: c_int, reqs: *mut MPI_Request) comm(MPI_COMM_WORLD) {
+    let n = count_ok(n)? as usize;
+    let hs = array(reqs as *const MPI_Request, n, "requests")?;
+    with(|st| hs.iter().try_for_each(|&h| start(st, h)))
+});
