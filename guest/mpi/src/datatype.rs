@@ -1,6 +1,7 @@
 //! MPI datatypes: the predefined element kinds ([`Basic`], [`Pair`]), the
 //! derived-type constructors, extents and bounds, pack and unpack, element
-//! counts of partial messages, type signatures, names and envelopes.
+//! counts of partial messages, type signatures, names, envelopes, and
+//! copies between two typed buffers.
 //!
 //! A [`Datatype`] is immutable apart from its name and its committed flag, so
 //! the C layer shares it through `Arc` between the application's threads and
@@ -1603,6 +1604,58 @@ impl Iterator for Signature<'_> {
         }
         Some((b, n))
     }
+}
+
+/// Bytes of the bounce buffer [`copy`] packs through.
+const COPY_CHUNK: usize = 64 * 1024;
+
+/// Copies `src_count` elements of `src_type` at `src` into `dst_count`
+/// elements of `dst_type` at `dst`, through their packed form (the types'
+/// signatures are the caller's to check). Copies the smaller of the two
+/// sizes and returns it.
+///
+/// # Safety
+/// The source elements must be readable, the destination elements
+/// writable, and the two must not overlap.
+pub unsafe fn copy(
+    src_type: &Datatype,
+    src_count: u64,
+    src: *const u8,
+    dst_type: &Datatype,
+    dst_count: u64,
+    dst: *mut u8,
+) -> u64 {
+    let n = src_type.size.saturating_mul(src_count).min(dst_type.size.saturating_mul(dst_count));
+    if n == 0 {
+        return 0;
+    }
+    if src_type.contiguous && dst_type.contiguous {
+        // SAFETY: both buffers hold at least `n` data bytes from their lower
+        // bounds, readable and writable as the caller guarantees, and apart.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.wrapping_offset(src_type.lb as isize),
+                dst.wrapping_offset(dst_type.lb as isize),
+                n as usize,
+            )
+        };
+        return n;
+    }
+    let mut bounce = vec![0u8; (n as usize).min(COPY_CHUNK)];
+    let mut done = 0u64;
+    while done < n {
+        let want = ((n - done) as usize).min(bounce.len());
+        // SAFETY: the caller guarantees the source elements are readable.
+        let got = unsafe { src_type.pack_at(src_count, src, done, &mut bounce[..want]) };
+        // SAFETY: the caller guarantees the destination elements are
+        // writable; the bounce buffer is ours.
+        unsafe { dst_type.unpack_at(dst_count, dst, done, &bounce[..got]) };
+        done += got as u64;
+        if got == 0 {
+            break;
+        }
+    }
+    done
 }
 
 /// Compares the signature of `a_count` elements of `a` with that of

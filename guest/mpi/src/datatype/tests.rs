@@ -502,3 +502,81 @@ proptest! {
         prop_assert_eq!(again, bytes);
     }
 }
+
+#[test]
+fn typed_copy_between_layouts() {
+    let i = int();
+    // A column of a 4x3 matrix into a contiguous row, and back.
+    let col = Datatype::vector(4, 1, 3, &i).unwrap();
+    let row = Datatype::contiguous(4, &i).unwrap();
+    let m = ints(12);
+    let mut r = vec![0u8; 16];
+    // SAFETY: m holds 12 ints, the column's span; r holds the row.
+    let n = unsafe { copy(&col, 1, m.as_ptr().wrapping_add(4), &row, 1, r.as_mut_ptr()) };
+    assert_eq!(n, 16);
+    assert_eq!(as_ints(&r), vec![1, 4, 7, 10]);
+    let mut back = vec![0u8; 48];
+    // SAFETY: as above, the other way.
+    let n = unsafe { copy(&row, 1, r.as_ptr(), &col, 1, back.as_mut_ptr().wrapping_add(8)) };
+    assert_eq!(n, 16);
+    assert_eq!(as_ints(&back), vec![0, 0, 1, 0, 0, 4, 0, 0, 7, 0, 0, 10]);
+    // More than one bounce buffer's worth, and a shorter destination.
+    let big = Datatype::vector(40_000, 1, 2, &i).unwrap();
+    let src = ints(80_000);
+    let mut dst = vec![0u8; 4 * 30_000];
+    // SAFETY: src spans the vector; dst holds 30000 ints.
+    let n = unsafe { copy(&big, 1, src.as_ptr(), &i, 30_000, dst.as_mut_ptr()) };
+    assert_eq!(n, 120_000);
+    let got = as_ints(&dst);
+    assert!(got.iter().enumerate().all(|(k, v)| *v == 2 * k as i32));
+}
+
+#[test]
+fn datatypes_are_shareable() {
+    fn shared<T: Send + Sync>() {}
+    shared::<Datatype>();
+    shared::<Arc<Datatype>>();
+}
+
+/// Linear indices of a subarray, computed from its definition.
+fn subarray_indices(sizes: &[usize], subsizes: &[usize], starts: &[usize], order: Order) -> Vec<i32> {
+    let n = sizes.len();
+    // Dimensions from slowest to fastest.
+    let dims: Vec<usize> = match order {
+        Order::C => (0..n).collect(),
+        Order::Fortran => (0..n).rev().collect(),
+    };
+    let mut out = Vec::new();
+    let total: usize = subsizes.iter().product();
+    for mut k in 0..total {
+        let mut idx = vec![0usize; n];
+        for &d in dims.iter().rev() {
+            idx[d] = starts[d] + k % subsizes[d];
+            k /= subsizes[d];
+        }
+        let mut lin = 0;
+        for &d in &dims {
+            lin = lin * sizes[d] + idx[d];
+        }
+        out.push(lin as i32);
+    }
+    out
+}
+
+proptest! {
+    #[test]
+    fn subarray_matches_definition(
+        dims in proptest::collection::vec((1usize..5, 0usize..5, 0usize..5), 1..4),
+        fortran in any::<bool>(),
+    ) {
+        let sizes: Vec<usize> = dims.iter().map(|d| d.0).collect();
+        let subsizes: Vec<usize> = dims.iter().map(|d| 1 + d.1 % d.0).collect();
+        let starts: Vec<usize> = dims.iter().zip(&subsizes).map(|(d, s)| d.2 % (d.0 - s + 1)).collect();
+        let order = if fortran { Order::Fortran } else { Order::C };
+        let as64 = |v: &[usize]| v.iter().map(|x| *x as i64).collect::<Vec<_>>();
+        let t = Datatype::subarray(&as64(&sizes), &as64(&subsizes), &as64(&starts), order, &int()).unwrap();
+        let total: usize = sizes.iter().product();
+        prop_assert_eq!(t.extent(), 4 * total as i64);
+        prop_assert_eq!(pack_ints(&t, 1, total, 0), subarray_indices(&sizes, &subsizes, &starts, order));
+    }
+}
