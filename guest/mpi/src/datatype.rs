@@ -848,7 +848,11 @@ impl Datatype {
             if n > 1 && step == block_bytes {
                 b.add(0, ovf(n.checked_mul(bl))?, ext, old)?;
             } else {
-                for k in 0..n {
+                // Every block adds runs, except when the old type has no
+                // data: then the bounds come from the first and last blocks.
+                let ks: Box<dyn Iterator<Item = u64>> =
+                    if old.runs.is_empty() { Box::new([0, n.saturating_sub(1)].into_iter()) } else { Box::new(0..n) };
+                for k in ks {
                     b.add(mul_i(as_i(k)?, step)?, bl, ext, old)?;
                 }
             }
@@ -1106,15 +1110,16 @@ impl Datatype {
             coords[i] = r % psizes[i];
             r /= psizes[i];
         }
-        // The indices this process owns in each dimension.
-        let mut owned: Vec<Vec<i64>> = Vec::with_capacity(n);
+        // The blocks of indices (start, length) this process owns in each
+        // dimension.
+        let mut owned: Vec<Vec<(i64, i64)>> = Vec::with_capacity(n);
         for i in 0..n {
             let (g, p, c) = (gsizes[i], psizes[i], coords[i]);
-            let idx: Vec<i64> = match distribs[i] {
-                Distribution::None => (0..g).collect(),
+            let blocks: Vec<(i64, i64)> = match distribs[i] {
+                Distribution::None => vec![(0, g)],
                 Distribution::Block(arg) => {
                     let b = match arg {
-                        None => (g + p - 1) / p,
+                        None => g / p + i64::from(g % p != 0),
                         Some(b) if b >= 1 && b.checked_mul(p).is_some_and(|bp| bp >= g) => b,
                         Some(b) => {
                             return Err(DatatypeError::Invalid(format!(
@@ -1122,9 +1127,9 @@ impl Datatype {
                             )))
                         }
                     };
-                    let lo = (c * b).min(g);
-                    let hi = ((c + 1) * b).min(g);
-                    (lo..hi).collect()
+                    let lo = c.saturating_mul(b).min(g);
+                    let hi = (c + 1).saturating_mul(b).min(g);
+                    vec![(lo, hi - lo)]
                 }
                 Distribution::Cyclic(arg) => {
                     let b = arg.unwrap_or(1);
@@ -1133,16 +1138,20 @@ impl Datatype {
                             "darray: cyclic block size {b} in dimension {i} is not positive"
                         )));
                     }
-                    let mut v = Vec::new();
-                    let mut start = c * b;
-                    while start < g {
-                        v.extend(start..(start + b).min(g));
-                        start += b * p;
+                    if p == 1 {
+                        vec![(0, g)]
+                    } else {
+                        let mut v = Vec::new();
+                        let mut start = c.saturating_mul(b);
+                        while start < g {
+                            v.push((start, b.min(g - start)));
+                            start = start.saturating_add(b.saturating_mul(p));
+                        }
+                        v
                     }
-                    v
                 }
             };
-            owned.push(idx);
+            owned.push(blocks);
         }
         let dims: Vec<usize> = match order {
             Order::C => (0..n).rev().collect(),
@@ -1154,8 +1163,12 @@ impl Datatype {
         for &d in &dims {
             let mut b = Builder::default();
             let inner: &Datatype = t.as_ref().unwrap_or(&**old);
-            for &i in &owned[d] {
-                b.add(mul_i(i, stride)?, 1, 0, inner)?;
+            // Nothing to place when the inner part is empty: the bounds are
+            // set explicitly below.
+            if inner.size > 0 {
+                for &(start, len) in &owned[d] {
+                    b.add(mul_i(start, stride)?, len as u64, stride, inner)?;
+                }
             }
             stride = mul_i(stride, gsizes[d])?;
             t = Some(b.finish(false, Contents::Named)?);

@@ -580,3 +580,19 @@ proptest! {
         prop_assert_eq!(pack_ints(&t, 1, total, 0), subarray_indices(&sizes, &subsizes, &starts, order));
     }
 }
+
+#[test]
+fn huge_counts_of_empty_types_are_quick() {
+    let empty = Arc::new(Datatype::contiguous(0, &int()).unwrap());
+    let v = Datatype::vector(1 << 60, 3, 1, &empty).unwrap();
+    assert_eq!((v.size(), v.extent()), (0, 0));
+    // With markers the bounds still follow the blocks.
+    let marked = Arc::new(Datatype::resized(&empty, 0, 4).unwrap());
+    let v = Datatype::vector(1 << 40, 1, 2, &marked).unwrap();
+    assert_eq!((v.size(), v.lb(), v.ub()), (0, 0, ((1i64 << 40) - 1) * 8 + 4));
+    // A darray of a large global array does not list its indices.
+    let d = Datatype::darray(2, 1, &[1 << 40], &[Distribution::Block(None)], &[2], Order::C, &int()).unwrap();
+    assert_eq!(d.size(), 4 << 39);
+    assert_eq!(d.runs().len(), 1);
+    assert_eq!(d.true_lb(), 4 << 39);
+}
