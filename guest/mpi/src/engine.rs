@@ -233,9 +233,17 @@ pub struct Engine {
     unexpected: VecDeque<Unexpected>,
     scratch: Vec<u8>,
     eager_limit: usize,
+    /// Ranks that closed their end (finished, or died): an error only for
+    /// a request that still needs them.
+    gone: Vec<Option<TransportError>>,
     /// Frames and bytes moved (for `MCMPI_STATS`).
     pub stats: Stats,
 }
+
+// SAFETY: the raw pointers an engine holds are the application's send and
+// receive buffers, which MPI lets any thread pass; the engine touches them
+// only under the C layer's lock, while the request that names them is live.
+unsafe impl Send for Engine {}
 
 /// Counters.
 #[derive(Debug, Clone, Copy, Default)]
@@ -274,6 +282,7 @@ impl Engine {
         let max = links.iter().flatten().map(|l| l.max_frame()).min().unwrap_or(usize::MAX);
         let eager_limit = EAGER_DEFAULT.min(max.saturating_sub(HDR) / 2);
         let out = links.iter().map(|_| VecDeque::new()).collect();
+        let gone = links.iter().map(|_| None).collect();
         Engine {
             me,
             links,
@@ -284,6 +293,7 @@ impl Engine {
             unexpected: VecDeque::new(),
             scratch: Vec::new(),
             eager_limit,
+            gone,
             stats: Stats::default(),
         }
     }
@@ -566,7 +576,18 @@ impl Engine {
             // A bounded number of frames per link and round, for fairness.
             for _ in 0..64 {
                 let Some(link) = self.links[p].as_ref() else { break };
-                let Some(n) = link.next_len()? else { break };
+                let n = match link.next_len() {
+                    Ok(Some(n)) => n,
+                    Ok(None) => break,
+                    Err(e) if self.out[p].is_empty() => {
+                        // Everything it sent has been read: it finished (or
+                        // died); only a request that needs it fails.
+                        self.links[p] = None;
+                        self.gone[p] = Some(e);
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 let mut buf = std::mem::take(&mut self.scratch);
                 if buf.len() < n {
                     buf.resize(n, 0);
@@ -659,10 +680,40 @@ impl Engine {
             if self.progress()? {
                 idle = 0;
             } else {
+                self.check_needed(id)?;
                 backoff(&mut idle);
             }
         }
         Ok(())
+    }
+
+    /// An error if request `id` can no longer complete because a rank it
+    /// needs has gone.
+    pub fn check_needed(&self, id: ReqId) -> Result<(), EngineError> {
+        let Some(r) = self.reqs.get(&id) else { return Err(EngineError::NoRequest(id)) };
+        if r.done {
+            return Ok(());
+        }
+        let needs: Vec<usize> = match &r.kind {
+            Kind::Send { dest, .. } => vec![*dest as usize],
+            Kind::Recv { posted: false, .. } => vec![r.status.source as usize],
+            Kind::Recv { pattern, .. } => match pattern.src {
+                Some(s) => vec![s as usize],
+                // Any source: stuck only when every other rank has gone.
+                None => {
+                    let others = (0..self.links.len()).filter(|&p| p != self.me as usize);
+                    if others.clone().all(|p| self.gone[p].is_some()) {
+                        others.collect()
+                    } else {
+                        Vec::new()
+                    }
+                }
+            },
+        };
+        match needs.iter().find_map(|&p| self.gone.get(p).cloned().flatten()) {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     }
 
     /// Frees a completed request and returns its status (and, for a
@@ -758,6 +809,7 @@ mod tests {
     use crate::transport::pipe;
 
     /// `n` engines joined by pipes of `cap` bytes.
+    #[allow(clippy::needless_range_loop)]
     fn engines(n: usize, cap: usize) -> Vec<Engine> {
         let mut links: Vec<Vec<Option<Box<dyn Link>>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
         for i in 0..n {

@@ -12,6 +12,9 @@
 //!
 //! Touched by the application's threads, one at a time, under [`STATE`].
 
+// The C signatures take as many arguments as the standard gives them.
+#![allow(clippy::too_many_arguments)]
+
 pub mod coll;
 pub mod comm;
 pub mod env;
@@ -76,6 +79,9 @@ impl Comm {
     }
 }
 
+/// A receive to unpack on completion: buffer address, count, type.
+pub type Unpack = (usize, u64, Arc<Datatype>);
+
 /// A request as the C layer tracks it.
 #[derive(Debug)]
 pub struct Pending {
@@ -83,8 +89,8 @@ pub struct Pending {
     pub id: Option<ReqId>,
     /// The communicator (for the status's source).
     pub comm: MPI_Comm,
-    /// A non-contiguous receive to unpack on completion: buffer, count, type.
-    pub unpack: Option<(usize, u64, Arc<Datatype>)>,
+    /// A non-contiguous receive to unpack on completion.
+    pub unpack: Option<Unpack>,
     /// Freed by the user before completion (`MPI_Request_free`,
     /// `MPI_Bsend`): dropped when it completes.
     pub detached: bool,
@@ -225,7 +231,7 @@ pub fn count_ok(n: c_int) -> R<u64> {
 }
 
 /// Stores `v` through the caller's pointer `p` (an `MPI_ERR_ARG` if null).
-pub fn put<T>(p: *mut T, v: T, what: &str) -> R<()> {
+pub(crate) fn put<T>(p: *mut T, v: T, what: &str) -> R<()> {
     nonnull(p, what)?;
     // SAFETY: the MPI standard makes the caller pass a valid, writable
     // object of this type for this output argument; `p` is not null.
@@ -234,7 +240,7 @@ pub fn put<T>(p: *mut T, v: T, what: &str) -> R<()> {
 }
 
 /// Reads the caller's array of `n` values at `p`.
-pub fn array<T: Copy>(p: *const T, n: usize, what: &str) -> R<Vec<T>> {
+pub(crate) fn array<T: Copy>(p: *const T, n: usize, what: &str) -> R<Vec<T>> {
     if n == 0 {
         return Ok(Vec::new());
     }
@@ -255,6 +261,7 @@ macro_rules! entry {
         /// Pointer arguments must be what the MPI standard requires.
         #[no_mangle]
         pub unsafe extern "C" fn $pmpi($($a: $t),*) -> ::std::ffi::c_int {
+            #[allow(clippy::redundant_closure_call)]
             let r: $crate::ffi::R<()> = (|| $body)();
             $crate::ffi::ret(stringify!($mpi), $c, r)
         }

@@ -113,8 +113,7 @@ fn pack(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<Vec<u8>> {
     let n = count_ok(count)?;
     let mut out = vec![0u8; (dt.size() * n) as usize];
     if !out.is_empty() {
-        nonnull(buf as *const u8, "buffer")
-            .or_else(|e| if buf == MPI_BOTTOM { Ok(()) } else { Err(e) })?;
+        nonnull(buf as *const u8, "buffer").or_else(|e| if buf == MPI_BOTTOM { Ok(()) } else { Err(e) })?;
         // SAFETY: the caller's buffer holds `count` items of this type.
         unsafe { dt.pack(n, buf as *const u8, &mut out) };
     }
@@ -161,7 +160,15 @@ entry!(MPI_Bcast / PMPI_Bcast(buf: *mut c_void, count: c_int, t: MPI_Datatype, r
 
 /// Reduces everyone's packed `mine` at `root` in rank order; the result
 /// at the root, `None` elsewhere.
-fn reduce_bytes(st: &mut State, comm: MPI_Comm, root: u32, mine: Vec<u8>, count: c_int, t: MPI_Datatype, op: MPI_Op) -> R<Option<Vec<u8>>> {
+fn reduce_bytes(
+    st: &mut State,
+    comm: MPI_Comm,
+    root: u32,
+    mine: Vec<u8>,
+    count: c_int,
+    t: MPI_Datatype,
+    op: MPI_Op,
+) -> R<Option<Vec<u8>>> {
     let c = st.comm(comm)?;
     let (n, me) = (c.size(), c.rank);
     if me != root {
@@ -208,8 +215,18 @@ entry!(MPI_Allreduce / PMPI_Allreduce(sbuf: *const c_void, rbuf: *mut c_void, co
 
 /// Gathers blocks of `counts[r]` items of `rt` from each rank at `root`,
 /// placed at `displs[r]` extents of `rt` in `rbuf`.
-#[allow(clippy::too_many_arguments)]
-fn gatherv(st: &mut State, sbuf: usize, scount: c_int, stype: MPI_Datatype, rbuf: usize, counts: &[c_int], displs: &[c_int], rt: MPI_Datatype, root: u32, comm: MPI_Comm) -> R<()> {
+fn gatherv(
+    st: &mut State,
+    sbuf: usize,
+    scount: c_int,
+    stype: MPI_Datatype,
+    rbuf: usize,
+    counts: &[c_int],
+    displs: &[c_int],
+    rt: MPI_Datatype,
+    root: u32,
+    comm: MPI_Comm,
+) -> R<()> {
     let c = st.comm(comm)?;
     let (n, me) = (c.size(), c.rank);
     if me != root {
@@ -235,8 +252,18 @@ fn gatherv(st: &mut State, sbuf: usize, scount: c_int, stype: MPI_Datatype, rbuf
 
 /// Scatters blocks of `counts[r]` items of `st_` from `displs[r]` at the
 /// root to each rank's `rbuf`.
-#[allow(clippy::too_many_arguments)]
-fn scatterv(st: &mut State, sbuf: usize, counts: &[c_int], displs: &[c_int], stype: MPI_Datatype, rbuf: usize, rcount: c_int, rtype: MPI_Datatype, root: u32, comm: MPI_Comm) -> R<()> {
+fn scatterv(
+    st: &mut State,
+    sbuf: usize,
+    counts: &[c_int],
+    displs: &[c_int],
+    stype: MPI_Datatype,
+    rbuf: usize,
+    rcount: c_int,
+    rtype: MPI_Datatype,
+    root: u32,
+    comm: MPI_Comm,
+) -> R<()> {
     let c = st.comm(comm)?;
     let (n, me) = (c.size(), c.rank);
     if me != root {
@@ -305,8 +332,17 @@ entry!(MPI_Scatterv / PMPI_Scatterv(sbuf: *const c_void, scounts: *const c_int, 
 
 /// Allgatherv: gather at 0, then broadcast rank 0's whole receive buffer
 /// contents block by block.
-#[allow(clippy::too_many_arguments)]
-fn allgatherv(st: &mut State, sbuf: usize, scount: c_int, stype: MPI_Datatype, rbuf: usize, counts: &[c_int], displs: &[c_int], rt: MPI_Datatype, comm: MPI_Comm) -> R<()> {
+fn allgatherv(
+    st: &mut State,
+    sbuf: usize,
+    scount: c_int,
+    stype: MPI_Datatype,
+    rbuf: usize,
+    counts: &[c_int],
+    displs: &[c_int],
+    rt: MPI_Datatype,
+    comm: MPI_Comm,
+) -> R<()> {
     let c = st.comm(comm)?;
     let me = c.rank;
     let (sbuf, scount, stype) = if sbuf == MPI_IN_PLACE {
@@ -315,8 +351,7 @@ fn allgatherv(st: &mut State, sbuf: usize, scount: c_int, stype: MPI_Datatype, r
     } else {
         (sbuf, scount, stype)
     };
-    let in_place_root = me == 0;
-    gatherv(st, sbuf, scount, stype, rbuf, counts, displs, rt, 0, comm).or_else(|e| if in_place_root { Err(e) } else { Err(e) })?;
+    gatherv(st, sbuf, scount, stype, rbuf, counts, displs, rt, 0, comm)?;
     let dt = st.dtype(rt)?;
     for (r, (&cnt, &d)) in counts.iter().zip(displs).enumerate() {
         let at = rbuf.wrapping_add_signed(d as isize * dt.extent() as isize);
@@ -346,8 +381,18 @@ entry!(MPI_Allgatherv / PMPI_Allgatherv(sbuf: *const c_void, scount: c_int, styp
 });
 
 /// Every rank sends block r to rank r: all receives posted, then sends.
-#[allow(clippy::too_many_arguments)]
-fn alltoallv(st: &mut State, sbuf: usize, scounts: &[c_int], sdispls: &[c_int], stype: MPI_Datatype, rbuf: usize, rcounts: &[c_int], rdispls: &[c_int], rtype: MPI_Datatype, comm: MPI_Comm) -> R<()> {
+fn alltoallv(
+    st: &mut State,
+    sbuf: usize,
+    scounts: &[c_int],
+    sdispls: &[c_int],
+    stype: MPI_Datatype,
+    rbuf: usize,
+    rcounts: &[c_int],
+    rdispls: &[c_int],
+    rtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> R<()> {
     let c = st.comm(comm)?;
     let (n, me) = (c.size(), c.rank);
     let (sdt, rdt) = (st.dtype(stype)?, st.dtype(rtype)?);
@@ -406,7 +451,16 @@ entry!(MPI_Alltoallv / PMPI_Alltoallv(sbuf: *const c_void, scounts: *const c_int
 });
 
 /// Inclusive (or exclusive) prefix reduction along the ranks.
-fn scan(st: &mut State, sbuf: usize, rbuf: usize, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, exclusive: bool) -> R<()> {
+fn scan(
+    st: &mut State,
+    sbuf: usize,
+    rbuf: usize,
+    count: c_int,
+    t: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    exclusive: bool,
+) -> R<()> {
     let c = st.comm(comm)?;
     let (n, me) = (c.size(), c.rank);
     let src = if sbuf == MPI_IN_PLACE { rbuf } else { sbuf };
@@ -438,7 +492,15 @@ entry!(MPI_Exscan / PMPI_Exscan(sbuf: *const c_void, rbuf: *mut c_void, count: c
 });
 
 /// Reduce at rank 0, then scatter blocks of `counts`.
-fn reduce_scatter(st: &mut State, sbuf: usize, rbuf: usize, counts: &[c_int], t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> R<()> {
+fn reduce_scatter(
+    st: &mut State,
+    sbuf: usize,
+    rbuf: usize,
+    counts: &[c_int],
+    t: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> R<()> {
     let total: c_int = counts.iter().sum();
     let src = if sbuf == MPI_IN_PLACE { rbuf } else { sbuf };
     let mine = pack(st, src, total, t)?;

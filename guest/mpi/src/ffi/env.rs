@@ -147,7 +147,7 @@ entry!(MPI_Is_thread_main / PMPI_Is_thread_main(flag: *mut c_int) comm(MPI_COMM_
 
 /// Copies `s` into the caller's `char` buffer of `cap` bytes, NUL ended,
 /// and stores the length (without the NUL) in `len`.
-pub fn put_str(dst: *mut c_char, cap: usize, s: &str, len: *mut c_int) -> R<()> {
+pub(crate) fn put_str(dst: *mut c_char, cap: usize, s: &str, len: *mut c_int) -> R<()> {
     nonnull(dst, "string buffer")?;
     let n = s.len().min(cap.saturating_sub(1));
     // SAFETY: the caller passes a buffer of at least `cap` chars (the
@@ -171,7 +171,8 @@ entry!(MPI_Get_processor_name / PMPI_Get_processor_name(name: *mut c_char, resul
 });
 
 /// What `MPI_Get_library_version` reports.
-pub const LIBRARY_VERSION: &str = concat!("MEMORY CHANNEL MPI ", env!("CARGO_PKG_VERSION"), " (MPI 5.0 standard ABI, over UMP)");
+pub const LIBRARY_VERSION: &str =
+    concat!("MEMORY CHANNEL MPI ", env!("CARGO_PKG_VERSION"), " (MPI 5.0 standard ABI, over UMP)");
 
 entry!(MPI_Get_library_version / PMPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) comm(MPI_COMM_WORLD) {
     put_str(version, MPI_MAX_LIBRARY_VERSION_STRING as usize, LIBRARY_VERSION, resultlen)

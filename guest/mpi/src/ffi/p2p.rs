@@ -37,7 +37,10 @@ fn send_from(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<From> {
         return Ok(From::Owned(Vec::new()));
     }
     if dt.is_contiguous() && dt.extent() as u64 == dt.size() {
-        return Ok(From::Borrowed { ptr: buf.wrapping_add_signed(dt.true_lb() as isize) as *const u8, len: size as usize });
+        return Ok(From::Borrowed {
+            ptr: buf.wrapping_add_signed(dt.true_lb() as isize) as *const u8,
+            len: size as usize,
+        });
     }
     let mut out = vec![0u8; size as usize];
     // SAFETY: the caller's buffer holds `count` items of this type (MPI's
@@ -48,7 +51,7 @@ fn send_from(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<From> {
 
 /// Where a receive of `count` items of type `t` at `buf` goes, and what
 /// to unpack on completion.
-fn recv_into(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<(Into, Option<(usize, u64, Arc<Datatype>)>)> {
+fn recv_into(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<(Into, Option<Unpack>)> {
     let n = count_ok(count)?;
     let dt = st.dtype(t)?;
     let cap = (dt.size() * n) as usize;
@@ -98,7 +101,10 @@ fn start_send(st: &mut State, r: Recipe) -> R<MPI_Request> {
     let c = st.comm(comm)?.clone();
     let h = st.handle();
     let Some(to) = peer(&c, dest)? else {
-        st.reqs.insert(h, Pending { id: None, comm, unpack: None, detached: false, persistent: None, status: Some(null_status()) });
+        st.reqs.insert(
+            h,
+            Pending { id: None, comm, unpack: None, detached: false, persistent: None, status: Some(null_status()) },
+        );
         return Ok(h);
     };
     let data = send_from(st, buf, count, t)?;
@@ -115,7 +121,10 @@ fn start_recv(st: &mut State, r: Recipe) -> R<MPI_Request> {
     let h = st.handle();
     let src = if source == MPI_ANY_SOURCE { None } else { Some(peer(&c, source)?) };
     if src == Some(None) {
-        st.reqs.insert(h, Pending { id: None, comm, unpack: None, detached: false, persistent: None, status: Some(null_status()) });
+        st.reqs.insert(
+            h,
+            Pending { id: None, comm, unpack: None, detached: false, persistent: None, status: Some(null_status()) },
+        );
         return Ok(h);
     }
     let (into, unpack) = recv_into(st, buf, count, t)?;
@@ -168,6 +177,9 @@ fn wait_one(st: &mut State, h: MPI_Request) -> R<MPI_Status> {
         if st.eng.progress()? {
             idle = 0;
         } else {
+            if let Some(id) = st.reqs.get(&h).and_then(|p| p.id) {
+                st.eng.check_needed(id)?;
+            }
             backoff(&mut idle);
         }
     }
@@ -184,7 +196,8 @@ fn put_status(p: *mut MPI_Status, s: MPI_Status) -> R<()> {
 
 /// Requests whose handle is inactive (null, or a persistent one not started).
 fn inactive(st: &State, h: MPI_Request) -> bool {
-    h == MPI_REQUEST_NULL || st.reqs.get(&h).is_some_and(|p| p.persistent.is_some() && p.id.is_none() && p.status.is_none())
+    h == MPI_REQUEST_NULL
+        || st.reqs.get(&h).is_some_and(|p| p.persistent.is_some() && p.id.is_none() && p.status.is_none())
 }
 
 fn empty_status() -> MPI_Status {
@@ -204,7 +217,15 @@ fn reap(st: &mut State) -> R<()> {
 }
 
 /// Blocking send in any mode.
-fn send(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, sync: bool) -> R<()> {
+fn send(
+    buf: *const c_void,
+    count: c_int,
+    t: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    sync: bool,
+) -> R<()> {
     with(|st| {
         let h = start_send(st, Recipe::Send(buf as usize, count, t, dest, tag, comm, sync))?;
         wait_one(st, h)?;
@@ -226,7 +247,15 @@ entry!(MPI_Rsend / PMPI_Rsend(buf: *const c_void, count: c_int, t: MPI_Datatype,
 
 /// A buffered send: the data is copied now and the send goes on in the
 /// background (the copy counts against the attached buffer's size).
-fn bsend(st: &mut State, buf: usize, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> R<MPI_Request> {
+fn bsend(
+    st: &mut State,
+    buf: usize,
+    count: c_int,
+    t: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> R<MPI_Request> {
     let Some((_, cap)) = st.buffer else {
         return err(MPI_ERR_BUFFER, "MPI_Bsend without an attached buffer (MPI_Buffer_attach)");
     };
@@ -247,11 +276,24 @@ fn bsend(st: &mut State, buf: usize, count: c_int, t: MPI_Datatype, dest: c_int,
     let h = st.handle();
     match peer(&c, dest)? {
         None => {
-            st.reqs.insert(h, Pending { id: None, comm, unpack: None, detached: false, persistent: None, status: Some(null_status()) });
+            st.reqs.insert(
+                h,
+                Pending {
+                    id: None,
+                    comm,
+                    unpack: None,
+                    detached: false,
+                    persistent: None,
+                    status: Some(null_status()),
+                },
+            );
         }
         Some(to) => {
             let id = st.eng.isend(to, c.ctx, tag, data, false)?;
-            st.reqs.insert(h, Pending { id: Some(id), comm, unpack: None, detached: false, persistent: None, status: None });
+            st.reqs.insert(
+                h,
+                Pending { id: Some(id), comm, unpack: None, detached: false, persistent: None, status: None },
+            );
         }
     }
     Ok(h)
@@ -300,7 +342,16 @@ entry!(MPI_Buffer_detach / PMPI_Buffer_detach(buf: *mut c_void, size: *mut c_int
     put(size, n as c_int, "size")
 });
 
-fn isend(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, sync: bool, req: *mut MPI_Request) -> R<()> {
+fn isend(
+    buf: *const c_void,
+    count: c_int,
+    t: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    sync: bool,
+    req: *mut MPI_Request,
+) -> R<()> {
     nonnull(req, "request")?;
     let h = with(|st| start_send(st, Recipe::Send(buf as usize, count, t, dest, tag, comm, sync)))?;
     put(req, h, "request")
@@ -563,7 +614,14 @@ entry!(MPI_Testany / PMPI_Testany(n: c_int, reqs: *mut MPI_Request, index: *mut 
     }
 });
 
-fn some(n: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status, block: bool) -> R<()> {
+fn some(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+    block: bool,
+) -> R<()> {
     let n = count_ok(n)? as usize;
     let hs = array(reqs as *const MPI_Request, n, "requests")?;
     let got = with(|st| {
@@ -677,7 +735,11 @@ entry!(MPI_Recv_init / PMPI_Recv_init(buf: *mut c_void, count: c_int, t: MPI_Dat
 });
 
 fn start(st: &mut State, h: MPI_Request) -> R<()> {
-    let r = st.reqs.get(&h).and_then(|p| p.persistent).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a persistent request") })?;
+    let r = st
+        .reqs
+        .get(&h)
+        .and_then(|p| p.persistent)
+        .ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a persistent request") })?;
     let tmp = match r {
         Recipe::Send(..) => start_send(st, r)?,
         Recipe::Recv(..) => start_recv(st, r)?,
