@@ -722,11 +722,16 @@ pub fn encoded_size(h: MPI_Datatype) -> Option<usize> {
 /// wants: a tool that defines `MPI_X` itself overrides ours and still calls
 /// `PMPI_X`. `nm -D libmpi_abi.so.1` shows `W MPI_X` and `T PMPI_X`.
 ///
+/// From any module of the crate (the macro lives at the crate root):
+///
 /// ```ignore
 /// #[no_mangle]
 /// pub unsafe extern "C" fn PMPI_Barrier(comm: MPI_Comm) -> c_int { ... }
-/// weak_alias!(MPI_Barrier, PMPI_Barrier);
+/// crate::weak_alias!(MPI_Barrier, PMPI_Barrier);
 /// ```
+///
+/// Each `PMPI_` name must be defined once in the crate: this module
+/// already defines `PMPI_Get_version`.
 #[macro_export]
 macro_rules! weak_alias {
     ($mpi:ident, $pmpi:ident) => {
