@@ -6,7 +6,10 @@
 #     the system one if it has both, else built from Debian's source package
 #     into the cache
 #   - the guest kernel and modules (Debian's linux-image-*-amd64-unsigned)
-#   - the host tools (mc-hub, mc-adapter, mc-cluster) and the guest initramfs
+#   - the host tools (mc-hub, mc-adapter, mc-cluster), the MPI library
+#     (libmpi_abi.so.1) and the guest initramfs
+#   - MPICH's PyPI wheel (mpich==5.0.2) in $MC_CACHE/mpich: its mpi_abi.h is
+#     the reference the MPI ABI test compares our mpi.h with
 #
 # Idempotent: every step checks its own result and skips work already done.
 # Cache folder: $MC_CACHE (default: <repo>/.cache, ignored by git).
@@ -15,7 +18,7 @@
 # $MC_CACHE/cargo-fuzz for scripts/fuzz.sh (needs a C++ compiler, which
 # build-essential brings).
 #
-# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust image fuzz"]
+# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust mpich image fuzz"]
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,7 +30,7 @@ while [ $# -gt 0 ]; do
     case "$arg" in
         --no-apt) NO_APT=1 ;;
         --only) ONLY="${1:?--only needs a list of steps}"; shift ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -239,6 +242,29 @@ setup_rust() {
     local gbin="$REPO/target/guest/x86_64-unknown-linux-gnu/release"
     "$REPO/scripts/build-c.sh" "$gbin" "$REPO/target/release" "$REPO/target/guest/c" "$gbin" \
         || die "building the C programs failed"
+    step "rust: linking the MPI library (target/release/libmpi_abi.so.1)"
+    "$REPO/scripts/build-mpi.sh" || die "building libmpi_abi.so.1 failed"
+}
+
+# ---------------------------------------------------------------- mpich -----
+MPICH_VERSION=5.0.2
+setup_mpich() {
+    local dir=$MC_CACHE/mpich
+    if [ -f "$dir/.done" ] && [ "$(cat "$dir/.done")" = "$MPICH_VERSION" ] && [ -f "$dir/include/mpi_abi.h" ]; then
+        step "mpich: wheel $MPICH_VERSION cached ($dir)"
+        return
+    fi
+    local venv=$MC_CACHE/venv
+    if [ ! -x "$venv/bin/pip" ]; then
+        step "mpich: creating a Python venv for pip in $venv"
+        python3 -m venv "$venv" || die "python3 -m venv failed (apt-get install python3-venv)"
+    fi
+    step "mpich: installing the PyPI wheel mpich==$MPICH_VERSION into $dir (about 13 MB)"
+    rm -rf "$dir"
+    "$venv/bin/pip" install -q --no-deps --prefix "$dir" "mpich==$MPICH_VERSION" >"$MC_CACHE/mpich-install.log" 2>&1 \
+        || { tail -20 "$MC_CACHE/mpich-install.log"; die "pip install mpich==$MPICH_VERSION failed (see $MC_CACHE/mpich-install.log)"; }
+    [ -f "$dir/include/mpi_abi.h" ] || die "the mpich wheel has no include/mpi_abi.h"
+    echo "$MPICH_VERSION" >"$dir/.done"
 }
 
 # ---------------------------------------------------------------- image -----
@@ -264,10 +290,10 @@ setup_fuzz() {
         || { tail -20 "$MC_CACHE/cargo-fuzz-install.log"; die "cargo install cargo-fuzz failed (see $MC_CACHE/cargo-fuzz-install.log)"; }
 }
 
-for s in ${ONLY:-apt qemu kernel rust image}; do
+for s in ${ONLY:-apt qemu kernel rust mpich image}; do
     case "$s" in
-        apt|qemu|kernel|rust|image|fuzz) "setup_$s" ;;
-        *) die "unknown step '$s' (steps: apt qemu kernel rust image fuzz)" ;;
+        apt|qemu|kernel|rust|mpich|image|fuzz) "setup_$s" ;;
+        *) die "unknown step '$s' (steps: apt qemu kernel rust mpich image fuzz)" ;;
     esac
 done
 step "setup complete (cache: $MC_CACHE)"
