@@ -8,7 +8,10 @@
 //! - [`comm`]: communicators and groups;
 //! - [`p2p`]: sends, receives, probes, requests and their completion;
 //! - [`coll`]: the collectives;
-//! - [`types`]: datatype and operation handles.
+//! - [`types`]: datatype and operation handles;
+//! - [`handles`]: handles as ints, address arithmetic;
+//! - [`missing`]: what is not implemented yet (each fails with
+//!   `MPI_ERR_UNSUPPORTED_OPERATION`).
 //!
 //! Touched by the application's threads, one at a time, under [`STATE`].
 
@@ -18,6 +21,8 @@
 pub mod coll;
 pub mod comm;
 pub mod env;
+pub mod handles;
+pub mod missing;
 pub mod p2p;
 pub mod types;
 
