@@ -36,8 +36,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use thiserror::Error;
 
-/// The most runs a flattened type map may have (each run takes 32 bytes).
-pub const MAX_RUNS: usize = 1 << 22;
+/// The most runs a flattened type map may have. Each run takes 32 bytes,
+/// so the largest type map takes 64 MiB.
+pub const MAX_RUNS: usize = 1 << 21;
 
 /// Errors of datatype construction and of buffer checks.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -678,6 +679,14 @@ impl Builder {
                 })?;
             }
             runs => {
+                // Each copy adds at least all but one of its runs (its first
+                // may continue the previous copy's last): refuse early
+                // rather than after filling memory.
+                let per_copy = (runs.len() as u64 - 1).max(1);
+                let least = copies.saturating_sub(1).saturating_mul(per_copy);
+                if least.saturating_add(self.runs.len() as u64) > MAX_RUNS as u64 {
+                    return Err(DatatypeError::TooComplex);
+                }
                 for k in 0..copies {
                     let off = add_i(base, mul_i(as_i(k)?, step)?)?;
                     for r in runs {
