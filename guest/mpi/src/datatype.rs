@@ -32,7 +32,7 @@
 //! codes for them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use thiserror::Error;
 
@@ -819,6 +819,20 @@ impl Datatype {
         t
     }
 
+    /// The one shared instance of a predefined basic type.
+    pub fn shared_basic(b: Basic) -> Arc<Datatype> {
+        static ALL: OnceLock<Vec<Arc<Datatype>>> = OnceLock::new();
+        let all = ALL.get_or_init(|| Basic::ALL.iter().map(|&b| Arc::new(Datatype::basic(b))).collect());
+        all[b as usize].clone()
+    }
+
+    /// The one shared instance of a predefined pair type.
+    pub fn shared_pair(p: Pair) -> Arc<Datatype> {
+        static ALL: OnceLock<Vec<Arc<Datatype>>> = OnceLock::new();
+        let all = ALL.get_or_init(|| Pair::ALL.iter().map(|&p| Arc::new(Datatype::pair(p))).collect());
+        all[p as usize].clone()
+    }
+
     /// `MPI_Type_contiguous`.
     pub fn contiguous(count: i64, old: &Arc<Datatype>) -> Result<Datatype> {
         let n = non_negative("count", count)?;
@@ -1281,7 +1295,8 @@ impl Datatype {
         self.contiguous
     }
 
-    /// The pair kind of a predefined pair type.
+    /// The pair kind of a predefined pair type (or of a dup or resized
+    /// copy of one, whose packed form is the same).
     pub fn pair_kind(&self) -> Option<Pair> {
         self.pair
     }
