@@ -195,9 +195,13 @@ impl<'a, H: Hw> Daemon<'a, H> {
     }
 
     /// The nodes a coherent allocation waits for: ourselves, and every
-    /// ready imcd that is not on its way back from an outage.
+    /// ready imcd that is not on its way back from an outage nor waiting
+    /// to be sent the directory (which, served after this allocation,
+    /// holds the new region: its mapper receives it then).
     fn coherent_peers(&self) -> u64 {
-        let returning = (0..MAX_NODES).filter(|&m| self.returning[m].is_some()).fold(0u64, |b, m| b | 1 << m);
+        let returning = (0..MAX_NODES)
+            .filter(|&m| self.returning[m].is_some() || (m != self.n.me && self.n.pending(m)))
+            .fold(0u64, |b, m| b | 1 << m);
         (self.n.imcd_hosts() & !returning) | 1 << self.n.me
     }
 
@@ -414,8 +418,12 @@ impl<'a, H: Hw> Daemon<'a, H> {
             self.relay_seq = now_ns().max(self.relay_seq + 1);
             match relay::request(n, dest, self.relay_seq, args, self.settings.cluster_timeout) {
                 Ok(s) => s,
+                // The host is up and its imcd listed: it is slow, not gone.
                 Err(relay::NoAnswer) => {
-                    return Reply::error(Status::NoHost, format!("host {host} did not answer the command relay"))
+                    return Reply::error(
+                        Status::Cluster,
+                        format!("host {host} did not answer the command relay in time"),
+                    )
                 }
             }
         };

@@ -389,3 +389,20 @@ fn rebooting_node_is_not_waited_for_until_its_new_imcd_joins() {
     );
     drop(new);
 }
+
+#[test]
+fn a_listed_host_that_does_not_answer_the_relay_is_a_cluster_error_not_gone() {
+    let net = net(2, 7);
+    let fast =
+        Settings { cluster_timeout: Duration::from_millis(500), repair_after: Duration::from_secs(600), ..settings() };
+    let a = net.start(0, "n0", fast);
+    assert!(a.joined().is_some());
+    let b = start(&net, 1);
+    eventually("both imcds see each other", || hosts(&a).len() == 2);
+    // Node 1's imcd stops answering; its adapter stays in the cluster.
+    drop(b);
+    match call(&a, Request::Kill { host: "n1".into(), pid: 4321, sig: 0 }) {
+        Reply::Error { code: Status::Cluster, message } => assert!(message.contains("did not answer"), "{message}"),
+        other => panic!("a relay nobody answers: {other:?}"),
+    }
+}
