@@ -21,7 +21,7 @@ CACHE=${1:?usage: build-initramfs.sh CACHE_DIR}
 KDIR=$CACHE/kernel
 KVER=$(cat "$KDIR/version" 2>/dev/null) || { echo "no kernel in $KDIR: run scripts/setup.sh" >&2; exit 1; }
 GUEST_BIN=$REPO/target/guest/x86_64-unknown-linux-gnu/release
-BINS=(mc-agent mctool imcd imc-bench ump-tool figure6)
+BINS=(mc-agent mctool imcd imc-bench ump-tool figure6 mpid mpiexec)
 SO_DIR=$REPO/target/release
 MODULES=(virtio_pci virtio_console vfio_pci vfio_iommu_type1 virtio_net 9pnet_virtio 9p)
 # glibc runtime: required, then taken when the host has them.
@@ -49,6 +49,8 @@ for b in "${BINS[@]}"; do
     # binaries alone fill most of that.
     strip --strip-debug -o "$ROOT/bin/$b" "$GUEST_BIN/$b"
 done
+# mpirun is mpiexec under its other name.
+ln -sf mpiexec "$ROOT/bin/mpirun"
 
 # glibc runtime from the host's packages.
 MA=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)

@@ -7,7 +7,8 @@
 //! - [`supervisor`]: the background process that owns a running cluster.
 //! - [`agent`]: talking to the guest agents.
 //! - [`kvm`]: whether KVM really runs guests here.
-//! - this file: the `up`, `down`, `status`, `restart`, `exec` and `cp` operations.
+//! - this file: the `up`, `down`, `status`, `restart`, `exec`, `cp` and
+//!   `mpirun` operations.
 #![warn(missing_docs)]
 
 pub mod agent;
@@ -448,6 +449,88 @@ pub fn exec(
     agent::exec(&sock, argv, io, timeout_s).with_context(|| format!("node {node}"))
 }
 
+/// What `mc-cluster mpirun` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpirunOptions {
+    /// Ranks.
+    pub n: u32,
+    /// Ranks per node (None: spread evenly, in blocks).
+    pub ppn: Option<u32>,
+    /// `NAME=VALUE` settings for every rank.
+    pub env: Vec<String>,
+    /// The program (a path inside the guests, or a command on their `PATH`)
+    /// and its arguments.
+    pub argv: Vec<String>,
+}
+
+/// The `mpiexec` command line `mc-cluster mpirun` runs in guest 0 of a
+/// cluster of `nodes` nodes: every node is a host, and the job ends when
+/// the agent connection (its standard input) goes away.
+pub fn mpirun_argv(nodes: usize, o: &MpirunOptions) -> Result<Vec<String>> {
+    if o.n == 0 {
+        bail!("-n must be at least 1");
+    }
+    if o.ppn == Some(0) {
+        bail!("--ppn must be at least 1");
+    }
+    if nodes == 0 {
+        bail!("the cluster has no nodes");
+    }
+    let Some(prog) = o.argv.first().filter(|p| !p.is_empty()) else {
+        bail!("no program given: mc-cluster mpirun -n N PROG [ARGS...]");
+    };
+    let hosts: Vec<String> = (0..nodes).map(|n| format!("node{n}")).collect();
+    let mut argv: Vec<String> = ["mpiexec", "-end-on-stdin-eof", "-n"].map(String::from).to_vec();
+    argv.push(o.n.to_string());
+    argv.push("-hosts".into());
+    argv.push(hosts.join(","));
+    if let Some(k) = o.ppn {
+        argv.push("-ppn".into());
+        argv.push(k.to_string());
+    }
+    for e in &o.env {
+        let Some((k, v)) = e.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+            bail!("--env {e}: NAME=VALUE expected");
+        };
+        argv.extend(["-genv".to_string(), k.to_string(), v.to_string()]);
+    }
+    argv.push("--".into());
+    argv.push(prog.clone());
+    argv.extend(o.argv[1..].iter().cloned());
+    Ok(argv)
+}
+
+/// Standard input for `mpiexec -end-on-stdin-eof` in the guest: it never
+/// ends while this process lives, so the job ends when we do (the agent
+/// closes the command's standard input when our connection closes).
+struct HeldOpen;
+
+impl std::io::Read for HeldOpen {
+    fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+}
+
+/// `mc-cluster mpirun`: runs `mpiexec` in guest 0 over every node of
+/// cluster `name`, with the command's output on `out` and `err`; returns
+/// its exit (`mpiexec`'s code: the first failing rank's, see docs/mpi.md).
+pub fn mpirun(
+    paths: &Paths,
+    name: &str,
+    o: &MpirunOptions,
+    out: &mut dyn std::io::Write,
+    err: &mut dyn std::io::Write,
+    timeout_s: u64,
+) -> Result<agent::Exit> {
+    let sock = node_agent(paths, name, 0)?;
+    let st = State::load(&paths.run_dir(name)).map_err(|_| anyhow::anyhow!("cluster '{name}' is not up"))?;
+    let argv = mpirun_argv(st.nodes.len(), o)?;
+    let io = agent::Streams { stdin: Some(Box::new(HeldOpen)), out, err };
+    agent::exec(&sock, &argv, io, timeout_s).context("node 0")
+}
+
 /// One side of `mc-cluster cp`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
@@ -504,6 +587,27 @@ pub fn cp(paths: &Paths, name: &str, src: &str, dst: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mpirun_runs_mpiexec_over_every_node() {
+        let o = |n, ppn, env: &[&str], argv: &[&str]| MpirunOptions {
+            n,
+            ppn,
+            env: env.iter().map(|s| s.to_string()).collect(),
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+        };
+        let a = mpirun_argv(3, &o(4, Some(2), &["A=1=2"], &["/share/prog", "-x", "y"])).unwrap();
+        assert_eq!(
+            a.join(" "),
+            "mpiexec -end-on-stdin-eof -n 4 -hosts node0,node1,node2 -ppn 2 -genv A 1=2 -- /share/prog -x y"
+        );
+        let a = mpirun_argv(1, &o(2, None, &[], &["hostname"])).unwrap();
+        assert_eq!(a.join(" "), "mpiexec -end-on-stdin-eof -n 2 -hosts node0 -- hostname");
+        assert!(mpirun_argv(2, &o(0, None, &[], &["p"])).unwrap_err().to_string().contains("-n must be"));
+        assert!(mpirun_argv(2, &o(1, Some(0), &[], &["p"])).unwrap_err().to_string().contains("--ppn"));
+        assert!(mpirun_argv(2, &o(1, None, &["NOVALUE"], &["p"])).unwrap_err().to_string().contains("NAME=VALUE"));
+        assert!(mpirun_argv(2, &o(1, None, &[], &[])).unwrap_err().to_string().contains("no program"));
+    }
 
     #[test]
     fn cp_endpoints_parse() {

@@ -1,4 +1,4 @@
-//! `mc-cluster`: up, exec, cp, status, down for a virtual MEMORY CHANNEL cluster.
+//! `mc-cluster`: up, exec, cp, mpirun, status, down for a virtual MEMORY CHANNEL cluster.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use launcher::config::Paths;
 use launcher::config::GUEST_SHARE;
 use launcher::supervisor::{self, State, Status};
-use launcher::{agent, cp, down_dir, exec, hub_ctl, pid_alive as alive, restart, up, UpOptions};
+use launcher::{agent, cp, down_dir, exec, hub_ctl, mpirun, pid_alive as alive, restart, up, MpirunOptions, UpOptions};
 
 #[derive(Parser)]
 #[command(version, about = "Run a virtual MEMORY CHANNEL cluster of QEMU guests")]
@@ -70,6 +70,29 @@ enum Cmd {
         src: String,
         /// Destination: NODE:/PATH or a host path.
         dst: String,
+    },
+    /// Run an MPI program on the cluster: `mpiexec` in guest 0 with every
+    /// node as a host (node0,node1,...), its output streamed here, its exit
+    /// code ours (0, or the first failing rank's). PROG is a path inside the
+    /// guests: put programs in the shared folder (the host's
+    /// .run/NAME/share is /share in every guest). Ending this command
+    /// (Ctrl-C) ends the job.
+    Mpirun {
+        /// Number of ranks.
+        #[arg(short = 'n', long = "np", value_parser = clap::value_parser!(u32).range(1..=65536))]
+        n: u32,
+        /// Ranks per node, block-wise (default: spread evenly, in blocks).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        ppn: Option<u32>,
+        /// Set NAME=VALUE for every rank (repeatable).
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// Kill the job after this many seconds (0: no limit).
+        #[arg(long, default_value_t = 0)]
+        timeout: u64,
+        /// The program (a path inside the guests) and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROG [ARGS]")]
+        argv: Vec<String>,
     },
     /// Show the cluster's processes and whether each guest answers.
     Status,
@@ -175,6 +198,15 @@ fn run() -> Result<i32> {
             out.flush()?;
             if r.timed_out {
                 eprintln!("mc-cluster: command killed after {timeout} s");
+            }
+            Ok(r.code)
+        }
+        Cmd::Mpirun { n, ppn, env, timeout, argv } => {
+            let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+            let r = mpirun(&paths, &cli.name, &MpirunOptions { n, ppn, env, argv }, &mut out, &mut err, timeout)?;
+            out.flush()?;
+            if r.timed_out {
+                eprintln!("mc-cluster: mpiexec killed after {timeout} s");
             }
             Ok(r.code)
         }
