@@ -1,0 +1,38 @@
+/* Communicators and their extras: the MPI_TAG_UB attribute, a Cartesian
+ * grid and a shift along it, a keyval whose copy and delete callbacks run
+ * on dup and free, a group of the even ranks and MPI_Comm_create over it.
+ * Prints " No Errors" on rank 0. */
+#include <mpi.h>
+#include <stdio.h>
+static int copies = 0, deletes = 0;
+static int cp(MPI_Comm c, int k, void *e, void *in, void *out, int *flag) { copies++; *(void**)out = in; *flag = 1; return MPI_SUCCESS; }
+static int del(MPI_Comm c, int k, void *v, void *e) { deletes++; return MPI_SUCCESS; }
+int main(int argc, char **argv) {
+    int rank, size, errs = 0, *ub, flag;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    if (!flag || *ub < 32767) errs++;
+    int dims[2] = {0, 0}; MPI_Dims_create(size, 2, dims);
+    int periods[2] = {1, 0}; MPI_Comm cart;
+    MPI_Cart_create(MPI_COMM_WORLD, 2, dims, periods, 0, &cart);
+    int src, dst; MPI_Cart_shift(cart, 0, 1, &src, &dst);
+    int v = rank, got = -1;
+    MPI_Sendrecv(&v, 1, MPI_INT, dst, 0, &got, 1, MPI_INT, src, 0, cart, MPI_STATUS_IGNORE);
+    if (got != src) errs++;
+    int key; MPI_Comm_create_keyval(cp, del, &key, NULL);
+    MPI_Comm_set_attr(cart, key, (void*)42);
+    MPI_Comm dup; MPI_Comm_dup(cart, &dup);
+    void *val; MPI_Comm_get_attr(dup, key, &val, &flag);
+    if (!flag || val != (void*)42 || copies != 1) errs++;
+    MPI_Comm_free(&dup); MPI_Comm_free(&cart);
+    if (deletes != 2) errs++;
+    MPI_Group wg, g; MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    int even[8], n = 0; for (int i = 0; i < size; i += 2) even[n++] = i;
+    MPI_Group_incl(wg, n, even, &g);
+    MPI_Comm ec; MPI_Comm_create(MPI_COMM_WORLD, g, &ec);
+    if (rank % 2 == 0) { int s; MPI_Comm_size(ec, &s); if (s != n) errs++; int x = 1, t; MPI_Allreduce(&x, &t, 1, MPI_INT, MPI_SUM, ec); if (t != n) errs++; MPI_Comm_free(&ec);} else if (ec != MPI_COMM_NULL) errs++;
+    int all; MPI_Allreduce(&errs, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf(all ? "Found %d errors\n" : " No Errors\n", all);
+    MPI_Finalize(); return 0;
+}

@@ -1,0 +1,139 @@
+//! Our MPI on the host, ranks over shared memory (fast tier): the C test
+//! programs of `tests/mpi/`, built once with `guest/mpi/mpicc`, run as
+//! several processes (the launch variables set directly, as `mpid` would),
+//! and the same binaries run unchanged on MPICH's `libmpi_abi.so.1` from
+//! the PyPI wheel (set-up's `mpich` step).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tests::root;
+
+/// Builds the library into a temporary folder once per test process.
+fn lib_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("mpi-host-lib-{}", std::process::id()));
+        let o = Command::new("nice")
+            .args(["-n", "19"])
+            .arg(root().join("scripts/build-mpi.sh"))
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "build-mpi.sh: {}", String::from_utf8_lossy(&o.stderr));
+        dir
+    })
+    .clone()
+}
+
+/// Compiles `tests/mpi/NAME.c` with our mpicc into `dir`.
+fn build(dir: &Path, name: &str) -> PathBuf {
+    let out = dir.join(name);
+    let o = Command::new(root().join("guest/mpi/mpicc"))
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&out)
+        .arg(root().join(format!("tests/mpi/{name}.c")))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "mpicc {name}: {}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// A job id unlike other tests' and other runs'.
+fn job() -> u32 {
+    static N: AtomicU32 = AtomicU32::new(0);
+    (std::process::id() & 0xFFF) << 8 | (N.fetch_add(1, Ordering::Relaxed) + 1)
+}
+
+/// Runs `prog` as `n` ranks on our library; each rank's output.
+fn run_ours(prog: &Path, n: u32) -> Vec<Output> {
+    let job = job().to_string();
+    let children: Vec<_> = (0..n)
+        .map(|r| {
+            Command::new("timeout")
+                .arg("120")
+                .arg(prog)
+                .env("LD_LIBRARY_PATH", lib_dir())
+                .env("MCMPI_JOB", &job)
+                .env("MCMPI_RANK", r.to_string())
+                .env("MCMPI_SIZE", n.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    children.into_iter().map(|c| c.wait_with_output().unwrap()).collect()
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+#[test]
+fn c_programs_run_over_shared_memory_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, ranks) in [("ring", 4), ("ring", 3), ("comms", 4), ("comms", 5)] {
+        let prog = build(dir.path(), name);
+        let outs = run_ours(&prog, ranks);
+        for (r, o) in outs.iter().enumerate() {
+            assert!(o.status.success(), "{name} with {ranks} ranks: rank {r} failed:\n{}", text(o));
+        }
+        assert!(text(&outs[0]).contains(" No Errors"), "{name} with {ranks} ranks:\n{}", text(&outs[0]));
+    }
+}
+
+#[test]
+fn an_aborting_rank_exits_with_its_code_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path(), "abort");
+    // Rank 3 aborts right after MPI_Init; the others would sleep for 10
+    // minutes (ending them is the launcher's part: tests/tests/mpi_qemu.rs).
+    let job = job().to_string();
+    let mut kids: Vec<_> = (0..4)
+        .map(|r| {
+            Command::new(&prog)
+                .env("LD_LIBRARY_PATH", lib_dir())
+                .env("MCMPI_JOB", &job)
+                .env("MCMPI_RANK", r.to_string())
+                .env("MCMPI_SIZE", "4")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let three = kids.remove(3).wait_with_output().unwrap();
+    assert_eq!(three.status.code(), Some(7), "{}", text(&three));
+    assert!(text(&three).contains("MPI_Abort: rank 3 ends the job with code 7"), "{}", text(&three));
+    for mut k in kids {
+        let _ = k.kill();
+        let _ = k.wait();
+    }
+}
+
+#[test]
+fn the_same_binary_runs_on_mpich() {
+    let mpich = root().join(".cache/mpich");
+    if !mpich.join("lib/libmpi_abi.so.1").is_file() {
+        eprintln!("SKIP: MPICH's wheel is not in .cache/mpich (scripts/setup.sh --only mpich)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["ring", "comms"] {
+        let prog = build(dir.path(), name);
+        let ours = run_ours(&prog, 4);
+        assert!(text(&ours[0]).contains(" No Errors"), "{name} on ours:\n{}", text(&ours[0]));
+        let theirs = Command::new("timeout")
+            .arg("120")
+            .arg(mpich.join("bin/mpiexec"))
+            .args(["-n", "4", "-launcher", "fork"])
+            .arg(&prog)
+            .env("LD_LIBRARY_PATH", mpich.join("lib"))
+            .output()
+            .unwrap();
+        assert!(theirs.status.success(), "{name} on MPICH:\n{}", text(&theirs));
+        assert!(text(&theirs).contains(" No Errors"), "{name} on MPICH:\n{}", text(&theirs));
+    }
+}

@@ -1,0 +1,66 @@
+//! QEMU tier for MPI (issue 14): C programs built on the host with our
+//! `mpicc`, placed in the cluster's shared folder, run with
+//! `mc-cluster mpirun` across guests: ranks on one guest talk over shared
+//! memory, ranks on different guests over MEMORY CHANNEL.
+
+use std::path::Path;
+use std::process::Command;
+
+use tests::{launcher, root, Cluster};
+
+/// Builds `tests/mpi/NAME.c` into the cluster's shared folder.
+fn build(c: &Cluster, name: &str) {
+    let out = c.run_dir().join("share").join(name);
+    let o = Command::new(root().join("guest/mpi/mpicc"))
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(root().join(format!("tests/mpi/{name}.c")))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "mpicc {name}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(Path::new(&out).is_file());
+}
+
+/// `mc-cluster mpirun -n N /share/PROG`: exit code and output.
+fn mpirun(name: &str, n: usize, prog: &str) -> (Option<i32>, String) {
+    let o = Command::new("timeout")
+        .arg("300")
+        .arg(launcher())
+        .args(["--name", name, "mpirun", "-n", &n.to_string(), &format!("/share/{prog}")])
+        .output()
+        .unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn mpi_programs_run_across_guests() {
+    let name = "t-mpi-run";
+    let c = Cluster::up(name, 2);
+    c.imcd_ready();
+    for prog in ["ring", "comms", "abort"] {
+        build(&c, prog);
+    }
+    // 4 ranks on 2 guests: 0,1 on node0 and 2,3 on node1; the ring's
+    // 800 KB exchanges 1->2 and 3->0 cross MEMORY CHANNEL.
+    let (rc, out) = mpirun(name, 4, "ring");
+    assert_eq!(rc, Some(0), "{out}");
+    assert!(out.contains(" No Errors"), "{out}");
+    for r in 0..4 {
+        let host = if r < 2 { "node0" } else { "node1" };
+        assert!(out.contains(&format!("rank {r} of 4 on {host}")), "rank {r} not on {host}:\n{out}");
+    }
+    let (rc, out) = mpirun(name, 4, "comms");
+    assert_eq!((rc, out.contains(" No Errors")), (Some(0), true), "{out}");
+    // A rank that aborts ends the job within seconds, with its code.
+    let t0 = std::time::Instant::now();
+    let (rc, out) = mpirun(name, 4, "abort");
+    assert_eq!(rc, Some(7), "{out}");
+    assert!(out.contains("rank 3") && out.contains("code 7"), "{out}");
+    assert!(t0.elapsed().as_secs() < 60, "the aborted job took {:?} to end", t0.elapsed());
+    // Nothing of the job is left running.
+    for n in 0..2 {
+        let ps = String::from_utf8_lossy(&c.run(n, &["ps"])).into_owned();
+        assert!(!ps.contains("/share/abort"), "node {n} still runs a rank:\n{ps}");
+    }
+}
