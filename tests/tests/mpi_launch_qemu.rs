@@ -133,4 +133,14 @@ fn mpirun_starts_ranks_on_both_guests_and_ends_failing_jobs() {
     unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
     let _ = run.wait();
     no_ranks_left(&c, 20);
+
+    // mpiexec killed outright in guest 0: both daemons find out (node 1's
+    // through imcd's relay) and end their ranks.
+    let job = "mpiexec -n 4 -hosts node0,node1 /share/rank.sh sleep";
+    c.run(0, &["sh", "-c", &format!("({job} > /tmp/killed.log 2>&1 &)")]);
+    c.poll_until(1, &["sh", "-c", "ps | grep -c '[s]leep 300' || true"], 60, |o| o.trim() == "2");
+    c.run(0, &["sh", "-c", "kill -9 $(pidof mpiexec)"]);
+    no_ranks_left(&c, 20);
+    let log = String::from_utf8(c.run(1, &["cat", "/var/log/mpid.log"])).unwrap();
+    assert!(log.contains("the other side is gone"), "{log}");
 }
