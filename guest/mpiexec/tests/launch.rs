@@ -192,3 +192,41 @@ fn bad_input_gets_clear_errors_and_nothing_hangs() {
     assert!(String::from_utf8_lossy(&o.stderr).starts_with("mpiexec: -n x"), "{}", text(&o));
     assert!(alive(d.pid()), "mpid died");
 }
+
+#[test]
+fn a_lost_mpid_ends_the_job_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = stand_in(dir.path());
+    let b = base(6);
+    let d0 = Mpid::start(b, 0);
+    let mut d1 = Mpid::start(b, 1);
+    let mut c = mpiexec(b)
+        .args(["-n", "4", "-hosts", "0,1", prog.to_str().unwrap(), "sleep"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
+    let mut pids = Vec::new();
+    while pids.len() < 4 {
+        pids.push(reports(&lines.next().expect("mpiexec ended early").unwrap())[0].3);
+    }
+    // Node 1's daemon dies: its ranks die with it, mpiexec notices and ends node 0's.
+    d1.child.kill().unwrap();
+    d1.child.wait().unwrap();
+    let t0 = Instant::now();
+    let st = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "mpiexec did not notice the lost mpid");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut c.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(st.code(), Some(255), "{err}");
+    assert!(err.contains("lost mpid on node1") && err.contains("ending the other 2 ranks"), "{err}");
+    assert_eq!(wait_gone(&pids, 5), Vec::<u32>::new(), "ranks outlived the job");
+    assert!(alive(d0.pid()));
+}
