@@ -1,7 +1,7 @@
 /* Communicators and their extras: the MPI_TAG_UB attribute, a Cartesian
  * grid and a shift along it, a keyval whose copy and delete callbacks run
- * on dup and free, a group of the even ranks and MPI_Comm_create over it.
- * Prints " No Errors" on rank 0. */
+ * on dup and free, a group of the even ranks and MPI_Comm_create over it,
+ * matched probes, a subarray type. Prints " No Errors" on rank 0. */
 #include <mpi.h>
 #include <stdio.h>
 static int copies = 0, deletes = 0;
@@ -32,6 +32,29 @@ int main(int argc, char **argv) {
     MPI_Group_incl(wg, n, even, &g);
     MPI_Comm ec; MPI_Comm_create(MPI_COMM_WORLD, g, &ec);
     if (rank % 2 == 0) { int s; MPI_Comm_size(ec, &s); if (s != n) errs++; int x = 1, t; MPI_Allreduce(&x, &t, 1, MPI_INT, MPI_SUM, ec); if (t != n) errs++; MPI_Comm_free(&ec);} else if (ec != MPI_COMM_NULL) errs++;
+    /* Matched probes: rank 0 takes each message by MPI_Mprobe, sizes its
+     * buffer from the status, then receives exactly that message. */
+    if (rank != 0) {
+        int msg[8]; for (int i = 0; i < rank; i++) msg[i] = rank;
+        MPI_Send(msg, rank, MPI_INT, 0, 5, MPI_COMM_WORLD);
+    } else {
+        for (int i = 1; i < size; i++) {
+            MPI_Message m; MPI_Status st; int cnt, got[8] = {0};
+            MPI_Mprobe(MPI_ANY_SOURCE, 5, MPI_COMM_WORLD, &m, &st);
+            MPI_Get_count(&st, MPI_INT, &cnt);
+            if (cnt != st.MPI_SOURCE) errs++;
+            MPI_Mrecv(got, cnt, MPI_INT, &m, &st);
+            if (m != MPI_MESSAGE_NULL) errs++;
+            for (int k = 0; k < cnt; k++) if (got[k] != st.MPI_SOURCE) errs++;
+        }
+    }
+    /* A 2x2 block at (1,1) of a 4x4 matrix, as a subarray type. */
+    int mat[16], blk[4], sz[2] = {4, 4}, sub[2] = {2, 2}, st0[2] = {1, 1};
+    for (int i = 0; i < 16; i++) mat[i] = i;
+    MPI_Datatype sa; MPI_Type_create_subarray(2, sz, sub, st0, MPI_ORDER_C, MPI_INT, &sa); MPI_Type_commit(&sa);
+    MPI_Sendrecv(mat, 1, sa, rank, 6, blk, 4, MPI_INT, rank, 6, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (blk[0] != 5 || blk[1] != 6 || blk[2] != 9 || blk[3] != 10) errs++;
+    MPI_Type_free(&sa);
     int all; MPI_Allreduce(&errs, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf(all ? "Found %d errors\n" : " No Errors\n", all);
     MPI_Finalize(); return 0;

@@ -94,6 +94,7 @@ fn init(level: c_int) -> R<c_int> {
         attrs: Default::default(),
         infos: HashMap::new(),
         topos: HashMap::new(),
+        messages: HashMap::new(),
     });
     Ok(granted)
 }

@@ -761,3 +761,87 @@ entry!(MPI_Startall / PMPI_Startall(n: c_int, reqs: *mut MPI_Request) comm(MPI_C
     let hs = array(reqs as *const MPI_Request, n, "requests")?;
     with(|st| hs.iter().try_for_each(|&h| start(st, h)))
 });
+
+/// A matched probe: the message taken out of the queue, under a handle.
+fn mprobe(
+    st: &mut State,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    block: bool,
+) -> R<Option<(MPI_Message, MPI_Status)>> {
+    let Some(p) = probe_pattern(st, source, tag, comm)? else { return Ok(Some((MPI_MESSAGE_NO_PROC, null_status()))) };
+    let mut idle = 0;
+    loop {
+        if let Some(m) = st.eng.improbe(p)? {
+            let s = to_status(st, comm, &m.status());
+            let h = st.handle();
+            st.messages.insert(h, (m, comm));
+            return Ok(Some((h, s)));
+        }
+        if !block {
+            return Ok(None);
+        }
+        backoff(&mut idle);
+    }
+}
+
+entry!(MPI_Mprobe / PMPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) comm(comm) {
+    let (h, s) = with(|st| mprobe(st, source, tag, comm, true))?.expect("a blocking probe returns a message");
+    put(message, h, "message")?;
+    put_status(status, s)
+});
+
+entry!(MPI_Improbe / PMPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) comm(comm) {
+    let r = with(|st| mprobe(st, source, tag, comm, false))?;
+    put(flag, r.is_some() as c_int, "flag")?;
+    if let Some((h, s)) = r {
+        put(message, h, "message")?;
+        put_status(status, s)?;
+    }
+    Ok(())
+});
+
+/// Starts the receive of a matched message; the request handle.
+fn start_mrecv(st: &mut State, buf: usize, count: c_int, t: MPI_Datatype, message: MPI_Message) -> R<MPI_Request> {
+    let h = st.handle();
+    if message == MPI_MESSAGE_NO_PROC {
+        st.reqs.insert(
+            h,
+            Pending {
+                id: None,
+                comm: MPI_COMM_WORLD,
+                unpack: None,
+                detached: false,
+                persistent: None,
+                status: Some(null_status()),
+            },
+        );
+        return Ok(h);
+    }
+    let (m, comm) = st
+        .messages
+        .remove(&message)
+        .ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{message:#x} is not a matched message") })?;
+    let (into, unpack) = recv_into(st, buf, count, t)?;
+    let id = st.eng.imrecv(m, into)?;
+    st.reqs.insert(h, Pending { id: Some(id), comm, unpack, detached: false, persistent: None, status: None });
+    Ok(h)
+}
+
+entry!(MPI_Mrecv / PMPI_Mrecv(buf: *mut c_void, count: c_int, t: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) comm(MPI_COMM_WORLD) {
+    let m = array(message as *const MPI_Message, 1, "message")?[0];
+    let s = with(|st| {
+        let h = start_mrecv(st, buf as usize, count, t, m)?;
+        wait_one(st, h)
+    })?;
+    put(message, MPI_MESSAGE_NULL, "message")?;
+    put_status(status, s)
+});
+
+entry!(MPI_Imrecv / PMPI_Imrecv(buf: *mut c_void, count: c_int, t: MPI_Datatype, message: *mut MPI_Message, req: *mut MPI_Request) comm(MPI_COMM_WORLD) {
+    let m = array(message as *const MPI_Message, 1, "message")?[0];
+    let h = with(|st| start_mrecv(st, buf as usize, count, t, m))?;
+    put(message, MPI_MESSAGE_NULL, "message")?;
+    put(req, h, "request")
+});

@@ -260,3 +260,13 @@ entry!(MPI_Unpack / PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *
     }
     put(position, (pos + need) as c_int, "position")
 });
+
+entry!(MPI_Type_create_subarray / PMPI_Type_create_subarray(ndims: c_int, sizes: *const c_int, subsizes: *const c_int, starts: *const c_int, order: c_int, t: MPI_Datatype, newtype: *mut MPI_Datatype) comm(MPI_COMM_WORLD) {
+    let order = match order {
+        o if o == MPI_ORDER_C => crate::datatype::Order::C,
+        o if o == MPI_ORDER_FORTRAN => crate::datatype::Order::Fortran,
+        o => return err(MPI_ERR_ARG, format!("order {o} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN")),
+    };
+    let (a, b, c) = (i64s(sizes, ndims, "sizes")?, i64s(subsizes, ndims, "subsizes")?, i64s(starts, ndims, "starts")?);
+    add(newtype, Datatype::subarray(&a, &b, &c, order, &old(t)?))
+});
