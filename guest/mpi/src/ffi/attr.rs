@@ -103,8 +103,9 @@ fn run_delete(obj: usize, key: c_int, kv: Keyval, value: usize) -> R<()> {
     Ok(())
 }
 
-fn set_attr(obj: usize, key: c_int, value: usize) -> R<()> {
-    let (kv, old) = with(|st| {
+/// Takes keyval `key`'s attribute off `obj`: the keyval and the old value.
+fn take_attr(obj: usize, key: c_int) -> R<(Keyval, Option<usize>)> {
+    with(|st| {
         let kv = *st
             .attrs
             .keyvals
@@ -113,7 +114,11 @@ fn set_attr(obj: usize, key: c_int, value: usize) -> R<()> {
         let list = st.attrs.values.entry(obj).or_default();
         let old = list.iter().position(|e| e.0 == key).map(|i| list.remove(i).1);
         Ok((kv, old))
-    })?;
+    })
+}
+
+fn set_attr(obj: usize, key: c_int, value: usize) -> R<()> {
+    let (kv, old) = take_attr(obj, key)?;
     if let Some(v) = old {
         run_delete(obj, key, kv, v)?;
     }
@@ -143,16 +148,7 @@ fn get_attr(obj: usize, key: c_int, value: *mut c_void, flag: *mut c_int) -> R<(
 }
 
 fn delete_attr(obj: usize, key: c_int) -> R<()> {
-    let (kv, old) = with(|st| {
-        let kv = *st
-            .attrs
-            .keyvals
-            .get(&key)
-            .ok_or(MpiErr { class: MPI_ERR_KEYVAL, msg: format!("keyval {key} is not known") })?;
-        let list = st.attrs.values.entry(obj).or_default();
-        let old = list.iter().position(|e| e.0 == key).map(|i| list.remove(i).1);
-        Ok((kv, old))
-    })?;
+    let (kv, old) = take_attr(obj, key)?;
     match old {
         Some(v) => run_delete(obj, key, kv, v),
         None => err(MPI_ERR_KEYVAL, format!("no attribute for keyval {key}")),

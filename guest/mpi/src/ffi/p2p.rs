@@ -461,14 +461,7 @@ entry!(MPI_Probe / PMPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status:
 
 entry!(MPI_Wait / PMPI_Wait(req: *mut MPI_Request, status: *mut MPI_Status) comm(MPI_COMM_WORLD) {
     let h = array(req as *const MPI_Request, 1, "request")?[0];
-    let s = with(|st| {
-        if inactive(st, h) {
-            return Ok((empty_status(), h));
-        }
-        let s = wait_one(st, h)?;
-        let keep = st.reqs.contains_key(&h);
-        Ok((s, if keep { h } else { MPI_REQUEST_NULL }))
-    })?;
+    let s = with(|st| finish_handle(st, h, true))?;
     put(req, s.1, "request")?;
     put_status(status, s.0)
 });
@@ -495,6 +488,17 @@ entry!(MPI_Test / PMPI_Test(req: *mut MPI_Request, flag: *mut c_int, status: *mu
     Ok(())
 });
 
+/// Completes request `h` (waiting for it when `wait`, else it must be
+/// done): its status and what its handle becomes (null unless persistent).
+/// An inactive request gives the empty status and keeps its handle.
+fn finish_handle(st: &mut State, h: MPI_Request, wait: bool) -> R<(MPI_Status, MPI_Request)> {
+    if inactive(st, h) {
+        return Ok((empty_status(), h));
+    }
+    let s = if wait { wait_one(st, h)? } else { complete(st, h)? };
+    Ok((s, if st.reqs.contains_key(&h) { h } else { MPI_REQUEST_NULL }))
+}
+
 /// Stores status `i` of an array unless `MPI_STATUSES_IGNORE`.
 fn put_status_at(p: *mut MPI_Status, i: usize, s: MPI_Status) -> R<()> {
     if p as usize == MPI_STATUSES_IGNORE {
@@ -507,13 +511,7 @@ entry!(MPI_Waitall / PMPI_Waitall(n: c_int, reqs: *mut MPI_Request, statuses: *m
     let n = count_ok(n)? as usize;
     let hs = array(reqs as *const MPI_Request, n, "requests")?;
     for (i, &h) in hs.iter().enumerate() {
-        let (s, nh) = with(|st| {
-            if inactive(st, h) {
-                return Ok((empty_status(), h));
-            }
-            let s = wait_one(st, h)?;
-            Ok((s, if st.reqs.contains_key(&h) { h } else { MPI_REQUEST_NULL }))
-        })?;
+        let (s, nh) = with(|st| finish_handle(st, h, true))?;
         put(reqs.wrapping_add(i), nh, "requests")?;
         put_status_at(statuses, i, s)?;
     }
@@ -535,13 +533,7 @@ entry!(MPI_Testall / PMPI_Testall(n: c_int, reqs: *mut MPI_Request, flag: *mut c
     put(flag, all as c_int, "flag")?;
     if all {
         for (i, &h) in hs.iter().enumerate() {
-            let (s, nh) = with(|st| {
-                if inactive(st, h) {
-                    return Ok((empty_status(), h));
-                }
-                let s = complete(st, h)?;
-                Ok((s, if st.reqs.contains_key(&h) { h } else { MPI_REQUEST_NULL }))
-            })?;
+            let (s, nh) = with(|st| finish_handle(st, h, false))?;
             put(reqs.wrapping_add(i), nh, "requests")?;
             put_status_at(statuses, i, s)?;
         }
