@@ -362,7 +362,7 @@ fn rebooting_node_is_not_waited_for_until_its_new_imcd_joins() {
     // Repair would take the node out of the waits anyway; keep it far off,
     // as a reboot is quicker than the repair delay.
     let s = Settings { cluster_timeout: Duration::from_secs(3), repair_after: Duration::from_secs(600), ..settings() };
-    let nodes: Vec<Running> = (0..3).map(|n| net.start(n, &format!("n{n}"), s.clone())).collect();
+    let nodes: Vec<Running> = (0..3).map(|n| net.start(n, &format!("n{n}"), s)).collect();
     for (n, r) in nodes.iter().enumerate() {
         assert!(r.joined().is_some(), "node {n} never finished joining");
     }
