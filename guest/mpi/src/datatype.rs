@@ -32,12 +32,13 @@
 //! codes for them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use thiserror::Error;
 
-/// The most runs a flattened type map may have (each run takes 32 bytes).
-pub const MAX_RUNS: usize = 1 << 22;
+/// The most runs a flattened type map may have. Each run takes 32 bytes,
+/// so the largest type map takes 64 MiB.
+pub const MAX_RUNS: usize = 1 << 21;
 
 /// Errors of datatype construction and of buffer checks.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -678,6 +679,14 @@ impl Builder {
                 })?;
             }
             runs => {
+                // Each copy adds at least all but one of its runs (its first
+                // may continue the previous copy's last): refuse early
+                // rather than after filling memory.
+                let per_copy = (runs.len() as u64 - 1).max(1);
+                let least = copies.saturating_sub(1).saturating_mul(per_copy);
+                if least.saturating_add(self.runs.len() as u64) > MAX_RUNS as u64 {
+                    return Err(DatatypeError::TooComplex);
+                }
                 for k in 0..copies {
                     let off = add_i(base, mul_i(as_i(k)?, step)?)?;
                     for r in runs {
@@ -808,6 +817,20 @@ impl Datatype {
         );
         t.commit();
         t
+    }
+
+    /// The one shared instance of a predefined basic type.
+    pub fn shared_basic(b: Basic) -> Arc<Datatype> {
+        static ALL: OnceLock<Vec<Arc<Datatype>>> = OnceLock::new();
+        let all = ALL.get_or_init(|| Basic::ALL.iter().map(|&b| Arc::new(Datatype::basic(b))).collect());
+        all[b as usize].clone()
+    }
+
+    /// The one shared instance of a predefined pair type.
+    pub fn shared_pair(p: Pair) -> Arc<Datatype> {
+        static ALL: OnceLock<Vec<Arc<Datatype>>> = OnceLock::new();
+        let all = ALL.get_or_init(|| Pair::ALL.iter().map(|&p| Arc::new(Datatype::pair(p))).collect());
+        all[p as usize].clone()
     }
 
     /// `MPI_Type_contiguous`.
@@ -1272,7 +1295,8 @@ impl Datatype {
         self.contiguous
     }
 
-    /// The pair kind of a predefined pair type.
+    /// The pair kind of a predefined pair type (or of a dup or resized
+    /// copy of one, whose packed form is the same).
     pub fn pair_kind(&self) -> Option<Pair> {
         self.pair
     }

@@ -8,17 +8,27 @@
 //! - [`comm`]: communicators and groups;
 //! - [`p2p`]: sends, receives, probes, requests and their completion;
 //! - [`coll`]: the collectives;
-//! - [`types`]: datatype and operation handles.
+//! - [`types`]: datatype and operation handles;
+//! - [`attr`]: attribute caching; [`topo`]: Cartesian and graph
+//!   topologies; [`info`]: info objects and `MPI_Alloc_mem`;
+//! - [`handles`]: handles as ints, address arithmetic;
+//! - [`missing`]: what is not implemented yet (each fails with
+//!   `MPI_ERR_UNSUPPORTED_OPERATION`).
 //!
 //! Touched by the application's threads, one at a time, under [`STATE`].
 
 // The C signatures take as many arguments as the standard gives them.
 #![allow(clippy::too_many_arguments)]
 
+pub mod attr;
 pub mod coll;
 pub mod comm;
 pub mod env;
+pub mod handles;
+pub mod info;
+pub mod missing;
 pub mod p2p;
+pub mod topo;
 pub mod types;
 
 use std::collections::HashMap;
@@ -126,6 +136,12 @@ pub struct State {
     pub main_thread: std::thread::ThreadId,
     /// The attached buffer for `MPI_Bsend` (address, bytes).
     pub buffer: Option<(usize, usize)>,
+    /// Keyvals and cached attributes.
+    pub attrs: attr::Attrs,
+    /// Info objects by handle.
+    pub infos: HashMap<MPI_Info, Vec<(String, String)>>,
+    /// Topologies by communicator.
+    pub topos: HashMap<MPI_Comm, topo::Topo>,
 }
 
 impl State {

@@ -16,11 +16,9 @@
 //!   greater, as in MPICH.
 //! - `MPI_MAXLOC`/`MPI_MINLOC`: the better value wins; on equal values the
 //!   lower index. Incomparable values (NaN) leave `inout` as it was.
-//! - `long double` (x87 80-bit in 16 bytes): `MPI_MAX`, `MPI_MIN` and the
-//!   location operations compare the 80-bit values exactly. `MPI_SUM` and
-//!   `MPI_PROD` on `long double` and `long double _Complex` are refused
-//!   with [`OpError::Unsupported`]: doing them through `f64` would silently
-//!   lose precision.
+//! - `long double` (x87 80-bit in 16 bytes) and its complex types are
+//!   computed in software (`op/x87.rs`) with the FPU's rounding, so results
+//!   match C code on x86_64 bit for bit; padding bytes of `inout` are kept.
 //! - `MPI_REPLACE` and `MPI_NO_OP` apply to every type (accumulate).
 
 use std::cmp::Ordering;
@@ -28,6 +26,8 @@ use std::cmp::Ordering;
 use thiserror::Error;
 
 use crate::datatype::{Basic, Class, Datatype, Pair};
+
+mod x87;
 
 /// A built-in reduction operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -147,16 +147,6 @@ pub enum OpError {
         /// The type's name.
         ty: &'static str,
     },
-    /// MPI defines it but this implementation does not do it.
-    #[error("{op} on {ty} is not supported: {why}")]
-    Unsupported {
-        /// The operation's name.
-        op: &'static str,
-        /// The type's name.
-        ty: &'static str,
-        /// Why.
-        why: &'static str,
-    },
     /// The two buffers differ in length.
     #[error("input has {input} bytes but inout has {inout}")]
     Lengths {
@@ -213,15 +203,6 @@ pub fn is_defined(op: Builtin, kind: Kind) -> bool {
 pub fn check(op: Builtin, kind: Kind) -> Result<(), OpError> {
     if !is_defined(op, kind) {
         return Err(OpError::Undefined { op: op.name(), ty: kind.name() });
-    }
-    if matches!(op, Builtin::Sum | Builtin::Prod)
-        && matches!(kind, Kind::Basic(Basic::LongDouble | Basic::CLongDoubleComplex | Basic::CxxLongDoubleComplex))
-    {
-        return Err(OpError::Unsupported {
-            op: op.name(),
-            ty: kind.name(),
-            why: "x87 extended-precision arithmetic is not implemented",
-        });
     }
     Ok(())
 }
@@ -327,46 +308,11 @@ impl<T: Elem> Elem for Cx<T> {
     }
 }
 
-/// An x87 extended-precision value: 64-bit mantissa with explicit integer
-/// bit, then sign and 15-bit exponent, then 6 bytes of padding (kept).
-#[derive(Clone, Copy)]
-struct X87([u8; 16]);
-
-impl Elem for X87 {
-    const N: usize = 16;
-    fn get(b: &[u8]) -> Self {
-        X87(arr(b))
-    }
-    fn put(self, b: &mut [u8]) {
-        b[..16].copy_from_slice(&self.0);
-    }
-}
-
-impl X87 {
-    fn parts(&self) -> (bool, u16, u64) {
-        let se = u16::from_le_bytes([self.0[8], self.0[9]]);
-        let m = u64::from_le_bytes(arr(&self.0));
-        (se & 0x8000 != 0, se & 0x7fff, m)
-    }
-
-    fn partial_cmp(&self, other: &X87) -> Option<Ordering> {
-        let (sa, ea, ma) = self.parts();
-        let (sb, eb, mb) = other.parts();
-        let nan = |e: u16, m: u64| e == 0x7fff && (m << 1) != 0;
-        if nan(ea, ma) || nan(eb, mb) {
-            return None;
-        }
-        let zero = |e: u16, m: u64| e == 0 && m == 0;
-        if zero(ea, ma) && zero(eb, mb) {
-            return Some(Ordering::Equal);
-        }
-        let mag = ((ea as u128) << 64 | ma as u128).cmp(&((eb as u128) << 64 | mb as u128));
-        Some(match (sa, sb) {
-            (false, false) => mag,
-            (true, true) => mag.reverse(),
-            (false, true) => Ordering::Greater,
-            (true, false) => Ordering::Less,
-        })
+/// Calls `f(input element, inout element)` for each pair of `n`-byte
+/// elements.
+fn each(n: usize, input: &[u8], inout: &mut [u8], f: impl Fn(&[u8], &mut [u8])) {
+    for (a, b) in input.chunks_exact(n).zip(inout.chunks_exact_mut(n)) {
+        f(a, b);
     }
 }
 
@@ -435,22 +381,55 @@ fn basic(op: Builtin, b: Basic, input: &[u8], inout: &mut [u8]) {
         UnsignedLong | UnsignedLongLong | Uint64 => int_ops!(u64, op, input, inout),
         Float | Real | Real4 => float_ops!(f32, op, input, inout),
         Double | DoublePrecision | Real8 => float_ops!(f64, op, input, inout),
-        LongDouble => match op {
-            Builtin::Max => {
-                apply::<X87>(input, inout, |a, b| if a.partial_cmp(&b) == Some(Ordering::Greater) { a } else { b })
+        LongDouble => {
+            let pick = |want: Ordering| {
+                move |a: &[u8], b: &mut [u8]| {
+                    if x87::compare(a, b) == Some(want) {
+                        b[..10].copy_from_slice(&a[..10]);
+                    }
+                }
+            };
+            match op {
+                Builtin::Max => each(16, input, inout, pick(Ordering::Greater)),
+                Builtin::Min => each(16, input, inout, pick(Ordering::Less)),
+                Builtin::Sum => each(16, input, inout, |a, b| {
+                    let old = arr::<16>(b);
+                    x87::add(a, &old, b)
+                }),
+                Builtin::Prod => each(16, input, inout, |a, b| {
+                    let old = arr::<16>(b);
+                    x87::mul(a, &old, b)
+                }),
+                _ => {}
             }
-            Builtin::Min => {
-                apply::<X87>(input, inout, |a, b| if a.partial_cmp(&b) == Some(Ordering::Less) { a } else { b })
-            }
+        }
+        CLongDoubleComplex | CxxLongDoubleComplex => match op {
+            Builtin::Sum => each(32, input, inout, |a, b| {
+                let old = arr::<32>(b);
+                x87::add(&a[..16], &old[..16], &mut b[..16]);
+                x87::add(&a[16..], &old[16..], &mut b[16..]);
+            }),
+            Builtin::Prod => each(32, input, inout, |a, b| {
+                let (ar, ai) = (&a[..16], &a[16..]);
+                let old = arr::<32>(b);
+                let (br, bi) = (&old[..16], &old[16..]);
+                let (mut t1, mut t2) = ([0u8; 16], [0u8; 16]);
+                x87::mul(ar, br, &mut t1);
+                x87::mul(ai, bi, &mut t2);
+                x87::negate(&mut t2);
+                x87::add(&t1, &t2, &mut b[..16]);
+                x87::mul(ar, bi, &mut t1);
+                x87::mul(ai, br, &mut t2);
+                x87::add(&t1, &t2, &mut b[16..]);
+            }),
             _ => {}
         },
         CFloatComplex | CxxFloatComplex | Complex | Complex8 => complex_ops!(f32, op, input, inout),
         CDoubleComplex | CxxDoubleComplex | DoubleComplex | Complex16 => {
             complex_ops!(f64, op, input, inout)
         }
-        // Refused by `check`: no arithmetic on characters, packed data or
-        // extended-precision complex numbers.
-        Char | Wchar | Character | Packed | CLongDoubleComplex | CxxLongDoubleComplex => {}
+        // Refused by `check`: no arithmetic on characters or packed data.
+        Char | Wchar | Character | Packed => {}
     }
 }
 
@@ -462,7 +441,7 @@ fn compare(b: Basic, x: &[u8], y: &[u8]) -> Option<Ordering> {
         Basic::Long => Some(i64::get(x).cmp(&i64::get(y))),
         Basic::Float | Basic::Real => f32::get(x).partial_cmp(&f32::get(y)),
         Basic::Double | Basic::DoublePrecision => f64::get(x).partial_cmp(&f64::get(y)),
-        Basic::LongDouble => X87::get(x).partial_cmp(&X87::get(y)),
+        Basic::LongDouble => x87::compare(x, y),
         _ => None,
     }
 }

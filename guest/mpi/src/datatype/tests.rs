@@ -596,3 +596,19 @@ fn huge_counts_of_empty_types_are_quick() {
     assert_eq!(d.runs().len(), 1);
     assert_eq!(d.true_lb(), 4 << 39);
 }
+
+#[test]
+fn shared_predefined_instances() {
+    for &k in Basic::ALL {
+        let t = Datatype::shared_basic(k);
+        assert!(Arc::ptr_eq(&t, &Datatype::shared_basic(k)));
+        assert_eq!((t.basic_kind(), t.name()), (Some(k), k.name().to_string()));
+        assert_eq!(t.size(), k.size() as u64);
+    }
+    for &p in Pair::ALL {
+        let t = Datatype::shared_pair(p);
+        assert!(Arc::ptr_eq(&t, &Datatype::shared_pair(p)));
+        assert_eq!((t.pair_kind(), t.name()), (Some(p), p.name().to_string()));
+        assert_eq!(t.size(), p.packed_size() as u64);
+    }
+}

@@ -36,8 +36,14 @@ entry!(MPI_Comm_dup / PMPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) comm
         let mut c = st.comm(comm)?.clone();
         c.ctx = ctx;
         c.name = String::new();
-        Ok(add_comm(st, c))
+        let t = st.topos.get(&comm).cloned();
+        let h = add_comm(st, c);
+        if let Some(t) = t {
+            st.topos.insert(h, t);
+        }
+        Ok(h)
     })?;
+    super::attr::copy_all(comm, h)?;
     put(newcomm, h, "newcomm")
 });
 
@@ -71,9 +77,11 @@ entry!(MPI_Comm_free / PMPI_Comm_free(comm: *mut MPI_Comm) comm(MPI_COMM_WORLD) 
     if c == MPI_COMM_WORLD || c == MPI_COMM_SELF {
         return err(MPI_ERR_COMM, "a predefined communicator cannot be freed");
     }
+    with(|st| st.comm(c).map(|_| ()))?;
+    super::attr::drop_all(c)?;
     with(|st| {
-        st.comm(c)?;
         st.comms.remove(&c);
+        st.topos.remove(&c);
         Ok(())
     })?;
     put(comm, MPI_COMM_NULL, "comm")
@@ -206,4 +214,182 @@ entry!(MPI_Comm_set_name / PMPI_Comm_set_name(comm: MPI_Comm, name: *const c_cha
 entry!(MPI_Comm_get_name / PMPI_Comm_get_name(comm: MPI_Comm, name: *mut c_char, len: *mut c_int) comm(comm) {
     let s = with(|st| Ok(st.comm(comm)?.name.clone()))?;
     super::env::put_str(name, MPI_MAX_OBJECT_NAME as usize, &s, len)
+});
+
+fn add_group(ranks: Vec<u32>, out: *mut MPI_Group) -> R<()> {
+    let h = with(|st| {
+        if ranks.is_empty() {
+            return Ok(MPI_GROUP_EMPTY);
+        }
+        let h = st.handle();
+        st.groups.insert(h, ranks);
+        Ok(h)
+    })?;
+    put(out, h, "newgroup")
+}
+
+fn group_of(g: MPI_Group) -> R<Vec<u32>> {
+    with(|st| group(st, g))
+}
+
+/// Ranks `ranks` of group `g`, checked (in range, no repeats).
+fn pick(g: &[u32], ranks: &[c_int]) -> R<Vec<u32>> {
+    let mut seen = std::collections::HashSet::new();
+    ranks
+        .iter()
+        .map(|&r| {
+            let w = usize::try_from(r).ok().and_then(|i| g.get(i)).copied();
+            match w {
+                Some(w) if seen.insert(r) => Ok(w),
+                Some(_) => err(MPI_ERR_RANK, format!("rank {r} is named twice")),
+                None => err(MPI_ERR_RANK, format!("rank {r} is not in a group of {}", g.len())),
+            }
+        })
+        .collect()
+}
+
+/// The ranks of `n` (first, last, stride) triplets.
+fn ranges(p: *const [c_int; 3], n: c_int) -> R<Vec<c_int>> {
+    let mut out = Vec::new();
+    for [first, last, stride] in array(p, count_ok(n)? as usize, "ranges")? {
+        if stride == 0 {
+            return err(MPI_ERR_ARG, "a range with stride 0");
+        }
+        let mut r = first;
+        while (stride > 0 && r <= last) || (stride < 0 && r >= last) {
+            out.push(r);
+            r += stride;
+        }
+    }
+    Ok(out)
+}
+
+entry!(MPI_Group_incl / PMPI_Group_incl(g: MPI_Group, n: c_int, ranks: *const c_int, out: *mut MPI_Group) comm(MPI_COMM_WORLD) {
+    let g = group_of(g)?;
+    add_group(pick(&g, &array(ranks, count_ok(n)? as usize, "ranks")?)?, out)
+});
+
+entry!(MPI_Group_excl / PMPI_Group_excl(g: MPI_Group, n: c_int, ranks: *const c_int, out: *mut MPI_Group) comm(MPI_COMM_WORLD) {
+    let g = group_of(g)?;
+    let gone = pick(&g, &array(ranks, count_ok(n)? as usize, "ranks")?)?;
+    add_group(g.into_iter().filter(|w| !gone.contains(w)).collect(), out)
+});
+
+entry!(MPI_Group_range_incl / PMPI_Group_range_incl(g: MPI_Group, n: c_int, r: *const [c_int; 3], out: *mut MPI_Group) comm(MPI_COMM_WORLD) {
+    let g = group_of(g)?;
+    add_group(pick(&g, &ranges(r, n)?)?, out)
+});
+
+entry!(MPI_Group_range_excl / PMPI_Group_range_excl(g: MPI_Group, n: c_int, r: *const [c_int; 3], out: *mut MPI_Group) comm(MPI_COMM_WORLD) {
+    let g = group_of(g)?;
+    let gone = pick(&g, &ranges(r, n)?)?;
+    add_group(g.into_iter().filter(|w| !gone.contains(w)).collect(), out)
+});
+
+entry!(MPI_Group_union / PMPI_Group_union(a: MPI_Group, b: MPI_Group, out: *mut MPI_Group) comm(MPI_COMM_WORLD) {
+    let (mut x, y) = (group_of(a)?, group_of(b)?);
+    for w in y {
+        if !x.contains(&w) {
+            x.push(w);
+        }
+    }
+    add_group(x, out)
+});
+
+entry!(MPI_Group_intersection / PMPI_Group_intersection(a: MPI_Group, b: MPI_Group, out: *mut MPI_Group) comm(MPI_COMM_WORLD) {
+    let (x, y) = (group_of(a)?, group_of(b)?);
+    add_group(x.into_iter().filter(|w| y.contains(w)).collect(), out)
+});
+
+entry!(MPI_Group_difference / PMPI_Group_difference(a: MPI_Group, b: MPI_Group, out: *mut MPI_Group) comm(MPI_COMM_WORLD) {
+    let (x, y) = (group_of(a)?, group_of(b)?);
+    add_group(x.into_iter().filter(|w| !y.contains(w)).collect(), out)
+});
+
+entry!(MPI_Group_compare / PMPI_Group_compare(a: MPI_Group, b: MPI_Group, result: *mut c_int) comm(MPI_COMM_WORLD) {
+    let (x, y) = (group_of(a)?, group_of(b)?);
+    let r = if x == y {
+        MPI_IDENT
+    } else {
+        let (mut p, mut q) = (x, y);
+        p.sort();
+        q.sort();
+        if p == q { MPI_SIMILAR } else { MPI_UNEQUAL }
+    };
+    put(result, r, "result")
+});
+
+/// A communicator of the members of `ranks` (world ranks) made from
+/// `parent`: collective over `parent` when `over_parent`, else over the
+/// new group only (`MPI_Comm_create_group`).
+fn create(parent: MPI_Comm, ranks: Vec<u32>, over_parent: bool, tag: c_int) -> R<MPI_Comm> {
+    with(|st| {
+        let p = st.comm(parent)?.clone();
+        let me = st.place.rank;
+        if over_parent {
+            let ctx = st.agree_ctx(parent)?;
+            let Some(rank) = ranks.iter().position(|&w| w == me) else { return Ok(MPI_COMM_NULL) };
+            return Ok(add_comm(
+                st,
+                Comm { ctx, ranks, rank: rank as u32, errhandler: p.errhandler, name: String::new() },
+            ));
+        }
+        let Some(rank) = ranks.iter().position(|&w| w == me) else {
+            return err(MPI_ERR_GROUP, "MPI_Comm_create_group called by a process outside the group");
+        };
+        // Agree on a context among the group only, through a temporary
+        // communicator on a context derived from the parent's and the tag.
+        let tmp_ctx = 0x8000_0000 | (p.ctx.wrapping_mul(65599) ^ tag as u32) & 0x7FFF_FFFE;
+        let tmp = Comm {
+            ctx: tmp_ctx,
+            ranks: ranks.clone(),
+            rank: rank as u32,
+            errhandler: p.errhandler,
+            name: String::new(),
+        };
+        let th = add_comm(st, tmp);
+        let ctx = st.agree_ctx(th);
+        st.comms.remove(&th);
+        let ctx = ctx?;
+        Ok(add_comm(st, Comm { ctx, ranks, rank: rank as u32, errhandler: p.errhandler, name: String::new() }))
+    })
+}
+
+entry!(MPI_Comm_create / PMPI_Comm_create(comm: MPI_Comm, g: MPI_Group, newcomm: *mut MPI_Comm) comm(comm) {
+    let ranks = group_of(g)?;
+    let h = create(comm, ranks, true, 0)?;
+    put(newcomm, h, "newcomm")
+});
+
+entry!(MPI_Comm_create_group / PMPI_Comm_create_group(comm: MPI_Comm, g: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) comm(comm) {
+    let ranks = group_of(g)?;
+    let h = create(comm, ranks, false, tag)?;
+    put(newcomm, h, "newcomm")
+});
+
+entry!(MPI_Comm_split_type / PMPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, _info: MPI_Info, newcomm: *mut MPI_Comm) comm(comm) {
+    // Shared memory: the ranks of one guest, told apart by node id.
+    let color = if split_type == MPI_UNDEFINED {
+        MPI_UNDEFINED
+    } else if split_type == MPI_COMM_TYPE_SHARED {
+        node_id() as c_int
+    } else {
+        return err(MPI_ERR_ARG, format!("split type {split_type} is not supported (MPI_COMM_TYPE_SHARED is)"));
+    };
+    // SAFETY: forwarding our own caller's arguments.
+    let rc = unsafe { PMPI_Comm_split(comm, color, key, newcomm) };
+    if rc != MPI_SUCCESS {
+        return err(rc, "MPI_Comm_split failed");
+    }
+    Ok(())
+});
+
+/// This guest's node id (0 without imcd), the unit of shared memory.
+fn node_id() -> u32 {
+    ump::info().map(|i| i.node).unwrap_or(0)
+}
+
+entry!(MPI_Comm_test_inter / PMPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) comm(comm) {
+    with(|st| st.comm(comm).map(|_| ()))?;
+    put(flag, 0, "flag")
 });

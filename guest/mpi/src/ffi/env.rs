@@ -91,6 +91,9 @@ fn init(level: c_int) -> R<c_int> {
         thread_level: granted,
         main_thread: std::thread::current().id(),
         buffer: None,
+        attrs: Default::default(),
+        infos: HashMap::new(),
+        topos: HashMap::new(),
     });
     Ok(granted)
 }

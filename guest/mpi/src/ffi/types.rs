@@ -153,7 +153,9 @@ entry!(MPI_Type_create_resized / PMPI_Type_create_resized(t: MPI_Datatype, lb: M
 });
 
 entry!(MPI_Type_dup / PMPI_Type_dup(t: MPI_Datatype, newtype: *mut MPI_Datatype) comm(MPI_COMM_WORLD) {
-    add(newtype, Ok(Datatype::dup(&old(t)?)))
+    add(newtype, Ok(Datatype::dup(&old(t)?)))?;
+    let h = array(newtype as *const MPI_Datatype, 1, "newtype")?[0];
+    super::attr::copy_all(t, h)
 });
 
 entry!(MPI_Type_commit / PMPI_Type_commit(t: *mut MPI_Datatype) comm(MPI_COMM_WORLD) {
@@ -167,6 +169,7 @@ entry!(MPI_Type_free / PMPI_Type_free(t: *mut MPI_Datatype) comm(MPI_COMM_WORLD)
     if is_predefined_datatype(h) {
         return err(MPI_ERR_TYPE, "a predefined datatype cannot be freed");
     }
+    super::attr::drop_all(h)?;
     with(|st| match st.types.remove(&h) {
         Some(_) => Ok(()),
         None => err(MPI_ERR_TYPE, format!("{h:#x} is not a datatype")),

@@ -219,7 +219,7 @@ fn x87(sign: bool, exp: u16, mant: u64, pad: u8) -> [u8; 16] {
 }
 
 #[test]
-fn long_double_compare_and_refusal() {
+fn long_double_compare_and_arithmetic() {
     let one = x87(false, 0x3fff, 1 << 63, 0xaa);
     let two = x87(false, 0x4000, 1 << 63, 0xbb);
     let onehalf = x87(false, 0x3fff, 3 << 62, 0xcc);
@@ -227,16 +227,36 @@ fn long_double_compare_and_refusal() {
     let cat = |v: &[[u8; 16]]| v.concat();
     let mut io = cat(&[two, one, minus_two]);
     reduce(Builtin::Max, Kind::Basic(Basic::LongDouble), &cat(&[one, onehalf, one]), &mut io).unwrap();
-    assert_eq!(io, cat(&[two, onehalf, one]));
+    // Values are copied, the padding bytes of inout stay.
+    let onehalf_aa = x87(false, 0x3fff, 3 << 62, 0xaa);
+    let one_dd = x87(false, 0x3fff, 1 << 63, 0xdd);
+    assert_eq!(io, cat(&[two, onehalf_aa, one_dd]));
     let mut io = cat(&[two, one, minus_two]);
     reduce(Builtin::Min, Kind::Basic(Basic::LongDouble), &cat(&[one, onehalf, one]), &mut io).unwrap();
-    assert_eq!(io, cat(&[one, one, minus_two]));
-    for op in [Builtin::Sum, Builtin::Prod] {
-        assert!(matches!(
-            reduce(op, Kind::Basic(Basic::LongDouble), &one, &mut two.to_vec()),
-            Err(OpError::Unsupported { .. })
-        ));
-    }
+    let one_bb = x87(false, 0x3fff, 1 << 63, 0xbb);
+    assert_eq!(io, cat(&[one_bb, one, minus_two]));
+    // Sum and product: 1 + 2 = 3 and 1.5 * 2 = 3, inout's padding kept.
+    let three = x87(false, 0x4000, 3 << 62, 0xbb);
+    let mut io = cat(&[two, two]);
+    reduce(Builtin::Sum, Kind::Basic(Basic::LongDouble), &cat(&[one, one]), &mut io).unwrap();
+    assert_eq!(io, cat(&[three, three]));
+    let mut io = two.to_vec();
+    reduce(Builtin::Prod, Kind::Basic(Basic::LongDouble), &onehalf, &mut io).unwrap();
+    assert_eq!(io, three);
+    // long double complex: (1 + 2i)(3 - i) = 5 + 5i; (1 + 2i) + (3 - i) = 4 + i.
+    let v = |x: f64| {
+        let (s, m) = (x < 0.0, x.abs());
+        let e = m.log2().floor() as i32;
+        let mant = ((m / 2f64.powi(e)) * 2f64.powi(63)) as u64;
+        x87(s, (0x3fff + e) as u16, mant, 0)
+    };
+    let c = |re: f64, im: f64| cat(&[v(re), v(im)]);
+    let mut io = c(3.0, -1.0);
+    reduce(Builtin::Prod, Kind::Basic(Basic::CLongDoubleComplex), &c(1.0, 2.0), &mut io).unwrap();
+    assert_eq!(io, c(5.0, 5.0));
+    let mut io = c(3.0, -1.0);
+    reduce(Builtin::Sum, Kind::Basic(Basic::CxxLongDoubleComplex), &c(1.0, 2.0), &mut io).unwrap();
+    assert_eq!(io, c(4.0, 1.0));
     // LONG_DOUBLE_INT: 20 packed bytes; equal values keep the lower index.
     let p = |v: [u8; 16], i: i32| {
         let mut b = v[..].to_vec();

@@ -1,0 +1,140 @@
+//! Info objects (`MPI_Info_*`: ordered key and value strings) and memory
+//! (`MPI_Alloc_mem`, `MPI_Free_mem`).
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use super::*;
+use crate::entry;
+
+fn text(p: *const c_char, what: &str) -> R<String> {
+    nonnull(p, what)?;
+    // SAFETY: the caller passes a NUL-terminated string.
+    Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+fn info(st: &State, h: MPI_Info) -> R<&Vec<(String, String)>> {
+    st.infos.get(&h).ok_or(MpiErr { class: MPI_ERR_INFO, msg: format!("{h:#x} is not an info object") })
+}
+
+entry!(MPI_Info_create / PMPI_Info_create(out: *mut MPI_Info) comm(MPI_COMM_WORLD) {
+    let h = with(|st| {
+        let h = st.handle();
+        st.infos.insert(h, Vec::new());
+        Ok(h)
+    })?;
+    put(out, h, "info")
+});
+
+entry!(MPI_Info_dup / PMPI_Info_dup(i: MPI_Info, out: *mut MPI_Info) comm(MPI_COMM_WORLD) {
+    let h = with(|st| {
+        let v = info(st, i)?.clone();
+        let h = st.handle();
+        st.infos.insert(h, v);
+        Ok(h)
+    })?;
+    put(out, h, "newinfo")
+});
+
+entry!(MPI_Info_free / PMPI_Info_free(i: *mut MPI_Info) comm(MPI_COMM_WORLD) {
+    let h = array(i as *const MPI_Info, 1, "info")?[0];
+    with(|st| st.infos.remove(&h).map(|_| ()).ok_or(MpiErr { class: MPI_ERR_INFO, msg: format!("{h:#x} is not an info object") }))?;
+    put(i, MPI_INFO_NULL, "info")
+});
+
+entry!(MPI_Info_set / PMPI_Info_set(i: MPI_Info, key: *const c_char, value: *const c_char) comm(MPI_COMM_WORLD) {
+    let (k, v) = (text(key, "key")?, text(value, "value")?);
+    if k.len() >= MPI_MAX_INFO_KEY as usize {
+        return err(MPI_ERR_INFO_KEY, format!("key {k:?} is longer than MPI_MAX_INFO_KEY"));
+    }
+    with(|st| {
+        info(st, i)?;
+        let l = st.infos.get_mut(&i).expect("checked");
+        match l.iter_mut().find(|e| e.0 == k) {
+            Some(e) => e.1 = v,
+            None => l.push((k, v)),
+        }
+        Ok(())
+    })
+});
+
+entry!(MPI_Info_delete / PMPI_Info_delete(i: MPI_Info, key: *const c_char) comm(MPI_COMM_WORLD) {
+    let k = text(key, "key")?;
+    with(|st| {
+        info(st, i)?;
+        let l = st.infos.get_mut(&i).expect("checked");
+        let n = l.len();
+        l.retain(|e| e.0 != k);
+        if l.len() == n {
+            return err(MPI_ERR_INFO_NOKEY, format!("no key {k:?}"));
+        }
+        Ok(())
+    })
+});
+
+fn value_of(i: MPI_Info, key: *const c_char) -> R<Option<String>> {
+    let k = text(key, "key")?;
+    with(|st| Ok(info(st, i)?.iter().find(|e| e.0 == k).map(|e| e.1.clone())))
+}
+
+entry!(MPI_Info_get / PMPI_Info_get(i: MPI_Info, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int) comm(MPI_COMM_WORLD) {
+    let v = value_of(i, key)?;
+    put(flag, v.is_some() as c_int, "flag")?;
+    if let Some(v) = v {
+        super::env::put_str(value, count_ok(valuelen)? as usize + 1, &v, std::ptr::null_mut())?;
+    }
+    Ok(())
+});
+
+entry!(MPI_Info_get_valuelen / PMPI_Info_get_valuelen(i: MPI_Info, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int) comm(MPI_COMM_WORLD) {
+    let v = value_of(i, key)?;
+    put(flag, v.is_some() as c_int, "flag")?;
+    if let Some(v) = v {
+        put(valuelen, v.len() as c_int, "valuelen")?;
+    }
+    Ok(())
+});
+
+entry!(MPI_Info_get_string / PMPI_Info_get_string(i: MPI_Info, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) comm(MPI_COMM_WORLD) {
+    let v = value_of(i, key)?;
+    put(flag, v.is_some() as c_int, "flag")?;
+    if let Some(v) = v {
+        let cap = array(buflen as *const c_int, 1, "buflen")?[0];
+        if cap > 0 {
+            super::env::put_str(value, cap as usize, &v, std::ptr::null_mut())?;
+        }
+        put(buflen, v.len() as c_int + 1, "buflen")?;
+    }
+    Ok(())
+});
+
+entry!(MPI_Info_get_nkeys / PMPI_Info_get_nkeys(i: MPI_Info, n: *mut c_int) comm(MPI_COMM_WORLD) {
+    let k = with(|st| Ok(info(st, i)?.len()))?;
+    put(n, k as c_int, "nkeys")
+});
+
+entry!(MPI_Info_get_nthkey / PMPI_Info_get_nthkey(i: MPI_Info, n: c_int, key: *mut c_char) comm(MPI_COMM_WORLD) {
+    let k = with(|st| {
+        let l = info(st, i)?;
+        usize::try_from(n).ok().and_then(|n| l.get(n)).map(|e| e.0.clone())
+            .ok_or(MpiErr { class: MPI_ERR_ARG, msg: format!("key {n} of {}", l.len()) })
+    })?;
+    super::env::put_str(key, MPI_MAX_INFO_KEY as usize, &k, std::ptr::null_mut())
+});
+
+entry!(MPI_Alloc_mem / PMPI_Alloc_mem(size: MPI_Aint, _info: MPI_Info, baseptr: *mut c_void) comm(MPI_COMM_WORLD) {
+    if size < 0 {
+        return err(MPI_ERR_SIZE, format!("size {size} is negative"));
+    }
+    // SAFETY: malloc of a positive size (1 for 0, so the pointer is unique).
+    let p = unsafe { libc::malloc((size as usize).max(1)) };
+    if p.is_null() {
+        return err(MPI_ERR_NO_MEM, format!("no memory for {size} bytes"));
+    }
+    put(baseptr as *mut *mut c_void, p, "baseptr")
+});
+
+entry!(MPI_Free_mem / PMPI_Free_mem(base: *mut c_void) comm(MPI_COMM_WORLD) {
+    // SAFETY: memory MPI_Alloc_mem returned (or NULL), freed once.
+    unsafe { libc::free(base) };
+    Ok(())
+});
