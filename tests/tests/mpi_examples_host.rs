@@ -102,8 +102,7 @@ fn launch(exe: &Path, lib: &Path, job: u32, dir: &Path) -> Vec<Rank> {
             stderr: std::fs::read_to_string(dir.join(format!("err{r}"))).unwrap_or_default(),
         })
         .collect();
-    let all: String =
-        ranks.iter().enumerate().map(|(i, r)| format!("rank {i}:\n{}{}", r.stdout, r.stderr)).collect();
+    let all: String = ranks.iter().enumerate().map(|(i, r)| format!("rank {i}:\n{}{}", r.stdout, r.stderr)).collect();
     for (i, s) in status.iter().enumerate() {
         match s {
             Some(st) => assert!(st.success(), "{} rank {i} exited {st}\n{all}", exe.display()),
@@ -160,10 +159,7 @@ fn mpich_examples_cpi_hellow_srtest_run_with_four_ranks_on_the_host() {
         .lines()
         .find(|l| l.starts_with("pi is approximately "))
         .unwrap_or_else(|| panic!("cpi rank 0 printed no result:\n{}", ranks[0].stdout));
-    let nums: Vec<f64> = line
-        .split(|c: char| c == ' ' || c == ',')
-        .filter_map(|w| w.parse().ok())
-        .collect();
+    let nums: Vec<f64> = line.split([' ', ',']).filter_map(|w| w.parse().ok()).collect();
     assert_eq!(nums.len(), 2, "cannot read {line:?}");
     assert!((nums[0] - std::f64::consts::PI).abs() < 1e-8, "{line}");
     assert!(nums[1] < 1e-8 && (nums[1] - (nums[0] - std::f64::consts::PI).abs()).abs() < 1e-12, "{line}");
