@@ -10,6 +10,8 @@
 #     (libmpi_abi.so.1) and the guest initramfs
 #   - MPICH's PyPI wheel (mpich==5.0.2) in $MC_CACHE/mpich: its mpi_abi.h is
 #     the reference the MPI ABI test compares our mpi.h with
+#   - MPICH's test suite and examples (test/mpi, examples) from Debian's
+#     mpich source package in $MC_CACHE/mpich-src (step mpich-suite)
 #
 # Idempotent: every step checks its own result and skips work already done.
 # Cache folder: $MC_CACHE (default: <repo>/.cache, ignored by git).
@@ -18,7 +20,7 @@
 # $MC_CACHE/cargo-fuzz for scripts/fuzz.sh (needs a C++ compiler, which
 # build-essential brings).
 #
-# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust mpich image fuzz"]
+# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust mpich mpich-suite image fuzz"]
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,7 +32,7 @@ while [ $# -gt 0 ]; do
     case "$arg" in
         --no-apt) NO_APT=1 ;;
         --only) ONLY="${1:?--only needs a list of steps}"; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -57,8 +59,11 @@ APT_PKGS=(
 setup_apt() {
     if [ "$NO_APT" = 1 ]; then step "apt: skipped (--no-apt)"; return; fi
     need_root "installing Debian packages"
-    if [ ! -f "$APT_LIST" ]; then
-        step "apt: adding bookworm-backports (binaries) and sid (sources only)"
+    # Source suites: sid for the newest QEMU and MPICH; bookworm as the
+    # fallback when sid lists a version whose files are gone. A list written
+    # before bookworm's sources were added is written again.
+    if [ ! -f "$APT_LIST" ] || ! grep -q '^Suites: sid bookworm$' "$APT_LIST"; then
+        step "apt: adding bookworm-backports (binaries) and sid and bookworm (sources only)"
         cat >"$APT_LIST" <<'EOF'
 # Added by mc-cluster scripts/setup.sh
 Types: deb
@@ -69,7 +74,7 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb-src
 URIs: http://deb.debian.org/debian
-Suites: sid
+Suites: sid bookworm
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
@@ -267,6 +272,44 @@ setup_mpich() {
     echo "$MPICH_VERSION" >"$dir/.done"
 }
 
+# ---------------------------------------------------------------- mpich-suite
+# MPICH's own test suite (test/mpi) and example programs (examples) from
+# Debian's mpich source package, unpacked into $MC_CACHE/mpich-src for
+# tests/src/bin/mpi-suite.rs and the examples test. Only those two folders
+# are kept. Like QEMU's source: the newest version whose files can still be
+# fetched (sid can list one that is already gone; bookworm has 4.0.2).
+setup_mpich_suite() {
+    local dir=$MC_CACHE/mpich-src
+    if [ -f "$dir/.done" ] && [ -f "$dir/test/mpi/util/mtest.c" ] && [ -f "$dir/examples/cpi.c" ]; then
+        step "mpich-suite: MPICH $(cat "$dir/.done") test/mpi and examples cached ($dir)"
+        return
+    fi
+    command -v apt-get >/dev/null || die "apt-get not found: the MPICH test suite comes from Debian's mpich source package"
+    local ver candidates=() tmp orig
+    mapfile -t candidates < <(apt-cache showsrc mpich 2>/dev/null | sed -n 's/^Version: //p' | sort -u | sort -rV)
+    [ ${#candidates[@]} -gt 0 ] || die "no mpich source package in the configured deb-src suites (run the apt step: scripts/setup.sh --only apt)"
+    tmp=$MC_CACHE/mpich-src.tmp
+    for ver in "${candidates[@]}"; do
+        step "mpich-suite: fetching source package mpich=$ver"
+        rm -rf "$tmp"; mkdir -p "$tmp"
+        if (cd "$tmp" && apt-get source -q --download-only "mpich=$ver" >"$MC_CACHE/mpich-src-fetch.log" 2>&1); then
+            orig=$(ls "$tmp"/mpich_*.orig.tar.* 2>/dev/null | head -1)
+            [ -n "$orig" ] || die "mpich=$ver fetched but it has no orig tarball (see $MC_CACHE/mpich-src-fetch.log)"
+            step "mpich-suite: unpacking test/mpi and examples from $(basename "$orig")"
+            rm -rf "$dir"; mkdir -p "$dir"
+            tar -C "$dir" --strip-components=1 --wildcards --no-wildcards-match-slash -xf "$orig" 'mpich-*/test/mpi' 'mpich-*/examples' \
+                || die "unpacking $orig failed"
+            [ -f "$dir/test/mpi/util/mtest.c" ] || die "$orig has no test/mpi/util/mtest.c"
+            rm -rf "$tmp"
+            echo "${ver#*:}" >"$dir/.done"
+            return
+        fi
+        echo "    mpich=$ver could not be fetched (not in the archive any more); trying an older one"
+    done
+    rm -rf "$tmp"
+    die "none of the mpich source packages (${candidates[*]}) could be fetched (see $MC_CACHE/mpich-src-fetch.log)"
+}
+
 # ---------------------------------------------------------------- image -----
 setup_image() {
     step "image: building the guest initramfs"
@@ -290,10 +333,11 @@ setup_fuzz() {
         || { tail -20 "$MC_CACHE/cargo-fuzz-install.log"; die "cargo install cargo-fuzz failed (see $MC_CACHE/cargo-fuzz-install.log)"; }
 }
 
-for s in ${ONLY:-apt qemu kernel rust mpich image}; do
+for s in ${ONLY:-apt qemu kernel rust mpich mpich-suite image}; do
     case "$s" in
         apt|qemu|kernel|rust|mpich|image|fuzz) "setup_$s" ;;
-        *) die "unknown step '$s' (steps: apt qemu kernel rust mpich image fuzz)" ;;
+        mpich-suite) setup_mpich_suite ;;
+        *) die "unknown step '$s' (steps: apt qemu kernel rust mpich mpich-suite image fuzz)" ;;
     esac
 done
 step "setup complete (cache: $MC_CACHE)"

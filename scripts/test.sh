@@ -15,7 +15,7 @@ FAST_ONLY=0
 [ "${1:-}" = "--fast" ] && FAST_ONLY=1
 
 if [ "$FAST_ONLY" = 1 ]; then
-    scripts/setup.sh --only "rust mpich"
+    scripts/setup.sh --only "rust mpich mpich-suite"
 else
     scripts/setup.sh
 fi
