@@ -142,6 +142,8 @@ pub struct State {
     pub infos: HashMap<MPI_Info, Vec<(String, String)>>,
     /// Topologies by communicator.
     pub topos: HashMap<MPI_Comm, topo::Topo>,
+    /// Persistent requests' datatypes, kept alive for their restarts.
+    pub kept_types: HashMap<MPI_Request, Arc<Datatype>>,
     /// Messages taken by `MPI_Mprobe`, with their communicator.
     pub messages: HashMap<MPI_Message, (crate::engine::Matched, MPI_Comm)>,
 }

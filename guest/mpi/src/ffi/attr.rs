@@ -1,7 +1,8 @@
 //! Attribute caching (keyvals with copy and delete callbacks) on
 //! communicators, datatypes and windows, and the predefined attributes of
 //! `MPI_COMM_WORLD` (`MPI_TAG_UB`, `MPI_HOST`, `MPI_IO`,
-//! `MPI_WTIME_IS_GLOBAL`, `MPI_UNIVERSE_SIZE`, `MPI_APPNUM`).
+//! `MPI_WTIME_IS_GLOBAL`, `MPI_UNIVERSE_SIZE`, `MPI_APPNUM`,
+//! `MPI_LASTUSEDCODE`).
 //!
 //! Callbacks may call MPI, so they run with the state unlocked: each call
 //! first collects what to run under the lock, then runs it.
@@ -43,6 +44,7 @@ struct Predefined {
     wtime_global: c_int,
     universe: c_int,
     appnum: c_int,
+    lastused: c_int,
 }
 
 static PREDEFINED: std::sync::OnceLock<Predefined> = std::sync::OnceLock::new();
@@ -55,6 +57,7 @@ fn predefined(key: c_int, size: u32) -> Option<usize> {
         wtime_global: 0,
         universe: size as c_int,
         appnum: 0,
+        lastused: MPI_ERR_LASTCODE,
     });
     let r: &c_int = match key {
         k if k == MPI_TAG_UB => &p.tag_ub,
@@ -63,6 +66,7 @@ fn predefined(key: c_int, size: u32) -> Option<usize> {
         k if k == MPI_WTIME_IS_GLOBAL => &p.wtime_global,
         k if k == MPI_UNIVERSE_SIZE => &p.universe,
         k if k == MPI_APPNUM => &p.appnum,
+        k if k == MPI_LASTUSEDCODE => &p.lastused,
         _ => return None,
     };
     Some(r as *const c_int as usize)

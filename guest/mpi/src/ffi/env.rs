@@ -95,6 +95,7 @@ fn init(level: c_int) -> R<c_int> {
         infos: HashMap::new(),
         topos: HashMap::new(),
         messages: HashMap::new(),
+        kept_types: HashMap::new(),
     });
     Ok(granted)
 }
@@ -109,6 +110,10 @@ entry!(MPI_Init_thread / PMPI_Init_thread(_argc: *mut c_int, _argv: *mut *mut *m
 });
 
 entry!(MPI_Finalize / PMPI_Finalize() comm(MPI_COMM_WORLD) {
+    // As if MPI_COMM_SELF were freed first: its attributes' delete
+    // callbacks run (a way for libraries to clean up), then the world's.
+    super::attr::drop_all(MPI_COMM_SELF)?;
+    super::attr::drop_all(MPI_COMM_WORLD)?;
     // Everything sent is delivered before anyone leaves: no rank closes
     // its channels while another still reads from them.
     with(|st| {

@@ -662,6 +662,7 @@ entry!(MPI_Request_free / PMPI_Request_free(req: *mut MPI_Request) comm(MPI_COMM
             st.reqs.remove(&h);
         } else {
             p.persistent = None;
+            st.kept_types.remove(&h);
             p.detached = true;
         }
         reap(st)
@@ -708,6 +709,11 @@ fn persistent(req: *mut MPI_Request, r: Recipe) -> R<()> {
             Recipe::Send(.., c, _) | Recipe::Recv(.., c) => c,
         };
         st.comm(comm)?;
+        let t = match r {
+            Recipe::Send(_, _, t, ..) | Recipe::Recv(_, _, t, ..) => t,
+        };
+        let dt = st.dtype(t)?;
+        st.kept_types.insert(h, dt);
         st.reqs.insert(h, Pending { id: None, comm, unpack: None, detached: false, persistent: Some(r), status: None });
         Ok(h)
     })?;
@@ -732,10 +738,23 @@ fn start(st: &mut State, h: MPI_Request) -> R<()> {
         .get(&h)
         .and_then(|p| p.persistent)
         .ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a persistent request") })?;
-    let tmp = match r {
-        Recipe::Send(..) => start_send(st, r)?,
-        Recipe::Recv(..) => start_recv(st, r)?,
+    // The request keeps its datatype even if the user freed the handle
+    // meanwhile (handles are never reused, so it is put back for the start).
+    let t = match r {
+        Recipe::Send(_, _, t, ..) | Recipe::Recv(_, _, t, ..) => t,
     };
+    let restored = match st.kept_types.get(&h).cloned() {
+        Some(dt) if !st.types.contains_key(&t) => st.types.insert(t, dt).is_none(),
+        _ => false,
+    };
+    let tmp = match r {
+        Recipe::Send(..) => start_send(st, r),
+        Recipe::Recv(..) => start_recv(st, r),
+    };
+    if restored {
+        st.types.remove(&t);
+    }
+    let tmp = tmp?;
     // Move the started request's state under the persistent handle.
     let mut started = st.reqs.remove(&tmp).expect("just started");
     started.persistent = Some(r);
