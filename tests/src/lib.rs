@@ -184,3 +184,17 @@ impl Drop for Cluster {
         self.down();
     }
 }
+
+/// Runs `cmd`, panics with its status and output unless it succeeds;
+/// its standard output.
+pub fn run_ok(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use tests::run_ok as run;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -67,35 +68,6 @@ const NOT_DECLARED: &[(&str, &str)] = &[("MPIX_", "MPICH's own extensions, not i
 fn not_declared(name: &str) -> bool {
     let base = name.strip_prefix('P').unwrap_or(name);
     NOT_DECLARED.iter().any(|(prefix, _)| base.starts_with(prefix))
-}
-
-/// A scratch folder, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(what: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("mpi-abi-{what}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// Text with C comments removed.
@@ -217,7 +189,7 @@ fn values(header: &Path, names: &BTreeSet<String>, scratch: &Path, tag: &str) ->
 #[test]
 fn constants_types_and_status_agree_with_the_standard_abi() {
     let Some(theirs_h) = their_header() else { return };
-    let scratch = Scratch::new("values");
+    let scratch = tempfile::tempdir().unwrap();
     let ours_n = constant_names(&our_header());
     let theirs_n = constant_names(&theirs_h);
     assert!(theirs_n.len() > 300 && ours_n.len() > 300, "{} and {} constants", theirs_n.len(), ours_n.len());
@@ -227,8 +199,8 @@ fn constants_types_and_status_agree_with_the_standard_abi() {
     assert!(ours_only.is_empty(), "our mpi.h defines these and the standard ABI does not: {ours_only:?}");
 
     let common: BTreeSet<String> = ours_n.intersection(&theirs_n).cloned().collect();
-    let ours = values(&our_header(), &common, &scratch.0, "ours");
-    let theirs = values(&theirs_h, &common, &scratch.0, "theirs");
+    let ours = values(&our_header(), &common, scratch.path(), "ours");
+    let theirs = values(&theirs_h, &common, scratch.path(), "theirs");
     assert_eq!(ours.len(), theirs.len());
     let mut wrong = Vec::new();
     for (name, v) in &theirs {
@@ -312,7 +284,7 @@ fn types_and_callbacks_agree_with_the_standard_abi() {
         eprintln!("SKIPPED: no C++ compiler (c++) to compare the types with");
         return;
     }
-    let scratch = Scratch::new("types");
+    let scratch = tempfile::tempdir().unwrap();
     let ours_n = typedef_names(&our_header());
     let theirs_n = typedef_names(&theirs_h);
     assert!(ours_n.contains("MPI_Comm_copy_attr_function") && ours_n.contains("MPI_Status"), "{ours_n:?}");
@@ -321,8 +293,8 @@ fn types_and_callbacks_agree_with_the_standard_abi() {
     let ours_only: Vec<_> = ours_n.difference(&theirs_n).collect();
     assert!(ours_only.is_empty(), "types only our mpi.h has: {ours_only:?}");
     let common: BTreeSet<String> = ours_n.intersection(&theirs_n).cloned().collect();
-    let ours = cxx_type_names(&our_header(), &common, &scratch.0, "ours");
-    let theirs = cxx_type_names(&theirs_h, &common, &scratch.0, "theirs");
+    let ours = cxx_type_names(&our_header(), &common, scratch.path(), "ours");
+    let theirs = cxx_type_names(&theirs_h, &common, scratch.path(), "theirs");
     let wrong: Vec<_> = theirs
         .iter()
         .filter(|(n, t)| ours.get(*n) != Some(t))
@@ -362,9 +334,9 @@ fn prototypes(header: &Path, scratch: &Path, tag: &str) -> BTreeMap<String, Stri
 #[test]
 fn functions_agree_with_the_standard_abi() {
     let Some(theirs_h) = their_header() else { return };
-    let scratch = Scratch::new("protos");
-    let ours = prototypes(&our_header(), &scratch.0, "ours");
-    let theirs = prototypes(&theirs_h, &scratch.0, "theirs");
+    let scratch = tempfile::tempdir().unwrap();
+    let ours = prototypes(&our_header(), scratch.path(), "ours");
+    let theirs = prototypes(&theirs_h, scratch.path(), "theirs");
     assert!(theirs.len() > 1000, "only {} functions parsed from {}", theirs.len(), theirs_h.display());
     let mut missing = Vec::new();
     let mut differ = Vec::new();
@@ -405,8 +377,8 @@ fn exported(lib: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
-    let scratch = Scratch::new("lib");
-    let lib_dir = scratch.0.join("lib");
+    let scratch = tempfile::tempdir().unwrap();
+    let lib_dir = scratch.path().join("lib");
     run(Command::new("nice").args(["-n", "19"]).arg(repo().join("scripts/build-mpi.sh")).arg(&lib_dir));
     let so = lib_dir.join("libmpi_abi.so.1");
 
@@ -427,8 +399,8 @@ fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
     assert!(std::fs::read_link(lib_dir.join("libmpi_abi.so")).unwrap() == Path::new("libmpi_abi.so.1"));
 
     // mpicc with MCMPI_HOME (include/ and lib/ side by side)
-    std::os::unix::fs::symlink(repo().join("guest/mpi/include"), scratch.0.join("include")).unwrap();
-    let src = scratch.0.join("version.c");
+    std::os::unix::fs::symlink(repo().join("guest/mpi/include"), scratch.path().join("include")).unwrap();
+    let src = scratch.path().join("version.c");
     std::fs::write(
         &src,
         "#include <mpi.h>\n#include <stdio.h>\nint main(void) {\n    int v = -1, s = -1;\n    \
@@ -436,18 +408,18 @@ fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
          return rc != MPI_SUCCESS;\n}\n",
     )
     .unwrap();
-    let exe = scratch.0.join("version");
+    let exe = scratch.path().join("version");
     let mpicc = repo().join("guest/mpi/mpicc");
-    let show = run(Command::new(&mpicc).env("MCMPI_HOME", &scratch.0).arg("-show").arg("-o").arg(&exe).arg(&src));
-    assert!(show.contains("-lmpi_abi") && show.contains(&format!("-I{}/include", scratch.0.display())), "{show}");
-    run(Command::new(&mpicc).env("MCMPI_HOME", &scratch.0).args(["-Wall", "-Werror", "-o"]).arg(&exe).arg(&src));
+    let show = run(Command::new(&mpicc).env("MCMPI_HOME", scratch.path()).arg("-show").arg("-o").arg(&exe).arg(&src));
+    assert!(show.contains("-lmpi_abi") && show.contains(&format!("-I{}/include", scratch.path().display())), "{show}");
+    run(Command::new(&mpicc).env("MCMPI_HOME", scratch.path()).args(["-Wall", "-Werror", "-o"]).arg(&exe).arg(&src));
     let dynamic = run(Command::new("readelf").arg("-d").arg(&exe));
     assert!(dynamic.contains("Shared library: [libmpi_abi.so.1]"), "{dynamic}");
     assert!(!dynamic.contains("RUNPATH") && !dynamic.contains("RPATH"), "no run path wanted:\n{dynamic}");
     let out = run(Command::new(&exe).env("LD_LIBRARY_PATH", &lib_dir));
     assert_eq!(out.trim(), "MPI 5.0 rc 0");
     // without the library on the search path the loader refuses to start it
-    let none = Command::new(&exe).env("LD_LIBRARY_PATH", scratch.0.join("nowhere")).output().unwrap();
+    let none = Command::new(&exe).env("LD_LIBRARY_PATH", scratch.path().join("nowhere")).output().unwrap();
     assert!(!none.status.success());
 
     // C++ through mpicxx, source-tree layout (no MCMPI_HOME): compile only
@@ -455,14 +427,14 @@ fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
         run(Command::new(repo().join("guest/mpi/mpicxx")).env_remove("MCMPI_HOME").args(["-show", "-c", "x.cc"]));
     assert_eq!(show.trim(), format!("c++ -I{}/guest/mpi/include -c x.cc", repo().display()));
     if Command::new("c++").arg("--version").output().is_ok() {
-        let cc = scratch.0.join("version.cc");
+        let cc = scratch.path().join("version.cc");
         std::fs::copy(&src, &cc).unwrap();
         run(Command::new(repo().join("guest/mpi/mpicxx"))
-            .env("MCMPI_HOME", &scratch.0)
+            .env("MCMPI_HOME", scratch.path())
             .args(["-Wall", "-Werror", "-o"])
-            .arg(scratch.0.join("version-cxx"))
+            .arg(scratch.path().join("version-cxx"))
             .arg(&cc));
-        let out = run(Command::new(scratch.0.join("version-cxx")).env("LD_LIBRARY_PATH", &lib_dir));
+        let out = run(Command::new(scratch.path().join("version-cxx")).env("LD_LIBRARY_PATH", &lib_dir));
         assert_eq!(out.trim(), "MPI 5.0 rc 0");
     }
 

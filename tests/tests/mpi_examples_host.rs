@@ -18,6 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use tests::run_ok as run;
 
 const RANKS: u32 = 4;
 
@@ -27,34 +28,6 @@ fn repo() -> PathBuf {
 
 fn cache() -> PathBuf {
     std::env::var_os("MC_CACHE").map(PathBuf::from).unwrap_or_else(|| repo().join(".cache"))
-}
-
-/// A scratch folder removed at the end.
-struct Scratch(PathBuf);
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("mpi-examples-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
-    }
-}
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// What one rank printed.
@@ -127,8 +100,8 @@ fn mpich_examples_cpi_hellow_srtest_run_with_four_ranks_on_the_host() {
         );
         return;
     }
-    let scratch = Scratch::new("host");
-    let home = &scratch.0;
+    let scratch = tempfile::tempdir().unwrap();
+    let home = scratch.path();
     let lib = home.join("lib");
     run(Command::new("nice").args(["-n", "19"]).arg(repo().join("scripts/build-mpi.sh")).arg(&lib));
     std::os::unix::fs::symlink(repo().join("guest/mpi/include"), home.join("include")).unwrap();
