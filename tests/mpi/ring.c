@@ -1,6 +1,6 @@
 /* Point-to-point and collectives across every rank: an 800 KB ring
  * exchange (rendezvous), Allreduce, Bcast, Gather, Alltoall, Ssend and
- * ANY_SOURCE, a vector datatype. Prints " No Errors" on rank 0. */
+ * ANY_SOURCE, a vector datatype, Alltoall in place. Prints " No Errors" on rank 0. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +42,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < size; i++) sa[i] = rank * 100 + i;
     MPI_Alltoall(sa, 1, MPI_INT, ra, 1, MPI_INT, MPI_COMM_WORLD);
     for (int i = 0; i < size; i++) if (ra[i] != i * 100 + rank) errs++;
+    /* The same exchange in place. */
+    for (int i = 0; i < size; i++) sa[i] = rank * 100 + i;
+    MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, sa, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int i = 0; i < size; i++) if (sa[i] != i * 100 + rank) errs++;
 
     /* Every rank sends its rank synchronously to 0, which takes them in
      * any order. */

@@ -393,6 +393,13 @@ fn alltoallv(
     rtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> R<()> {
+    // In place: each block goes out from where its answer will land. Every
+    // block is packed before any answer is unpacked (receives complete
+    // into the engine's buffers and are unpacked at the end), and our own
+    // block stays where it is.
+    let in_place = sbuf == MPI_IN_PLACE;
+    let (sbuf, scounts, sdispls, stype) =
+        if in_place { (rbuf, rcounts, rdispls, rtype) } else { (sbuf, scounts, sdispls, stype) };
     let c = st.comm(comm)?;
     let (n, me) = (c.size(), c.rank);
     let (sdt, rdt) = (st.dtype(stype)?, st.dtype(rtype)?);
@@ -409,8 +416,10 @@ fn alltoallv(
         let at = sbuf.wrapping_add_signed(sdispls[r as usize] as isize * sdt.extent() as isize);
         let block = pack(st, at, scounts[r as usize], stype)?;
         if r == me {
-            let to = rbuf.wrapping_add_signed(rdispls[r as usize] as isize * rdt.extent() as isize);
-            unpack(st, to, rcounts[r as usize], rtype, &block)?;
+            if !in_place {
+                let to = rbuf.wrapping_add_signed(rdispls[r as usize] as isize * rdt.extent() as isize);
+                unpack(st, to, rcounts[r as usize], rtype, &block)?;
+            }
         } else {
             let c = st.comm(comm)?;
             let (w, ctx) = (c.ranks[r as usize], c.ctx + 1);
@@ -429,9 +438,6 @@ fn alltoallv(
 
 entry!(MPI_Alltoall / PMPI_Alltoall(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm) {
     with(|st| {
-        if sbuf as usize == MPI_IN_PLACE {
-            return err(MPI_ERR_UNSUPPORTED_OPERATION, "MPI_IN_PLACE in MPI_Alltoall is not supported yet");
-        }
         let n = st.comm(comm)?.size();
         let (sc, sd) = uniform(n, scount);
         let (rc, rd) = uniform(n, rcount);
@@ -441,9 +447,6 @@ entry!(MPI_Alltoall / PMPI_Alltoall(sbuf: *const c_void, scount: c_int, stype: M
 
 entry!(MPI_Alltoallv / PMPI_Alltoallv(sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm) {
     with(|st| {
-        if sbuf as usize == MPI_IN_PLACE {
-            return err(MPI_ERR_UNSUPPORTED_OPERATION, "MPI_IN_PLACE in MPI_Alltoallv is not supported yet");
-        }
         let n = st.comm(comm)?.size();
         let (sc, sd, rc, rd) = (ints(scounts, n, "sendcounts")?, ints(sdispls, n, "sdispls")?, ints(rcounts, n, "recvcounts")?, ints(rdispls, n, "rdispls")?);
         alltoallv(st, sbuf as usize, &sc, &sd, stype, rbuf as usize, &rc, &rd, rtype, comm)
