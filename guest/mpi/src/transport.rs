@@ -72,9 +72,14 @@ impl Link for UmpLink {
         self.ch.write(frame, Some(Instant::now() + Duration::from_secs(60))).map_err(|e| gone(self.rank, e))
     }
     fn next_len(&self) -> Result<Option<usize>, TransportError> {
+        // Closed is read first: everything the other side wrote before it
+        // closed is visible by then, so "closed and nothing pending" means
+        // nothing more will come (the other order loses a last frame that
+        // lands between the two reads).
+        let closed = self.ch.peer_closed();
         match self.ch.pending() {
             Some(n) => Ok(Some(n)),
-            None if self.ch.peer_closed() => Err(gone(self.rank, "it closed its channel")),
+            None if closed => Err(gone(self.rank, "it closed its channel")),
             None => Ok(None),
         }
     }

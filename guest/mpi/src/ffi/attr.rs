@@ -25,6 +25,9 @@ pub struct Keyval {
     copy: usize,
     delete: usize,
     extra: usize,
+    /// Freed by the user while attributes still used it: it lives on
+    /// for their deletes and copies, and goes with the last of them.
+    freed: bool,
 }
 
 /// Keyvals and the attributes set on objects.
@@ -77,7 +80,7 @@ fn create_keyval(copy: usize, delete: usize, extra: usize, out: *mut c_int) -> R
         st.attrs.next += 1;
         // Keyvals of our own start past the predefined attribute keys.
         let k = 1000 + st.attrs.next;
-        st.attrs.keyvals.insert(k, Keyval { copy, delete, extra });
+        st.attrs.keyvals.insert(k, Keyval { copy, delete, extra, freed: false });
         Ok(k)
     })?;
     put(out, k, "keyval")
@@ -85,11 +88,23 @@ fn create_keyval(copy: usize, delete: usize, extra: usize, out: *mut c_int) -> R
 
 fn free_keyval(k: *mut c_int) -> R<()> {
     let key = array(k as *const c_int, 1, "keyval")?[0];
-    with(|st| match st.attrs.keyvals.remove(&key) {
-        Some(_) => Ok(()),
-        None => err(MPI_ERR_KEYVAL, format!("keyval {key} is not known")),
+    with(|st| {
+        match st.attrs.keyvals.get_mut(&key) {
+            Some(kv) if !kv.freed => kv.freed = true,
+            _ => return err(MPI_ERR_KEYVAL, format!("keyval {key} is not known")),
+        }
+        forget_if_unused(st, key);
+        Ok(())
     })?;
     put(k, MPI_KEYVAL_INVALID, "keyval")
+}
+
+/// Drops freed keyval `key` once no attribute uses it.
+fn forget_if_unused(st: &mut State, key: c_int) {
+    let freed = st.attrs.keyvals.get(&key).is_some_and(|kv| kv.freed);
+    if freed && !st.attrs.values.values().any(|l| l.iter().any(|e| e.0 == key)) {
+        st.attrs.keyvals.remove(&key);
+    }
 }
 
 /// Runs keyval `key`'s delete callback on `value` of object `obj`.
@@ -122,6 +137,9 @@ fn take_attr(obj: usize, key: c_int) -> R<(Keyval, Option<usize>)> {
 }
 
 fn set_attr(obj: usize, key: c_int, value: usize) -> R<()> {
+    if with(|st| Ok(st.attrs.keyvals.get(&key).is_some_and(|kv| kv.freed)))? {
+        return err(MPI_ERR_KEYVAL, format!("keyval {key} has been freed"));
+    }
     let (kv, old) = take_attr(obj, key)?;
     if let Some(v) = old {
         run_delete(obj, key, kv, v)?;
@@ -153,6 +171,10 @@ fn get_attr(obj: usize, key: c_int, value: *mut c_void, flag: *mut c_int) -> R<(
 
 fn delete_attr(obj: usize, key: c_int) -> R<()> {
     let (kv, old) = take_attr(obj, key)?;
+    with(|st| {
+        forget_if_unused(st, key);
+        Ok(())
+    })?;
     match old {
         Some(v) => run_delete(obj, key, kv, v),
         None => err(MPI_ERR_KEYVAL, format!("no attribute for keyval {key}")),
@@ -169,6 +191,10 @@ pub fn drop_all(obj: usize) -> R<()> {
         if let Some(kv) = kvs.get(&key) {
             run_delete(obj, key, *kv, v)?;
         }
+        with(|st| {
+            forget_if_unused(st, key);
+            Ok(())
+        })?;
     }
     Ok(())
 }
@@ -236,6 +262,15 @@ macro_rules! attr_family {
     };
 }
 
+// The MPI-1 names of the communicator family (deprecated, still in the ABI).
+attr_family!(
+    MPI_Comm,
+    MPI_Keyval_create / PMPI_Keyval_create,
+    MPI_Keyval_free / PMPI_Keyval_free,
+    MPI_Attr_put / PMPI_Attr_put,
+    MPI_Attr_get / PMPI_Attr_get,
+    MPI_Attr_delete / PMPI_Attr_delete
+);
 attr_family!(
     MPI_Comm,
     MPI_Comm_create_keyval / PMPI_Comm_create_keyval,
