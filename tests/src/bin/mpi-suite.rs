@@ -219,6 +219,23 @@ impl Paths {
             format!("-I{}", self.suite.join("dtpools/include").display()),
         ]
     }
+
+    /// Compiles `src` into object `obj` with our mpicc; on failure, the
+    /// compiler's first error.
+    fn compile_object(&self, src: &Path, obj: &Path) -> std::result::Result<(), String> {
+        let out = Command::new(&self.mpicc)
+            .args(self.cflags())
+            .arg("-c")
+            .arg(src)
+            .arg("-o")
+            .arg(obj)
+            .output()
+            .map_err(|err| format!("running {}: {err}", self.mpicc.display()))?;
+        if !out.status.success() {
+            return Err(first_error(&String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok(())
+    }
 }
 
 /// The first line of compiler output naming an undefined symbol or saying
@@ -256,16 +273,8 @@ fn build_helpers(p: &Paths) -> Result<PathBuf> {
         let src = p.suite.join("util").join(h);
         let obj = p.build.join(h.replace(".c", ".o"));
         if newer(&src, &obj) || newer(&conf, &obj) {
-            let out = Command::new(&p.mpicc)
-                .args(p.cflags())
-                .arg("-c")
-                .arg(&src)
-                .arg("-o")
-                .arg(&obj)
-                .output()
-                .with_context(|| format!("running {}", p.mpicc.display()))?;
-            if !out.status.success() {
-                bail!("compiling {}: {}", src.display(), first_error(&String::from_utf8_lossy(&out.stderr)));
+            if let Err(e) = p.compile_object(&src, &obj) {
+                bail!("compiling {}: {e}", src.display());
             }
             stale = true;
         }
@@ -382,17 +391,9 @@ fn build_test(
     }
     let sh = p.build.join("missing/libmpi_missing.so");
     if newer(&src, &obj) {
-        let out = Command::new(&p.mpicc)
-            .args(p.cflags())
-            .arg("-c")
-            .arg(&src)
-            .arg("-o")
-            .arg(&obj)
-            .output()
-            .map_err(|err| format!("running {}: {err}", p.mpicc.display()))?;
-        if !out.status.success() {
+        if let Err(e) = p.compile_object(&src, &obj) {
             let _ = fs::remove_file(&obj);
-            return Err(first_error(&String::from_utf8_lossy(&out.stderr)));
+            return Err(e);
         }
     }
     let undefined = Command::new("nm")

@@ -175,18 +175,19 @@ fn reduce_bytes(
         csend(st, comm, root, mine)?;
         return Ok(None);
     }
+    // In rank order, each contribution combined as it arrives:
+    // next = acc op next (the operation's inout is its right operand).
     let len = mine.len();
-    let mut parts: Vec<Vec<u8>> = Vec::with_capacity(n as usize);
+    let mut mine = Some(mine);
+    let mut acc: Option<Vec<u8>> = None;
     for r in 0..n {
-        parts.push(if r == me { mine.clone() } else { crecv(st, comm, r, len)? });
+        let mut next = if r == me { mine.take().unwrap_or_default() } else { crecv(st, comm, r, len)? };
+        if let Some(a) = acc {
+            types::apply(st, op, t, count, &a, &mut next)?;
+        }
+        acc = Some(next);
     }
-    let mut acc = parts[0].clone();
-    for part in parts.iter_mut().skip(1) {
-        // part = acc op part: the operation's inout is its right operand.
-        types::apply(st, op, t, count, &acc, part)?;
-        acc = std::mem::take(part);
-    }
-    Ok(Some(acc))
+    Ok(acc)
 }
 
 entry!(MPI_Reduce / PMPI_Reduce(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) comm(comm) {
@@ -353,12 +354,12 @@ fn allgatherv(
     };
     gatherv(st, sbuf, scount, stype, rbuf, counts, displs, rt, 0, comm)?;
     let dt = st.dtype(rt)?;
-    for (r, (&cnt, &d)) in counts.iter().zip(displs).enumerate() {
+    for (&cnt, &d) in counts.iter().zip(displs) {
         let at = rbuf.wrapping_add_signed(d as isize * dt.extent() as isize);
         let len = (dt.size() * count_ok(cnt)?) as usize;
         let mut block = if me == 0 { pack(st, at, cnt, rt)? } else { Vec::new() };
         bcast_bytes(st, comm, 0, &mut block, len)?;
-        if me != 0 && (r as u32 != me || len > 0) {
+        if me != 0 {
             unpack(st, at, cnt, rt, &block)?;
         }
     }
