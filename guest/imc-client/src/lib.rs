@@ -152,6 +152,22 @@ impl Imc {
         Ok(())
     }
 
+    /// False once imcd has gone away (its end of the connection closed):
+    /// the mappings it handed out no longer belong to a living directory,
+    /// and the adapter stays busy for a new imcd until they are dropped.
+    /// Does not wait and does not consume anything.
+    pub fn daemon_alive(&self) -> bool {
+        use nix::sys::socket::{recv, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let mut b = [0u8; 1];
+        match recv(self.sock.as_raw_fd(), &mut b, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
+            Ok(0) => false,
+            Ok(_) => true,
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => true,
+            Err(_) => false,
+        }
+    }
+
     fn call(&self, req: &Request) -> Result<(Reply, Option<OwnedFd>), ImcError> {
         if self.broken.get() {
             return Err(ImcError::Timeout);

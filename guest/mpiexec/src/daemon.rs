@@ -144,32 +144,59 @@ fn lock(handle: u64) -> Result<nix::fcntl::Flock<std::fs::File>, DaemonError> {
         .map_err(|_| DaemonError::Running(handle, path))
 }
 
-/// Waits up to `limit` for imcd to answer with a node id.
-fn wait_for_imcd(limit: Duration) {
+/// Waits up to `limit` for imcd to answer with a node id (or until `stop`).
+fn wait_for_imcd(limit: Duration, stop: &AtomicBool) -> bool {
     let t0 = Instant::now();
-    while t0.elapsed() < limit {
+    while t0.elapsed() < limit && !stop.load(Ordering::Relaxed) {
         if imc_client::Imc::connect().ok().and_then(|i| i.regs().ok()?.node()).is_some() {
-            return;
+            return true;
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    log(&format!("imcd did not answer within {} s: serving this guest only", limit.as_secs()));
+    false
 }
 
+/// How often a serving mpid checks that imcd is still there.
+const IMCD_CHECK: Duration = Duration::from_secs(1);
+
 /// Serves until `stop` is set; then ends every rank and returns.
+///
+/// If imcd goes away (killed or restarted), mpid's MEMORY CHANNEL
+/// mappings belong to a directory that no longer exists, and the
+/// device files they hold keep the adapter busy, so a new imcd could not
+/// open it. mpid then ends its jobs, drops every mapping ([`ump::exit`]),
+/// waits for an imcd to answer and listens again.
 pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<(), DaemonError> {
     let handle = proto::mpid_handle(opts.base, opts.node);
     let _lock = lock(handle)?;
-    if !opts.wait_imcd.is_zero() {
-        wait_for_imcd(opts.wait_imcd);
+    let mut wait = opts.wait_imcd;
+    if !wait.is_zero() && !wait_for_imcd(wait, stop) && !stop.load(Ordering::Relaxed) {
+        log(&format!("imcd did not answer within {} s: serving this guest only", wait.as_secs()));
     }
+    loop {
+        let imcd_lost = serve(opts, handle, wait, stop)?;
+        if !imcd_lost {
+            return Ok(());
+        }
+        log("MEMORY CHANNEL released; waiting for imcd");
+        while !stop.load(Ordering::Relaxed) && !wait_for_imcd(Duration::from_secs(3600), stop) {}
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // A new imcd may answer before it can allocate: listen() retries.
+        wait = Duration::from_secs(120);
+    }
+}
+
+/// One life of the listener: returns true when it ended because imcd went
+/// away, false when `stop` was set.
+fn serve(opts: &Options, handle: u64, wait: Duration, stop: &AtomicBool) -> Result<bool, DaemonError> {
     ump::init(ump::Config::default())?;
-    // imcd may have answered before it can allocate: try for a while.
     let t0 = Instant::now();
     loop {
         match ump::listen(handle, Want::Any) {
             Ok(()) => break,
-            Err(e) if t0.elapsed() < opts.wait_imcd => {
+            Err(e) if t0.elapsed() < wait && !stop.load(Ordering::Relaxed) => {
                 log(&format!("listen: {e}; trying again"));
                 std::thread::sleep(Duration::from_secs(1));
             }
@@ -187,10 +214,19 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<(), DaemonError> {
     ));
     let (tx, rx) = mpsc::channel();
     let mut d = Daemon { node: opts.node, jobs: HashMap::new(), events: tx, buf: vec![0u8; MAX_MESSAGE] };
+    let mut checked = Instant::now();
+    let mut imcd_lost = false;
     while !stop.load(Ordering::Relaxed) {
         d.turn(&rx);
+        if mc && checked.elapsed() >= IMCD_CHECK {
+            checked = Instant::now();
+            if !ump::info().map(|i| i.imcd_alive).unwrap_or(false) {
+                imcd_lost = true;
+                break;
+            }
+        }
     }
-    log("stopping: ending every rank");
+    log(if imcd_lost { "imcd went away: ending every rank" } else { "stopping: ending every rank" });
     for j in d.jobs.values_mut() {
         j.end();
     }
@@ -199,7 +235,7 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<(), DaemonError> {
         d.turn(&rx);
     }
     let _ = ump::exit();
-    Ok(())
+    Ok(imcd_lost)
 }
 
 impl Daemon {

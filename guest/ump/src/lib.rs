@@ -347,6 +347,10 @@ pub struct Info {
     pub node: u32,
     /// imcd reachable (MEMORY CHANNEL transport available).
     pub mc_available: bool,
+    /// imcd was reachable at [`init`] and its connection is still open:
+    /// false once it has gone away, after which MEMORY CHANNEL channels
+    /// cannot be opened and the caller should [`exit`] and start again.
+    pub imcd_alive: bool,
     /// Bytes written by blocking writes.
     pub bytes_written: u64,
     /// Bytes read by blocking reads.
@@ -364,6 +368,7 @@ pub fn info() -> Result<Info, UmpError> {
             max_channels: st.cfg.max_channels,
             node: st.node,
             mc_available: st.imc.is_some(),
+            imcd_alive: st.imc.as_ref().is_some_and(|i| i.lock().map(|i| i.daemon_alive()).unwrap_or(false)),
             bytes_written: st.stats.0,
             bytes_read: st.stats.1,
         })
