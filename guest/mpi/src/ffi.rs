@@ -7,7 +7,7 @@
 //! - [`env`]: init, finalize, abort, the environment queries;
 //! - [`comm`]: communicators and groups;
 //! - [`p2p`]: sends, receives, probes, requests and their completion;
-//! - [`coll`]: the collectives;
+//! - [`coll`]: the collectives; [`sched`]: the schedules they run as;
 //! - [`types`]: datatype and operation handles;
 //! - [`attr`]: attribute caching; [`topo`]: Cartesian and graph
 //!   topologies; [`info`]: info objects and `MPI_Alloc_mem`;
@@ -28,6 +28,7 @@ pub mod handles;
 pub mod info;
 pub mod missing;
 pub mod p2p;
+pub mod sched;
 pub mod topo;
 pub mod types;
 
@@ -108,6 +109,24 @@ pub struct Pending {
     pub persistent: Option<p2p::Recipe>,
     /// The status of a request completed without the engine.
     pub status: Option<MPI_Status>,
+    /// A non-blocking collective still in flight (its schedule is in
+    /// [`State::scheds`]).
+    pub coll: bool,
+    /// How a non-blocking collective failed.
+    pub failed: Option<MpiErr>,
+}
+
+impl Pending {
+    /// A request of the engine's (`id`), or one already complete (`None`
+    /// with a status).
+    pub fn new(id: Option<ReqId>, comm: MPI_Comm, unpack: Option<Unpack>, status: Option<MPI_Status>) -> Pending {
+        Pending { id, comm, unpack, detached: false, persistent: None, status, coll: false, failed: None }
+    }
+
+    /// A non-blocking collective's request.
+    pub fn collective(comm: MPI_Comm) -> Pending {
+        Pending { coll: true, ..Pending::new(None, comm, None, None) }
+    }
 }
 
 /// The process's MPI state.
@@ -146,6 +165,10 @@ pub struct State {
     pub kept_types: HashMap<MPI_Request, Arc<Datatype>>,
     /// Messages taken by `MPI_Mprobe`, with their communicator.
     pub messages: HashMap<MPI_Message, (crate::engine::Matched, MPI_Comm)>,
+    /// The next collective tag of each collective context.
+    pub coll_seq: HashMap<u32, i32>,
+    /// Non-blocking collectives in flight, by request.
+    pub scheds: HashMap<MPI_Request, sched::Sched>,
 }
 
 impl State {

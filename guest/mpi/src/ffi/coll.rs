@@ -1,135 +1,72 @@
-//! The collectives, over the engine's point-to-point on each
-//! communicator's collective context (`ctx + 1`): every rank calls them in
-//! the same order, and messages between two ranks keep their order, so one
-//! tag serves all. Algorithms: dissemination barrier, binomial broadcast,
-//! reductions gathered in rank order (correct for every operation,
+//! The collectives, blocking (`MPI_Bcast`) and non-blocking (`MPI_Ibcast`)
+//! alike: each is one algorithm, an `async` function over a
+//! [`sched::Io`], built by one function here and either run to its end or
+//! left in flight as a request ([`super::sched`]). They travel on each
+//! communicator's collective context (`ctx + 1`), one tag per call.
+//!
+//! Algorithms: dissemination barrier, binomial broadcast, reductions
+//! combined at the root in rank order (correct for every operation,
 //! commutative or not), linear gathers and scatters, pairwise exchanges.
 //! Data is packed into bytes at the edges, so any datatype works.
 
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 
+use super::sched::{self, Io, Sched};
+use super::types::Reducer;
 use super::*;
-use crate::engine::{From, Into, Pattern};
+use crate::datatype::Datatype;
 use crate::entry;
 
-const TAG: i32 = 0;
-
-/// Sends `bytes` to rank `to` of `comm` on its collective context.
-fn csend(st: &mut State, comm: MPI_Comm, to: u32, bytes: Vec<u8>) -> R<()> {
-    let c = st.comm(comm)?;
-    let (w, ctx) = (c.ranks[to as usize], c.ctx + 1);
-    let id = st.eng.isend(w, ctx, TAG, From::Owned(bytes), false)?;
-    st.eng.wait(id)?;
-    st.eng.finish(id)?;
-    Ok(())
+/// `count` items of a datatype at an address: one buffer, or one rank's
+/// block of a gather, scatter or exchange.
+#[derive(Clone)]
+struct Buf {
+    at: usize,
+    count: u64,
+    dt: Arc<Datatype>,
 }
 
-/// Posts a receive from rank `from` of `comm` of up to `cap` bytes.
-fn cpost(st: &mut State, comm: MPI_Comm, from: u32, cap: usize) -> R<u64> {
-    let c = st.comm(comm)?;
-    let pattern = Pattern { ctx: c.ctx + 1, src: Some(c.ranks[from as usize]), tag: Some(TAG) };
-    Ok(st.eng.irecv(pattern, Into::Packed { cap })?)
-}
+impl Buf {
+    fn new(st: &State, at: usize, count: c_int, t: MPI_Datatype) -> R<Buf> {
+        Ok(Buf { at, count: count_ok(count)?, dt: st.dtype(t)? })
+    }
 
-/// Waits for a posted collective receive; its bytes.
-fn cwait(st: &mut State, id: u64) -> R<Vec<u8>> {
-    st.eng.wait(id)?;
-    Ok(st.eng.finish(id)?.1)
-}
+    /// Block `i` of a layout: `counts[i]` items at `displs[i]` extents.
+    fn blocks(st: &State, at: usize, counts: &[c_int], displs: &[c_int], t: MPI_Datatype) -> R<Vec<Buf>> {
+        let dt = st.dtype(t)?;
+        let ext = dt.extent() as isize;
+        counts
+            .iter()
+            .zip(displs)
+            .map(|(&c, &d)| {
+                Ok(Buf { at: at.wrapping_add_signed(d as isize * ext), count: count_ok(c)?, dt: dt.clone() })
+            })
+            .collect()
+    }
 
-/// Receives up to `cap` bytes from rank `from` of `comm`.
-fn crecv(st: &mut State, comm: MPI_Comm, from: u32, cap: usize) -> R<Vec<u8>> {
-    let id = cpost(st, comm, from, cap)?;
-    cwait(st, id)
-}
+    /// Packed bytes.
+    fn len(&self) -> usize {
+        (self.dt.size() * self.count) as usize
+    }
 
-/// Everyone's `mine` (the same length everywhere), in rank order.
-pub fn allgather_u64(st: &mut State, comm: MPI_Comm, mine: &[u64]) -> R<Vec<u64>> {
-    let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    let all = allgather_bytes(st, comm, bytes)?;
-    Ok(all.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect())
-}
-
-/// Gathers equal-sized byte blocks at rank 0, then broadcasts them all.
-fn allgather_bytes(st: &mut State, comm: MPI_Comm, mine: Vec<u8>) -> R<Vec<u8>> {
-    let c = st.comm(comm)?;
-    let (n, me) = (c.size(), c.rank);
-    let len = mine.len();
-    let mut all = Vec::new();
-    if me == 0 {
-        all.extend_from_slice(&mine);
-        for r in 1..n {
-            all.extend(crecv(st, comm, r, len)?);
+    fn pack(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.len()];
+        if !out.is_empty() {
+            // SAFETY: the caller's buffer holds `count` items of this type
+            // (the standard's rule for collective buffers).
+            unsafe { self.dt.pack(self.count, self.at as *const u8, &mut out) };
         }
-    } else {
-        csend(st, comm, 0, mine)?;
+        out
     }
-    bcast_bytes(st, comm, 0, &mut all, len * n as usize)?;
-    Ok(all)
-}
 
-/// Binomial-tree broadcast of `len` bytes from `root`.
-fn bcast_bytes(st: &mut State, comm: MPI_Comm, root: u32, data: &mut Vec<u8>, len: usize) -> R<()> {
-    let c = st.comm(comm)?;
-    let (n, me) = (c.size(), c.rank);
-    let rel = (me + n - root) % n;
-    let mut mask = 1;
-    while mask < n {
-        if rel & mask != 0 {
-            let from = (me + n - mask) % n;
-            *data = crecv(st, comm, from, len)?;
-            break;
+    fn unpack(&self, bytes: &[u8]) {
+        if !bytes.is_empty() {
+            // SAFETY: the caller's buffer holds `count` items of this type;
+            // `bytes` holds at most their packed size.
+            unsafe { self.dt.unpack(self.count, self.at as *mut u8, bytes) };
         }
-        mask <<= 1;
     }
-    mask >>= 1;
-    while mask > 0 {
-        if rel + mask < n {
-            let to = (me + mask) % n;
-            csend(st, comm, to, data.clone())?;
-        }
-        mask >>= 1;
-    }
-    Ok(())
-}
-
-/// Dissemination barrier.
-pub fn barrier(st: &mut State, comm: MPI_Comm) -> R<()> {
-    let c = st.comm(comm)?;
-    let (n, me) = (c.size(), c.rank);
-    let mut k = 1;
-    while k < n {
-        let id = cpost(st, comm, (me + n - k) % n, 0)?;
-        csend(st, comm, (me + k) % n, Vec::new())?;
-        cwait(st, id)?;
-        k <<= 1;
-    }
-    Ok(())
-}
-
-/// Packs `count` items of type `t` at `buf`.
-fn pack(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<Vec<u8>> {
-    let dt = st.dtype(t)?;
-    let n = count_ok(count)?;
-    let mut out = vec![0u8; (dt.size() * n) as usize];
-    if !out.is_empty() {
-        nonnull(buf as *const u8, "buffer").or_else(|e| if buf == MPI_BOTTOM { Ok(()) } else { Err(e) })?;
-        // SAFETY: the caller's buffer holds `count` items of this type.
-        unsafe { dt.pack(n, buf as *const u8, &mut out) };
-    }
-    Ok(out)
-}
-
-/// Unpacks `bytes` into `count` items of type `t` at `buf`.
-fn unpack(st: &State, buf: usize, count: c_int, t: MPI_Datatype, bytes: &[u8]) -> R<()> {
-    let dt = st.dtype(t)?;
-    let n = count_ok(count)?;
-    if bytes.is_empty() {
-        return Ok(());
-    }
-    // SAFETY: the caller's buffer holds `count` items of this type.
-    unsafe { dt.unpack(n, buf as *mut u8, bytes) };
-    Ok(())
 }
 
 fn root_ok(st: &State, comm: MPI_Comm, root: c_int) -> R<u32> {
@@ -140,410 +77,736 @@ fn root_ok(st: &State, comm: MPI_Comm, root: c_int) -> R<u32> {
     }
 }
 
-entry!(MPI_Barrier / PMPI_Barrier(comm: MPI_Comm) comm(comm) {
-    with(|st| barrier(st, comm))
-});
-
-entry!(MPI_Bcast / PMPI_Bcast(buf: *mut c_void, count: c_int, t: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm) {
-    with(|st| {
-        let root = root_ok(st, comm, root)?;
-        let me = st.comm(comm)?.rank;
-        let mut data = if me == root { pack(st, buf as usize, count, t)? } else { Vec::new() };
-        let len = (st.dtype(t)?.size() * count_ok(count)?) as usize;
-        bcast_bytes(st, comm, root, &mut data, len)?;
-        if me != root {
-            unpack(st, buf as usize, count, t, &data)?;
-        }
-        Ok(())
-    })
-});
-
-/// Reduces everyone's packed `mine` at `root` in rank order; the result
-/// at the root, `None` elsewhere.
-fn reduce_bytes(
-    st: &mut State,
-    comm: MPI_Comm,
-    root: u32,
-    mine: Vec<u8>,
-    count: c_int,
-    t: MPI_Datatype,
-    op: MPI_Op,
-) -> R<Option<Vec<u8>>> {
-    let c = st.comm(comm)?;
-    let (n, me) = (c.size(), c.rank);
-    if me != root {
-        csend(st, comm, root, mine)?;
-        return Ok(None);
-    }
-    // In rank order, each contribution combined as it arrives:
-    // next = acc op next (the operation's inout is its right operand).
-    let len = mine.len();
-    let mut mine = Some(mine);
-    let mut acc: Option<Vec<u8>> = None;
-    for r in 0..n {
-        let mut next = if r == me { mine.take().unwrap_or_default() } else { crecv(st, comm, r, len)? };
-        if let Some(a) = acc {
-            types::apply(st, op, t, count, &a, &mut next)?;
-        }
-        acc = Some(next);
-    }
-    Ok(acc)
-}
-
-entry!(MPI_Reduce / PMPI_Reduce(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) comm(comm) {
-    with(|st| {
-        let root = root_ok(st, comm, root)?;
-        let me = st.comm(comm)?.rank;
-        let src = if sbuf as usize == MPI_IN_PLACE && me == root { rbuf as usize } else { sbuf as usize };
-        let mine = pack(st, src, count, t)?;
-        if let Some(res) = reduce_bytes(st, comm, root, mine, count, t, op)? {
-            unpack(st, rbuf as usize, count, t, &res)?;
-        }
-        Ok(())
-    })
-});
-
-entry!(MPI_Allreduce / PMPI_Allreduce(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm) {
-    with(|st| {
-        let src = if sbuf as usize == MPI_IN_PLACE { rbuf as usize } else { sbuf as usize };
-        let mine = pack(st, src, count, t)?;
-        let len = mine.len();
-        let mut res = reduce_bytes(st, comm, 0, mine, count, t, op)?.unwrap_or_default();
-        bcast_bytes(st, comm, 0, &mut res, len)?;
-        unpack(st, rbuf as usize, count, t, &res)
-    })
-});
-
-/// Gathers blocks of `counts[r]` items of `rt` from each rank at `root`,
-/// placed at `displs[r]` extents of `rt` in `rbuf`.
-fn gatherv(
-    st: &mut State,
-    sbuf: usize,
-    scount: c_int,
-    stype: MPI_Datatype,
-    rbuf: usize,
-    counts: &[c_int],
-    displs: &[c_int],
-    rt: MPI_Datatype,
-    root: u32,
-    comm: MPI_Comm,
-) -> R<()> {
-    let c = st.comm(comm)?;
-    let (n, me) = (c.size(), c.rank);
-    if me != root {
-        let mine = pack(st, sbuf, scount, stype)?;
-        return csend(st, comm, root, mine);
-    }
-    let dt = st.dtype(rt)?;
-    for r in 0..n {
-        let at = rbuf.wrapping_add_signed(displs[r as usize] as isize * dt.extent() as isize);
-        if r == me {
-            if sbuf != MPI_IN_PLACE {
-                let mine = pack(st, sbuf, scount, stype)?;
-                unpack(st, at, counts[r as usize], rt, &mine)?;
-            }
-            continue;
-        }
-        let len = (dt.size() * count_ok(counts[r as usize])?) as usize;
-        let got = crecv(st, comm, r, len)?;
-        unpack(st, at, counts[r as usize], rt, &got)?;
-    }
-    Ok(())
-}
-
-/// Scatters blocks of `counts[r]` items of `st_` from `displs[r]` at the
-/// root to each rank's `rbuf`.
-fn scatterv(
-    st: &mut State,
-    sbuf: usize,
-    counts: &[c_int],
-    displs: &[c_int],
-    stype: MPI_Datatype,
-    rbuf: usize,
-    rcount: c_int,
-    rtype: MPI_Datatype,
-    root: u32,
-    comm: MPI_Comm,
-) -> R<()> {
-    let c = st.comm(comm)?;
-    let (n, me) = (c.size(), c.rank);
-    if me != root {
-        let len = (st.dtype(rtype)?.size() * count_ok(rcount)?) as usize;
-        let got = crecv(st, comm, root, len)?;
-        return unpack(st, rbuf, rcount, rtype, &got);
-    }
-    let dt = st.dtype(stype)?;
-    for r in 0..n {
-        let at = sbuf.wrapping_add_signed(displs[r as usize] as isize * dt.extent() as isize);
-        let block = pack(st, at, counts[r as usize], stype)?;
-        if r == me {
-            if rbuf != MPI_IN_PLACE {
-                unpack(st, rbuf, rcount, rtype, &block)?;
-            }
-        } else {
-            csend(st, comm, r, block)?;
-        }
-    }
-    Ok(())
+fn ints(p: *const c_int, n: u32, what: &str) -> R<Vec<c_int>> {
+    array(p, n as usize, what)
 }
 
 fn uniform(n: u32, count: c_int) -> (Vec<c_int>, Vec<c_int>) {
     ((0..n).map(|_| count).collect(), (0..n).map(|r| r as c_int * count).collect())
 }
 
-fn ints(p: *const c_int, n: u32, what: &str) -> R<Vec<c_int>> {
-    array(p, n as usize, what)
+// ---- the algorithms ----
+
+/// Dissemination barrier.
+async fn barrier_alg(io: &Io) -> R<()> {
+    let (n, me) = (io.size(), io.rank());
+    let mut k = 1;
+    while k < n {
+        let r = io.recv((me + n - k) % n, 0);
+        let s = io.send((me + k) % n, Vec::new());
+        io.wait(s).await?;
+        io.wait(r).await?;
+        k <<= 1;
+    }
+    Ok(())
 }
 
-entry!(MPI_Gather / PMPI_Gather(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm) {
-    with(|st| {
-        let root = root_ok(st, comm, root)?;
-        let (counts, displs) = uniform(st.comm(comm)?.size(), rcount);
-        gatherv(st, sbuf as usize, scount, stype, rbuf as usize, &counts, &displs, rtype, root, comm)
-    })
-});
+/// Binomial-tree broadcast of `len` bytes from `root` (`data` is the
+/// root's); everyone's copy.
+async fn bcast_alg(io: &Io, root: u32, mut data: Vec<u8>, len: usize) -> R<Vec<u8>> {
+    let (n, me) = (io.size(), io.rank());
+    let rel = (me + n - root) % n;
+    let mut mask = 1;
+    while mask < n {
+        if rel & mask != 0 {
+            data = io.recv_now((me + n - mask) % n, len).await?;
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    let mut sent = Vec::new();
+    while mask > 0 {
+        if rel + mask < n {
+            sent.push(io.send((me + mask) % n, data.clone()));
+        }
+        mask >>= 1;
+    }
+    for k in sent {
+        io.wait(k).await?;
+    }
+    Ok(data)
+}
 
-entry!(MPI_Gatherv / PMPI_Gatherv(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm) {
-    with(|st| {
-        let root = root_ok(st, comm, root)?;
-        let c = st.comm(comm)?;
-        let (n, me) = (c.size(), c.rank);
-        let (counts, displs) = if me == root { (ints(rcounts, n, "recvcounts")?, ints(displs, n, "displs")?) } else { (vec![0; n as usize], vec![0; n as usize]) };
-        gatherv(st, sbuf as usize, scount, stype, rbuf as usize, &counts, &displs, rtype, root, comm)
-    })
-});
+/// Reduces everyone's packed `mine` at `root` in rank order; the result
+/// at the root, `None` elsewhere. The root combines each contribution as
+/// it arrives: next = acc op next (the operation's inout is its right
+/// operand).
+async fn reduce_alg(io: &Io, root: u32, mine: Vec<u8>, red: &Reducer, count: c_int) -> R<Option<Vec<u8>>> {
+    let (n, me) = (io.size(), io.rank());
+    if me != root {
+        io.send_now(root, mine).await?;
+        return Ok(None);
+    }
+    let len = mine.len();
+    let posted: Vec<_> = (0..n).map(|r| (r != me).then(|| io.recv(r, len))).collect();
+    let mut mine = Some(mine);
+    let mut acc: Option<Vec<u8>> = None;
+    for k in posted {
+        let mut next = match k {
+            Some(k) => io.wait(k).await?,
+            None => mine.take().unwrap_or_default(),
+        };
+        if let Some(a) = acc {
+            red.apply(count, &a, &mut next)?;
+        }
+        acc = Some(next);
+    }
+    Ok(acc)
+}
 
-entry!(MPI_Scatter / PMPI_Scatter(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm) {
-    with(|st| {
-        let root = root_ok(st, comm, root)?;
-        let (counts, displs) = uniform(st.comm(comm)?.size(), scount);
-        scatterv(st, sbuf as usize, &counts, &displs, stype, rbuf as usize, rcount, rtype, root, comm)
-    })
-});
-
-entry!(MPI_Scatterv / PMPI_Scatterv(sbuf: *const c_void, scounts: *const c_int, displs: *const c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm) {
-    with(|st| {
-        let root = root_ok(st, comm, root)?;
-        let c = st.comm(comm)?;
-        let (n, me) = (c.size(), c.rank);
-        let (counts, displs) = if me == root { (ints(scounts, n, "sendcounts")?, ints(displs, n, "displs")?) } else { (vec![0; n as usize], vec![0; n as usize]) };
-        scatterv(st, sbuf as usize, &counts, &displs, stype, rbuf as usize, rcount, rtype, root, comm)
-    })
-});
-
-/// Allgatherv: gather at 0, then broadcast rank 0's whole receive buffer
-/// contents block by block.
-fn allgatherv(
-    st: &mut State,
-    sbuf: usize,
-    scount: c_int,
-    stype: MPI_Datatype,
-    rbuf: usize,
-    counts: &[c_int],
-    displs: &[c_int],
-    rt: MPI_Datatype,
-    comm: MPI_Comm,
-) -> R<()> {
-    let c = st.comm(comm)?;
-    let me = c.rank;
-    let (sbuf, scount, stype) = if sbuf == MPI_IN_PLACE {
-        let ext = st.dtype(rt)?.extent() as isize;
-        (rbuf.wrapping_add_signed(displs[me as usize] as isize * ext), counts[me as usize], rt)
-    } else {
-        (sbuf, scount, stype)
-    };
-    gatherv(st, sbuf, scount, stype, rbuf, counts, displs, rt, 0, comm)?;
-    let dt = st.dtype(rt)?;
-    for (&cnt, &d) in counts.iter().zip(displs) {
-        let at = rbuf.wrapping_add_signed(d as isize * dt.extent() as isize);
-        let len = (dt.size() * count_ok(cnt)?) as usize;
-        let mut block = if me == 0 { pack(st, at, cnt, rt)? } else { Vec::new() };
-        bcast_bytes(st, comm, 0, &mut block, len)?;
-        if me != 0 {
-            unpack(st, at, cnt, rt, &block)?;
+/// Gathers each rank's `send` into block r of `recv` at `root` (`None`:
+/// the root's own block is in place).
+async fn gather_alg(io: &Io, root: u32, send: Option<Buf>, recv: Vec<Buf>) -> R<()> {
+    let (n, me) = (io.size(), io.rank());
+    if me != root {
+        let bytes = send.map(|b| b.pack()).unwrap_or_default();
+        return io.send_now(root, bytes).await;
+    }
+    let posted: Vec<_> = (0..n).map(|r| (r != me).then(|| io.recv(r, recv[r as usize].len()))).collect();
+    if let Some(s) = send {
+        recv[me as usize].unpack(&s.pack());
+    }
+    for (r, k) in posted.into_iter().enumerate() {
+        if let Some(k) = k {
+            recv[r].unpack(&io.wait(k).await?);
         }
     }
     Ok(())
 }
 
-entry!(MPI_Allgather / PMPI_Allgather(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm) {
-    with(|st| {
-        let (counts, displs) = uniform(st.comm(comm)?.size(), rcount);
-        allgatherv(st, sbuf as usize, scount, stype, rbuf as usize, &counts, &displs, rtype, comm)
-    })
-});
-
-entry!(MPI_Allgatherv / PMPI_Allgatherv(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm) {
-    with(|st| {
-        let n = st.comm(comm)?.size();
-        let (counts, displs) = (ints(rcounts, n, "recvcounts")?, ints(displs, n, "displs")?);
-        allgatherv(st, sbuf as usize, scount, stype, rbuf as usize, &counts, &displs, rtype, comm)
-    })
-});
-
-/// Every rank sends block r to rank r: all receives posted, then sends.
-fn alltoallv(
-    st: &mut State,
-    sbuf: usize,
-    scounts: &[c_int],
-    sdispls: &[c_int],
-    stype: MPI_Datatype,
-    rbuf: usize,
-    rcounts: &[c_int],
-    rdispls: &[c_int],
-    rtype: MPI_Datatype,
-    comm: MPI_Comm,
-) -> R<()> {
-    // In place: each block goes out from where its answer will land. Every
-    // block is packed before any answer is unpacked (receives complete
-    // into the engine's buffers and are unpacked at the end), and our own
-    // block stays where it is.
-    let in_place = sbuf == MPI_IN_PLACE;
-    let (sbuf, scounts, sdispls, stype) =
-        if in_place { (rbuf, rcounts, rdispls, rtype) } else { (sbuf, scounts, sdispls, stype) };
-    let c = st.comm(comm)?;
-    let (n, me) = (c.size(), c.rank);
-    let (sdt, rdt) = (st.dtype(stype)?, st.dtype(rtype)?);
-    let mut posted = Vec::new();
+/// Scatters block r of `send` at `root` to each rank's `recv` (`None`:
+/// the root's own block stays in place).
+async fn scatter_alg(io: &Io, root: u32, send: Vec<Buf>, recv: Option<Buf>) -> R<()> {
+    let (n, me) = (io.size(), io.rank());
+    if me != root {
+        let Some(b) = recv else { return Ok(()) };
+        let got = io.recv_now(root, b.len()).await?;
+        b.unpack(&got);
+        return Ok(());
+    }
+    let mut sent = Vec::new();
     for r in 0..n {
-        if r != me {
-            let len = (rdt.size() * count_ok(rcounts[r as usize])?) as usize;
-            posted.push((r, cpost(st, comm, r, len)?));
+        let block = send[r as usize].pack();
+        if r == me {
+            if let Some(b) = &recv {
+                b.unpack(&block);
+            }
+        } else {
+            sent.push(io.send(r, block));
         }
     }
+    for k in sent {
+        io.wait(k).await?;
+    }
+    Ok(())
+}
+
+/// Gathers every block at rank 0, which broadcasts them all in one message.
+async fn allgather_alg(io: &Io, send: Option<Buf>, recv: Vec<Buf>) -> R<()> {
+    let me = io.rank();
+    gather_alg(io, 0, send, recv.clone()).await?;
+    let total = recv.iter().map(Buf::len).sum();
+    let all = if me == 0 { recv.iter().flat_map(|b| b.pack()).collect() } else { Vec::new() };
+    let all = bcast_alg(io, 0, all, total).await?;
+    if me != 0 {
+        let mut off = 0;
+        for b in &recv {
+            b.unpack(&all[off..off + b.len()]);
+            off += b.len();
+        }
+    }
+    Ok(())
+}
+
+/// Every rank sends block r of `send` to rank r, into block `me` of its
+/// `recv`. Every block is packed before any answer is unpacked, so
+/// `MPI_IN_PLACE` (`send` is `recv`, and our own block stays) is safe.
+async fn alltoall_alg(io: &Io, send: Vec<Buf>, recv: Vec<Buf>, in_place: bool) -> R<()> {
+    let (n, me) = (io.size(), io.rank());
+    let posted: Vec<_> = (0..n).map(|r| (r != me).then(|| io.recv(r, recv[r as usize].len()))).collect();
+    let mut sent = Vec::new();
     for k in 1..=n {
         // Pairwise order spreads the load.
         let r = (me + k) % n;
-        let at = sbuf.wrapping_add_signed(sdispls[r as usize] as isize * sdt.extent() as isize);
-        let block = pack(st, at, scounts[r as usize], stype)?;
-        if r == me {
-            if !in_place {
-                let to = rbuf.wrapping_add_signed(rdispls[r as usize] as isize * rdt.extent() as isize);
-                unpack(st, to, rcounts[r as usize], rtype, &block)?;
-            }
-        } else {
-            let c = st.comm(comm)?;
-            let (w, ctx) = (c.ranks[r as usize], c.ctx + 1);
-            let id = st.eng.isend(w, ctx, TAG, From::Owned(block), false)?;
-            st.eng.wait(id)?;
-            st.eng.finish(id)?;
+        let block = send[r as usize].pack();
+        if r != me {
+            sent.push(io.send(r, block));
+        } else if !in_place {
+            recv[r as usize].unpack(&block);
         }
     }
-    for (r, id) in posted {
-        let got = cwait(st, id)?;
-        let to = rbuf.wrapping_add_signed(rdispls[r as usize] as isize * rdt.extent() as isize);
-        unpack(st, to, rcounts[r as usize], rtype, &got)?;
+    for k in sent {
+        io.wait(k).await?;
+    }
+    for (r, k) in posted.into_iter().enumerate() {
+        if let Some(k) = k {
+            recv[r].unpack(&io.wait(k).await?);
+        }
     }
     Ok(())
 }
 
-entry!(MPI_Alltoall / PMPI_Alltoall(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm) {
-    with(|st| {
-        let n = st.comm(comm)?.size();
-        let (sc, sd) = uniform(n, scount);
-        let (rc, rd) = uniform(n, rcount);
-        alltoallv(st, sbuf as usize, &sc, &sd, stype, rbuf as usize, &rc, &rd, rtype, comm)
-    })
-});
-
-entry!(MPI_Alltoallv / PMPI_Alltoallv(sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm) {
-    with(|st| {
-        let n = st.comm(comm)?.size();
-        let (sc, sd, rc, rd) = (ints(scounts, n, "sendcounts")?, ints(sdispls, n, "sdispls")?, ints(rcounts, n, "recvcounts")?, ints(rdispls, n, "rdispls")?);
-        alltoallv(st, sbuf as usize, &sc, &sd, stype, rbuf as usize, &rc, &rd, rtype, comm)
-    })
-});
-
 /// Inclusive (or exclusive) prefix reduction along the ranks.
-fn scan(
+async fn scan_alg(io: &Io, src: Buf, out: Buf, red: &Reducer, count: c_int, exclusive: bool) -> R<()> {
+    let (n, me) = (io.size(), io.rank());
+    let mut mine = src.pack();
+    if me > 0 {
+        let before = io.recv_now(me - 1, mine.len()).await?;
+        if exclusive {
+            out.unpack(&before);
+        }
+        // mine = before op mine.
+        red.apply(count, &before, &mut mine)?;
+    }
+    if !exclusive {
+        out.unpack(&mine);
+    }
+    if me + 1 < n {
+        io.send_now(me + 1, mine).await?;
+    }
+    Ok(())
+}
+
+// ---- the calls: each builds its schedule ----
+
+/// Starts `s` as a non-blocking collective's request.
+fn nonblocking(st: &mut State, comm: MPI_Comm, s: Sched) -> R<MPI_Request> {
+    let h = st.handle();
+    st.reqs.insert(h, Pending::collective(comm));
+    sched::start(st, h, s)?;
+    Ok(h)
+}
+
+/// Declares a blocking collective and its non-blocking form from one
+/// schedule builder.
+macro_rules! collective {
+    ($b:ident / $pb:ident, $i:ident / $pi:ident, $build:ident ( $($a:ident : $t:ty),* ) comm($c:ident)) => {
+        entry!($b / $pb ($($a: $t),*) comm($c) {
+            with(|st| {
+                let s = $build(st, $($a),*)?;
+                sched::run(st, s)
+            })
+        });
+        entry!($i / $pi ($($a: $t,)* req: *mut MPI_Request) comm($c) {
+            let h = with(|st| {
+                let s = $build(st, $($a),*)?;
+                nonblocking(st, $c, s)
+            })?;
+            put(req, h, "request")
+        });
+    };
+}
+
+fn barrier(st: &mut State, comm: MPI_Comm) -> R<Sched> {
+    let io = Io::new(st, comm)?;
+    Ok(Sched::new(io.clone(), async move { barrier_alg(&io).await }))
+}
+
+collective!(MPI_Barrier / PMPI_Barrier, MPI_Ibarrier / PMPI_Ibarrier, barrier(comm: MPI_Comm) comm(comm));
+
+/// A barrier, run to its end (`MPI_Finalize` uses it).
+pub fn barrier_now(st: &mut State, comm: MPI_Comm) -> R<()> {
+    let s = barrier(st, comm)?;
+    sched::run(st, s)
+}
+
+/// Everyone's `mine` (the same length everywhere), in rank order.
+pub fn allgather_u64(st: &mut State, comm: MPI_Comm, mine: &[u64]) -> R<Vec<u64>> {
+    let n = st.comm(comm)?.size() as usize;
+    let mut all = vec![0u64; mine.len() * n];
+    let t = MPI_UINT64_T;
+    let count = mine.len() as c_int;
+    let send = Buf::new(st, mine.as_ptr() as usize, count, t)?;
+    let (counts, displs) = uniform(n as u32, count);
+    let recv = Buf::blocks(st, all.as_mut_ptr() as usize, &counts, &displs, t)?;
+    let io = Io::new(st, comm)?;
+    let s = Sched::new(io.clone(), async move { allgather_alg(&io, Some(send), recv).await });
+    sched::run(st, s)?;
+    Ok(all)
+}
+
+fn bcast(st: &mut State, buf: *mut c_void, count: c_int, t: MPI_Datatype, root: c_int, comm: MPI_Comm) -> R<Sched> {
+    let root = root_ok(st, comm, root)?;
+    let b = Buf::new(st, buf as usize, count, t)?;
+    let io = Io::new(st, comm)?;
+    Ok(Sched::new(io.clone(), async move {
+        let me = io.rank();
+        let data = if me == root { b.pack() } else { Vec::new() };
+        let got = bcast_alg(&io, root, data, b.len()).await?;
+        if me != root {
+            b.unpack(&got);
+        }
+        Ok(())
+    }))
+}
+
+collective!(MPI_Bcast / PMPI_Bcast, MPI_Ibcast / PMPI_Ibcast,
+    bcast(buf: *mut c_void, count: c_int, t: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm));
+
+fn reduce(
     st: &mut State,
-    sbuf: usize,
-    rbuf: usize,
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    count: c_int,
+    t: MPI_Datatype,
+    op: MPI_Op,
+    root: c_int,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let root = root_ok(st, comm, root)?;
+    let me = st.comm(comm)?.rank;
+    let src = if sbuf as usize == MPI_IN_PLACE && me == root { rbuf as usize } else { sbuf as usize };
+    let (src, out) = (Buf::new(st, src, count, t)?, Buf::new(st, rbuf as usize, count, t)?);
+    let red = Reducer::new(st, op, t)?;
+    let io = Io::new(st, comm)?;
+    Ok(Sched::new(io.clone(), async move {
+        if let Some(res) = reduce_alg(&io, root, src.pack(), &red, count).await? {
+            out.unpack(&res);
+        }
+        Ok(())
+    }))
+}
+
+collective!(MPI_Reduce / PMPI_Reduce, MPI_Ireduce / PMPI_Ireduce,
+    reduce(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) comm(comm));
+
+fn allreduce(
+    st: &mut State,
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    count: c_int,
+    t: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let src = if sbuf as usize == MPI_IN_PLACE { rbuf as usize } else { sbuf as usize };
+    let (src, out) = (Buf::new(st, src, count, t)?, Buf::new(st, rbuf as usize, count, t)?);
+    let red = Reducer::new(st, op, t)?;
+    let io = Io::new(st, comm)?;
+    Ok(Sched::new(io.clone(), async move {
+        let res = reduce_alg(&io, 0, src.pack(), &red, count).await?.unwrap_or_default();
+        let res = bcast_alg(&io, 0, res, out.len()).await?;
+        out.unpack(&res);
+        Ok(())
+    }))
+}
+
+collective!(MPI_Allreduce / PMPI_Allreduce, MPI_Iallreduce / PMPI_Iallreduce,
+    allreduce(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm));
+
+/// The root's receive layout for a gather (counts and displacements in
+/// items), empty elsewhere.
+fn gather_layout(
+    st: &State,
+    comm: MPI_Comm,
+    root: u32,
+    rbuf: *mut c_void,
+    counts: impl FnOnce(u32) -> R<(Vec<c_int>, Vec<c_int>)>,
+    rt: MPI_Datatype,
+) -> R<Vec<Buf>> {
+    let c = st.comm(comm)?;
+    if c.rank != root {
+        return Ok(Vec::new());
+    }
+    let (counts, displs) = counts(c.size())?;
+    Buf::blocks(st, rbuf as usize, &counts, &displs, rt)
+}
+
+fn gather_sched(
+    st: &mut State,
+    comm: MPI_Comm,
+    root: u32,
+    sbuf: *const c_void,
+    scount: c_int,
+    stype: MPI_Datatype,
+    recv: Vec<Buf>,
+) -> R<Sched> {
+    let send = if sbuf as usize == MPI_IN_PLACE { None } else { Some(Buf::new(st, sbuf as usize, scount, stype)?) };
+    let io = Io::new(st, comm)?;
+    Ok(Sched::new(io.clone(), async move { gather_alg(&io, root, send, recv).await }))
+}
+
+fn gather(
+    st: &mut State,
+    sbuf: *const c_void,
+    scount: c_int,
+    stype: MPI_Datatype,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let root = root_ok(st, comm, root)?;
+    let recv = gather_layout(st, comm, root, rbuf, |n| Ok(uniform(n, rcount)), rtype)?;
+    gather_sched(st, comm, root, sbuf, scount, stype, recv)
+}
+
+collective!(MPI_Gather / PMPI_Gather, MPI_Igather / PMPI_Igather,
+    gather(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm));
+
+fn gatherv(
+    st: &mut State,
+    sbuf: *const c_void,
+    scount: c_int,
+    stype: MPI_Datatype,
+    rbuf: *mut c_void,
+    rcounts: *const c_int,
+    displs: *const c_int,
+    rtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let root = root_ok(st, comm, root)?;
+    let layout = |n| Ok((ints(rcounts, n, "recvcounts")?, ints(displs, n, "displs")?));
+    let recv = gather_layout(st, comm, root, rbuf, layout, rtype)?;
+    gather_sched(st, comm, root, sbuf, scount, stype, recv)
+}
+
+collective!(MPI_Gatherv / PMPI_Gatherv, MPI_Igatherv / PMPI_Igatherv,
+    gatherv(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm));
+
+fn scatter_sched(
+    st: &mut State,
+    comm: MPI_Comm,
+    root: u32,
+    send: Vec<Buf>,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rtype: MPI_Datatype,
+) -> R<Sched> {
+    let recv = if rbuf as usize == MPI_IN_PLACE { None } else { Some(Buf::new(st, rbuf as usize, rcount, rtype)?) };
+    let io = Io::new(st, comm)?;
+    Ok(Sched::new(io.clone(), async move { scatter_alg(&io, root, send, recv).await }))
+}
+
+fn scatter(
+    st: &mut State,
+    sbuf: *const c_void,
+    scount: c_int,
+    stype: MPI_Datatype,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let root = root_ok(st, comm, root)?;
+    let send = gather_layout(st, comm, root, sbuf as *mut c_void, |n| Ok(uniform(n, scount)), stype)?;
+    scatter_sched(st, comm, root, send, rbuf, rcount, rtype)
+}
+
+collective!(MPI_Scatter / PMPI_Scatter, MPI_Iscatter / PMPI_Iscatter,
+    scatter(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm));
+
+fn scatterv(
+    st: &mut State,
+    sbuf: *const c_void,
+    scounts: *const c_int,
+    displs: *const c_int,
+    stype: MPI_Datatype,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let root = root_ok(st, comm, root)?;
+    let layout = |n| Ok((ints(scounts, n, "sendcounts")?, ints(displs, n, "displs")?));
+    let send = gather_layout(st, comm, root, sbuf as *mut c_void, layout, stype)?;
+    scatter_sched(st, comm, root, send, rbuf, rcount, rtype)
+}
+
+collective!(MPI_Scatterv / PMPI_Scatterv, MPI_Iscatterv / PMPI_Iscatterv,
+    scatterv(sbuf: *const c_void, scounts: *const c_int, displs: *const c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm));
+
+fn allgather_sched(
+    st: &mut State,
+    comm: MPI_Comm,
+    sbuf: *const c_void,
+    scount: c_int,
+    stype: MPI_Datatype,
+    rbuf: *mut c_void,
+    counts: &[c_int],
+    displs: &[c_int],
+    rtype: MPI_Datatype,
+) -> R<Sched> {
+    let recv = Buf::blocks(st, rbuf as usize, counts, displs, rtype)?;
+    let me = st.comm(comm)?.rank as usize;
+    // In place: our block is already where it goes.
+    let send =
+        if sbuf as usize == MPI_IN_PLACE { recv[me].clone() } else { Buf::new(st, sbuf as usize, scount, stype)? };
+    let io = Io::new(st, comm)?;
+    Ok(Sched::new(io.clone(), async move { allgather_alg(&io, Some(send), recv).await }))
+}
+
+fn allgather(
+    st: &mut State,
+    sbuf: *const c_void,
+    scount: c_int,
+    stype: MPI_Datatype,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let (counts, displs) = uniform(st.comm(comm)?.size(), rcount);
+    allgather_sched(st, comm, sbuf, scount, stype, rbuf, &counts, &displs, rtype)
+}
+
+collective!(MPI_Allgather / PMPI_Allgather, MPI_Iallgather / PMPI_Iallgather,
+    allgather(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm));
+
+fn allgatherv(
+    st: &mut State,
+    sbuf: *const c_void,
+    scount: c_int,
+    stype: MPI_Datatype,
+    rbuf: *mut c_void,
+    rcounts: *const c_int,
+    displs: *const c_int,
+    rtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let n = st.comm(comm)?.size();
+    let (counts, displs) = (ints(rcounts, n, "recvcounts")?, ints(displs, n, "displs")?);
+    allgather_sched(st, comm, sbuf, scount, stype, rbuf, &counts, &displs, rtype)
+}
+
+collective!(MPI_Allgatherv / PMPI_Allgatherv, MPI_Iallgatherv / PMPI_Iallgatherv,
+    allgatherv(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm));
+
+fn alltoall_sched(st: &mut State, comm: MPI_Comm, send: Option<Vec<Buf>>, recv: Vec<Buf>) -> R<Sched> {
+    let in_place = send.is_none();
+    let send = send.unwrap_or_else(|| recv.clone());
+    let io = Io::new(st, comm)?;
+    Ok(Sched::new(io.clone(), async move { alltoall_alg(&io, send, recv, in_place).await }))
+}
+
+fn alltoall(
+    st: &mut State,
+    sbuf: *const c_void,
+    scount: c_int,
+    stype: MPI_Datatype,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let n = st.comm(comm)?.size();
+    let recv = {
+        let (c, d) = uniform(n, rcount);
+        Buf::blocks(st, rbuf as usize, &c, &d, rtype)?
+    };
+    let send = if sbuf as usize == MPI_IN_PLACE {
+        None
+    } else {
+        let (c, d) = uniform(n, scount);
+        Some(Buf::blocks(st, sbuf as usize, &c, &d, stype)?)
+    };
+    alltoall_sched(st, comm, send, recv)
+}
+
+collective!(MPI_Alltoall / PMPI_Alltoall, MPI_Ialltoall / PMPI_Ialltoall,
+    alltoall(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm));
+
+fn alltoallv(
+    st: &mut State,
+    sbuf: *const c_void,
+    scounts: *const c_int,
+    sdispls: *const c_int,
+    stype: MPI_Datatype,
+    rbuf: *mut c_void,
+    rcounts: *const c_int,
+    rdispls: *const c_int,
+    rtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let n = st.comm(comm)?.size();
+    let recv = Buf::blocks(st, rbuf as usize, &ints(rcounts, n, "recvcounts")?, &ints(rdispls, n, "rdispls")?, rtype)?;
+    let send = if sbuf as usize == MPI_IN_PLACE {
+        None
+    } else {
+        Some(Buf::blocks(st, sbuf as usize, &ints(scounts, n, "sendcounts")?, &ints(sdispls, n, "sdispls")?, stype)?)
+    };
+    alltoall_sched(st, comm, send, recv)
+}
+
+collective!(MPI_Alltoallv / PMPI_Alltoallv, MPI_Ialltoallv / PMPI_Ialltoallv,
+    alltoallv(sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm));
+
+/// Blocks of `counts[r]` items of `types[r]` at `displs[r]` bytes.
+fn wblocks(
+    st: &State,
+    at: usize,
+    n: u32,
+    counts: *const c_int,
+    displs: *const c_int,
+    types: *const MPI_Datatype,
+    what: &str,
+) -> R<Vec<Buf>> {
+    let counts = ints(counts, n, &format!("{what}counts"))?;
+    let displs = ints(displs, n, &format!("{what}displs"))?;
+    let types = array(types, n as usize, &format!("{what}types"))?;
+    (0..n as usize).map(|r| Buf::new(st, at.wrapping_add_signed(displs[r] as isize), counts[r], types[r])).collect()
+}
+
+fn alltoallw(
+    st: &mut State,
+    sbuf: *const c_void,
+    scounts: *const c_int,
+    sdispls: *const c_int,
+    stypes: *const MPI_Datatype,
+    rbuf: *mut c_void,
+    rcounts: *const c_int,
+    rdispls: *const c_int,
+    rtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let n = st.comm(comm)?.size();
+    let recv = wblocks(st, rbuf as usize, n, rcounts, rdispls, rtypes, "recv")?;
+    let send = if sbuf as usize == MPI_IN_PLACE {
+        None
+    } else {
+        Some(wblocks(st, sbuf as usize, n, scounts, sdispls, stypes, "send")?)
+    };
+    alltoall_sched(st, comm, send, recv)
+}
+
+collective!(MPI_Alltoallw / PMPI_Alltoallw, MPI_Ialltoallw / PMPI_Ialltoallw,
+    alltoallw(sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, stypes: *const MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rtypes: *const MPI_Datatype, comm: MPI_Comm) comm(comm));
+
+fn scan_sched(
+    st: &mut State,
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
     count: c_int,
     t: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
     exclusive: bool,
-) -> R<()> {
-    let c = st.comm(comm)?;
-    let (n, me) = (c.size(), c.rank);
-    let src = if sbuf == MPI_IN_PLACE { rbuf } else { sbuf };
-    let mut mine = pack(st, src, count, t)?;
-    let len = mine.len();
-    if me > 0 {
-        let before = crecv(st, comm, me - 1, len)?;
-        if exclusive {
-            unpack(st, rbuf, count, t, &before)?;
-        }
-        // mine = before op mine.
-        types::apply(st, op, t, count, &before, &mut mine)?;
-    }
-    if !exclusive {
-        unpack(st, rbuf, count, t, &mine)?;
-    }
-    if me + 1 < n {
-        csend(st, comm, me + 1, mine)?;
-    }
-    Ok(())
+) -> R<Sched> {
+    let src = if sbuf as usize == MPI_IN_PLACE { rbuf as usize } else { sbuf as usize };
+    let (src, out) = (Buf::new(st, src, count, t)?, Buf::new(st, rbuf as usize, count, t)?);
+    let red = Reducer::new(st, op, t)?;
+    let io = Io::new(st, comm)?;
+    Ok(Sched::new(io.clone(), async move { scan_alg(&io, src, out, &red, count, exclusive).await }))
 }
 
-entry!(MPI_Scan / PMPI_Scan(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm) {
-    with(|st| scan(st, sbuf as usize, rbuf as usize, count, t, op, comm, false))
-});
-
-entry!(MPI_Exscan / PMPI_Exscan(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm) {
-    with(|st| scan(st, sbuf as usize, rbuf as usize, count, t, op, comm, true))
-});
-
-/// Reduce at rank 0, then scatter blocks of `counts`.
-fn reduce_scatter(
+fn scan(
     st: &mut State,
-    sbuf: usize,
-    rbuf: usize,
-    counts: &[c_int],
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    count: c_int,
     t: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-) -> R<()> {
-    let total: c_int = counts.iter().sum();
-    let src = if sbuf == MPI_IN_PLACE { rbuf } else { sbuf };
-    let mine = pack(st, src, total, t)?;
-    let res = reduce_bytes(st, comm, 0, mine, total, t, op)?;
-    let dt = st.dtype(t)?;
-    let me = st.comm(comm)?.rank;
-    let n = counts.len() as u32;
-    if me == 0 {
-        let res = res.unwrap_or_default();
-        let mut off = 0usize;
-        for r in 0..n {
-            let len = (dt.size() * count_ok(counts[r as usize])?) as usize;
-            let block = res[off..off + len].to_vec();
-            off += len;
-            if r == 0 {
-                unpack(st, rbuf, counts[0], t, &block)?;
-            } else {
-                csend(st, comm, r, block)?;
-            }
-        }
-    } else {
-        let len = (dt.size() * count_ok(counts[me as usize])?) as usize;
-        let got = crecv(st, comm, 0, len)?;
-        unpack(st, rbuf, counts[me as usize], t, &got)?;
-    }
-    Ok(())
+) -> R<Sched> {
+    scan_sched(st, sbuf, rbuf, count, t, op, comm, false)
 }
 
-entry!(MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm) {
-    with(|st| {
-        let n = st.comm(comm)?.size();
-        reduce_scatter(st, sbuf as usize, rbuf as usize, &vec![count; n as usize], t, op, comm)
-    })
-});
+fn exscan(
+    st: &mut State,
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    count: c_int,
+    t: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    scan_sched(st, sbuf, rbuf, count, t, op, comm, true)
+}
 
-entry!(MPI_Reduce_scatter / PMPI_Reduce_scatter(sbuf: *const c_void, rbuf: *mut c_void, counts: *const c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm) {
+collective!(MPI_Scan / PMPI_Scan, MPI_Iscan / PMPI_Iscan,
+    scan(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm));
+
+collective!(MPI_Exscan / PMPI_Exscan, MPI_Iexscan / PMPI_Iexscan,
+    exscan(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm));
+
+/// Reduce at rank 0, then scatter blocks of `counts` items.
+fn reduce_scatter_sched(
+    st: &mut State,
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    counts: Vec<c_int>,
+    t: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let total: c_int = counts.iter().sum();
+    let src = if sbuf as usize == MPI_IN_PLACE { rbuf as usize } else { sbuf as usize };
+    let src = Buf::new(st, src, total, t)?;
+    let me = st.comm(comm)?.rank as usize;
+    let out = Buf::new(st, rbuf as usize, counts[me], t)?;
+    let lens = counts.iter().map(|&c| Ok((st.dtype(t)?.size() * count_ok(c)?) as usize)).collect::<R<Vec<_>>>()?;
+    let red = Reducer::new(st, op, t)?;
+    let io = Io::new(st, comm)?;
+    Ok(Sched::new(io.clone(), async move {
+        let res = reduce_alg(&io, 0, src.pack(), &red, total).await?;
+        match res {
+            Some(res) => {
+                let mut off = 0;
+                let mut sent = Vec::new();
+                for (r, &len) in lens.iter().enumerate() {
+                    let block = res[off..off + len].to_vec();
+                    off += len;
+                    if r == me {
+                        out.unpack(&block);
+                    } else {
+                        sent.push(io.send(r as u32, block));
+                    }
+                }
+                for k in sent {
+                    io.wait(k).await?;
+                }
+            }
+            None => out.unpack(&io.recv_now(0, lens[me]).await?),
+        }
+        Ok(())
+    }))
+}
+
+fn reduce_scatter_block(
+    st: &mut State,
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    count: c_int,
+    t: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let n = st.comm(comm)?.size();
+    reduce_scatter_sched(st, sbuf, rbuf, vec![count; n as usize], t, op, comm)
+}
+
+collective!(MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block, MPI_Ireduce_scatter_block / PMPI_Ireduce_scatter_block,
+    reduce_scatter_block(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm));
+
+fn reduce_scatter(
+    st: &mut State,
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    counts: *const c_int,
+    t: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> R<Sched> {
+    let n = st.comm(comm)?.size();
+    let counts = ints(counts, n, "recvcounts")?;
+    reduce_scatter_sched(st, sbuf, rbuf, counts, t, op, comm)
+}
+
+collective!(MPI_Reduce_scatter / PMPI_Reduce_scatter, MPI_Ireduce_scatter / PMPI_Ireduce_scatter,
+    reduce_scatter(sbuf: *const c_void, rbuf: *mut c_void, counts: *const c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm));
+
+entry!(MPI_Reduce_local / PMPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op) comm(MPI_COMM_WORLD) {
     with(|st| {
-        let n = st.comm(comm)?.size();
-        let counts = ints(counts, n, "recvcounts")?;
-        reduce_scatter(st, sbuf as usize, rbuf as usize, &counts, t, op, comm)
+        let (a, b) = (Buf::new(st, inbuf as usize, count, t)?, Buf::new(st, inoutbuf as usize, count, t)?);
+        let red = Reducer::new(st, op, t)?;
+        let mut out = b.pack();
+        red.apply(count, &a.pack(), &mut out)?;
+        b.unpack(&out);
+        Ok(())
     })
 });

@@ -96,6 +96,8 @@ fn init(level: c_int) -> R<c_int> {
         topos: HashMap::new(),
         messages: HashMap::new(),
         kept_types: HashMap::new(),
+        coll_seq: HashMap::new(),
+        scheds: HashMap::new(),
     });
     Ok(granted)
 }
@@ -118,7 +120,7 @@ entry!(MPI_Finalize / PMPI_Finalize() comm(MPI_COMM_WORLD) {
     // its channels while another still reads from them.
     with(|st| {
         st.eng.drain()?;
-        coll::barrier(st, MPI_COMM_WORLD)?;
+        coll::barrier_now(st, MPI_COMM_WORLD)?;
         st.eng.drain()?;
         Ok(())
     })?;

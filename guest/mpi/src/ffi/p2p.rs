@@ -101,15 +101,12 @@ fn start_send(st: &mut State, r: Recipe) -> R<MPI_Request> {
     let c = st.comm(comm)?.clone();
     let h = st.handle();
     let Some(to) = peer(&c, dest)? else {
-        st.reqs.insert(
-            h,
-            Pending { id: None, comm, unpack: None, detached: false, persistent: None, status: Some(null_status()) },
-        );
+        st.reqs.insert(h, Pending::new(None, comm, None, Some(null_status())));
         return Ok(h);
     };
     let data = send_from(st, buf, count, t)?;
     let id = st.eng.isend(to, c.ctx, tag, data, sync)?;
-    st.reqs.insert(h, Pending { id: Some(id), comm, unpack: None, detached: false, persistent: None, status: None });
+    st.reqs.insert(h, Pending::new(Some(id), comm, None, None));
     Ok(h)
 }
 
@@ -121,16 +118,13 @@ fn start_recv(st: &mut State, r: Recipe) -> R<MPI_Request> {
     let h = st.handle();
     let src = if source == MPI_ANY_SOURCE { None } else { Some(peer(&c, source)?) };
     if src == Some(None) {
-        st.reqs.insert(
-            h,
-            Pending { id: None, comm, unpack: None, detached: false, persistent: None, status: Some(null_status()) },
-        );
+        st.reqs.insert(h, Pending::new(None, comm, None, Some(null_status())));
         return Ok(h);
     }
     let (into, unpack) = recv_into(st, buf, count, t)?;
     let pattern = Pattern { ctx: c.ctx, src: src.flatten(), tag: (tag != MPI_ANY_TAG).then_some(tag) };
     let id = st.eng.irecv(pattern, into)?;
-    st.reqs.insert(h, Pending { id: Some(id), comm, unpack, detached: false, persistent: None, status: None });
+    st.reqs.insert(h, Pending::new(Some(id), comm, unpack, None));
     Ok(h)
 }
 
@@ -138,6 +132,7 @@ fn start_recv(st: &mut State, r: Recipe) -> R<MPI_Request> {
 fn done(st: &State, h: MPI_Request) -> R<bool> {
     let p = st.reqs.get(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
     match (p.status, p.id) {
+        _ if p.coll => Ok(false),
         (Some(_), _) | (None, None) => Ok(true),
         (None, Some(id)) => Ok(st.eng.is_done(id)?),
     }
@@ -147,6 +142,10 @@ fn done(st: &State, h: MPI_Request) -> R<bool> {
 /// it, and returns its status.
 fn complete(st: &mut State, h: MPI_Request) -> R<MPI_Status> {
     let p = st.reqs.get_mut(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
+    if let Some(e) = p.failed.take() {
+        st.reqs.remove(&h);
+        return Err(e);
+    }
     let status = match (p.status.take(), p.id.take()) {
         (Some(s), _) => s,
         (None, None) => null_status(),
@@ -174,11 +173,14 @@ fn complete(st: &mut State, h: MPI_Request) -> R<MPI_Status> {
 fn wait_one(st: &mut State, h: MPI_Request) -> R<MPI_Status> {
     let mut idle = 0;
     while !done(st, h)? {
-        if st.eng.progress()? {
+        if sched::progress(st)? {
             idle = 0;
         } else {
             if let Some(id) = st.reqs.get(&h).and_then(|p| p.id) {
                 st.eng.check_needed(id)?;
+            }
+            if let Some(s) = st.scheds.get(&h) {
+                s.check(st)?;
             }
             backoff(&mut idle);
         }
@@ -200,7 +202,7 @@ fn inactive(st: &State, h: MPI_Request) -> bool {
         || st.reqs.get(&h).is_some_and(|p| p.persistent.is_some() && p.id.is_none() && p.status.is_none())
 }
 
-fn empty_status() -> MPI_Status {
+pub(crate) fn empty_status() -> MPI_Status {
     MPI_Status { MPI_SOURCE: MPI_ANY_SOURCE, MPI_TAG: MPI_ANY_TAG, MPI_ERROR: MPI_SUCCESS, MPI_internal: [0; 5] }
 }
 
@@ -276,24 +278,11 @@ fn bsend(
     let h = st.handle();
     match peer(&c, dest)? {
         None => {
-            st.reqs.insert(
-                h,
-                Pending {
-                    id: None,
-                    comm,
-                    unpack: None,
-                    detached: false,
-                    persistent: None,
-                    status: Some(null_status()),
-                },
-            );
+            st.reqs.insert(h, Pending::new(None, comm, None, Some(null_status())));
         }
         Some(to) => {
             let id = st.eng.isend(to, c.ctx, tag, data, false)?;
-            st.reqs.insert(
-                h,
-                Pending { id: Some(id), comm, unpack: None, detached: false, persistent: None, status: None },
-            );
+            st.reqs.insert(h, Pending::new(Some(id), comm, None, None));
         }
     }
     Ok(h)
@@ -305,7 +294,7 @@ entry!(MPI_Bsend / PMPI_Bsend(buf: *const c_void, count: c_int, t: MPI_Datatype,
         if let Some(p) = st.reqs.get_mut(&h) {
             p.detached = true;
         }
-        st.eng.progress()?;
+        sched::progress(st)?;
         reap(st)
     })
 });
@@ -332,7 +321,7 @@ entry!(MPI_Buffer_detach / PMPI_Buffer_detach(buf: *mut c_void, size: *mut c_int
         let mut idle = 0;
         while st.reqs.values().any(|p| p.detached) {
             reap(st)?;
-            if !st.eng.progress()? {
+            if !sched::progress(st)? {
                 backoff(&mut idle);
             }
         }
@@ -472,7 +461,7 @@ entry!(MPI_Test / PMPI_Test(req: *mut MPI_Request, flag: *mut c_int, status: *mu
         if inactive(st, h) {
             return Ok(Some((empty_status(), h)));
         }
-        st.eng.progress()?;
+        sched::progress(st)?;
         if !done(st, h)? {
             return Ok(None);
         }
@@ -522,7 +511,7 @@ entry!(MPI_Testall / PMPI_Testall(n: c_int, reqs: *mut MPI_Request, flag: *mut c
     let n = count_ok(n)? as usize;
     let hs = array(reqs as *const MPI_Request, n, "requests")?;
     let all = with(|st| {
-        st.eng.progress()?;
+        sched::progress(st)?;
         for &h in &hs {
             if !inactive(st, h) && !done(st, h)? {
                 return Ok(false);
@@ -565,7 +554,7 @@ entry!(MPI_Waitany / PMPI_Waitany(n: c_int, reqs: *mut MPI_Request, index: *mut 
             if let Some(x) = any_done(st, &hs)? {
                 return Ok(x);
             }
-            if !st.eng.progress()? {
+            if !sched::progress(st)? {
                 backoff(&mut idle);
             }
         }
@@ -587,7 +576,7 @@ entry!(MPI_Testany / PMPI_Testany(n: c_int, reqs: *mut MPI_Request, index: *mut 
     let n = count_ok(n)? as usize;
     let hs = array(reqs as *const MPI_Request, n, "requests")?;
     let r = with(|st| {
-        st.eng.progress()?;
+        sched::progress(st)?;
         any_done(st, &hs)
     })?;
     match r {
@@ -619,7 +608,7 @@ fn some(
     let got = with(|st| {
         let mut idle = 0;
         loop {
-            st.eng.progress()?;
+            sched::progress(st)?;
             if hs.iter().all(|&h| inactive(st, h)) {
                 return Ok(None);
             }
@@ -714,7 +703,7 @@ fn persistent(req: *mut MPI_Request, r: Recipe) -> R<()> {
         };
         let dt = st.dtype(t)?;
         st.kept_types.insert(h, dt);
-        st.reqs.insert(h, Pending { id: None, comm, unpack: None, detached: false, persistent: Some(r), status: None });
+        st.reqs.insert(h, Pending { persistent: Some(r), ..Pending::new(None, comm, None, None) });
         Ok(h)
     })?;
     put(req, h, "request")
@@ -817,17 +806,7 @@ entry!(MPI_Improbe / PMPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, fla
 fn start_mrecv(st: &mut State, buf: usize, count: c_int, t: MPI_Datatype, message: MPI_Message) -> R<MPI_Request> {
     let h = st.handle();
     if message == MPI_MESSAGE_NO_PROC {
-        st.reqs.insert(
-            h,
-            Pending {
-                id: None,
-                comm: MPI_COMM_WORLD,
-                unpack: None,
-                detached: false,
-                persistent: None,
-                status: Some(null_status()),
-            },
-        );
+        st.reqs.insert(h, Pending::new(None, MPI_COMM_WORLD, None, Some(null_status())));
         return Ok(h);
     }
     let (m, comm) = st
@@ -836,7 +815,7 @@ fn start_mrecv(st: &mut State, buf: usize, count: c_int, t: MPI_Datatype, messag
         .ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{message:#x} is not a matched message") })?;
     let (into, unpack) = recv_into(st, buf, count, t)?;
     let id = st.eng.imrecv(m, into)?;
-    st.reqs.insert(h, Pending { id: Some(id), comm, unpack, detached: false, persistent: None, status: None });
+    st.reqs.insert(h, Pending::new(Some(id), comm, unpack, None));
     Ok(h)
 }
 

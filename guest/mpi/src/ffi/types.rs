@@ -25,38 +25,82 @@ fn builtin(h: MPI_Op) -> Option<Builtin> {
 
 /// `inout = input op inout` over `count` packed items of type `t`.
 pub fn apply(st: &State, op: MPI_Op, t: MPI_Datatype, count: c_int, input: &[u8], inout: &mut [u8]) -> R<()> {
-    if let Some(b) = builtin(op) {
+    Reducer::new(st, op, t)?.apply(count, input, inout)
+}
+
+/// An operation on a datatype, looked up once: what a reduction in flight
+/// keeps, so that it needs no handle lookups later.
+#[derive(Clone)]
+pub struct Reducer {
+    how: How,
+    dt: Arc<Datatype>,
+    t: MPI_Datatype,
+}
+
+#[derive(Clone)]
+enum How {
+    Builtin(Builtin, op::Kind),
+    User(UserOp),
+}
+
+impl Reducer {
+    /// Operation `op` on type `t` (an `MPI_ERR_OP` if it is not defined there).
+    pub fn new(st: &State, op: MPI_Op, t: MPI_Datatype) -> R<Reducer> {
         let dt = st.dtype(t)?;
-        let kind = op::kind_for(b, &dt).map_err(|e| MpiErr { class: MPI_ERR_OP, msg: e.to_string() })?;
-        return op::reduce(b, kind, input, inout).map_err(|e| MpiErr { class: MPI_ERR_OP, msg: e.to_string() });
+        let how = if let Some(b) = builtin(op) {
+            let kind = op::kind_for(b, &dt).map_err(|e| MpiErr { class: MPI_ERR_OP, msg: e.to_string() })?;
+            How::Builtin(b, kind)
+        } else {
+            match st.ops.get(&op) {
+                Some(u) => How::User(*u),
+                None => return err(MPI_ERR_OP, format!("{op:#x} is not an operation")),
+            }
+        };
+        Ok(Reducer { how, dt, t })
     }
-    let Some(u) = st.ops.get(&op).copied() else {
-        return err(MPI_ERR_OP, format!("{op:#x} is not an operation"));
-    };
-    let dt = st.dtype(t)?;
-    // The user function sees the type's own layout: unpack both sides
-    // into scratch buffers of that layout, call, pack the result back.
-    let n = count_ok(count)?;
-    let span = (dt.extent().max(0) as u64 * n) as usize + dt.true_extent().max(0) as usize;
-    let base = (-dt.lb().min(dt.true_lb())).max(0) as usize;
-    let mut a = vec![0u8; span + base + 16];
-    let mut b = vec![0u8; span + base + 16];
-    // SAFETY: both scratch buffers are large enough for `n` items of the
-    // type placed at `base` (extent times count plus the true extent).
-    unsafe {
-        dt.unpack(n, a.as_mut_ptr().add(base), input);
-        dt.unpack(n, b.as_mut_ptr().add(base), inout);
+
+    /// Whether the operation commutes.
+    pub fn commutes(&self) -> bool {
+        match &self.how {
+            How::Builtin(b, _) => b.is_commutative(),
+            How::User(u) => u.commute,
+        }
     }
-    let mut len = count;
-    let mut th = t;
-    // SAFETY: a function the user registered with MPI_Op_create, called
-    // as the standard says, on buffers of `count` items of type `t`.
-    unsafe {
-        (u.f)(a.as_mut_ptr().add(base) as *mut c_void, b.as_mut_ptr().add(base) as *mut c_void, &mut len, &mut th)
-    };
-    // SAFETY: as above, `b` holds `n` items at `base`.
-    unsafe { dt.pack(n, b.as_ptr().add(base), inout) };
-    Ok(())
+
+    /// `inout = input op inout` over `count` packed items.
+    pub fn apply(&self, count: c_int, input: &[u8], inout: &mut [u8]) -> R<()> {
+        let u = match &self.how {
+            How::Builtin(b, kind) => {
+                return op::reduce(*b, *kind, input, inout)
+                    .map_err(|e| MpiErr { class: MPI_ERR_OP, msg: e.to_string() })
+            }
+            How::User(u) => *u,
+        };
+        let dt = &self.dt;
+        // The user function sees the type's own layout: unpack both sides
+        // into scratch buffers of that layout, call, pack the result back.
+        let n = count_ok(count)?;
+        let span = (dt.extent().max(0) as u64 * n) as usize + dt.true_extent().max(0) as usize;
+        let base = (-dt.lb().min(dt.true_lb())).max(0) as usize;
+        let mut a = vec![0u8; span + base + 16];
+        let mut b = vec![0u8; span + base + 16];
+        // SAFETY: both scratch buffers are large enough for `n` items of the
+        // type placed at `base` (extent times count plus the true extent).
+        unsafe {
+            dt.unpack(n, a.as_mut_ptr().add(base), input);
+            dt.unpack(n, b.as_mut_ptr().add(base), inout);
+        }
+        let mut len = count;
+        let mut th = self.t;
+        // SAFETY: a function the user registered with MPI_Op_create, called
+        // as the standard says, on buffers of `count` items of type `t`.
+        unsafe {
+            (u.f)(a.as_mut_ptr().add(base) as *mut c_void, b.as_mut_ptr().add(base) as *mut c_void, &mut len, &mut th)
+        };
+        // SAFETY: as above, `b` holds `n` items at `base`.
+        unsafe { dt.pack(n, b.as_ptr().add(base), inout) };
+        Ok(())
+    }
 }
 
 entry!(MPI_Op_create / PMPI_Op_create(f: Option<MPI_User_function>, commute: c_int, op: *mut MPI_Op) comm(MPI_COMM_WORLD) {

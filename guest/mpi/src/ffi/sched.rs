@@ -1,0 +1,292 @@
+//! Collective schedules: the one form every collective takes, blocking or
+//! not. A collective's algorithm is an `async` function over an [`Io`]: it
+//! posts sends and receives to ranks of its communicator and awaits them,
+//! packs, unpacks and reduces in between. A [`Sched`] holds that future
+//! and drives it: it starts the posted operations on the engine, hands
+//! their results back, and polls again, never blocking. So:
+//!
+//! - a blocking collective (`MPI_Bcast`) drives its schedule to the end
+//!   ([`run`]);
+//! - a non-blocking one (`MPI_Ibcast`) is a request whose schedule moves
+//!   whenever the process makes progress ([`progress`]: in every wait,
+//!   test and blocking call), so ranks that wait on something else still
+//!   forward their part of a tree;
+//! - a persistent one (`MPI_Bcast_init`) builds a new schedule at each
+//!   `MPI_Start`.
+//!
+//! Each collective call on a communicator takes the next tag of its
+//! collective context ([`next_tag`]). Every rank calls collectives in the
+//! same order, so the tags agree, and two collectives in flight on one
+//! communicator never take each other's messages.
+//!
+//! Touched by the thread that calls MPI, under the C layer's lock.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use super::*;
+use crate::engine::{backoff, From, Into, Pattern};
+
+/// One posted operation, named in its schedule.
+pub type Key = u64;
+
+enum Action {
+    Send { to: u32, bytes: Vec<u8> },
+    Recv { from: u32, cap: usize },
+}
+
+struct Shared {
+    next: Key,
+    queued: Vec<(Key, Action)>,
+    results: HashMap<Key, R<Vec<u8>>>,
+}
+
+/// What a collective's algorithm sees: its communicator (as ranks of it)
+/// and the operations it posts. Cheap to clone; every clone is the same
+/// schedule's.
+#[derive(Clone)]
+pub struct Io {
+    shared: Arc<Mutex<Shared>>,
+    ctx: u32,
+    tag: i32,
+    ranks: Arc<Vec<u32>>,
+    rank: u32,
+}
+
+impl Io {
+    /// A schedule's view of communicator `comm` for its next collective.
+    pub fn new(st: &mut State, comm: MPI_Comm) -> R<Io> {
+        let c = st.comm(comm)?;
+        let (ctx, ranks, rank) = (c.ctx + 1, Arc::new(c.ranks.clone()), c.rank);
+        let tag = next_tag(st, ctx);
+        let shared = Arc::new(Mutex::new(Shared { next: 0, queued: Vec::new(), results: HashMap::new() }));
+        Ok(Io { shared, ctx, tag, ranks, rank })
+    }
+
+    /// Our rank in the communicator.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Members of the communicator.
+    pub fn size(&self) -> u32 {
+        self.ranks.len() as u32
+    }
+
+    fn shared(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn post(&self, a: Action) -> Key {
+        let mut s = self.shared();
+        let k = s.next;
+        s.next += 1;
+        s.queued.push((k, a));
+        k
+    }
+
+    /// Posts a send of `bytes` to rank `to`; it starts when the algorithm
+    /// next awaits.
+    pub fn send(&self, to: u32, bytes: Vec<u8>) -> Key {
+        self.post(Action::Send { to, bytes })
+    }
+
+    /// Posts a receive of up to `cap` bytes from rank `from`.
+    pub fn recv(&self, from: u32, cap: usize) -> Key {
+        self.post(Action::Recv { from, cap })
+    }
+
+    /// The result of operation `k`: the bytes received (empty for a send).
+    pub fn wait(&self, k: Key) -> Done {
+        Done { io: self.clone(), key: k }
+    }
+
+    /// Sends and waits for the send to complete.
+    pub async fn send_now(&self, to: u32, bytes: Vec<u8>) -> R<()> {
+        let k = self.send(to, bytes);
+        self.wait(k).await.map(|_| ())
+    }
+
+    /// Receives (posts and waits).
+    pub async fn recv_now(&self, from: u32, cap: usize) -> R<Vec<u8>> {
+        let k = self.recv(from, cap);
+        self.wait(k).await
+    }
+}
+
+/// The future of one posted operation ([`Io::wait`]).
+pub struct Done {
+    io: Io,
+    key: Key,
+}
+
+impl Future for Done {
+    type Output = R<Vec<u8>>;
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<R<Vec<u8>>> {
+        match self.io.shared().results.remove(&self.key) {
+            Some(r) => Poll::Ready(r),
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// The next tag of collective context `ctx`.
+fn next_tag(st: &mut State, ctx: u32) -> i32 {
+    let seq = st.coll_seq.entry(ctx).or_insert(0);
+    let tag = *seq;
+    *seq = if *seq == i32::MAX { 0 } else { *seq + 1 };
+    tag
+}
+
+/// Schedules are polled, never woken: the driver polls them whenever the
+/// engine moved.
+struct Nobody;
+
+impl Wake for Nobody {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// A collective in flight.
+pub struct Sched {
+    fut: Pin<Box<dyn Future<Output = R<()>> + Send>>,
+    io: Io,
+    inflight: Vec<(Key, ReqId)>,
+    waker: Waker,
+}
+
+impl Sched {
+    /// The schedule of algorithm `fut` posting through `io`.
+    pub fn new(io: Io, fut: impl Future<Output = R<()>> + Send + 'static) -> Sched {
+        Sched { fut: Box::pin(fut), io, inflight: Vec::new(), waker: Waker::from(Arc::new(Nobody)) }
+    }
+
+    /// Advances as far as it can without waiting: `Some` with the
+    /// collective's result once it has finished.
+    pub fn poll(&mut self, st: &mut State) -> Option<R<()>> {
+        loop {
+            let mut cx = Context::from_waker(&self.waker);
+            if let Poll::Ready(r) = self.fut.as_mut().poll(&mut cx) {
+                self.abandon(st);
+                return Some(r);
+            }
+            let queued = std::mem::take(&mut self.io.shared().queued);
+            let mut moved = !queued.is_empty();
+            for (k, a) in queued {
+                match self.start(st, a) {
+                    Ok(id) => self.inflight.push((k, id)),
+                    Err(e) => {
+                        self.io.shared().results.insert(k, Err(e));
+                    }
+                }
+            }
+            let mut i = 0;
+            while i < self.inflight.len() {
+                let (k, id) = self.inflight[i];
+                let r = match st.eng.is_done(id) {
+                    Ok(false) => {
+                        i += 1;
+                        continue;
+                    }
+                    Ok(true) => st.eng.finish(id).map(|(_, b)| b).map_err(MpiErr::from),
+                    Err(e) => Err(e.into()),
+                };
+                self.inflight.swap_remove(i);
+                self.io.shared().results.insert(k, r);
+                moved = true;
+            }
+            if !moved {
+                return None;
+            }
+        }
+    }
+
+    fn start(&self, st: &mut State, a: Action) -> R<ReqId> {
+        let (io, rank_ok) = (&self.io, |r: u32| (r as usize) < self.io.ranks.len());
+        match a {
+            Action::Send { to, bytes } if rank_ok(to) => {
+                Ok(st.eng.isend(io.ranks[to as usize], io.ctx, io.tag, From::Owned(bytes), false)?)
+            }
+            Action::Recv { from, cap } if rank_ok(from) => {
+                let pattern = Pattern { ctx: io.ctx, src: Some(io.ranks[from as usize]), tag: Some(io.tag) };
+                Ok(st.eng.irecv(pattern, Into::Packed { cap })?)
+            }
+            Action::Send { to: r, .. } | Action::Recv { from: r, .. } => {
+                err(MPI_ERR_INTERN, format!("collective schedule names rank {r} of {}", io.size()))
+            }
+        }
+    }
+
+    /// Fails with the error of a peer that has gone while an operation of
+    /// this schedule waits for it.
+    pub fn check(&self, st: &State) -> R<()> {
+        for &(_, id) in &self.inflight {
+            st.eng.check_needed(id)?;
+        }
+        Ok(())
+    }
+
+    /// An algorithm that ended early (an error) leaves operations behind:
+    /// receives are cancelled, sends complete on their own and are dropped.
+    fn abandon(&mut self, st: &mut State) {
+        for (_, id) in self.inflight.drain(..) {
+            if st.eng.cancel(id).is_ok() && st.eng.is_done(id).unwrap_or(false) {
+                let _ = st.eng.finish(id);
+            }
+        }
+    }
+}
+
+/// Runs a collective to its end (the blocking collectives).
+pub fn run(st: &mut State, mut s: Sched) -> R<()> {
+    let mut idle = 0;
+    loop {
+        if let Some(r) = s.poll(st) {
+            return r;
+        }
+        if progress(st)? {
+            idle = 0;
+        } else {
+            s.check(st)?;
+            backoff(&mut idle);
+        }
+    }
+}
+
+/// One round of progress: the engine, then every non-blocking collective
+/// in flight (finished ones complete their requests). True when anything
+/// moved.
+pub fn progress(st: &mut State) -> R<bool> {
+    let mut moved = st.eng.progress()?;
+    if st.scheds.is_empty() {
+        return Ok(moved);
+    }
+    let mut scheds = std::mem::take(&mut st.scheds);
+    scheds.retain(|&h, s| {
+        let Some(r) = s.poll(st) else { return true };
+        moved = true;
+        if let Some(p) = st.reqs.get_mut(&h) {
+            if p.detached {
+                st.reqs.remove(&h);
+            } else {
+                p.coll = false;
+                p.status = Some(p2p::empty_status());
+                p.failed = r.err();
+            }
+        }
+        false
+    });
+    st.scheds.extend(scheds);
+    Ok(moved)
+}
+
+/// Starts schedule `s` as request `h` (already in `st.reqs`, marked
+/// `coll`), moving it as far as it goes at once.
+pub fn start(st: &mut State, h: MPI_Request, s: Sched) -> R<()> {
+    st.scheds.insert(h, s);
+    progress(st)?;
+    Ok(())
+}
