@@ -169,6 +169,8 @@ pub struct State {
     pub coll_seq: HashMap<u32, i32>,
     /// Non-blocking collectives in flight, by request.
     pub scheds: HashMap<MPI_Request, sched::Sched>,
+    /// Persistent collectives' recipes, by request.
+    pub coll_recipes: HashMap<MPI_Request, Box<sched::Recipe>>,
 }
 
 impl State {

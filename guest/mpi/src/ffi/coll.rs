@@ -278,10 +278,61 @@ fn nonblocking(st: &mut State, comm: MPI_Comm, s: Sched) -> R<MPI_Request> {
     Ok(h)
 }
 
-/// Declares a blocking collective and its non-blocking form from one
-/// schedule builder.
+/// An argument of a collective, kept by a persistent request for its
+/// restarts: addresses as plain numbers, handles and counts as they are.
+trait Keep: Sized {
+    type Kept: Copy + Send + 'static;
+    fn keep(self) -> Self::Kept;
+    fn back(k: Self::Kept) -> Self;
+}
+
+impl<T> Keep for *const T {
+    type Kept = usize;
+    fn keep(self) -> usize {
+        self as usize
+    }
+    fn back(k: usize) -> Self {
+        k as *const T
+    }
+}
+
+impl<T> Keep for *mut T {
+    type Kept = usize;
+    fn keep(self) -> usize {
+        self as usize
+    }
+    fn back(k: usize) -> Self {
+        k as *mut T
+    }
+}
+
+impl Keep for usize {
+    type Kept = usize;
+    fn keep(self) -> usize {
+        self
+    }
+    fn back(k: usize) -> usize {
+        k
+    }
+}
+
+impl Keep for c_int {
+    type Kept = c_int;
+    fn keep(self) -> c_int {
+        self
+    }
+    fn back(k: c_int) -> c_int {
+        k
+    }
+}
+
+/// Declares a collective's three forms from one schedule builder: the
+/// blocking call, the non-blocking one (a request in flight) and the
+/// persistent one (a request whose every `MPI_Start` builds the schedule
+/// anew from the arguments given here).
 macro_rules! collective {
-    ($b:ident / $pb:ident, $i:ident / $pi:ident, $build:ident ( $($a:ident : $t:ty),* ) comm($c:ident)) => {
+    ($b:ident / $pb:ident, $i:ident / $pi:ident, $p:ident / $pp:ident,
+     $build:ident ( $($a:ident : $t:ty),* ) comm($c:ident)) => {
         entry!($b / $pb ($($a: $t),*) comm($c) {
             with(|st| {
                 let s = $build(st, $($a),*)?;
@@ -295,7 +346,28 @@ macro_rules! collective {
             })?;
             put(req, h, "request")
         });
+        entry!($p / $pp ($($a: $t,)* info: MPI_Info, req: *mut MPI_Request) comm($c) {
+            let _ = info;
+            let kept = ($(<$t as Keep>::keep($a),)*);
+            let h = with(|st| {
+                st.comm($c)?;
+                let recipe = move |st: &mut State| {
+                    let ($($a,)*) = kept;
+                    $build(st, $(<$t as Keep>::back($a)),*)
+                };
+                Ok(persistent(st, $c, Box::new(recipe)))
+            })?;
+            put(req, h, "request")
+        });
     };
+}
+
+/// A new persistent collective request, inactive until `MPI_Start`.
+fn persistent(st: &mut State, comm: MPI_Comm, recipe: Box<sched::Recipe>) -> MPI_Request {
+    let h = st.handle();
+    st.coll_recipes.insert(h, recipe);
+    st.reqs.insert(h, Pending { persistent: Some(p2p::Recipe::Coll), ..Pending::new(None, comm, None, None) });
+    h
 }
 
 fn barrier(st: &mut State, comm: MPI_Comm) -> R<Sched> {
@@ -303,7 +375,7 @@ fn barrier(st: &mut State, comm: MPI_Comm) -> R<Sched> {
     Ok(Sched::new(io.clone(), async move { barrier_alg(&io).await }))
 }
 
-collective!(MPI_Barrier / PMPI_Barrier, MPI_Ibarrier / PMPI_Ibarrier, barrier(comm: MPI_Comm) comm(comm));
+collective!(MPI_Barrier / PMPI_Barrier, MPI_Ibarrier / PMPI_Ibarrier, MPI_Barrier_init / PMPI_Barrier_init, barrier(comm: MPI_Comm) comm(comm));
 
 /// A barrier, run to its end (`MPI_Finalize` uses it).
 pub fn barrier_now(st: &mut State, comm: MPI_Comm) -> R<()> {
@@ -341,7 +413,7 @@ fn bcast(st: &mut State, buf: *mut c_void, count: c_int, t: MPI_Datatype, root: 
     }))
 }
 
-collective!(MPI_Bcast / PMPI_Bcast, MPI_Ibcast / PMPI_Ibcast,
+collective!(MPI_Bcast / PMPI_Bcast, MPI_Ibcast / PMPI_Ibcast, MPI_Bcast_init / PMPI_Bcast_init,
     bcast(buf: *mut c_void, count: c_int, t: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm));
 
 fn reduce(
@@ -368,7 +440,7 @@ fn reduce(
     }))
 }
 
-collective!(MPI_Reduce / PMPI_Reduce, MPI_Ireduce / PMPI_Ireduce,
+collective!(MPI_Reduce / PMPI_Reduce, MPI_Ireduce / PMPI_Ireduce, MPI_Reduce_init / PMPI_Reduce_init,
     reduce(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) comm(comm));
 
 fn allreduce(
@@ -392,7 +464,7 @@ fn allreduce(
     }))
 }
 
-collective!(MPI_Allreduce / PMPI_Allreduce, MPI_Iallreduce / PMPI_Iallreduce,
+collective!(MPI_Allreduce / PMPI_Allreduce, MPI_Iallreduce / PMPI_Iallreduce, MPI_Allreduce_init / PMPI_Allreduce_init,
     allreduce(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm));
 
 /// The root's receive layout for a gather (counts and displacements in
@@ -443,7 +515,7 @@ fn gather(
     gather_sched(st, comm, root, sbuf, scount, stype, recv)
 }
 
-collective!(MPI_Gather / PMPI_Gather, MPI_Igather / PMPI_Igather,
+collective!(MPI_Gather / PMPI_Gather, MPI_Igather / PMPI_Igather, MPI_Gather_init / PMPI_Gather_init,
     gather(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm));
 
 fn gatherv(
@@ -464,7 +536,7 @@ fn gatherv(
     gather_sched(st, comm, root, sbuf, scount, stype, recv)
 }
 
-collective!(MPI_Gatherv / PMPI_Gatherv, MPI_Igatherv / PMPI_Igatherv,
+collective!(MPI_Gatherv / PMPI_Gatherv, MPI_Igatherv / PMPI_Igatherv, MPI_Gatherv_init / PMPI_Gatherv_init,
     gatherv(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm));
 
 fn scatter_sched(
@@ -497,7 +569,7 @@ fn scatter(
     scatter_sched(st, comm, root, send, rbuf, rcount, rtype)
 }
 
-collective!(MPI_Scatter / PMPI_Scatter, MPI_Iscatter / PMPI_Iscatter,
+collective!(MPI_Scatter / PMPI_Scatter, MPI_Iscatter / PMPI_Iscatter, MPI_Scatter_init / PMPI_Scatter_init,
     scatter(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm));
 
 fn scatterv(
@@ -518,7 +590,7 @@ fn scatterv(
     scatter_sched(st, comm, root, send, rbuf, rcount, rtype)
 }
 
-collective!(MPI_Scatterv / PMPI_Scatterv, MPI_Iscatterv / PMPI_Iscatterv,
+collective!(MPI_Scatterv / PMPI_Scatterv, MPI_Iscatterv / PMPI_Iscatterv, MPI_Scatterv_init / PMPI_Scatterv_init,
     scatterv(sbuf: *const c_void, scounts: *const c_int, displs: *const c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm));
 
 fn allgather_sched(
@@ -555,7 +627,7 @@ fn allgather(
     allgather_sched(st, comm, sbuf, scount, stype, rbuf, &counts, &displs, rtype)
 }
 
-collective!(MPI_Allgather / PMPI_Allgather, MPI_Iallgather / PMPI_Iallgather,
+collective!(MPI_Allgather / PMPI_Allgather, MPI_Iallgather / PMPI_Iallgather, MPI_Allgather_init / PMPI_Allgather_init,
     allgather(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm));
 
 fn allgatherv(
@@ -574,7 +646,7 @@ fn allgatherv(
     allgather_sched(st, comm, sbuf, scount, stype, rbuf, &counts, &displs, rtype)
 }
 
-collective!(MPI_Allgatherv / PMPI_Allgatherv, MPI_Iallgatherv / PMPI_Iallgatherv,
+collective!(MPI_Allgatherv / PMPI_Allgatherv, MPI_Iallgatherv / PMPI_Iallgatherv, MPI_Allgatherv_init / PMPI_Allgatherv_init,
     allgatherv(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm));
 
 fn alltoall_sched(st: &mut State, comm: MPI_Comm, send: Option<Vec<Buf>>, recv: Vec<Buf>) -> R<Sched> {
@@ -608,7 +680,7 @@ fn alltoall(
     alltoall_sched(st, comm, send, recv)
 }
 
-collective!(MPI_Alltoall / PMPI_Alltoall, MPI_Ialltoall / PMPI_Ialltoall,
+collective!(MPI_Alltoall / PMPI_Alltoall, MPI_Ialltoall / PMPI_Ialltoall, MPI_Alltoall_init / PMPI_Alltoall_init,
     alltoall(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm));
 
 fn alltoallv(
@@ -633,7 +705,7 @@ fn alltoallv(
     alltoall_sched(st, comm, send, recv)
 }
 
-collective!(MPI_Alltoallv / PMPI_Alltoallv, MPI_Ialltoallv / PMPI_Ialltoallv,
+collective!(MPI_Alltoallv / PMPI_Alltoallv, MPI_Ialltoallv / PMPI_Ialltoallv, MPI_Alltoallv_init / PMPI_Alltoallv_init,
     alltoallv(sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm));
 
 /// Blocks of `counts[r]` items of `types[r]` at `displs[r]` bytes.
@@ -674,7 +746,7 @@ fn alltoallw(
     alltoall_sched(st, comm, send, recv)
 }
 
-collective!(MPI_Alltoallw / PMPI_Alltoallw, MPI_Ialltoallw / PMPI_Ialltoallw,
+collective!(MPI_Alltoallw / PMPI_Alltoallw, MPI_Ialltoallw / PMPI_Ialltoallw, MPI_Alltoallw_init / PMPI_Alltoallw_init,
     alltoallw(sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, stypes: *const MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rtypes: *const MPI_Datatype, comm: MPI_Comm) comm(comm));
 
 fn scan_sched(
@@ -718,10 +790,10 @@ fn exscan(
     scan_sched(st, sbuf, rbuf, count, t, op, comm, true)
 }
 
-collective!(MPI_Scan / PMPI_Scan, MPI_Iscan / PMPI_Iscan,
+collective!(MPI_Scan / PMPI_Scan, MPI_Iscan / PMPI_Iscan, MPI_Scan_init / PMPI_Scan_init,
     scan(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm));
 
-collective!(MPI_Exscan / PMPI_Exscan, MPI_Iexscan / PMPI_Iexscan,
+collective!(MPI_Exscan / PMPI_Exscan, MPI_Iexscan / PMPI_Iexscan, MPI_Exscan_init / PMPI_Exscan_init,
     exscan(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm));
 
 /// Reduce at rank 0, then scatter blocks of `counts` items.
@@ -780,7 +852,7 @@ fn reduce_scatter_block(
     reduce_scatter_sched(st, sbuf, rbuf, vec![count; n as usize], t, op, comm)
 }
 
-collective!(MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block, MPI_Ireduce_scatter_block / PMPI_Ireduce_scatter_block,
+collective!(MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block, MPI_Ireduce_scatter_block / PMPI_Ireduce_scatter_block, MPI_Reduce_scatter_block_init / PMPI_Reduce_scatter_block_init,
     reduce_scatter_block(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm));
 
 fn reduce_scatter(
@@ -797,7 +869,7 @@ fn reduce_scatter(
     reduce_scatter_sched(st, sbuf, rbuf, counts, t, op, comm)
 }
 
-collective!(MPI_Reduce_scatter / PMPI_Reduce_scatter, MPI_Ireduce_scatter / PMPI_Ireduce_scatter,
+collective!(MPI_Reduce_scatter / PMPI_Reduce_scatter, MPI_Ireduce_scatter / PMPI_Ireduce_scatter, MPI_Reduce_scatter_init / PMPI_Reduce_scatter_init,
     reduce_scatter(sbuf: *const c_void, rbuf: *mut c_void, counts: *const c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm));
 
 entry!(MPI_Reduce_local / PMPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op) comm(MPI_COMM_WORLD) {

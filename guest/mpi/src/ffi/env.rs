@@ -98,6 +98,7 @@ fn init(level: c_int) -> R<c_int> {
         kept_types: HashMap::new(),
         coll_seq: HashMap::new(),
         scheds: HashMap::new(),
+        coll_recipes: HashMap::new(),
     });
     Ok(granted)
 }

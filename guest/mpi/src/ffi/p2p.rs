@@ -15,6 +15,8 @@ pub enum Recipe {
     Send(usize, c_int, MPI_Datatype, c_int, c_int, MPI_Comm, bool),
     /// A receive: buffer, count, type, source, tag, comm.
     Recv(usize, c_int, MPI_Datatype, c_int, c_int, MPI_Comm),
+    /// A collective: its recipe is in [`State::coll_recipes`].
+    Coll,
 }
 
 /// The largest tag (`MPI_TAG_UB`).
@@ -199,7 +201,7 @@ fn put_status(p: *mut MPI_Status, s: MPI_Status) -> R<()> {
 /// Requests whose handle is inactive (null, or a persistent one not started).
 fn inactive(st: &State, h: MPI_Request) -> bool {
     h == MPI_REQUEST_NULL
-        || st.reqs.get(&h).is_some_and(|p| p.persistent.is_some() && p.id.is_none() && p.status.is_none())
+        || st.reqs.get(&h).is_some_and(|p| p.persistent.is_some() && p.id.is_none() && p.status.is_none() && !p.coll)
 }
 
 pub(crate) fn empty_status() -> MPI_Status {
@@ -649,6 +651,7 @@ entry!(MPI_Request_free / PMPI_Request_free(req: *mut MPI_Request) comm(MPI_COMM
         let Some(p) = st.reqs.get_mut(&h) else { return err(MPI_ERR_REQUEST, format!("{h:#x} is not a request")) };
         if p.id.is_none() {
             st.reqs.remove(&h);
+            st.coll_recipes.remove(&h);
         } else {
             p.persistent = None;
             st.kept_types.remove(&h);
@@ -694,13 +697,11 @@ fn persistent(req: *mut MPI_Request, r: Recipe) -> R<()> {
     nonnull(req, "request")?;
     let h = with(|st| {
         let h = st.handle();
-        let comm = match r {
-            Recipe::Send(.., c, _) | Recipe::Recv(.., c) => c,
+        let (t, comm) = match r {
+            Recipe::Send(_, _, t, _, _, c, _) | Recipe::Recv(_, _, t, _, _, c) => (t, c),
+            Recipe::Coll => return err(MPI_ERR_INTERN, "a collective's recipe is not a point-to-point one"),
         };
         st.comm(comm)?;
-        let t = match r {
-            Recipe::Send(_, _, t, ..) | Recipe::Recv(_, _, t, ..) => t,
-        };
         let dt = st.dtype(t)?;
         st.kept_types.insert(h, dt);
         st.reqs.insert(h, Pending { persistent: Some(r), ..Pending::new(None, comm, None, None) });
@@ -729,16 +730,14 @@ fn start(st: &mut State, h: MPI_Request) -> R<()> {
         .ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a persistent request") })?;
     // The request keeps its datatype even if the user freed the handle
     // meanwhile (handles are never reused, so it is put back for the start).
-    let t = match r {
-        Recipe::Send(_, _, t, ..) | Recipe::Recv(_, _, t, ..) => t,
-    };
+    let (Recipe::Send(_, _, t, ..) | Recipe::Recv(_, _, t, ..)) = r else { return start_coll(st, h) };
     let restored = match st.kept_types.get(&h).cloned() {
         Some(dt) if !st.types.contains_key(&t) => st.types.insert(t, dt).is_none(),
         _ => false,
     };
     let tmp = match r {
         Recipe::Send(..) => start_send(st, r),
-        Recipe::Recv(..) => start_recv(st, r),
+        Recipe::Recv(..) | Recipe::Coll => start_recv(st, r),
     };
     if restored {
         st.types.remove(&t);
@@ -749,6 +748,21 @@ fn start(st: &mut State, h: MPI_Request) -> R<()> {
     started.persistent = Some(r);
     st.reqs.insert(h, started);
     Ok(())
+}
+
+/// Starts persistent collective `h`: a new schedule from its recipe.
+fn start_coll(st: &mut State, h: MPI_Request) -> R<()> {
+    if st.reqs.get(&h).is_some_and(|p| p.coll || p.status.is_some()) {
+        return err(MPI_ERR_REQUEST, "the persistent collective is still active (complete it before MPI_Start)");
+    }
+    let recipe = st.coll_recipes.remove(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: "no recipe".into() })?;
+    let s = recipe(st);
+    st.coll_recipes.insert(h, recipe);
+    let s = s?;
+    if let Some(p) = st.reqs.get_mut(&h) {
+        p.coll = true;
+    }
+    sched::start(st, h, s)
 }
 
 entry!(MPI_Start / PMPI_Start(req: *mut MPI_Request) comm(MPI_COMM_WORLD) {

@@ -240,6 +240,9 @@ impl Sched {
     }
 }
 
+/// How a persistent collective builds its schedule at each `MPI_Start`.
+pub type Recipe = dyn Fn(&mut State) -> R<Sched> + Send;
+
 /// Runs a collective to its end (the blocking collectives).
 pub fn run(st: &mut State, mut s: Sched) -> R<()> {
     let mut idle = 0;
