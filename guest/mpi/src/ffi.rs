@@ -77,16 +77,36 @@ pub struct Comm {
     pub errhandler: MPI_Errhandler,
     /// Its name.
     pub name: String,
+    /// An intercommunicator's remote group (world ranks); `None` for an
+    /// intracommunicator.
+    pub remote: Option<Vec<u32>>,
+    /// An intercommunicator's local group as an intracommunicator of its
+    /// own (a hidden handle), for the local steps of its collectives and
+    /// constructors; `MPI_COMM_NULL` for an intracommunicator.
+    pub local: MPI_Comm,
 }
 
 impl Comm {
-    /// Members.
+    /// An intracommunicator.
+    pub fn intra(ctx: u32, ranks: Vec<u32>, rank: u32, errhandler: MPI_Errhandler) -> Comm {
+        Comm { ctx, ranks, rank, errhandler, name: String::new(), remote: None, local: MPI_COMM_NULL }
+    }
+    /// Members (of the local group).
     pub fn size(&self) -> u32 {
         self.ranks.len() as u32
     }
-    /// The rank here of world rank `w`.
+    /// Whether this is an intercommunicator.
+    pub fn is_inter(&self) -> bool {
+        self.remote.is_some()
+    }
+    /// The world ranks that point-to-point ranks name: the remote group's
+    /// on an intercommunicator, the members' otherwise.
+    pub fn peers(&self) -> &[u32] {
+        self.remote.as_deref().unwrap_or(&self.ranks)
+    }
+    /// The point-to-point rank here of world rank `w`.
     pub fn rank_of(&self, w: u32) -> Option<u32> {
-        self.ranks.iter().position(|&r| r == w).map(|i| i as u32)
+        self.peers().iter().position(|&r| r == w).map(|i| i as u32)
     }
 }
 
@@ -199,16 +219,31 @@ impl State {
         }
     }
 
-    /// A new context id pair agreed by every member of `parent`
-    /// (collective over it): the largest next id any member has.
+    /// A new block of context ids agreed by every member of `parent`
+    /// (collective over it; over both groups of an intercommunicator): the
+    /// largest next id any member has. A block is [`CTX_BLOCK`] ids: point
+    /// to point, collectives, and the same two for an intercommunicator's
+    /// local group.
     pub fn agree_ctx(&mut self, parent: MPI_Comm) -> R<u32> {
         let mine = self.next_ctx as u64;
-        let all = coll::allgather_u64(self, parent, &[mine])?;
-        let ctx = all.into_iter().max().unwrap_or(mine) as u32;
-        self.next_ctx = ctx + 2;
+        let local = match self.comm(parent)? {
+            c if c.is_inter() => c.local,
+            _ => parent,
+        };
+        let all = coll::allgather_u64(self, local, &[mine])?;
+        let mut ctx = all.into_iter().max().unwrap_or(mine);
+        if local != parent {
+            let theirs = coll::inter_exchange(self, parent, vec![ctx])?;
+            ctx = ctx.max(theirs.first().copied().unwrap_or(0));
+        }
+        let ctx = ctx as u32;
+        self.next_ctx = ctx + CTX_BLOCK;
         Ok(ctx)
     }
 }
+
+/// Context ids each communicator takes ([`State::agree_ctx`]).
+pub const CTX_BLOCK: u32 = 4;
 
 /// The process's MPI state: `None` before `MPI_Init` and after `MPI_Finalize`.
 pub static STATE: Mutex<Option<State>> = Mutex::new(None);

@@ -18,6 +18,10 @@ use super::*;
 use crate::datatype::Datatype;
 use crate::entry;
 
+mod inter;
+pub use inter::exchange as inter_exchange;
+use inter::{is_inter, remote_size, Role};
+
 /// `count` items of a datatype at an address: one buffer, or one rank's
 /// block of a gather, scatter or exchange.
 #[derive(Clone)]
@@ -371,6 +375,9 @@ fn persistent(st: &mut State, comm: MPI_Comm, recipe: Box<sched::Recipe>) -> MPI
 }
 
 fn barrier(st: &mut State, comm: MPI_Comm) -> R<Sched> {
+    if is_inter(st, comm)? {
+        return inter::barrier(st, comm);
+    }
     let io = Io::new(st, comm)?;
     Ok(Sched::new(io.clone(), async move { barrier_alg(&io).await }))
 }
@@ -398,9 +405,30 @@ pub fn allgather_u64(st: &mut State, comm: MPI_Comm, mine: &[u64]) -> R<Vec<u64>
     Ok(all)
 }
 
+/// Root's `data` (any length), given to every member: run to its end.
+pub fn bcast_u64(st: &mut State, comm: MPI_Comm, root: u32, data: Vec<u64>) -> R<Vec<u64>> {
+    let io = Io::new(st, comm)?;
+    let out = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let put = out.clone();
+    let s = Sched::new(io.clone(), async move {
+        let n = bcast_alg(&io, root, (data.len() as u64).to_ne_bytes().to_vec(), 8).await?;
+        let n = u64::from_ne_bytes(n.get(..8).and_then(|b| b.try_into().ok()).unwrap_or_default()) as usize;
+        let bytes = data.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        *put.lock().unwrap_or_else(|e| e.into_inner()) = bcast_alg(&io, root, bytes, n * 8).await?;
+        Ok(())
+    });
+    sched::run(st, s)?;
+    let got = std::mem::take(&mut *out.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(got.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect())
+}
+
 fn bcast(st: &mut State, buf: *mut c_void, count: c_int, t: MPI_Datatype, root: c_int, comm: MPI_Comm) -> R<Sched> {
-    let root = root_ok(st, comm, root)?;
     let b = Buf::new(st, buf as usize, count, t)?;
+    if is_inter(st, comm)? {
+        let role = inter::role(st, comm, root)?;
+        return inter::bcast(st, comm, role, b);
+    }
+    let root = root_ok(st, comm, root)?;
     let io = Io::new(st, comm)?;
     Ok(Sched::new(io.clone(), async move {
         let me = io.rank();
@@ -426,6 +454,12 @@ fn reduce(
     root: c_int,
     comm: MPI_Comm,
 ) -> R<Sched> {
+    if is_inter(st, comm)? {
+        let role = inter::role(st, comm, root)?;
+        let (src, out) = (Buf::new(st, sbuf as usize, count, t)?, Buf::new(st, rbuf as usize, count, t)?);
+        let red = Reducer::new(st, op, t)?;
+        return inter::reduce(st, comm, role, src, out, red, count);
+    }
     let root = root_ok(st, comm, root)?;
     let me = st.comm(comm)?.rank;
     let src = if sbuf as usize == MPI_IN_PLACE && me == root { rbuf as usize } else { sbuf as usize };
@@ -455,6 +489,9 @@ fn allreduce(
     let src = if sbuf as usize == MPI_IN_PLACE { rbuf as usize } else { sbuf as usize };
     let (src, out) = (Buf::new(st, src, count, t)?, Buf::new(st, rbuf as usize, count, t)?);
     let red = Reducer::new(st, op, t)?;
+    if is_inter(st, comm)? {
+        return inter::allreduce(st, comm, src, out, red, count);
+    }
     let io = Io::new(st, comm)?;
     Ok(Sched::new(io.clone(), async move {
         let res = reduce_alg(&io, 0, src.pack(), &red, count).await?.unwrap_or_default();
@@ -467,34 +504,64 @@ fn allreduce(
 collective!(MPI_Allreduce / PMPI_Allreduce, MPI_Iallreduce / PMPI_Iallreduce, MPI_Allreduce_init / PMPI_Allreduce_init,
     allreduce(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm));
 
-/// The root's receive layout for a gather (counts and displacements in
-/// items), empty elsewhere.
-fn gather_layout(
+/// Who the root of a rooted collective is.
+#[derive(Clone, Copy)]
+enum Rooted {
+    /// Rank `.0` of an intracommunicator.
+    Intra(u32),
+    /// On an intercommunicator.
+    Inter(Role),
+}
+
+impl Rooted {
+    fn new(st: &State, comm: MPI_Comm, root: c_int) -> R<Rooted> {
+        if is_inter(st, comm)? {
+            Ok(Rooted::Inter(inter::role(st, comm, root)?))
+        } else {
+            Ok(Rooted::Intra(root_ok(st, comm, root)?))
+        }
+    }
+
+    /// Whether this process is the root.
+    fn here(self, st: &State, comm: MPI_Comm) -> R<bool> {
+        Ok(match self {
+            Rooted::Intra(r) => st.comm(comm)?.rank == r,
+            Rooted::Inter(role) => matches!(role, Role::Root),
+        })
+    }
+}
+
+/// The root's layout for a gather or a scatter (counts and displacements
+/// in items, one block per rank it exchanges with), empty elsewhere.
+fn root_layout(
     st: &State,
     comm: MPI_Comm,
-    root: u32,
-    rbuf: *mut c_void,
+    root: Rooted,
+    buf: usize,
     counts: impl FnOnce(u32) -> R<(Vec<c_int>, Vec<c_int>)>,
-    rt: MPI_Datatype,
+    t: MPI_Datatype,
 ) -> R<Vec<Buf>> {
-    let c = st.comm(comm)?;
-    if c.rank != root {
+    if !root.here(st, comm)? {
         return Ok(Vec::new());
     }
-    let (counts, displs) = counts(c.size())?;
-    Buf::blocks(st, rbuf as usize, &counts, &displs, rt)
+    let (counts, displs) = counts(st.comm(comm)?.peers().len() as u32)?;
+    Buf::blocks(st, buf, &counts, &displs, t)
 }
 
 fn gather_sched(
     st: &mut State,
     comm: MPI_Comm,
-    root: u32,
+    root: Rooted,
     sbuf: *const c_void,
     scount: c_int,
     stype: MPI_Datatype,
     recv: Vec<Buf>,
 ) -> R<Sched> {
     let send = if sbuf as usize == MPI_IN_PLACE { None } else { Some(Buf::new(st, sbuf as usize, scount, stype)?) };
+    let root = match root {
+        Rooted::Inter(role) => return inter::gather(st, comm, role, send, recv),
+        Rooted::Intra(r) => r,
+    };
     let io = Io::new(st, comm)?;
     Ok(Sched::new(io.clone(), async move { gather_alg(&io, root, send, recv).await }))
 }
@@ -510,8 +577,8 @@ fn gather(
     root: c_int,
     comm: MPI_Comm,
 ) -> R<Sched> {
-    let root = root_ok(st, comm, root)?;
-    let recv = gather_layout(st, comm, root, rbuf, |n| Ok(uniform(n, rcount)), rtype)?;
+    let root = Rooted::new(st, comm, root)?;
+    let recv = root_layout(st, comm, root, rbuf as usize, |n| Ok(uniform(n, rcount)), rtype)?;
     gather_sched(st, comm, root, sbuf, scount, stype, recv)
 }
 
@@ -530,9 +597,9 @@ fn gatherv(
     root: c_int,
     comm: MPI_Comm,
 ) -> R<Sched> {
-    let root = root_ok(st, comm, root)?;
+    let root = Rooted::new(st, comm, root)?;
     let layout = |n| Ok((ints(rcounts, n, "recvcounts")?, ints(displs, n, "displs")?));
-    let recv = gather_layout(st, comm, root, rbuf, layout, rtype)?;
+    let recv = root_layout(st, comm, root, rbuf as usize, layout, rtype)?;
     gather_sched(st, comm, root, sbuf, scount, stype, recv)
 }
 
@@ -542,13 +609,17 @@ collective!(MPI_Gatherv / PMPI_Gatherv, MPI_Igatherv / PMPI_Igatherv, MPI_Gather
 fn scatter_sched(
     st: &mut State,
     comm: MPI_Comm,
-    root: u32,
+    root: Rooted,
     send: Vec<Buf>,
     rbuf: *mut c_void,
     rcount: c_int,
     rtype: MPI_Datatype,
 ) -> R<Sched> {
     let recv = if rbuf as usize == MPI_IN_PLACE { None } else { Some(Buf::new(st, rbuf as usize, rcount, rtype)?) };
+    let root = match root {
+        Rooted::Inter(role) => return inter::scatter(st, comm, role, send, recv),
+        Rooted::Intra(r) => r,
+    };
     let io = Io::new(st, comm)?;
     Ok(Sched::new(io.clone(), async move { scatter_alg(&io, root, send, recv).await }))
 }
@@ -564,8 +635,8 @@ fn scatter(
     root: c_int,
     comm: MPI_Comm,
 ) -> R<Sched> {
-    let root = root_ok(st, comm, root)?;
-    let send = gather_layout(st, comm, root, sbuf as *mut c_void, |n| Ok(uniform(n, scount)), stype)?;
+    let root = Rooted::new(st, comm, root)?;
+    let send = root_layout(st, comm, root, sbuf as usize, |n| Ok(uniform(n, scount)), stype)?;
     scatter_sched(st, comm, root, send, rbuf, rcount, rtype)
 }
 
@@ -584,9 +655,9 @@ fn scatterv(
     root: c_int,
     comm: MPI_Comm,
 ) -> R<Sched> {
-    let root = root_ok(st, comm, root)?;
+    let root = Rooted::new(st, comm, root)?;
     let layout = |n| Ok((ints(scounts, n, "sendcounts")?, ints(displs, n, "displs")?));
-    let send = gather_layout(st, comm, root, sbuf as *mut c_void, layout, stype)?;
+    let send = root_layout(st, comm, root, sbuf as usize, layout, stype)?;
     scatter_sched(st, comm, root, send, rbuf, rcount, rtype)
 }
 
@@ -605,6 +676,10 @@ fn allgather_sched(
     rtype: MPI_Datatype,
 ) -> R<Sched> {
     let recv = Buf::blocks(st, rbuf as usize, counts, displs, rtype)?;
+    if is_inter(st, comm)? {
+        let send = Buf::new(st, sbuf as usize, scount, stype)?;
+        return inter::exchange_all(st, comm, vec![send; recv.len()], recv);
+    }
     let me = st.comm(comm)?.rank as usize;
     // In place: our block is already where it goes.
     let send =
@@ -623,7 +698,7 @@ fn allgather(
     rtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> R<Sched> {
-    let (counts, displs) = uniform(st.comm(comm)?.size(), rcount);
+    let (counts, displs) = uniform(remote_size(st, comm)?, rcount);
     allgather_sched(st, comm, sbuf, scount, stype, rbuf, &counts, &displs, rtype)
 }
 
@@ -641,7 +716,7 @@ fn allgatherv(
     rtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> R<Sched> {
-    let n = st.comm(comm)?.size();
+    let n = remote_size(st, comm)?;
     let (counts, displs) = (ints(rcounts, n, "recvcounts")?, ints(displs, n, "displs")?);
     allgather_sched(st, comm, sbuf, scount, stype, rbuf, &counts, &displs, rtype)
 }
@@ -650,6 +725,10 @@ collective!(MPI_Allgatherv / PMPI_Allgatherv, MPI_Iallgatherv / PMPI_Iallgatherv
     allgatherv(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm));
 
 fn alltoall_sched(st: &mut State, comm: MPI_Comm, send: Option<Vec<Buf>>, recv: Vec<Buf>) -> R<Sched> {
+    if is_inter(st, comm)? {
+        let Some(send) = send else { return err(MPI_ERR_BUFFER, "MPI_IN_PLACE on an intercommunicator") };
+        return inter::exchange_all(st, comm, send, recv);
+    }
     let in_place = send.is_none();
     let send = send.unwrap_or_else(|| recv.clone());
     let io = Io::new(st, comm)?;
@@ -666,7 +745,7 @@ fn alltoall(
     rtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> R<Sched> {
-    let n = st.comm(comm)?.size();
+    let n = remote_size(st, comm)?;
     let recv = {
         let (c, d) = uniform(n, rcount);
         Buf::blocks(st, rbuf as usize, &c, &d, rtype)?
@@ -695,7 +774,7 @@ fn alltoallv(
     rtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> R<Sched> {
-    let n = st.comm(comm)?.size();
+    let n = remote_size(st, comm)?;
     let recv = Buf::blocks(st, rbuf as usize, &ints(rcounts, n, "recvcounts")?, &ints(rdispls, n, "rdispls")?, rtype)?;
     let send = if sbuf as usize == MPI_IN_PLACE {
         None
@@ -736,7 +815,7 @@ fn alltoallw(
     rtypes: *const MPI_Datatype,
     comm: MPI_Comm,
 ) -> R<Sched> {
-    let n = st.comm(comm)?.size();
+    let n = remote_size(st, comm)?;
     let recv = wblocks(st, rbuf as usize, n, rcounts, rdispls, rtypes, "recv")?;
     let send = if sbuf as usize == MPI_IN_PLACE {
         None
@@ -759,6 +838,9 @@ fn scan_sched(
     comm: MPI_Comm,
     exclusive: bool,
 ) -> R<Sched> {
+    if is_inter(st, comm)? {
+        return err(MPI_ERR_COMM, "prefix reductions are not defined on intercommunicators");
+    }
     let src = if sbuf as usize == MPI_IN_PLACE { rbuf as usize } else { sbuf as usize };
     let (src, out) = (Buf::new(st, src, count, t)?, Buf::new(st, rbuf as usize, count, t)?);
     let red = Reducer::new(st, op, t)?;
@@ -813,6 +895,10 @@ fn reduce_scatter_sched(
     let out = Buf::new(st, rbuf as usize, counts[me], t)?;
     let lens = counts.iter().map(|&c| Ok((st.dtype(t)?.size() * count_ok(c)?) as usize)).collect::<R<Vec<_>>>()?;
     let red = Reducer::new(st, op, t)?;
+    if is_inter(st, comm)? {
+        let offset = lens[..me].iter().sum();
+        return inter::reduce_scatter(st, comm, src, out, offset, red, total);
+    }
     let io = Io::new(st, comm)?;
     Ok(Sched::new(io.clone(), async move {
         let res = reduce_alg(&io, 0, src.pack(), &red, total).await?;

@@ -30,10 +30,20 @@ fn add_comm(st: &mut State, c: Comm) -> MPI_Comm {
     h
 }
 
+/// Registers an intercommunicator on context block `ctx` with its hidden
+/// local intracommunicator.
+fn add_inter(st: &mut State, ctx: u32, ranks: Vec<u32>, rank: u32, remote: Vec<u32>, eh: MPI_Errhandler) -> MPI_Comm {
+    let local = add_comm(st, Comm::intra(ctx + 2, ranks.clone(), rank, eh));
+    add_comm(st, Comm { remote: Some(remote), local, ..Comm::intra(ctx, ranks, rank, eh) })
+}
+
 entry!(MPI_Comm_dup / PMPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) comm(comm) {
     let h = with(|st| {
         let ctx = st.agree_ctx(comm)?;
         let mut c = st.comm(comm)?.clone();
+        if let Some(remote) = c.remote {
+            return Ok(add_inter(st, ctx, c.ranks, c.rank, remote, c.errhandler));
+        }
         c.ctx = ctx;
         c.name = String::new();
         let t = st.topos.get(&comm).cloned();
@@ -53,6 +63,9 @@ entry!(MPI_Comm_split / PMPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int
     }
     let h = with(|st| {
         let parent = st.comm(comm)?.clone();
+        if parent.is_inter() {
+            return split_inter(st, comm, color, key);
+        }
         // Everyone's (color, key), by parent rank.
         let mine = [color as u32 as u64, key as u32 as u64];
         let all = coll::allgather_u64(st, comm, &mine)?;
@@ -67,9 +80,136 @@ entry!(MPI_Comm_split / PMPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int
         members.sort();
         let ranks: Vec<u32> = members.iter().map(|&(_, r)| parent.ranks[r as usize]).collect();
         let rank = members.iter().position(|&(_, r)| r == parent.rank).unwrap_or(0) as u32;
-        Ok(add_comm(st, Comm { ctx, ranks, rank, errhandler: parent.errhandler, name: String::new() }))
+        Ok(add_comm(st, Comm::intra(ctx, ranks, rank, parent.errhandler)))
     })?;
     put(newcomm, h, "newcomm")
+});
+
+/// The members of `group` (world ranks) whose (color, key) in `all` (two
+/// words a member) has `color`, in key order (ties by rank).
+fn by_key(group: &[u32], all: &[u64], color: c_int) -> Vec<u32> {
+    let mut members: Vec<(i32, usize)> = (0..group.len())
+        .filter(|&r| all.get(2 * r).is_some_and(|&c| c as u32 as i32 == color))
+        .map(|r| (all[2 * r + 1] as u32 as i32, r))
+        .collect();
+    members.sort();
+    members.into_iter().map(|(_, r)| group[r]).collect()
+}
+
+/// `MPI_Comm_split` of an intercommunicator: each color's local members
+/// and remote members make a new intercommunicator (none where either
+/// side has nobody of that color).
+fn split_inter(st: &mut State, comm: MPI_Comm, color: c_int, key: c_int) -> R<MPI_Comm> {
+    let c = st.comm(comm)?.clone();
+    let ours = coll::allgather_u64(st, c.local, &[color as u32 as u64, key as u32 as u64])?;
+    let theirs = coll::inter_exchange(st, comm, ours.clone())?;
+    let ctx = st.agree_ctx(comm)?;
+    if color == MPI_UNDEFINED {
+        return Ok(MPI_COMM_NULL);
+    }
+    let local = by_key(&c.ranks, &ours, color);
+    let remote = by_key(c.peers(), &theirs, color);
+    let me = st.place.rank;
+    match local.iter().position(|&w| w == me) {
+        Some(rank) if !remote.is_empty() => Ok(add_inter(st, ctx, local, rank as u32, remote, c.errhandler)),
+        _ => Ok(MPI_COMM_NULL),
+    }
+}
+
+entry!(MPI_Intercomm_create / PMPI_Intercomm_create(local_comm: MPI_Comm, local_leader: c_int, peer_comm: MPI_Comm, remote_leader: c_int, tag: c_int, newintercomm: *mut MPI_Comm) comm(local_comm) {
+    nonnull(newintercomm, "newintercomm")?;
+    let h = with(|st| {
+        let lc = st.comm(local_comm)?.clone();
+        if lc.is_inter() {
+            return err(MPI_ERR_COMM, "the local communicator of MPI_Intercomm_create is an intercommunicator");
+        }
+        let leader = match u32::try_from(local_leader) {
+            Ok(l) if l < lc.size() => l,
+            _ => return err(MPI_ERR_RANK, format!("local leader {local_leader} is not in a communicator of {}", lc.size())),
+        };
+        // The local group's largest next context, then the leaders swap
+        // it and their groups over the peer communicator, and each leader
+        // tells its group.
+        let mine = st.next_ctx as u64;
+        let local_max = coll::allgather_u64(st, local_comm, &[mine])?.into_iter().max().unwrap_or(mine);
+        let theirs = if lc.rank == leader {
+            let msg: Vec<u64> = std::iter::once(local_max).chain(lc.ranks.iter().map(|&w| w as u64)).collect();
+            leaders_swap(st, peer_comm, remote_leader, tag, msg)?
+        } else {
+            Vec::new()
+        };
+        let theirs = coll::bcast_u64(st, local_comm, leader, theirs)?;
+        let Some((&their_max, remote)) = theirs.split_first() else {
+            return err(MPI_ERR_INTERN, "the remote leader sent no group");
+        };
+        let remote: Vec<u32> = remote.iter().map(|&w| w as u32).collect();
+        if remote.iter().any(|w| lc.ranks.contains(w)) {
+            return err(MPI_ERR_COMM, "the local and remote groups of MPI_Intercomm_create overlap");
+        }
+        let ctx = local_max.max(their_max) as u32;
+        st.next_ctx = ctx + CTX_BLOCK;
+        Ok(add_inter(st, ctx, lc.ranks, lc.rank, remote, lc.errhandler))
+    })?;
+    put(newintercomm, h, "newintercomm")
+});
+
+/// The local leader's half of `MPI_Intercomm_create`: `msg` to the remote
+/// leader over the peer communicator (with the caller's tag), its message
+/// back.
+fn leaders_swap(st: &mut State, peer_comm: MPI_Comm, remote_leader: c_int, tag: c_int, msg: Vec<u64>) -> R<Vec<u64>> {
+    let pc = st.comm(peer_comm)?;
+    let to = match usize::try_from(remote_leader).ok().and_then(|r| pc.peers().get(r)) {
+        Some(&w) => w,
+        None => return err(MPI_ERR_RANK, format!("remote leader {remote_leader} is not in the peer communicator")),
+    };
+    let ctx = pc.ctx;
+    let cap = 8 * (1 + st.place.size as usize);
+    let bytes: Vec<u8> = msg.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    use crate::engine::{From, Into, Pattern};
+    let r = st.eng.irecv(Pattern { ctx, src: Some(to), tag: Some(tag) }, Into::Packed { cap })?;
+    let s = st.eng.isend(to, ctx, tag, From::Owned(bytes), false)?;
+    st.eng.wait(s)?;
+    st.eng.finish(s)?;
+    st.eng.wait(r)?;
+    let (_, got) = st.eng.finish(r)?;
+    Ok(got.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect())
+}
+
+entry!(MPI_Intercomm_merge / PMPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) comm(intercomm) {
+    nonnull(newintracomm, "newintracomm")?;
+    let h = with(|st| {
+        let c = st.comm(intercomm)?.clone();
+        let Some(remote) = c.remote.clone() else {
+            return err(MPI_ERR_COMM, "MPI_Intercomm_merge needs an intercommunicator");
+        };
+        // The group that passed high = false comes first; on a tie, the
+        // group whose leader has the lower world rank.
+        let theirs = coll::inter_exchange(st, intercomm, vec![(high != 0) as u64, c.ranks[0] as u64])?;
+        let (their_high, their_leader) = (theirs.first().copied().unwrap_or(0) != 0, theirs.get(1).copied().unwrap_or(0));
+        let first = if (high != 0) != their_high { high == 0 } else { (c.ranks[0] as u64) < their_leader };
+        let ranks: Vec<u32> = if first { [c.ranks.clone(), remote].concat() } else { [remote, c.ranks.clone()].concat() };
+        let ctx = st.agree_ctx(intercomm)?;
+        let me = st.place.rank;
+        let rank = ranks.iter().position(|&w| w == me).unwrap_or(0) as u32;
+        Ok(add_comm(st, Comm::intra(ctx, ranks, rank, c.errhandler)))
+    })?;
+    put(newintracomm, h, "newintracomm")
+});
+
+entry!(MPI_Comm_remote_size / PMPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int) comm(comm) {
+    let n = with(|st| match &st.comm(comm)?.remote {
+        Some(r) => Ok(r.len()),
+        None => err(MPI_ERR_COMM, "not an intercommunicator"),
+    })?;
+    put(size, n as c_int, "size")
+});
+
+entry!(MPI_Comm_remote_group / PMPI_Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group) comm(comm) {
+    let ranks = with(|st| match &st.comm(comm)?.remote {
+        Some(r) => Ok(r.clone()),
+        None => err(MPI_ERR_COMM, "not an intercommunicator"),
+    })?;
+    add_group(ranks, group)
 });
 
 entry!(MPI_Comm_free / PMPI_Comm_free(comm: *mut MPI_Comm) comm(MPI_COMM_WORLD) {
@@ -80,7 +220,9 @@ entry!(MPI_Comm_free / PMPI_Comm_free(comm: *mut MPI_Comm) comm(MPI_COMM_WORLD) 
     with(|st| st.comm(c).map(|_| ()))?;
     super::attr::drop_all(c)?;
     with(|st| {
-        st.comms.remove(&c);
+        if let Some(x) = st.comms.remove(&c) {
+            st.comms.remove(&x.local);
+        }
         st.topos.remove(&c);
         Ok(())
     })?;
@@ -92,7 +234,9 @@ entry!(MPI_Comm_compare / PMPI_Comm_compare(a: MPI_Comm, b: MPI_Comm, result: *m
         let (x, y) = (st.comm(a)?, st.comm(b)?);
         Ok(if a == b {
             MPI_IDENT
-        } else if x.ranks == y.ranks {
+        } else if x.is_inter() != y.is_inter() {
+            MPI_UNEQUAL
+        } else if x.ranks == y.ranks && x.remote == y.remote {
             MPI_CONGRUENT
         } else {
             let (mut p, mut q) = (x.ranks.clone(), y.ranks.clone());
@@ -326,13 +470,21 @@ fn create(parent: MPI_Comm, ranks: Vec<u32>, over_parent: bool, tag: c_int) -> R
     with(|st| {
         let p = st.comm(parent)?.clone();
         let me = st.place.rank;
+        if p.is_inter() {
+            // Each group names a subgroup of its own; both must be
+            // non-empty for the new intercommunicator to exist.
+            let theirs = coll::inter_exchange(st, parent, ranks.iter().map(|&w| w as u64).collect())?;
+            let ctx = st.agree_ctx(parent)?;
+            let remote: Vec<u32> = theirs.into_iter().map(|w| w as u32).collect();
+            return match ranks.iter().position(|&w| w == me) {
+                Some(rank) if !remote.is_empty() => Ok(add_inter(st, ctx, ranks, rank as u32, remote, p.errhandler)),
+                _ => Ok(MPI_COMM_NULL),
+            };
+        }
         if over_parent {
             let ctx = st.agree_ctx(parent)?;
             let Some(rank) = ranks.iter().position(|&w| w == me) else { return Ok(MPI_COMM_NULL) };
-            return Ok(add_comm(
-                st,
-                Comm { ctx, ranks, rank: rank as u32, errhandler: p.errhandler, name: String::new() },
-            ));
+            return Ok(add_comm(st, Comm::intra(ctx, ranks, rank as u32, p.errhandler)));
         }
         let Some(rank) = ranks.iter().position(|&w| w == me) else {
             return err(MPI_ERR_GROUP, "MPI_Comm_create_group called by a process outside the group");
@@ -340,18 +492,12 @@ fn create(parent: MPI_Comm, ranks: Vec<u32>, over_parent: bool, tag: c_int) -> R
         // Agree on a context among the group only, through a temporary
         // communicator on a context derived from the parent's and the tag.
         let tmp_ctx = 0x8000_0000 | (p.ctx.wrapping_mul(65599) ^ tag as u32) & 0x7FFF_FFFE;
-        let tmp = Comm {
-            ctx: tmp_ctx,
-            ranks: ranks.clone(),
-            rank: rank as u32,
-            errhandler: p.errhandler,
-            name: String::new(),
-        };
+        let tmp = Comm::intra(tmp_ctx, ranks.clone(), rank as u32, p.errhandler);
         let th = add_comm(st, tmp);
         let ctx = st.agree_ctx(th);
         st.comms.remove(&th);
         let ctx = ctx?;
-        Ok(add_comm(st, Comm { ctx, ranks, rank: rank as u32, errhandler: p.errhandler, name: String::new() }))
+        Ok(add_comm(st, Comm::intra(ctx, ranks, rank as u32, p.errhandler)))
     })
 }
 
@@ -390,6 +536,6 @@ fn node_id() -> u32 {
 }
 
 entry!(MPI_Comm_test_inter / PMPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) comm(comm) {
-    with(|st| st.comm(comm).map(|_| ()))?;
-    put(flag, 0, "flag")
+    let inter = with(|st| Ok(st.comm(comm)?.is_inter()))?;
+    put(flag, inter as c_int, "flag")
 });

@@ -63,19 +63,10 @@ fn init(level: c_int) -> R<c_int> {
         eng.set_eager_limit(n);
     }
     let world = Comm {
-        ctx: 0,
-        ranks: (0..place.size).collect(),
-        rank: place.rank,
-        errhandler: MPI_ERRORS_ARE_FATAL,
         name: "MPI_COMM_WORLD".into(),
+        ..Comm::intra(0, (0..place.size).collect(), place.rank, MPI_ERRORS_ARE_FATAL)
     };
-    let me = Comm {
-        ctx: 2,
-        ranks: vec![place.rank],
-        rank: 0,
-        errhandler: MPI_ERRORS_ARE_FATAL,
-        name: "MPI_COMM_SELF".into(),
-    };
+    let me = Comm { name: "MPI_COMM_SELF".into(), ..Comm::intra(CTX_BLOCK, vec![place.rank], 0, MPI_ERRORS_ARE_FATAL) };
     let granted = level.min(MPI_THREAD_SERIALIZED);
     *g = Some(State {
         eng,
@@ -87,7 +78,7 @@ fn init(level: c_int) -> R<c_int> {
         reqs: HashMap::new(),
         errhandlers: HashMap::new(),
         next_handle: FIRST_RUNTIME_HANDLE,
-        next_ctx: 4,
+        next_ctx: 2 * CTX_BLOCK,
         thread_level: granted,
         main_thread: std::thread::current().id(),
         buffer: None,

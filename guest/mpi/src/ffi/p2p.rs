@@ -69,9 +69,9 @@ fn peer(c: &Comm, rank: c_int) -> R<Option<u32>> {
     if rank == MPI_PROC_NULL {
         return Ok(None);
     }
-    match usize::try_from(rank).ok().and_then(|r| c.ranks.get(r)) {
+    match usize::try_from(rank).ok().and_then(|r| c.peers().get(r)) {
         Some(&w) => Ok(Some(w)),
-        None => err(MPI_ERR_RANK, format!("rank {rank} is not in a communicator of {}", c.size())),
+        None => err(MPI_ERR_RANK, format!("rank {rank} is not in a group of {}", c.peers().len())),
     }
 }
 

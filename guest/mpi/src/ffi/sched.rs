@@ -33,9 +33,22 @@ use crate::engine::{backoff, From, Into, Pattern};
 /// One posted operation, named in its schedule.
 pub type Key = u64;
 
+/// An operation as the engine takes it: world rank, context, tag.
 enum Action {
-    Send { to: u32, bytes: Vec<u8> },
-    Recv { from: u32, cap: usize },
+    Send {
+        to: u32,
+        ctx: u32,
+        tag: i32,
+        bytes: Vec<u8>,
+    },
+    Recv {
+        from: u32,
+        ctx: u32,
+        tag: i32,
+        cap: usize,
+    },
+    /// A rank outside the group (a bug in an algorithm, reported as one).
+    Bad(u32, usize),
 }
 
 struct Shared {
@@ -46,7 +59,8 @@ struct Shared {
 
 /// What a collective's algorithm sees: its communicator (as ranks of it)
 /// and the operations it posts. Cheap to clone; every clone is the same
-/// schedule's.
+/// schedule's, and so is every view made by [`Io::also`] (an
+/// intercommunicator's collectives use its remote group and its local one).
 #[derive(Clone)]
 pub struct Io {
     shared: Arc<Mutex<Shared>>,
@@ -58,12 +72,18 @@ pub struct Io {
 
 impl Io {
     /// A schedule's view of communicator `comm` for its next collective.
+    /// On an intercommunicator its ranks are the remote group's.
     pub fn new(st: &mut State, comm: MPI_Comm) -> R<Io> {
         let c = st.comm(comm)?;
-        let (ctx, ranks, rank) = (c.ctx + 1, Arc::new(c.ranks.clone()), c.rank);
+        let (ctx, ranks, rank) = (c.ctx + 1, Arc::new(c.peers().to_vec()), c.rank);
         let tag = next_tag(st, ctx);
         let shared = Arc::new(Mutex::new(Shared { next: 0, queued: Vec::new(), results: HashMap::new() }));
         Ok(Io { shared, ctx, tag, ranks, rank })
+    }
+
+    /// A view of communicator `comm` in the same schedule.
+    pub fn also(&self, st: &mut State, comm: MPI_Comm) -> R<Io> {
+        Ok(Io { shared: self.shared.clone(), ..Io::new(st, comm)? })
     }
 
     /// Our rank in the communicator.
@@ -91,12 +111,20 @@ impl Io {
     /// Posts a send of `bytes` to rank `to`; it starts when the algorithm
     /// next awaits.
     pub fn send(&self, to: u32, bytes: Vec<u8>) -> Key {
-        self.post(Action::Send { to, bytes })
+        let (ctx, tag) = (self.ctx, self.tag);
+        self.post(match self.ranks.get(to as usize) {
+            Some(&to) => Action::Send { to, ctx, tag, bytes },
+            None => Action::Bad(to, self.ranks.len()),
+        })
     }
 
     /// Posts a receive of up to `cap` bytes from rank `from`.
     pub fn recv(&self, from: u32, cap: usize) -> Key {
-        self.post(Action::Recv { from, cap })
+        let (ctx, tag) = (self.ctx, self.tag);
+        self.post(match self.ranks.get(from as usize) {
+            Some(&from) => Action::Recv { from, ctx, tag, cap },
+            None => Action::Bad(from, self.ranks.len()),
+        })
     }
 
     /// The result of operation `k`: the bytes received (empty for a send).
@@ -176,7 +204,7 @@ impl Sched {
             let queued = std::mem::take(&mut self.io.shared().queued);
             let mut moved = !queued.is_empty();
             for (k, a) in queued {
-                match self.start(st, a) {
+                match begin(st, a) {
                     Ok(id) => self.inflight.push((k, id)),
                     Err(e) => {
                         self.io.shared().results.insert(k, Err(e));
@@ -204,22 +232,6 @@ impl Sched {
         }
     }
 
-    fn start(&self, st: &mut State, a: Action) -> R<ReqId> {
-        let (io, rank_ok) = (&self.io, |r: u32| (r as usize) < self.io.ranks.len());
-        match a {
-            Action::Send { to, bytes } if rank_ok(to) => {
-                Ok(st.eng.isend(io.ranks[to as usize], io.ctx, io.tag, From::Owned(bytes), false)?)
-            }
-            Action::Recv { from, cap } if rank_ok(from) => {
-                let pattern = Pattern { ctx: io.ctx, src: Some(io.ranks[from as usize]), tag: Some(io.tag) };
-                Ok(st.eng.irecv(pattern, Into::Packed { cap })?)
-            }
-            Action::Send { to: r, .. } | Action::Recv { from: r, .. } => {
-                err(MPI_ERR_INTERN, format!("collective schedule names rank {r} of {}", io.size()))
-            }
-        }
-    }
-
     /// Fails with the error of a peer that has gone while an operation of
     /// this schedule waits for it.
     pub fn check(&self, st: &State) -> R<()> {
@@ -237,6 +249,17 @@ impl Sched {
                 let _ = st.eng.finish(id);
             }
         }
+    }
+}
+
+/// Starts one operation on the engine.
+fn begin(st: &mut State, a: Action) -> R<ReqId> {
+    match a {
+        Action::Send { to, ctx, tag, bytes } => Ok(st.eng.isend(to, ctx, tag, From::Owned(bytes), false)?),
+        Action::Recv { from, ctx, tag, cap } => {
+            Ok(st.eng.irecv(Pattern { ctx, src: Some(from), tag: Some(tag) }, Into::Packed { cap })?)
+        }
+        Action::Bad(r, n) => err(MPI_ERR_INTERN, format!("a collective names rank {r} of a group of {n}")),
     }
 }
 
