@@ -1,7 +1,8 @@
 /* Communicators and their extras: the MPI_TAG_UB attribute, a Cartesian
  * grid and a shift along it, a keyval whose copy and delete callbacks run
  * on dup and free, a group of the even ranks and MPI_Comm_create over it,
- * matched probes, a subarray type. Prints " No Errors" on rank 0. */
+ * matched probes, a subarray type, a type's envelope and contents.
+ * Prints " No Errors" on rank 0. */
 #include <mpi.h>
 #include <stdio.h>
 static int copies = 0, deletes = 0;
@@ -55,6 +56,23 @@ int main(int argc, char **argv) {
     MPI_Sendrecv(mat, 1, sa, rank, 6, blk, 4, MPI_INT, rank, 6, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     if (blk[0] != 5 || blk[1] != 6 || blk[2] != 9 || blk[3] != 10) errs++;
     MPI_Type_free(&sa);
+    /* Envelope and contents: a struct of a vector and a double gives back
+     * its arguments; the vector comes back as a new handle to free. */
+    MPI_Datatype vec, str, parts[2], back[2]; MPI_Type_vector(3, 2, 5, MPI_INT, &vec);
+    int bl[2] = {1, 4}; MPI_Aint dp[2] = {0, 64}; parts[0] = vec; parts[1] = MPI_DOUBLE;
+    MPI_Type_create_struct(2, bl, dp, parts, &str);
+    int ni, na, nd, comb, ints[8]; MPI_Aint adr[4];
+    MPI_Type_get_envelope(str, &ni, &na, &nd, &comb);
+    if (comb != MPI_COMBINER_STRUCT || ni != 3 || na != 2 || nd != 2) errs++;
+    MPI_Type_get_contents(str, 8, 4, 2, ints, adr, back);
+    if (ints[0] != 2 || ints[1] != 1 || ints[2] != 4 || adr[1] != 64 || back[1] != MPI_DOUBLE) errs++;
+    MPI_Type_get_envelope(back[0], &ni, &na, &nd, &comb);
+    if (comb != MPI_COMBINER_VECTOR || ni != 3 || na != 0 || nd != 1) errs++;
+    MPI_Type_get_contents(back[0], 8, 4, 2, ints, adr, parts);
+    if (ints[0] != 3 || ints[1] != 2 || ints[2] != 5 || parts[0] != MPI_INT) errs++;
+    MPI_Type_get_envelope(MPI_INT, &ni, &na, &nd, &comb);
+    if (comb != MPI_COMBINER_NAMED || ni || na || nd) errs++;
+    MPI_Type_free(&back[0]); MPI_Type_free(&str); MPI_Type_free(&vec);
     int all; MPI_Allreduce(&errs, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf(all ? "Found %d errors\n" : " No Errors\n", all);
     MPI_Finalize(); return 0;

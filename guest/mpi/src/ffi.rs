@@ -134,13 +134,16 @@ pub struct Pending {
     pub coll: bool,
     /// How a non-blocking collective failed.
     pub failed: Option<MpiErr>,
+    /// Another request that completes with this one (the send half of
+    /// `MPI_Isendrecv`; this one is the receive, whose status counts).
+    pub linked: Option<MPI_Request>,
 }
 
 impl Pending {
     /// A request of the engine's (`id`), or one already complete (`None`
     /// with a status).
     pub fn new(id: Option<ReqId>, comm: MPI_Comm, unpack: Option<Unpack>, status: Option<MPI_Status>) -> Pending {
-        Pending { id, comm, unpack, detached: false, persistent: None, status, coll: false, failed: None }
+        Pending { id, comm, unpack, detached: false, persistent: None, status, coll: false, failed: None, linked: None }
     }
 
     /// A non-blocking collective's request.
@@ -189,6 +192,8 @@ pub struct State {
     pub coll_seq: HashMap<u32, i32>,
     /// Non-blocking collectives in flight, by request.
     pub scheds: HashMap<MPI_Request, sched::Sched>,
+    /// Hints set on communicators (`MPI_Comm_set_info`).
+    pub comm_infos: HashMap<MPI_Comm, Vec<(String, String)>>,
     /// Persistent collectives' recipes, by request.
     pub coll_recipes: HashMap<MPI_Request, Box<sched::Recipe>>,
 }

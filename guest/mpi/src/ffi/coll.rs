@@ -275,7 +275,7 @@ async fn scan_alg(io: &Io, src: Buf, out: Buf, red: &Reducer, count: c_int, excl
 // ---- the calls: each builds its schedule ----
 
 /// Starts `s` as a non-blocking collective's request.
-fn nonblocking(st: &mut State, comm: MPI_Comm, s: Sched) -> R<MPI_Request> {
+pub fn nonblocking(st: &mut State, comm: MPI_Comm, s: Sched) -> R<MPI_Request> {
     let h = st.handle();
     st.reqs.insert(h, Pending::collective(comm));
     sched::start(st, h, s)?;
@@ -403,6 +403,50 @@ pub fn allgather_u64(st: &mut State, comm: MPI_Comm, mine: &[u64]) -> R<Vec<u64>
     let s = Sched::new(io.clone(), async move { allgather_alg(&io, Some(send), recv).await });
     sched::run(st, s)?;
     Ok(all)
+}
+
+/// The largest of the members' `mine` at rank 0, then given to everyone.
+async fn max_alg(io: &Io, mine: u64) -> R<u64> {
+    let (n, me) = (io.size(), io.rank());
+    let mut max = mine;
+    if me == 0 {
+        let posted: Vec<_> = (1..n).map(|r| io.recv(r, 8)).collect();
+        for k in posted {
+            max = max.max(word(&io.wait(k).await?));
+        }
+    } else {
+        io.send_now(0, mine.to_ne_bytes().to_vec()).await?;
+    }
+    Ok(word(&bcast_alg(io, 0, max.to_ne_bytes().to_vec(), 8).await?))
+}
+
+fn word(b: &[u8]) -> u64 {
+    u64::from_ne_bytes(b.get(..8).and_then(|b| b.try_into().ok()).unwrap_or_default())
+}
+
+/// The schedule of agreeing on the largest of everyone's `mine` over
+/// `comm` (over both groups of an intercommunicator), and where its answer
+/// lands: how `MPI_Comm_idup` picks a context without blocking.
+pub fn max_sched(st: &mut State, comm: MPI_Comm, mine: u64) -> R<(Sched, Arc<std::sync::Mutex<u64>>)> {
+    let out = Arc::new(std::sync::Mutex::new(0));
+    let put = out.clone();
+    let keep = move |v: u64| *put.lock().unwrap_or_else(|e| e.into_inner()) = v;
+    if is_inter(st, comm)? {
+        let (rio, lio) = inter::ios(st, comm)?;
+        let s = Sched::new(rio.clone(), async move {
+            let ours = max_alg(&lio, mine).await?;
+            let theirs = inter::leaders_swap(&rio, &lio, ours.to_ne_bytes().to_vec()).await?;
+            keep(ours.max(word(&theirs)));
+            Ok(())
+        });
+        return Ok((s, out));
+    }
+    let io = Io::new(st, comm)?;
+    let s = Sched::new(io.clone(), async move {
+        keep(max_alg(&io, mine).await?);
+        Ok(())
+    });
+    Ok((s, out))
 }
 
 /// Root's `data` (any length), given to every member: run to its end.

@@ -30,12 +30,68 @@ fn add_comm(st: &mut State, c: Comm) -> MPI_Comm {
     h
 }
 
-/// Registers an intercommunicator on context block `ctx` with its hidden
-/// local intracommunicator.
-fn add_inter(st: &mut State, ctx: u32, ranks: Vec<u32>, rank: u32, remote: Vec<u32>, eh: MPI_Errhandler) -> MPI_Comm {
+/// An intercommunicator on context block `ctx`, its hidden local
+/// intracommunicator registered.
+fn inter_comm(st: &mut State, ctx: u32, ranks: Vec<u32>, rank: u32, remote: Vec<u32>, eh: MPI_Errhandler) -> Comm {
     let local = add_comm(st, Comm::intra(ctx + 2, ranks.clone(), rank, eh));
-    add_comm(st, Comm { remote: Some(remote), local, ..Comm::intra(ctx, ranks, rank, eh) })
+    Comm { remote: Some(remote), local, ..Comm::intra(ctx, ranks, rank, eh) }
 }
+
+/// Registers an intercommunicator (see [`inter_comm`]).
+fn add_inter(st: &mut State, ctx: u32, ranks: Vec<u32>, rank: u32, remote: Vec<u32>, eh: MPI_Errhandler) -> MPI_Comm {
+    let c = inter_comm(st, ctx, ranks, rank, remote, eh);
+    add_comm(st, c)
+}
+
+/// `MPI_Comm_idup`: the new handle at once, its context by a non-blocking
+/// agreement (each member reserves its proposal, so nothing else this
+/// process creates meanwhile proposes it); the communicator exists once
+/// the request completes.
+fn idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, req: *mut MPI_Request) -> R<()> {
+    nonnull(newcomm, "newcomm")?;
+    nonnull(req, "request")?;
+    let (h, r) = with(|st| {
+        let c = st.comm(comm)?.clone();
+        let topo = st.topos.get(&comm).cloned();
+        let mine = st.next_ctx as u64;
+        st.next_ctx += CTX_BLOCK;
+        let h = st.handle();
+        let (s, agreed) = coll::max_sched(st, comm, mine)?;
+        let s = s.then(move |st| {
+            let ctx = *agreed.lock().unwrap_or_else(|e| e.into_inner()) as u32;
+            st.next_ctx = st.next_ctx.max(ctx + CTX_BLOCK);
+            let new = match c.remote {
+                Some(remote) => inter_comm(st, ctx, c.ranks, c.rank, remote, c.errhandler),
+                None => Comm::intra(ctx, c.ranks, c.rank, c.errhandler),
+            };
+            st.comms.insert(h, new);
+            if let Some(t) = topo {
+                st.topos.insert(h, t);
+            }
+        });
+        Ok((h, coll::nonblocking(st, comm, s)?))
+    })?;
+    super::attr::copy_all(comm, h)?;
+    put(newcomm, h, "newcomm")?;
+    put(req, r, "request")
+}
+
+entry!(MPI_Comm_idup / PMPI_Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    idup(comm, newcomm, req)
+});
+
+entry!(MPI_Comm_idup_with_info / PMPI_Comm_idup_with_info(comm: MPI_Comm, _info: MPI_Info, newcomm: *mut MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    idup(comm, newcomm, req)
+});
+
+entry!(MPI_Comm_dup_with_info / PMPI_Comm_dup_with_info(comm: MPI_Comm, _info: MPI_Info, newcomm: *mut MPI_Comm) comm(comm) {
+    // SAFETY: forwarding our own caller's arguments.
+    let rc = unsafe { PMPI_Comm_dup(comm, newcomm) };
+    if rc != MPI_SUCCESS {
+        return err(rc, "MPI_Comm_dup failed");
+    }
+    Ok(())
+});
 
 entry!(MPI_Comm_dup / PMPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) comm(comm) {
     let h = with(|st| {

@@ -16,6 +16,34 @@ fn info(st: &State, h: MPI_Info) -> R<&Vec<(String, String)>> {
     st.infos.get(&h).ok_or(MpiErr { class: MPI_ERR_INFO, msg: format!("{h:#x} is not an info object") })
 }
 
+/// The hints set on communicator `comm` (`MPI_Comm_set_info`).
+fn comm_hints(st: &mut State, comm: MPI_Comm) -> R<&mut Vec<(String, String)>> {
+    st.comm(comm)?;
+    Ok(st.comm_infos.entry(comm).or_default())
+}
+
+entry!(MPI_Comm_set_info / PMPI_Comm_set_info(comm: MPI_Comm, i: MPI_Info) comm(comm) {
+    with(|st| {
+        let v = if i == MPI_INFO_NULL { Vec::new() } else { info(st, i)?.clone() };
+        let hints = comm_hints(st, comm)?;
+        for (k, val) in v {
+            hints.retain(|(x, _)| *x != k);
+            hints.push((k, val));
+        }
+        Ok(())
+    })
+});
+
+entry!(MPI_Comm_get_info / PMPI_Comm_get_info(comm: MPI_Comm, out: *mut MPI_Info) comm(comm) {
+    let h = with(|st| {
+        let v = comm_hints(st, comm)?.clone();
+        let h = st.handle();
+        st.infos.insert(h, v);
+        Ok(h)
+    })?;
+    put(out, h, "info_used")
+});
+
 entry!(MPI_Info_create / PMPI_Info_create(out: *mut MPI_Info) comm(MPI_COMM_WORLD) {
     let h = with(|st| {
         let h = st.handle();

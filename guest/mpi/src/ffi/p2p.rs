@@ -133,6 +133,11 @@ fn start_recv(st: &mut State, r: Recipe) -> R<MPI_Request> {
 /// Whether request `h` is complete (no progress made).
 fn done(st: &State, h: MPI_Request) -> R<bool> {
     let p = st.reqs.get(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
+    if let Some(l) = p.linked {
+        if !done(st, l)? {
+            return Ok(false);
+        }
+    }
     match (p.status, p.id) {
         _ if p.coll => Ok(false),
         (Some(_), _) | (None, None) => Ok(true),
@@ -148,6 +153,10 @@ fn complete(st: &mut State, h: MPI_Request) -> R<MPI_Status> {
         st.reqs.remove(&h);
         return Err(e);
     }
+    if let Some(l) = p.linked.take() {
+        complete(st, l)?;
+    }
+    let p = st.reqs.get_mut(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
     let status = match (p.status.take(), p.id.take()) {
         (Some(s), _) => s,
         (None, None) => null_status(),
@@ -387,6 +396,53 @@ entry!(MPI_Sendrecv / PMPI_Sendrecv(sbuf: *const c_void, scount: c_int, stype: M
         wait_one(st, r)
     })?;
     put_status(status, s)
+});
+
+/// `MPI_Isendrecv`'s request: the receive's, with the send linked to it.
+fn link(st: &mut State, recv: MPI_Request, send: MPI_Request) -> MPI_Request {
+    if let Some(p) = st.reqs.get_mut(&recv) {
+        p.linked = Some(send);
+    }
+    recv
+}
+
+entry!(MPI_Isendrecv / PMPI_Isendrecv(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, dest: c_int, stag: c_int,
+        rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, source: c_int, rtag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    nonnull(req, "request")?;
+    let h = with(|st| {
+        let r = start_recv(st, Recipe::Recv(rbuf as usize, rcount, rtype, source, rtag, comm))?;
+        let w = start_send(st, Recipe::Send(sbuf as usize, scount, stype, dest, stag, comm, false))?;
+        Ok(link(st, r, w))
+    })?;
+    put(req, h, "request")
+});
+
+entry!(MPI_Isendrecv_replace / PMPI_Isendrecv_replace(buf: *mut c_void, count: c_int, t: MPI_Datatype, dest: c_int, stag: c_int,
+        source: c_int, rtag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    nonnull(req, "request")?;
+    let h = with(|st| {
+        // The outgoing copy is taken before anything can arrive.
+        let data = match send_from(st, buf as usize, count, t)? {
+            // SAFETY: the caller's buffer holds `len` bytes at `ptr`.
+            From::Borrowed { ptr, len } => From::Owned(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()),
+            owned => owned,
+        };
+        let c = st.comm(comm)?.clone();
+        check_tag(stag, false)?;
+        let w = st.handle();
+        match peer(&c, dest)? {
+            Some(to) => {
+                let id = st.eng.isend(to, c.ctx, stag, data, false)?;
+                st.reqs.insert(w, Pending::new(Some(id), comm, None, None));
+            }
+            None => {
+                st.reqs.insert(w, Pending::new(None, comm, None, Some(null_status())));
+            }
+        }
+        let r = start_recv(st, Recipe::Recv(buf as usize, count, t, source, rtag, comm))?;
+        Ok(link(st, r, w))
+    })?;
+    put(req, h, "request")
 });
 
 entry!(MPI_Sendrecv_replace / PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, t: MPI_Datatype, dest: c_int, stag: c_int,

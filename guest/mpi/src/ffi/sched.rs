@@ -184,12 +184,21 @@ pub struct Sched {
     io: Io,
     inflight: Vec<(Key, ReqId)>,
     waker: Waker,
+    then: Option<Box<dyn FnOnce(&mut State) + Send>>,
 }
 
 impl Sched {
     /// The schedule of algorithm `fut` posting through `io`.
     pub fn new(io: Io, fut: impl Future<Output = R<()>> + Send + 'static) -> Sched {
-        Sched { fut: Box::pin(fut), io, inflight: Vec::new(), waker: Waker::from(Arc::new(Nobody)) }
+        Sched { fut: Box::pin(fut), io, inflight: Vec::new(), waker: Waker::from(Arc::new(Nobody)), then: None }
+    }
+
+    /// Runs `f` on the state when the collective has succeeded (what a
+    /// non-blocking constructor does at its end, e.g. `MPI_Comm_idup`
+    /// registering the new communicator).
+    pub fn then(mut self, f: impl FnOnce(&mut State) + Send + 'static) -> Sched {
+        self.then = Some(Box::new(f));
+        self
     }
 
     /// Advances as far as it can without waiting: `Some` with the
@@ -199,6 +208,9 @@ impl Sched {
             let mut cx = Context::from_waker(&self.waker);
             if let Poll::Ready(r) = self.fut.as_mut().poll(&mut cx) {
                 self.abandon(st);
+                if let (Ok(()), Some(f)) = (&r, self.then.take()) {
+                    f(st);
+                }
                 return Some(r);
             }
             let queued = std::mem::take(&mut self.io.shared().queued);

@@ -314,3 +314,79 @@ entry!(MPI_Type_create_subarray / PMPI_Type_create_subarray(ndims: c_int, sizes:
     let (a, b, c) = (i64s(sizes, ndims, "sizes")?, i64s(subsizes, ndims, "subsizes")?, i64s(starts, ndims, "starts")?);
     add(newtype, Datatype::subarray(&a, &b, &c, order, &old(t)?))
 });
+
+/// The envelope of type `t` with the ABI's codes.
+fn envelope_of(t: MPI_Datatype) -> R<crate::datatype::Envelope> {
+    let codes = crate::datatype::Codes {
+        order_c: MPI_ORDER_C as i64,
+        order_fortran: MPI_ORDER_FORTRAN as i64,
+        distribute_block: MPI_DISTRIBUTE_BLOCK as i64,
+        distribute_cyclic: MPI_DISTRIBUTE_CYCLIC as i64,
+        distribute_none: MPI_DISTRIBUTE_NONE as i64,
+        distribute_dflt_darg: MPI_DISTRIBUTE_DFLT_DARG as i64,
+    };
+    Ok(old(t)?.envelope(&codes))
+}
+
+fn combiner_code(c: crate::datatype::Combiner) -> c_int {
+    use crate::datatype::Combiner::*;
+    match c {
+        Named => MPI_COMBINER_NAMED,
+        Dup => MPI_COMBINER_DUP,
+        Contiguous => MPI_COMBINER_CONTIGUOUS,
+        Vector => MPI_COMBINER_VECTOR,
+        Hvector => MPI_COMBINER_HVECTOR,
+        Indexed => MPI_COMBINER_INDEXED,
+        Hindexed => MPI_COMBINER_HINDEXED,
+        IndexedBlock => MPI_COMBINER_INDEXED_BLOCK,
+        HindexedBlock => MPI_COMBINER_HINDEXED_BLOCK,
+        Struct => MPI_COMBINER_STRUCT,
+        Subarray => MPI_COMBINER_SUBARRAY,
+        Darray => MPI_COMBINER_DARRAY,
+        Resized => MPI_COMBINER_RESIZED,
+    }
+}
+
+entry!(MPI_Type_get_envelope / PMPI_Type_get_envelope(t: MPI_Datatype, ni: *mut c_int, na: *mut c_int, nd: *mut c_int, combiner: *mut c_int) comm(MPI_COMM_WORLD) {
+    let e = envelope_of(t)?;
+    put(ni, e.integers.len() as c_int, "num_integers")?;
+    put(na, e.addresses.len() as c_int, "num_addresses")?;
+    put(nd, e.datatypes.len() as c_int, "num_datatypes")?;
+    put(combiner, combiner_code(e.combiner), "combiner")
+});
+
+entry!(MPI_Type_get_contents / PMPI_Type_get_contents(t: MPI_Datatype, max_i: c_int, max_a: c_int, max_d: c_int, ints: *mut c_int, addrs: *mut MPI_Aint, types: *mut MPI_Datatype) comm(MPI_COMM_WORLD) {
+    let e = envelope_of(t)?;
+    if e.combiner == crate::datatype::Combiner::Named {
+        return err(MPI_ERR_TYPE, "MPI_Type_get_contents of a predefined datatype");
+    }
+    let fits = |n: usize, max: c_int| usize::try_from(max).is_ok_and(|m| n <= m);
+    if !fits(e.integers.len(), max_i) || !fits(e.addresses.len(), max_a) || !fits(e.datatypes.len(), max_d) {
+        return err(MPI_ERR_ARG, "the arrays are shorter than MPI_Type_get_envelope said they must be");
+    }
+    for (i, &v) in e.integers.iter().enumerate() {
+        put(ints.wrapping_add(i), v as c_int, "array_of_integers")?;
+    }
+    for (i, &v) in e.addresses.iter().enumerate() {
+        put(addrs.wrapping_add(i), v as MPI_Aint, "array_of_addresses")?;
+    }
+    // Predefined types come back as themselves; derived ones as new
+    // handles to the same type, which the caller frees.
+    let hs = with(|st| {
+        Ok(e.datatypes
+            .iter()
+            .map(|d| {
+                let named = st.types.iter().find(|(&h, x)| h < FIRST_RUNTIME_HANDLE && Arc::ptr_eq(x, d)).map(|(&h, _)| h);
+                named.unwrap_or_else(|| {
+                    let h = st.handle();
+                    st.types.insert(h, d.clone());
+                    h
+                })
+            })
+            .collect::<Vec<_>>())
+    })?;
+    for (i, h) in hs.into_iter().enumerate() {
+        put(types.wrapping_add(i), h, "array_of_datatypes")?;
+    }
+    Ok(())
+});

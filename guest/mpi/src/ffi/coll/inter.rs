@@ -45,7 +45,7 @@ pub(super) fn role(st: &State, comm: MPI_Comm, root: c_int) -> R<Role> {
 
 /// The remote and the local view of intercommunicator `comm`, in one
 /// schedule.
-fn ios(st: &mut State, comm: MPI_Comm) -> R<(Io, Io)> {
+pub(super) fn ios(st: &mut State, comm: MPI_Comm) -> R<(Io, Io)> {
     let local = st.comm(comm)?.local;
     let rio = Io::new(st, comm)?;
     let lio = rio.also(st, local)?;
@@ -54,7 +54,7 @@ fn ios(st: &mut State, comm: MPI_Comm) -> R<(Io, Io)> {
 
 /// The local leader sends `mine` to the remote leader and receives the
 /// remote group's bytes, of any length; every local member gets them.
-async fn leaders_swap(rio: &Io, lio: &Io, mine: Vec<u8>) -> R<Vec<u8>> {
+pub(super) async fn leaders_swap(rio: &Io, lio: &Io, mine: Vec<u8>) -> R<Vec<u8>> {
     let theirs = if lio.rank() == 0 {
         let len = rio.recv(0, 8);
         let s1 = rio.send(0, (mine.len() as u64).to_ne_bytes().to_vec());
