@@ -184,8 +184,11 @@ pub struct Sched {
     io: Io,
     inflight: Vec<(Key, ReqId)>,
     waker: Waker,
-    then: Option<Box<dyn FnOnce(&mut State) + Send>>,
+    then: Option<Box<Then>>,
 }
+
+/// What a finished schedule does to the state ([`Sched::then`]).
+type Then = dyn FnOnce(&mut State) + Send;
 
 impl Sched {
     /// The schedule of algorithm `fut` posting through `io`.
