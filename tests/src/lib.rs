@@ -22,6 +22,11 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
+/// The set-up cache (`$MC_CACHE`, else `.cache` in the repository).
+pub fn cache() -> PathBuf {
+    std::env::var_os("MC_CACHE").map(PathBuf::from).unwrap_or_else(|| root().join(".cache"))
+}
+
 /// The `mc-cluster` binary.
 pub fn launcher() -> PathBuf {
     let dir = std::env::var_os("MC_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target/release"));

@@ -28,21 +28,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use tests::run_ok as run;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn cache() -> PathBuf {
-    std::env::var_os("MC_CACHE").map(PathBuf::from).unwrap_or_else(|| repo().join(".cache"))
-}
-
 fn our_header() -> PathBuf {
-    repo().join("guest/mpi/include/mpi.h")
+    tests::root().join("guest/mpi/include/mpi.h")
 }
 
 /// The wheel's standard ABI header, when set-up has fetched it.
 fn their_header() -> Option<PathBuf> {
-    let p = cache().join("mpich/include/mpi_abi.h");
+    let p = tests::cache().join("mpich/include/mpi_abi.h");
     if p.is_file() {
         return Some(p);
     }
@@ -379,7 +371,7 @@ fn exported(lib: &Path) -> Vec<(String, String)> {
 fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
     let scratch = tempfile::tempdir().unwrap();
     let lib_dir = scratch.path().join("lib");
-    run(Command::new("nice").args(["-n", "19"]).arg(repo().join("scripts/build-mpi.sh")).arg(&lib_dir));
+    run(Command::new("nice").args(["-n", "19"]).arg(tests::root().join("scripts/build-mpi.sh")).arg(&lib_dir));
     let so = lib_dir.join("libmpi_abi.so.1");
 
     let syms = exported(&so);
@@ -399,7 +391,7 @@ fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
     assert!(std::fs::read_link(lib_dir.join("libmpi_abi.so")).unwrap() == Path::new("libmpi_abi.so.1"));
 
     // mpicc with MCMPI_HOME (include/ and lib/ side by side)
-    std::os::unix::fs::symlink(repo().join("guest/mpi/include"), scratch.path().join("include")).unwrap();
+    std::os::unix::fs::symlink(tests::root().join("guest/mpi/include"), scratch.path().join("include")).unwrap();
     let src = scratch.path().join("version.c");
     std::fs::write(
         &src,
@@ -409,7 +401,7 @@ fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
     )
     .unwrap();
     let exe = scratch.path().join("version");
-    let mpicc = repo().join("guest/mpi/mpicc");
+    let mpicc = tests::root().join("guest/mpi/mpicc");
     let show = run(Command::new(&mpicc).env("MCMPI_HOME", scratch.path()).arg("-show").arg("-o").arg(&exe).arg(&src));
     assert!(show.contains("-lmpi_abi") && show.contains(&format!("-I{}/include", scratch.path().display())), "{show}");
     run(Command::new(&mpicc).env("MCMPI_HOME", scratch.path()).args(["-Wall", "-Werror", "-o"]).arg(&exe).arg(&src));
@@ -423,13 +415,14 @@ fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
     assert!(!none.status.success());
 
     // C++ through mpicxx, source-tree layout (no MCMPI_HOME): compile only
-    let show =
-        run(Command::new(repo().join("guest/mpi/mpicxx")).env_remove("MCMPI_HOME").args(["-show", "-c", "x.cc"]));
-    assert_eq!(show.trim(), format!("c++ -I{}/guest/mpi/include -c x.cc", repo().display()));
+    let show = run(Command::new(tests::root().join("guest/mpi/mpicxx"))
+        .env_remove("MCMPI_HOME")
+        .args(["-show", "-c", "x.cc"]));
+    assert_eq!(show.trim(), format!("c++ -I{}/guest/mpi/include -c x.cc", tests::root().display()));
     if Command::new("c++").arg("--version").output().is_ok() {
         let cc = scratch.path().join("version.cc");
         std::fs::copy(&src, &cc).unwrap();
-        run(Command::new(repo().join("guest/mpi/mpicxx"))
+        run(Command::new(tests::root().join("guest/mpi/mpicxx"))
             .env("MCMPI_HOME", scratch.path())
             .args(["-Wall", "-Werror", "-o"])
             .arg(scratch.path().join("version-cxx"))
@@ -439,7 +432,7 @@ fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
     }
 
     // The same binary runs with MPICH's library of the same ABI.
-    let mpich = cache().join("mpich/lib");
+    let mpich = tests::cache().join("mpich/lib");
     if mpich.join("libmpi_abi.so.1").is_file() {
         let out = run(Command::new(&exe).env("LD_LIBRARY_PATH", &mpich));
         assert_eq!(out.trim(), "MPI 5.0 rc 0", "with {}", mpich.display());
@@ -450,7 +443,7 @@ fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
 
 #[test]
 fn mpicc_without_a_compiler_says_so() {
-    let out = Command::new(repo().join("guest/mpi/mpicc"))
+    let out = Command::new(tests::root().join("guest/mpi/mpicc"))
         .env("MCMPI_CC", "no-such-compiler-here")
         .arg("x.c")
         .output()

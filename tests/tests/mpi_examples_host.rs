@@ -22,14 +22,6 @@ use tests::run_ok as run;
 
 const RANKS: u32 = 4;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn cache() -> PathBuf {
-    std::env::var_os("MC_CACHE").map(PathBuf::from).unwrap_or_else(|| repo().join(".cache"))
-}
-
 /// What one rank printed.
 struct Rank {
     stdout: String,
@@ -92,7 +84,7 @@ fn job(n: u32) -> u32 {
 
 #[test]
 fn mpich_examples_cpi_hellow_srtest_run_with_four_ranks_on_the_host() {
-    let examples = cache().join("mpich-src/examples");
+    let examples = tests::cache().join("mpich-src/examples");
     if !examples.join("cpi.c").is_file() {
         eprintln!(
             "SKIPPED: MPICH's examples are not in {} (run scripts/setup.sh --only mpich-suite)",
@@ -103,13 +95,13 @@ fn mpich_examples_cpi_hellow_srtest_run_with_four_ranks_on_the_host() {
     let scratch = tempfile::tempdir().unwrap();
     let home = scratch.path();
     let lib = home.join("lib");
-    run(Command::new("nice").args(["-n", "19"]).arg(repo().join("scripts/build-mpi.sh")).arg(&lib));
-    std::os::unix::fs::symlink(repo().join("guest/mpi/include"), home.join("include")).unwrap();
+    run(Command::new("nice").args(["-n", "19"]).arg(tests::root().join("scripts/build-mpi.sh")).arg(&lib));
+    std::os::unix::fs::symlink(tests::root().join("guest/mpi/include"), home.join("include")).unwrap();
     let build = |name: &str| -> PathBuf {
         let exe = home.join(name);
         run(Command::new("nice")
             .args(["-n", "19"])
-            .arg(repo().join("guest/mpi/mpicc"))
+            .arg(tests::root().join("guest/mpi/mpicc"))
             .env("MCMPI_HOME", home)
             .args(["-O1", "-o"])
             .arg(&exe)

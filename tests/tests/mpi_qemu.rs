@@ -64,3 +64,61 @@ fn mpi_programs_run_across_guests() {
         assert!(!ps.contains("/share/abort"), "node {n} still runs a rank:\n{ps}");
     }
 }
+
+/// MPICH's example programs `cpi`, `hellow` and `srtest`, unmodified
+/// (from Debian's `mpich` source package, `scripts/setup.sh --only
+/// mpich-suite`), built once with our `mpicc` and run on 4 guests with one
+/// rank each, then on 2 of them with 2 ranks each (`--ppn 2`).
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn mpi_examples_run_unmodified() {
+    let examples = tests::cache().join("mpich-src/examples");
+    assert!(
+        examples.join("cpi.c").is_file(),
+        "MPICH's examples are not in {} (run scripts/setup.sh --only mpich-suite)",
+        examples.display()
+    );
+    let name = "t-mpi-ex";
+    let c = Cluster::up(name, 4);
+    c.imcd_ready();
+    for prog in ["cpi", "hellow", "srtest"] {
+        let o = Command::new(root().join("guest/mpi/mpicc"))
+            .args(["-O1", "-o"])
+            .arg(c.run_dir().join("share").join(prog))
+            .arg(examples.join(format!("{prog}.c")))
+            .arg("-lm")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "mpicc {prog}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    // (ranks per guest, the node of each rank)
+    for (ppn, nodes) in [(1, [0, 1, 2, 3]), (2, [0, 0, 1, 1])] {
+        let run = |prog: &str| {
+            let o = Command::new("timeout")
+                .arg("300")
+                .arg(launcher())
+                .args(["--name", name, "mpirun", "-n", "4", "--ppn", &ppn.to_string(), &format!("/share/{prog}")])
+                .output()
+                .unwrap();
+            let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(0), "{prog} with {ppn} rank(s) per guest:\n{out}");
+            out
+        };
+        let out = run("cpi");
+        for (r, n) in nodes.iter().enumerate() {
+            assert!(out.contains(&format!("Process {r} of 4 is on node{n}")), "cpi, ppn {ppn}, rank {r}:\n{out}");
+        }
+        let line = out.lines().find(|l| l.starts_with("pi is approximately ")).unwrap_or_else(|| panic!("{out}"));
+        let nums: Vec<f64> = line.split([' ', ',']).filter_map(|w| w.parse().ok()).collect();
+        assert!(nums.len() == 2 && (nums[0] - std::f64::consts::PI).abs() < 1e-8, "{line}");
+        let out = run("hellow");
+        for r in 0..4 {
+            assert!(out.contains(&format!("Hello world from process {r} of 4")), "hellow, ppn {ppn}:\n{out}");
+        }
+        let out = run("srtest");
+        for r in 0..4 {
+            let want = if r == 0 { "0 received 'hello there'".to_string() } else { format!("{r} sent 'hello there'") };
+            assert!(out.contains(&want), "srtest, ppn {ppn}: no {want:?}:\n{out}");
+        }
+    }
+}
