@@ -194,8 +194,11 @@ pub struct State {
     pub scheds: HashMap<MPI_Request, sched::Sched>,
     /// Hints set on communicators (`MPI_Comm_set_info`).
     pub comm_infos: HashMap<MPI_Comm, Vec<(String, String)>>,
-    /// Persistent collectives' recipes, by request.
-    pub coll_recipes: HashMap<MPI_Request, Box<sched::Recipe>>,
+    /// Persistent collectives, by request.
+    pub coll_recipes: HashMap<MPI_Request, sched::Persistent>,
+    /// Collective tags a persistent collective's init records or its start
+    /// replays.
+    pub tags: sched::TagLog,
 }
 
 impl State {

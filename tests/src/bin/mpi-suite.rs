@@ -30,7 +30,10 @@
 //!
 //! Ranks are started by this
 //! program on the host (`MCMPI_JOB`, `MCMPI_RANK`, `MCMPI_SIZE`: shared
-//! memory between the ranks) or, with `--mpiexec`, by a launcher.
+//! memory between the ranks) or, with `--mpiexec`, by a launcher; with
+//! `--share` too, in guests: `--mpiexec "mc-cluster --name C mpirun"
+//! --share .run/C/share/suite=/share/suite` runs each program across the
+//! cluster's guests (the QEMU tier's `mpi_suite_qemu`).
 //! Single-threaded.
 
 use std::fmt::Write as _;
@@ -63,10 +66,17 @@ struct Args {
     /// Seconds a test may run before all its ranks are killed.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
-    /// Start ranks with this launcher (`LAUNCHER -n N prog args`) instead of
-    /// starting them here on the host.
+    /// Start ranks with this launcher command instead of starting them here
+    /// on the host: its words, then `-n N prog args`.
     #[arg(long)]
-    mpiexec: Option<PathBuf>,
+    mpiexec: Option<String>,
+    /// With `--mpiexec`: the ranks run where the programs are seen under
+    /// another path, `HOST=GUEST` (a cluster's shared folder). Each
+    /// program and the stand-in library are copied into HOST, and the
+    /// launcher is given `--env LD_LIBRARY_PATH=...` (as `mc-cluster
+    /// mpirun` takes it).
+    #[arg(long, requires = "mpiexec")]
+    share: Option<String>,
     /// Run only the tests whose `dir/name` contains one of these strings.
     filter: Vec<String>,
     /// Build only, do not run.
@@ -454,6 +464,27 @@ fn kill_all(children: &mut [Child]) {
     }
 }
 
+/// Copies program `exe` and the stand-in library into the shared folder
+/// `share` (`HOST=GUEST`), points the launcher's ranks at the library, and
+/// returns the program's path as the ranks see it.
+fn shared(p: &Paths, share: &str, exe: &Path, cmd: &mut Command) -> Result<PathBuf> {
+    let (host, guest) = share.split_once('=').context("--share wants HOST=GUEST")?;
+    let (host, guest) = (Path::new(host), Path::new(guest));
+    fs::create_dir_all(host.join("missing"))?;
+    let lib = "libmpi_missing.so";
+    fs::copy(p.build.join("missing").join(lib), host.join("missing").join(lib))
+        .with_context(|| format!("copying {lib} into {}", host.display()))?;
+    // dir-name: the suite has programs of one name in several folders.
+    let part = |q: Option<&Path>| q.and_then(Path::file_name).map(|s| s.to_string_lossy().into_owned());
+    let name = match (part(exe.parent()), part(Some(exe))) {
+        (Some(dir), Some(file)) => format!("{dir}-{file}"),
+        _ => bail!("{} is not dir/name", exe.display()),
+    };
+    fs::copy(exe, host.join(&name)).with_context(|| format!("copying {} into {}", exe.display(), host.display()))?;
+    cmd.arg("--env").arg(format!("LD_LIBRARY_PATH=/usr/local/lib:{}", guest.join("missing").display()));
+    Ok(guest.join(name))
+}
+
 /// Runs one built test; returns the outcome and the ranks' output.
 fn run_test(p: &Paths, args: &Args, e: &Entry, exe: &Path, job: u32) -> Result<(Outcome, String)> {
     let logs = p.build.join("logs").join(&e.name);
@@ -469,8 +500,14 @@ fn run_test(p: &Paths, args: &Args, e: &Entry, exe: &Path, job: u32) -> Result<(
     };
     if let Some(mpiexec) = &args.mpiexec {
         let log = logs.join("out");
-        let mut cmd = Command::new(mpiexec);
-        cmd.arg("-n").arg(e.nprocs.to_string()).arg(exe).args(&e.args);
+        let mut words = mpiexec.split_whitespace();
+        let mut cmd = Command::new(words.next().context("--mpiexec is empty")?);
+        cmd.args(words);
+        let prog = match &args.share {
+            Some(share) => shared(p, share, exe, &mut cmd)?,
+            None => exe.to_path_buf(),
+        };
+        cmd.arg("-n").arg(e.nprocs.to_string()).arg(prog).args(&e.args);
         children.push(launch(&mut cmd, &log)?);
         files.push(log);
     } else {

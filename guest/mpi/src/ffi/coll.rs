@@ -359,7 +359,7 @@ macro_rules! collective {
                     let ($($a,)*) = kept;
                     $build(st, $(<$t as Keep>::back($a)),*)
                 };
-                Ok(persistent(st, $c, Box::new(recipe)))
+                persistent(st, $c, Box::new(recipe))
             })?;
             put(req, h, "request")
         });
@@ -367,11 +367,12 @@ macro_rules! collective {
 }
 
 /// A new persistent collective request, inactive until `MPI_Start`.
-fn persistent(st: &mut State, comm: MPI_Comm, recipe: Box<sched::Recipe>) -> MPI_Request {
+fn persistent(st: &mut State, comm: MPI_Comm, recipe: Box<sched::Recipe>) -> R<MPI_Request> {
+    let p = sched::Persistent::new(st, recipe)?;
     let h = st.handle();
-    st.coll_recipes.insert(h, recipe);
+    st.coll_recipes.insert(h, p);
     st.reqs.insert(h, Pending { persistent: Some(p2p::Recipe::Coll), ..Pending::new(None, comm, None, None) });
-    h
+    Ok(h)
 }
 
 fn barrier(st: &mut State, comm: MPI_Comm) -> R<Sched> {

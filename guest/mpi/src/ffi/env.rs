@@ -90,6 +90,7 @@ fn init(level: c_int) -> R<c_int> {
         coll_seq: HashMap::new(),
         scheds: HashMap::new(),
         coll_recipes: HashMap::new(),
+        tags: Default::default(),
         comm_infos: HashMap::new(),
     });
     Ok(granted)

@@ -811,9 +811,9 @@ fn start_coll(st: &mut State, h: MPI_Request) -> R<()> {
     if st.reqs.get(&h).is_some_and(|p| p.coll || p.status.is_some()) {
         return err(MPI_ERR_REQUEST, "the persistent collective is still active (complete it before MPI_Start)");
     }
-    let recipe = st.coll_recipes.remove(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: "no recipe".into() })?;
-    let s = recipe(st);
-    st.coll_recipes.insert(h, recipe);
+    let p = st.coll_recipes.remove(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: "no recipe".into() })?;
+    let s = p.build(st);
+    st.coll_recipes.insert(h, p);
     let s = s?;
     if let Some(p) = st.reqs.get_mut(&h) {
         p.coll = true;

@@ -12,7 +12,9 @@
 //!   test and blocking call), so ranks that wait on something else still
 //!   forward their part of a tree;
 //! - a persistent one (`MPI_Bcast_init`) builds a new schedule at each
-//!   `MPI_Start`.
+//!   `MPI_Start` ([`Persistent`]), on the tags it took at init: persistent
+//!   collectives are matched in the order they were initialised, whatever
+//!   the order of their starts.
 //!
 //! Each collective call on a communicator takes the next tag of its
 //! collective context ([`next_tag`]). Every rank calls collectives in the
@@ -162,12 +164,52 @@ impl Future for Done {
     }
 }
 
-/// The next tag of collective context `ctx`.
+/// The next tag of collective context `ctx` (while a persistent
+/// collective is being built, the tags it took at init, in order).
 fn next_tag(st: &mut State, ctx: u32) -> i32 {
+    if let Some(t) = st.tags.replay.pop_front() {
+        return t;
+    }
     let seq = st.coll_seq.entry(ctx).or_insert(0);
     let tag = *seq;
     *seq = if *seq == i32::MAX { 0 } else { *seq + 1 };
+    if let Some(log) = st.tags.log.as_mut() {
+        log.push(tag);
+    }
     tag
+}
+
+/// Tags being recorded (a persistent collective's init) or replayed (its
+/// start).
+#[derive(Default)]
+pub struct TagLog {
+    log: Option<Vec<i32>>,
+    replay: std::collections::VecDeque<i32>,
+}
+
+/// A persistent collective: how to build its schedule, and its tags.
+pub struct Persistent {
+    recipe: Box<Recipe>,
+    tags: Vec<i32>,
+}
+
+impl Persistent {
+    /// Builds the schedule once (checking the arguments now, as the init
+    /// call must) and keeps the tags that took.
+    pub fn new(st: &mut State, recipe: Box<Recipe>) -> R<Persistent> {
+        st.tags.log = Some(Vec::new());
+        let built = recipe(st);
+        let tags = st.tags.log.take().unwrap_or_default();
+        built.map(|_| Persistent { recipe, tags })
+    }
+
+    /// A new schedule on the tags of the init.
+    pub fn build(&self, st: &mut State) -> R<Sched> {
+        st.tags.replay = self.tags.iter().copied().collect();
+        let s = (self.recipe)(st);
+        st.tags.replay.clear();
+        s
+    }
 }
 
 /// Schedules are polled, never woken: the driver polls them whenever the
