@@ -278,6 +278,10 @@ entry!(MPI_Comm_free / PMPI_Comm_free(comm: *mut MPI_Comm) comm(MPI_COMM_WORLD) 
     with(|st| {
         if let Some(x) = st.comms.remove(&c) {
             st.comms.remove(&x.local);
+            // Its collective contexts (its own and its local group's).
+            for ctx in [x.ctx + 1, x.ctx + 3] {
+                st.coll_seq.remove(&ctx);
+            }
         }
         st.topos.remove(&c);
         Ok(())
@@ -550,8 +554,13 @@ fn create(parent: MPI_Comm, ranks: Vec<u32>, over_parent: bool, tag: c_int) -> R
         let tmp_ctx = 0x8000_0000 | (p.ctx.wrapping_mul(65599) ^ tag as u32) & 0x7FFF_FFFE;
         let tmp = Comm::intra(tmp_ctx, ranks.clone(), rank as u32, p.errhandler);
         let th = add_comm(st, tmp);
+        // The temporary context comes back with the next call of this
+        // kind, which other members may not have made: its collective
+        // tags start afresh each time.
+        st.coll_seq.remove(&(tmp_ctx + 1));
         let ctx = st.agree_ctx(th);
         st.comms.remove(&th);
+        st.coll_seq.remove(&(tmp_ctx + 1));
         let ctx = ctx?;
         Ok(add_comm(st, Comm::intra(ctx, ranks, rank as u32, p.errhandler)))
     })

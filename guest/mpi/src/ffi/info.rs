@@ -22,11 +22,18 @@ fn comm_hints(st: &mut State, comm: MPI_Comm) -> R<&mut Vec<(String, String)>> {
     Ok(st.comm_infos.entry(comm).or_default())
 }
 
+/// The communicator hints this library takes (MPI 4.0, 7.4.4): each only
+/// allows an optimisation, so honouring one means nothing more than
+/// keeping it. Other keys are ignored, as the standard asks, and
+/// `MPI_Comm_get_info` does not return them.
+const COMM_HINTS: [&str; 4] =
+    ["mpi_assert_no_any_tag", "mpi_assert_no_any_source", "mpi_assert_exact_length", "mpi_assert_allow_overtaking"];
+
 entry!(MPI_Comm_set_info / PMPI_Comm_set_info(comm: MPI_Comm, i: MPI_Info) comm(comm) {
     with(|st| {
         let v = if i == MPI_INFO_NULL { Vec::new() } else { info(st, i)?.clone() };
         let hints = comm_hints(st, comm)?;
-        for (k, val) in v {
+        for (k, val) in v.into_iter().filter(|(k, _)| COMM_HINTS.contains(&k.as_str())) {
             hints.retain(|(x, _)| *x != k);
             hints.push((k, val));
         }
