@@ -123,6 +123,15 @@ fn say(msg: &str) {
     eprintln!("mpiexec: {msg}");
 }
 
+/// With `MPIEXEC_TRACE` set, each phase of the job and when it came
+/// (seconds since `mpiexec` started), on standard error.
+fn trace(msg: &str) {
+    static T0: std::sync::OnceLock<Option<Instant>> = std::sync::OnceLock::new();
+    if let Some(t0) = T0.get_or_init(|| std::env::var_os("MPIEXEC_TRACE").map(|_| Instant::now())) {
+        eprintln!("mpiexec: [{:7.3} s] {msg}", t0.elapsed().as_secs_f64());
+    }
+}
+
 fn node_name(n: u32) -> String {
     format!("node{n}")
 }
@@ -143,9 +152,13 @@ pub fn fresh_job_id() -> u32 {
 /// Runs the job; returns `mpiexec`'s exit code. Errors only before any
 /// rank was asked for.
 pub fn run(plan: &Plan, set: &Settings, stops: &Stops) -> Result<i32, ClientError> {
+    trace("start");
     ump::init(ump::Config::default())?;
+    trace("UMP up");
     let r = run_inner(plan, set, stops);
+    trace("job over");
     let _ = ump::exit();
+    trace("UMP closed");
     r
 }
 
@@ -161,6 +174,7 @@ fn run_inner(plan: &Plan, set: &Settings, stops: &Stops) -> Result<i32, ClientEr
     let mut nodes = Vec::new();
     for (node, ranks) in by_node {
         let chan = ump::open(me, proto::mpid_handle(set.base, node), Want::Any)?;
+        trace(&format!("asked node{node}'s mpid for a channel"));
         nodes.push(Node { node, chan, ranks, live: true });
     }
     // Every mpid answers, or we give up.
@@ -174,6 +188,7 @@ fn run_inner(plan: &Plan, set: &Settings, stops: &Stops) -> Result<i32, ClientEr
         if let Some(Event::Open(id)) = ump::wait(None, Some(Duration::from_millis(20)))? {
             if let Some(i) = nodes.iter().position(|n| n.chan == id) {
                 open[i] = true;
+                trace(&format!("node{}'s mpid answered", nodes[i].node));
             }
         }
         if t0.elapsed() > set.connect_wait {
@@ -377,12 +392,14 @@ impl Job<'_> {
         let node = node_name(self.nodes[i].node);
         match r {
             Reply::Started { rank, .. } if self.rank_ok(i, rank) => {
+                trace(&format!("rank {rank} started on {node}"));
                 if self.state[rank as usize] == RankState::Pending {
                     self.state[rank as usize] = RankState::Running;
                 }
             }
             Reply::Output { rank, fd, data } => self.print(rank, fd, &data),
             Reply::Exited { rank, code, signal } if self.rank_ok(i, rank) => {
+                trace(&format!("rank {rank} ended on {node}"));
                 self.state[rank as usize] = RankState::Done;
                 let (c, how) = match (code, signal) {
                     (Some(0), _) => return,

@@ -59,7 +59,10 @@ fn map_inbox(imc: &Imc, h: u64, create: bool) -> Result<Option<(Inbox, u32)>, Um
     }
     let (id, ..) = imc.asalloc_flags(listen_key(h), 8192, 0o666, false, true).map_err(err)?;
     let rx = imc.asattach_rx(id).map_err(err)?;
-    let tx = imc.asattach_tx(id, false).map_err(err)?;
+    // With loopback: an opener waits until its own copy of the inbox shows
+    // the word it stored (the global order then has it), which without
+    // loopback never happens and cost every open 5 s.
+    let tx = imc.asattach_tx(id, true).map_err(err)?;
     Ok(Some((Inbox { rx: RxWindow::new(Arc::new(rx)), tx: TxWindow::new(Arc::new(tx)) }, id)))
 }
 
