@@ -13,6 +13,12 @@
 //! - **Synchronous** sends (`MPI_Ssend`) complete when the receiver
 //!   matched: eagerly sent ones get an `ACK`, rendezvous ones complete at
 //!   the `CTS`.
+//! - **Cancelling a send** (`MPI_Cancel`) that still waits for its
+//!   receiver (a rendezvous before its `CTS`, a synchronous send before its
+//!   `ACK`): the sender asks (`CANCEL`), and the receiver takes the message
+//!   out of its unexpected queue if nothing has matched it yet and answers
+//!   (`CANCELLED`, `b` = 1 if it did). A send already matched completes as
+//!   usual; one already complete (eager) cannot be cancelled.
 //!
 //! Messages between one pair of ranks arrive in the order sent and are
 //! matched in arrival order, so MPI's non-overtaking rule holds. No frame
@@ -25,8 +31,8 @@
 //! 0  kind u8 | flags u8 | 0 u16 | ctx u32
 //! 8  tag i32 | 0 u32
 //! 16 len u64            message bytes (EAGER, RTS) or chunk offset (DATA)
-//! 24 a u64              sender's request (EAGER sync, RTS, CTS, ACK) or receiver's (DATA)
-//! 32 b u64              receiver's request (CTS)
+//! 24 a u64              sender's request (EAGER sync, RTS, CTS, ACK, CANCEL, CANCELLED) or receiver's (DATA)
+//! 32 b u64              receiver's request (CTS); 1 if cancelled (CANCELLED)
 //! 40 payload            EAGER, DATA
 //! ```
 //!
@@ -46,6 +52,8 @@ const RTS: u8 = 2;
 const CTS: u8 = 3;
 const DATA: u8 = 4;
 const ACK: u8 = 5;
+const CANCEL: u8 = 6;
+const CANCELLED: u8 = 7;
 
 const FLAG_SYNC: u8 = 1;
 
@@ -177,18 +185,40 @@ struct Unexpected {
     kind: Arrived,
 }
 
+impl Unexpected {
+    /// Whether it is the message of send request `sreq` of its sender.
+    fn sent_by(&self, sreq: u64) -> bool {
+        matches!(self.kind, Arrived::Rts { sreq: s } | Arrived::Eager { sreq: s, .. } if s == sreq)
+    }
+}
+
 #[derive(Debug)]
 enum Arrived {
-    /// The whole message; `sync` names the sender's request to ACK.
-    Eager { data: Vec<u8>, sync: Option<u64> },
+    /// The whole message; `sync` names the sender's request to ACK;
+    /// `sreq` is the sender's request (for a cancel).
+    Eager { data: Vec<u8>, sync: Option<u64>, sreq: u64 },
     /// Announced; the sender's request.
     Rts { sreq: u64 },
 }
 
 #[derive(Debug)]
 enum Kind {
-    Send { dest: u32, data: From, waiting: bool },
-    Recv { pattern: Pattern, into: Into, total: usize, got: usize, packed: Vec<u8>, posted: bool },
+    /// `waiting`: for the receiver (a CTS or an ACK); `cancelling`: a
+    /// CANCEL is out, and whether the send was complete when it went.
+    Send {
+        dest: u32,
+        data: From,
+        waiting: bool,
+        cancelling: Option<bool>,
+    },
+    Recv {
+        pattern: Pattern,
+        into: Into,
+        total: usize,
+        got: usize,
+        packed: Vec<u8>,
+        posted: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -336,14 +366,14 @@ impl Engine {
             return Err(EngineError::NoRank(dest));
         }
         let len = data.len();
-        let id = self.add(Kind::Send { dest, data, waiting: sync });
+        let id = self.add(Kind::Send { dest, data, waiting: sync, cancelling: None });
         if dest == self.me {
             // To ourselves: delivered as it arrives, whatever its size.
             let bytes = match &self.req(id)?.kind {
                 Kind::Send { data, .. } => data.bytes(0, len).to_vec(),
                 Kind::Recv { .. } => unreachable!("just added as a send"),
             };
-            self.arrive_eager(self.me, ctx, tag, bytes, sync.then_some(id))?;
+            self.arrive_eager(self.me, ctx, tag, bytes, sync.then_some(id), id)?;
             if !sync {
                 self.finish_send(id);
             }
@@ -411,7 +441,7 @@ impl Engine {
     fn deliver(&mut self, id: ReqId, u: Unexpected) -> Result<(), EngineError> {
         let (src, tag, len) = (u.src, u.tag, u.len);
         match u.kind {
-            Arrived::Eager { data, sync } => {
+            Arrived::Eager { data, sync, .. } => {
                 self.write_into(id, 0, &data, len)?;
                 self.complete_recv(id, src, tag, len);
                 if let Some(sreq) = sync {
@@ -488,9 +518,10 @@ impl Engine {
         tag: i32,
         data: Vec<u8>,
         sync: Option<u64>,
+        sreq: u64,
     ) -> Result<(), EngineError> {
         let len = data.len();
-        let u = Unexpected { ctx, src, tag, len, kind: Arrived::Eager { data, sync } };
+        let u = Unexpected { ctx, src, tag, len, kind: Arrived::Eager { data, sync, sreq } };
         self.arrive(u)
     }
 
@@ -618,7 +649,7 @@ impl Engine {
                     return Err(bad(format!("eager frame says {len} bytes, carries {}", payload.len())));
                 }
                 let sync = (flags & FLAG_SYNC != 0).then_some(a);
-                self.arrive_eager(from, ctx, tag, payload.to_vec(), sync)
+                self.arrive_eager(from, ctx, tag, payload.to_vec(), sync, a)
             }
             RTS => self.arrive(Unexpected { ctx, src: from, tag, len: len as usize, kind: Arrived::Rts { sreq: a } }),
             CTS => {
@@ -656,6 +687,31 @@ impl Engine {
                 }
                 _ => Err(bad(format!("acknowledgement of unknown send {a}"))),
             },
+            CANCEL => {
+                let taken = match self.unexpected.iter().position(|u| u.src == from && u.sent_by(a)) {
+                    Some(i) => self.unexpected.remove(i).is_some(),
+                    None => false,
+                };
+                self.out[from as usize].push_back(Out::Frame(header(CANCELLED, 0, 0, 0, 0, a, taken as u64).to_vec()));
+                self.flush(from as usize)
+            }
+            CANCELLED => {
+                // A send finished meanwhile (its data went or its ACK came,
+                // and the caller took it) needs nothing.
+                let Some(Req { kind: Kind::Send { dest, cancelling, .. }, done, .. }) = self.reqs.get_mut(&a) else {
+                    return Ok(());
+                };
+                let Some(was_done) = cancelling.take().filter(|_| *dest == from) else {
+                    return Err(bad(format!("a cancel answer for send {a}, which asked rank {from} none")));
+                };
+                if b == 1 {
+                    self.cancelled_send(a);
+                } else if was_done {
+                    // Refused: complete again, as before the cancel.
+                    *done = true;
+                }
+                Ok(())
+            }
             k => Err(bad(format!("unknown frame kind {k}"))),
         }
     }
@@ -745,7 +801,29 @@ impl Engine {
     /// cancelled.
     pub fn cancel(&mut self, id: ReqId) -> Result<bool, EngineError> {
         let Some(i) = self.posted.iter().position(|&p| p == id) else {
-            self.req(id)?;
+            // A send: its message may still sit unmatched at the receiver
+            // (an eager one completed here at once). Ask the receiver; the
+            // request is not complete until the answer comes.
+            let me = self.me;
+            let r = self.req(id)?;
+            let Kind::Send { dest, cancelling: None, .. } = r.kind else { return Ok(false) };
+            if r.status.cancelled {
+                return Ok(false);
+            }
+            if dest == me {
+                if let Some(i) = self.unexpected.iter().position(|u| u.src == me && u.sent_by(id)) {
+                    self.unexpected.remove(i);
+                    self.cancelled_send(id);
+                }
+                return Ok(false);
+            }
+            // A complete send is held incomplete until the answer.
+            let was_done = std::mem::replace(&mut r.done, false);
+            if let Kind::Send { cancelling, .. } = &mut r.kind {
+                *cancelling = Some(was_done);
+            }
+            self.out[dest as usize].push_back(Out::Frame(header(CANCEL, 0, 0, 0, 0, id, 0).to_vec()));
+            self.flush(dest as usize)?;
             return Ok(false);
         };
         self.posted.remove(i);
@@ -753,6 +831,17 @@ impl Engine {
         r.done = true;
         r.status.cancelled = true;
         Ok(true)
+    }
+
+    /// Send `id` was taken back before its receiver matched it.
+    fn cancelled_send(&mut self, id: ReqId) {
+        self.finish_send(id);
+        if let Some(r) = self.reqs.get_mut(&id) {
+            r.status.cancelled = true;
+            if let Kind::Send { waiting, .. } = &mut r.kind {
+                *waiting = false;
+            }
+        }
     }
 
     /// Looks for a matching message without receiving it (`MPI_Iprobe`).
@@ -867,6 +956,43 @@ mod tests {
             }
         }
         assert!(es[0].stats.rendezvous > 0 && es[0].stats.eager > 0);
+    }
+
+    #[test]
+    fn a_send_is_cancelled_until_its_receiver_matched_it() {
+        let mut es = engines(2, 4096);
+        // A rendezvous, a synchronous and a plain eager send nobody has
+        // received: all come back cancelled and leave nothing at the
+        // receiver. The eager one, complete at once, is held incomplete
+        // until the receiver answers.
+        let big = es[0].isend(1, 1, 5, From::Owned(vec![7; 100_000]), false).unwrap();
+        let sync = es[0].isend(1, 1, 6, From::Owned(vec![8; 10]), true).unwrap();
+        let eager = es[0].isend(1, 1, 7, From::Owned(vec![6; 10]), false).unwrap();
+        assert!(es[0].is_done(eager).unwrap());
+        run(&mut es, |es| es[1].unexpected.len() == 3);
+        for s in [big, sync, eager] {
+            assert!(!es[0].cancel(s).unwrap(), "a send is not cancelled on the spot");
+        }
+        assert!(!es[0].is_done(eager).unwrap());
+        run(&mut es, |es| [big, sync, eager].iter().all(|&s| es[0].is_done(s).unwrap()));
+        for s in [big, sync, eager] {
+            assert!(es[0].finish(s).unwrap().0.cancelled);
+        }
+        assert!(es[1].unexpected.is_empty());
+        // Matched first (the receiver's CTS is on its way when the sender
+        // asks): the cancel is refused and the data arrives.
+        let s = es[0].isend(1, 1, 5, From::Owned(vec![9; 100_000]), false).unwrap();
+        run(&mut es, |es| es[1].unexpected.len() == 1);
+        let r = recv_vec(&mut es[1], any(1), 100_000);
+        assert!(matches!(es[0].reqs[&s].kind, Kind::Send { waiting: true, .. }));
+        es[0].cancel(s).unwrap();
+        run(&mut es, |es| es[0].is_done(s).unwrap() && es[1].is_done(r).unwrap());
+        assert!(!es[0].finish(s).unwrap().0.cancelled);
+        assert_eq!(es[1].finish(r).unwrap().1, vec![9; 100_000]);
+        // To itself: taken back from its own queue at once.
+        let own = es[0].isend(0, 1, 3, From::Owned(vec![1]), true).unwrap();
+        es[0].cancel(own).unwrap();
+        assert!(es[0].is_done(own).unwrap() && es[0].finish(own).unwrap().0.cancelled);
     }
 
     #[test]
