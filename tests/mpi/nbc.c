@@ -137,6 +137,13 @@ int main(int argc, char **argv) {
     int liblen;
     MPI_Get_library_version(lib, &liblen);
     if (!strstr(lib, "MPICH") && (rst.MPI_SOURCE != prev || rst.MPI_TAG != 2)) errs++;
+    /* The blocking form, with a message large enough for rendezvous. */
+    int *ring = malloc(sizeof(int) * 20000);
+    for (int i = 0; i < 20000; i++) ring[i] = rank * 100000 + i;
+    MPI_Sendrecv_replace(ring, 20000, MPI_INT, next, 3, prev, 3, d2, &rst);
+    for (int i = 0; i < 20000; i++) if (ring[i] != prev * 100000 + i) { errs++; break; }
+    if (rst.MPI_SOURCE != prev || rst.MPI_TAG != 3) errs++;
+    free(ring);
     MPI_Comm_free(&d1); MPI_Comm_free(&d2);
 
     /* 8. Reduce_local. */

@@ -417,55 +417,53 @@ entry!(MPI_Isendrecv / PMPI_Isendrecv(sbuf: *const c_void, scount: c_int, stype:
     put(req, h, "request")
 });
 
+/// Starts a send of `buf` and a receive into it: the receive's request,
+/// with the send linked to it. The outgoing copy is taken before anything
+/// can arrive.
+fn start_sendrecv_replace(
+    st: &mut State,
+    buf: usize,
+    count: c_int,
+    t: MPI_Datatype,
+    dest: c_int,
+    stag: c_int,
+    source: c_int,
+    rtag: c_int,
+    comm: MPI_Comm,
+) -> R<MPI_Request> {
+    let data = match send_from(st, buf, count, t)? {
+        // SAFETY: the caller's buffer holds `len` bytes at `ptr`.
+        From::Borrowed { ptr, len } => From::Owned(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()),
+        owned => owned,
+    };
+    let c = st.comm(comm)?.clone();
+    check_tag(stag, false)?;
+    let w = st.handle();
+    match peer(&c, dest)? {
+        Some(to) => {
+            let id = st.eng.isend(to, c.ctx, stag, data, false)?;
+            st.reqs.insert(w, Pending::new(Some(id), comm, None, None));
+        }
+        None => {
+            st.reqs.insert(w, Pending::new(None, comm, None, Some(null_status())));
+        }
+    }
+    let r = start_recv(st, Recipe::Recv(buf, count, t, source, rtag, comm))?;
+    Ok(link(st, r, w))
+}
+
 entry!(MPI_Isendrecv_replace / PMPI_Isendrecv_replace(buf: *mut c_void, count: c_int, t: MPI_Datatype, dest: c_int, stag: c_int,
         source: c_int, rtag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
     nonnull(req, "request")?;
-    let h = with(|st| {
-        // The outgoing copy is taken before anything can arrive.
-        let data = match send_from(st, buf as usize, count, t)? {
-            // SAFETY: the caller's buffer holds `len` bytes at `ptr`.
-            From::Borrowed { ptr, len } => From::Owned(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()),
-            owned => owned,
-        };
-        let c = st.comm(comm)?.clone();
-        check_tag(stag, false)?;
-        let w = st.handle();
-        match peer(&c, dest)? {
-            Some(to) => {
-                let id = st.eng.isend(to, c.ctx, stag, data, false)?;
-                st.reqs.insert(w, Pending::new(Some(id), comm, None, None));
-            }
-            None => {
-                st.reqs.insert(w, Pending::new(None, comm, None, Some(null_status())));
-            }
-        }
-        let r = start_recv(st, Recipe::Recv(buf as usize, count, t, source, rtag, comm))?;
-        Ok(link(st, r, w))
-    })?;
+    let h = with(|st| start_sendrecv_replace(st, buf as usize, count, t, dest, stag, source, rtag, comm))?;
     put(req, h, "request")
 });
 
 entry!(MPI_Sendrecv_replace / PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, t: MPI_Datatype, dest: c_int, stag: c_int,
         source: c_int, rtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) comm(comm) {
     let s = with(|st| {
-        // The outgoing copy is taken before anything can arrive.
-        let data = match send_from(st, buf as usize, count, t)? {
-            // SAFETY: the caller's buffer holds `len` bytes at `ptr`.
-            From::Borrowed { ptr, len } => From::Owned(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()),
-            owned => owned,
-        };
-        let c = st.comm(comm)?.clone();
-        check_tag(stag, false)?;
-        let w = match peer(&c, dest)? {
-            Some(to) => Some(st.eng.isend(to, c.ctx, stag, data, false)?),
-            None => None,
-        };
-        let r = start_recv(st, Recipe::Recv(buf as usize, count, t, source, rtag, comm))?;
-        if let Some(w) = w {
-            st.eng.wait(w)?;
-            st.eng.finish(w)?;
-        }
-        wait_one(st, r)
+        let h = start_sendrecv_replace(st, buf as usize, count, t, dest, stag, source, rtag, comm)?;
+        wait_one(st, h)
     })?;
     put_status(status, s)
 });
