@@ -122,3 +122,39 @@ fn mpi_examples_run_unmodified() {
         }
     }
 }
+
+/// One binary, two MPI libraries: `tests/mpi/{comms,nbc,inter}.c`, each
+/// built once with our `mpicc` against the standard ABI, run with 4 ranks
+/// on our library across 2 guests (`mc-cluster mpirun`) and on MPICH
+/// 5.0.2's wheel inside guest 0 (Hydra's `mpiexec -launcher fork`, shared
+/// memory), chosen by `LD_LIBRARY_PATH` alone. The wheel reaches the
+/// guests through the shared folder; its libraries need nothing from the
+/// guest but the glibc runtime the image carries. Both runs must print
+/// " No Errors".
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn mpi_same_binary_runs_on_mpich() {
+    let wheel = tests::cache().join("mpich");
+    assert!(
+        wheel.join("lib/libmpi_abi.so.1").is_file(),
+        "MPICH's wheel is not in {} (run scripts/setup.sh --only mpich)",
+        wheel.display()
+    );
+    let name = "t-mpi-same";
+    let c = Cluster::up(name, 2);
+    c.imcd_ready();
+    let share = c.run_dir().join("share");
+    let cp = Command::new("cp").arg("-r").arg(&wheel).arg(share.join("mpich")).output().unwrap();
+    assert!(cp.status.success(), "copying the wheel: {}", String::from_utf8_lossy(&cp.stderr));
+    for prog in ["comms", "nbc", "inter"] {
+        build(&c, prog);
+        let (rc, ours) = mpirun(name, 4, prog);
+        assert_eq!((rc, ours.contains(" No Errors")), (Some(0), true), "{prog} on ours:\n{ours}");
+        let script = format!(
+            "cd /tmp && LD_LIBRARY_PATH=/share/mpich/lib timeout 120 /share/mpich/bin/mpiexec -n 4 -launcher fork /share/{prog}"
+        );
+        let theirs = c.exec(0, &["sh", "-c", &script]);
+        let out = String::from_utf8_lossy(&theirs.stdout).into_owned() + &String::from_utf8_lossy(&theirs.stderr);
+        assert!(theirs.status.success() && out.contains(" No Errors"), "{prog} on MPICH in guest 0:\n{out}");
+    }
+}
