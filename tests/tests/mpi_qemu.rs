@@ -10,11 +10,18 @@ use tests::{launcher, root, Cluster};
 
 /// Builds `tests/mpi/NAME.c` into the cluster's shared folder.
 fn build(c: &Cluster, name: &str) {
+    build_src(c, &root().join(format!("tests/mpi/{name}.c")), name, &[]);
+}
+
+/// Builds C source `src` (with the extra compiler arguments `extra`) into
+/// the cluster's shared folder as `name`.
+fn build_src(c: &Cluster, src: &Path, name: &str, extra: &[&str]) {
     let out = c.run_dir().join("share").join(name);
     let o = Command::new(root().join("guest/mpi/mpicc"))
         .args(["-O1", "-o"])
         .arg(&out)
-        .arg(root().join(format!("tests/mpi/{name}.c")))
+        .arg(src)
+        .args(extra)
         .output()
         .unwrap();
     assert!(o.status.success(), "mpicc {name}: {}", String::from_utf8_lossy(&o.stderr));
@@ -23,12 +30,17 @@ fn build(c: &Cluster, name: &str) {
 
 /// `mc-cluster mpirun -n N /share/PROG`: exit code and output.
 fn mpirun(name: &str, n: usize, prog: &str) -> (Option<i32>, String) {
-    let o = Command::new("timeout")
-        .arg("300")
-        .arg(launcher())
-        .args(["--name", name, "mpirun", "-n", &n.to_string(), &format!("/share/{prog}")])
-        .output()
-        .unwrap();
+    mpirun_ppn(name, n, None, prog)
+}
+
+/// Like [`mpirun`], with `--ppn K` when `ppn` is given.
+fn mpirun_ppn(name: &str, n: usize, ppn: Option<u32>, prog: &str) -> (Option<i32>, String) {
+    let mut cmd = Command::new("timeout");
+    cmd.arg("300").arg(launcher()).args(["--name", name, "mpirun", "-n", &n.to_string()]);
+    if let Some(k) = ppn {
+        cmd.args(["--ppn", &k.to_string()]);
+    }
+    let o = cmd.arg(format!("/share/{prog}")).output().unwrap();
     (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
 }
 
@@ -82,26 +94,13 @@ fn mpi_examples_run_unmodified() {
     let c = Cluster::up(name, 4);
     c.imcd_ready();
     for prog in ["cpi", "hellow", "srtest"] {
-        let o = Command::new(root().join("guest/mpi/mpicc"))
-            .args(["-O1", "-o"])
-            .arg(c.run_dir().join("share").join(prog))
-            .arg(examples.join(format!("{prog}.c")))
-            .arg("-lm")
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "mpicc {prog}: {}", String::from_utf8_lossy(&o.stderr));
+        build_src(&c, &examples.join(format!("{prog}.c")), prog, &["-lm"]);
     }
     // (ranks per guest, the node of each rank)
     for (ppn, nodes) in [(1, [0, 1, 2, 3]), (2, [0, 0, 1, 1])] {
         let run = |prog: &str| {
-            let o = Command::new("timeout")
-                .arg("300")
-                .arg(launcher())
-                .args(["--name", name, "mpirun", "-n", "4", "--ppn", &ppn.to_string(), &format!("/share/{prog}")])
-                .output()
-                .unwrap();
-            let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-            assert_eq!(o.status.code(), Some(0), "{prog} with {ppn} rank(s) per guest:\n{out}");
+            let (rc, out) = mpirun_ppn(name, 4, Some(ppn), prog);
+            assert_eq!(rc, Some(0), "{prog} with {ppn} rank(s) per guest:\n{out}");
             out
         };
         let out = run("cpi");

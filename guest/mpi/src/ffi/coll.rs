@@ -421,8 +421,19 @@ async fn max_alg(io: &Io, mine: u64) -> R<u64> {
     Ok(word(&bcast_alg(io, 0, max.to_ne_bytes().to_vec(), 8).await?))
 }
 
+/// The first word of a message of words (0 if it is shorter).
 fn word(b: &[u8]) -> u64 {
     u64::from_ne_bytes(b.get(..8).and_then(|b| b.try_into().ok()).unwrap_or_default())
+}
+
+/// Words as a message (native order): how constructors exchange numbers.
+pub(crate) fn to_bytes(w: &[u64]) -> Vec<u8> {
+    w.iter().flat_map(|w| w.to_ne_bytes()).collect()
+}
+
+/// A message of words back as words.
+pub(crate) fn words(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8).map(word).collect()
 }
 
 /// The schedule of agreeing on the largest of everyone's `mine` over
@@ -457,14 +468,14 @@ pub fn bcast_u64(st: &mut State, comm: MPI_Comm, root: u32, data: Vec<u64>) -> R
     let put = out.clone();
     let s = Sched::new(io.clone(), async move {
         let n = bcast_alg(&io, root, (data.len() as u64).to_ne_bytes().to_vec(), 8).await?;
-        let n = u64::from_ne_bytes(n.get(..8).and_then(|b| b.try_into().ok()).unwrap_or_default()) as usize;
-        let bytes = data.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let n = word(&n) as usize;
+        let bytes = to_bytes(&data);
         *put.lock().unwrap_or_else(|e| e.into_inner()) = bcast_alg(&io, root, bytes, n * 8).await?;
         Ok(())
     });
     sched::run(st, s)?;
     let got = std::mem::take(&mut *out.lock().unwrap_or_else(|e| e.into_inner()));
-    Ok(got.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect())
+    Ok(words(&got))
 }
 
 fn bcast(st: &mut State, buf: *mut c_void, count: c_int, t: MPI_Datatype, root: c_int, comm: MPI_Comm) -> R<Sched> {

@@ -220,7 +220,7 @@ fn leaders_swap(st: &mut State, peer_comm: MPI_Comm, remote_leader: c_int, tag: 
     };
     let ctx = pc.ctx;
     let cap = 8 * (1 + st.place.size as usize);
-    let bytes: Vec<u8> = msg.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let bytes = coll::to_bytes(&msg);
     use crate::engine::{From, Into, Pattern};
     let r = st.eng.irecv(Pattern { ctx, src: Some(to), tag: Some(tag) }, Into::Packed { cap })?;
     let s = st.eng.isend(to, ctx, tag, From::Owned(bytes), false)?;
@@ -228,7 +228,7 @@ fn leaders_swap(st: &mut State, peer_comm: MPI_Comm, remote_leader: c_int, tag: 
     st.eng.finish(s)?;
     st.eng.wait(r)?;
     let (_, got) = st.eng.finish(r)?;
-    Ok(got.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect())
+    Ok(coll::words(&got))
 }
 
 entry!(MPI_Intercomm_merge / PMPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) comm(intercomm) {

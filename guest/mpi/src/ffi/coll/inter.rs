@@ -60,7 +60,7 @@ pub(super) async fn leaders_swap(rio: &Io, lio: &Io, mine: Vec<u8>) -> R<Vec<u8>
         let s1 = rio.send(0, (mine.len() as u64).to_ne_bytes().to_vec());
         let s2 = rio.send(0, mine);
         let n = rio.wait(len).await?;
-        let n = u64::from_ne_bytes(n.get(..8).and_then(|b| b.try_into().ok()).unwrap_or_default()) as usize;
+        let n = word(&n) as usize;
         let data = rio.recv_now(0, n).await?;
         rio.wait(s1).await?;
         rio.wait(s2).await?;
@@ -69,7 +69,7 @@ pub(super) async fn leaders_swap(rio: &Io, lio: &Io, mine: Vec<u8>) -> R<Vec<u8>
         Vec::new()
     };
     let n = bcast_alg(lio, 0, (theirs.len() as u64).to_ne_bytes().to_vec(), 8).await?;
-    let n = u64::from_ne_bytes(n.get(..8).and_then(|b| b.try_into().ok()).unwrap_or_default()) as usize;
+    let n = word(&n) as usize;
     bcast_alg(lio, 0, theirs, n).await
 }
 
@@ -77,7 +77,7 @@ pub(super) async fn leaders_swap(rio: &Io, lio: &Io, mine: Vec<u8>) -> R<Vec<u8>
 /// intercommunicator `comm`: how its constructors agree.
 pub fn exchange(st: &mut State, comm: MPI_Comm, mine: Vec<u64>) -> R<Vec<u64>> {
     let (rio, lio) = ios(st, comm)?;
-    let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let bytes = to_bytes(&mine);
     let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let put = out.clone();
     let s = Sched::new(rio.clone(), async move {
@@ -87,7 +87,7 @@ pub fn exchange(st: &mut State, comm: MPI_Comm, mine: Vec<u64>) -> R<Vec<u64>> {
     });
     sched::run(st, s)?;
     let got = std::mem::take(&mut *out.lock().unwrap_or_else(|e| e.into_inner()));
-    Ok(got.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect())
+    Ok(words(&got))
 }
 
 pub(super) fn barrier(st: &mut State, comm: MPI_Comm) -> R<Sched> {
