@@ -383,7 +383,7 @@ pub struct Regs {
 impl Regs {
     /// A register; 0xFFFF_FFFF (what a PCI read of nothing returns) when
     /// imcd mapped less than the register file.
-    fn reg(&self, off: usize) -> u32 {
+    pub fn reg(&self, off: usize) -> u32 {
         self.map.load::<u32>(off).unwrap_or(u32::MAX)
     }
 

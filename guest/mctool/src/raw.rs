@@ -86,19 +86,26 @@ pub(crate) struct Info {
     tx_packets: u32,
     rx_packets: u32,
     rx_dropped: u32,
+    /// The transmit DMA engine is there (CAPS.TX_DMA).
+    tx_dma: bool,
+    /// Descriptors the engine retired, bytes it sent (low 32 bits).
+    dma_descs: u32,
+    dma_bytes: u32,
 }
 
 impl Info {
-    fn read(a: &Adapter) -> Info {
+    /// From the registers as `reg` reads them, of the adapter at `pci`.
+    fn read(pci: String, reg: impl Fn(u64) -> u32) -> Info {
+        let a = Regs(reg);
         let es = a.reg(reg::ERR_STATUS);
         Info {
-            pci: a.dev.bdf.clone(),
+            pci,
             id: a.reg(reg::ID),
-            node: a.node(),
+            node: regs::node_id(a.reg(reg::NODE)),
             ports: a.reg(reg::NODE) >> 16,
             link_up: a.reg(reg::LINK) & 1 != 0,
             members: regs::members(a.reg(reg::MEMBERS_LO), a.reg(reg::MEMBERS_HI)).collect(),
-            pages: a.pages(),
+            pages: a.reg(reg::ASPACE_PAGES) as u64,
             page_size: PAGE_SIZE,
             err_status: es,
             errors: err::NAMES.iter().filter(|(b, _)| es & b != 0).map(|(_, n)| *n).collect(),
@@ -112,15 +119,34 @@ impl Info {
             tx_packets: a.reg(reg::TX_PACKETS),
             rx_packets: a.reg(reg::RX_PACKETS),
             rx_dropped: a.reg(reg::RX_DROPPED),
+            tx_dma: a.reg(reg::CAPS) & regs::caps::TX_DMA != 0,
+            dma_descs: a.reg(reg::DMA_DESCS),
+            dma_bytes: a.reg(reg::DMA_BYTES),
         }
     }
 }
 
+/// Register reads, by whichever way the adapter is reachable.
+struct Regs<F: Fn(u64) -> u32>(F);
+
+impl<F: Fn(u64) -> u32> Regs<F> {
+    fn reg(&self, off: u64) -> u32 {
+        (self.0)(off)
+    }
+}
+
 /// `mctool info`: the adapter's identity, node, link, members and counters,
-/// as a table or (`json`) one JSON object.
+/// as a table or (`json`) one JSON object. Read from the device, or
+/// through imcd's read-only mapping of the registers when imcd owns it.
 pub(crate) fn info(json: bool) -> Result<()> {
-    let a = Adapter::open()?;
-    let i = Info::read(&a);
+    let i = match Adapter::open() {
+        Ok(a) => Info::read(a.dev.bdf.clone(), |off| a.reg(off)),
+        Err(direct) => {
+            let imc = imc_client::Imc::connect().map_err(|e| anyhow::anyhow!("{direct:#}; and through imcd: {e}"))?;
+            let r = imc.regs().map_err(|e| anyhow::anyhow!("{direct:#}; and through imcd: {e}"))?;
+            Info::read("(through imcd)".into(), |off| r.reg(off as usize))
+        }
+    };
     if json {
         println!("{}", serde_json::to_string(&i)?);
         return Ok(());
@@ -142,6 +168,9 @@ pub(crate) fn info(json: bool) -> Result<()> {
     );
     println!("link-events {} last-seq {}", i.link_events, i.last_seq);
     println!("packets    tx {} rx {} rx-dropped {}", i.tx_packets, i.rx_packets, i.rx_dropped);
+    if i.tx_dma {
+        println!("dma        descriptors {} bytes {}", i.dma_descs, i.dma_bytes);
+    }
     Ok(())
 }
 

@@ -52,7 +52,6 @@ pub struct UmpLink {
     rank: u32,
     id: i32,
     ch: Arc<ump::Channel>,
-    ring: usize,
 }
 
 fn gone(rank: u32, e: impl std::fmt::Display) -> TransportError {
@@ -61,12 +60,11 @@ fn gone(rank: u32, e: impl std::fmt::Display) -> TransportError {
 
 impl Link for UmpLink {
     fn room(&self) -> Result<usize, TransportError> {
-        // A frame of n bytes takes an 8-byte header and n padded to 8.
-        let free = self.ch.writable().map_err(|e| gone(self.rank, e))?;
-        if free == 0 && (self.ch.peer_closed() || self.ch.is_closed()) {
+        let room = self.ch.room().map_err(|e| gone(self.rank, e))?;
+        if room == 0 && (self.ch.peer_closed() || self.ch.is_closed()) {
             return Err(gone(self.rank, "its channel is closed"));
         }
-        Ok(free.saturating_sub(8) & !7)
+        Ok(room)
     }
     fn send(&self, frame: &[u8]) -> Result<(), TransportError> {
         self.ch.write(frame, Some(Instant::now() + Duration::from_secs(60))).map_err(|e| gone(self.rank, e))
@@ -87,7 +85,7 @@ impl Link for UmpLink {
         self.ch.read(buf, Some(Instant::now() + Duration::from_secs(60))).map_err(|e| gone(self.rank, e))
     }
     fn max_frame(&self) -> usize {
-        self.ring - 8
+        self.ch.max_unsplit()
     }
 }
 
@@ -136,12 +134,7 @@ pub fn connect_all(
             }
         }
         let ch = ump::chan(id).map_err(ump_err)?;
-        let ring = ump::info().map_err(ump_err)?;
-        let ring = match ch.transport {
-            ump::Transport::Shm => ring.shm_buffer,
-            ump::Transport::Mc => ring.mc_buffer,
-        };
-        links.push(Some(Box::new(UmpLink { rank, id, ch, ring })));
+        links.push(Some(Box::new(UmpLink { rank, id, ch })));
     }
     Ok(links)
 }
@@ -155,7 +148,7 @@ struct Queue {
 }
 
 /// One end of an in-process link pair with a ring of `cap` bytes each way
-/// (the same accounting as UMP: 8 bytes of header, payload padded to 8).
+/// (the same accounting as UMP: a 16-byte header, payload padded to 8).
 pub struct PipeEnd {
     out: Arc<Mutex<Queue>>,
     inb: Arc<Mutex<Queue>>,
@@ -170,7 +163,7 @@ pub fn pipe(cap: usize) -> (PipeEnd, PipeEnd) {
 }
 
 fn footprint(n: usize) -> usize {
-    8 + n.div_ceil(8) * 8
+    16 + n.div_ceil(8) * 8
 }
 
 impl PipeEnd {
@@ -191,7 +184,7 @@ impl Link for PipeEnd {
         if Self::lock(&self.inb).closed {
             return Err(gone(0, "pipe closed"));
         }
-        Ok((self.cap - q.bytes).saturating_sub(8) & !7)
+        Ok((self.cap - q.bytes).saturating_sub(16) & !7)
     }
     fn send(&self, frame: &[u8]) -> Result<(), TransportError> {
         let mut q = Self::lock(&self.out);
@@ -219,7 +212,7 @@ impl Link for PipeEnd {
         Ok(f.len())
     }
     fn max_frame(&self) -> usize {
-        self.cap - 8
+        self.cap - 16
     }
 }
 
@@ -230,9 +223,9 @@ mod tests {
     #[test]
     fn pipe_accounts_like_a_ring() {
         let (a, b) = pipe(64);
-        assert_eq!(a.room().unwrap(), 56);
+        assert_eq!(a.room().unwrap(), 48);
         a.send(&[1; 20]).unwrap();
-        assert_eq!(a.room().unwrap(), 64 - footprint(20) - 8);
+        assert_eq!(a.room().unwrap(), 64 - footprint(20) - 16);
         assert!(a.send(&[0; 40]).is_err());
         assert_eq!(b.next_len().unwrap(), Some(20));
         let mut buf = [0u8; 64];

@@ -472,6 +472,14 @@ fn wait_open(ch: i32, limit: Duration) -> Result<()> {
     }
 }
 
+/// What a channel did about bytes lost in transit, and what its writer
+/// sent by DMA.
+fn repairs(ch: i32) -> Result<String> {
+    let c = ump::chan(ch)?;
+    let (asked, served) = c.repairs();
+    Ok(format!("repairs: asked {asked}, served {served}; dma: {} bytes", c.dma_bytes()))
+}
+
 /// `ump_init`, then opens the channel of `e` and waits at most `limit`
 /// for the other side to open it.
 fn open(e: &Ends, limit: Duration) -> Result<i32> {
@@ -512,7 +520,7 @@ fn main() -> Result<()> {
                 }
                 n += 1;
             }
-            println!("served {n} messages");
+            println!("served {n} messages; {}", repairs(ch)?);
             ump::exit()?;
         }
         Cmd::Pingpong { ends, sizes, rounds } => {
@@ -537,6 +545,7 @@ fn main() -> Result<()> {
                 }
                 println!("size {s} ok: best round trip {:.1} us", best * 1e6);
             }
+            println!("{}", repairs(ch)?);
             ump::close(ch)?;
             ump::exit()?;
             println!("pingpong ok: {} sizes", sizes.len());

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::mem::{Sink, Source};
-use crate::ring::{self, Consumer, Producer, RingError, CLOSED, HEAD, OPEN, TAIL, WHO};
+use crate::ring::{self, Consumer, Producer, RingError, CLOSED, HEAD, NACK, OPEN, TAIL, WHO};
 
 /// The echo of the other side's token.
 pub const ACK: usize = 32;
@@ -101,7 +101,9 @@ pub enum ChanError {
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 
 impl Channel {
-    /// A channel over halves `out` (ours) and `peer` (theirs).
+    /// A channel over halves `out` (ours) and `peer` (theirs); with `copy`
+    /// (MEMORY CHANNEL) the writer keeps a copy of its ring to send lost
+    /// bytes again, and the reader checks payloads.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         local: u64,
@@ -113,6 +115,7 @@ impl Channel {
         who: u64,
         alive: Liveness,
         keep: Box<dyn Send + Sync>,
+        copy: Option<Box<dyn ring::Shadow>>,
     ) -> Arc<Channel> {
         let session = fresh_token();
         let c = Arc::new(Channel {
@@ -120,8 +123,8 @@ impl Channel {
             remote,
             transport,
             size,
-            tx: Mutex::new(Producer::new(out.clone(), peer.clone(), size)),
-            rx: Mutex::new(Consumer::new(out.clone(), peer.clone(), size)),
+            tx: Mutex::new(Producer::new(out.clone(), peer.clone(), size, session, copy)),
+            rx: Mutex::new(Consumer::new(out.clone(), peer.clone(), size, transport == Transport::Mc)),
             out,
             peer,
             session,
@@ -143,6 +146,7 @@ impl Channel {
     fn announce(&self) {
         self.out.store(HEAD, 0);
         self.out.store(TAIL, 0);
+        self.out.store(NACK, 0);
         self.out.store(WHO, self.who);
         let peer_token = self.peer.load(OPEN);
         if peer_token != 0 && peer_token != CLOSED {
@@ -163,6 +167,8 @@ impl Channel {
             self.acked.store(peer_token, Ordering::Relaxed);
         }
         if peer_token != 0 && peer_token != CLOSED && self.peer.load(ACK) == self.session {
+            // Nobody reads before the channel is complete.
+            self.rx.lock().unwrap_or_else(|e| e.into_inner()).set_seed(peer_token);
             self.complete.store(true, Ordering::Release);
             return true;
         }
@@ -198,6 +204,7 @@ impl Channel {
     /// the other side closed (`closed` says what that means for this
     /// operation), it died (checked every [`LIVENESS_EVERY`]), or `deadline`.
     fn stop_reason(&self, deadline: Option<Instant>, closed: &str) -> Result<(), ChanError> {
+        self.service();
         if self.closed.load(Ordering::Acquire) {
             return Err(ChanError::ClosedHere);
         }
@@ -264,12 +271,35 @@ impl Channel {
         self.waiting(deadline, "", |wait| tx.write(msg, wait))
     }
 
+    /// Serves the other side's reader while this side waits or polls:
+    /// bytes it asked for again, and our index now and then (see
+    /// [`crate::ring`], "Lost bytes"). A writer of ours does it itself.
+    pub fn service(&self) {
+        if self.transport == Transport::Mc && self.is_complete() {
+            if let Ok(mut tx) = self.tx.try_lock() {
+                tx.service();
+            }
+        }
+    }
+
+    /// Repair requests: (made by our reader, served by our writer).
+    pub fn repairs(&self) -> (u64, u64) {
+        let asked = self.rx.try_lock().map(|r| r.nacks()).unwrap_or(0);
+        let served = self.tx.try_lock().map(|t| t.repairs()).unwrap_or(0);
+        (asked, served)
+    }
+
+    /// Bytes our writer sent into the ring by the adapter's DMA engine.
+    pub fn dma_bytes(&self) -> u64 {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).dma_bytes()
+    }
+
     /// Writes a multicast record pointing into an outbuf (see
     /// [`crate::ring::Producer::write_record`]); returns our producer index
     /// after it (the record is consumed once the reader's index passes it).
     pub fn write_record(
         &self,
-        len: usize,
+        msg: &[u8],
         key: u64,
         off: u64,
         size: u64,
@@ -277,7 +307,7 @@ impl Channel {
     ) -> Result<u64, ChanError> {
         self.wait_open(deadline)?;
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        self.waiting(deadline, "", |wait| tx.write_record(len, key, off, size, wait))?;
+        self.waiting(deadline, "", |wait| tx.write_record(msg, key, off, size, wait))?;
         Ok(tx.produced())
     }
 
@@ -289,6 +319,18 @@ impl Channel {
         }
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         tx.free().map_err(|e| ChanError::Corrupt(e.to_string()))
+    }
+
+    /// The longest message that can be written now without waiting (0
+    /// until the channel is complete, and after either side closed it).
+    pub fn room(&self) -> Result<usize, ChanError> {
+        self.writable().map(ring::room)
+    }
+
+    /// The longest message that ever goes in without waiting (when the
+    /// other side has read everything).
+    pub fn max_unsplit(&self) -> usize {
+        ring::room(self.size)
     }
 
     /// Whether the other side's process is still there.
@@ -324,6 +366,7 @@ impl Channel {
         if !self.is_complete() {
             return None;
         }
+        self.service();
         self.rx.try_lock().ok().and_then(|mut r| r.peek().ok().flatten())
     }
 
@@ -345,8 +388,8 @@ impl Channel {
     }
 
     /// Ring bytes a message of `len` takes.
-    pub fn footprint(len: usize) -> usize {
-        ring::footprint(len)
+    pub fn footprint(&self, len: usize) -> usize {
+        ring::footprint(self.size, len)
     }
 }
 

@@ -21,6 +21,10 @@ pub struct Config {
     pub max_channels: usize,
     /// Bytes of this process's multicast outbuf (a multiple of 8 KiB).
     pub outbuf: usize,
+    /// MEMORY CHANNEL: pieces of a message of at least this many bytes go
+    /// into the other side's ring by the adapter's transmit DMA engine,
+    /// when it has one (0: never).
+    pub dma_threshold: usize,
 }
 
 /// Largest ring: what one MEMORY CHANNEL region or shm file may hold.
@@ -29,17 +33,28 @@ pub const MAX_BUFFER: usize = 64 << 20;
 /// Default outbuf bytes (`UMP_OUTBUF`).
 pub const OUTBUF_DEFAULT: usize = 1 << 20;
 
+/// Default DMA threshold (`UMP_DMA_THRESHOLD`), from `ump-tool bench`
+/// runs with and without DMA (docs/ump.md, "Measuring").
+pub const DMA_THRESHOLD_DEFAULT: usize = 4096;
+
 impl Default for Config {
     fn default() -> Self {
         // The paper's non-blocking runs: 256 KiB (shared memory), 32 KiB
         // (MEMORY CHANNEL).
-        Config { shm_buffer: 256 << 10, mc_buffer: 32 << 10, max_channels: 64, outbuf: OUTBUF_DEFAULT }
+        Config {
+            shm_buffer: 256 << 10,
+            mc_buffer: 32 << 10,
+            max_channels: 64,
+            outbuf: OUTBUF_DEFAULT,
+            dma_threshold: DMA_THRESHOLD_DEFAULT,
+        }
     }
 }
 
 impl Config {
     /// From the environment: `UMP_SHM_BUFFER`, `UMP_MC_BUFFER`,
-    /// `UMP_OUTBUF` (bytes, or with a K/M suffix), `UMP_MAX_CHANNELS`.
+    /// `UMP_OUTBUF`, `UMP_DMA_THRESHOLD` (bytes, or with a K/M suffix),
+    /// `UMP_MAX_CHANNELS`.
     pub fn from_env() -> Result<Config, ConfigError> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -56,6 +71,7 @@ impl Config {
         size("UMP_SHM_BUFFER", &mut c.shm_buffer)?;
         size("UMP_MC_BUFFER", &mut c.mc_buffer)?;
         size("UMP_OUTBUF", &mut c.outbuf)?;
+        size("UMP_DMA_THRESHOLD", &mut c.dma_threshold)?;
         if let Some(s) = var("UMP_MAX_CHANNELS") {
             c.max_channels = s.parse().map_err(|_| ConfigError(format!("UMP_MAX_CHANNELS={s:?}")))?;
         }
@@ -110,6 +126,10 @@ mod tests {
             Config::from_vars(vars(&[("UMP_SHM_BUFFER", "64K"), ("UMP_MC_BUFFER", "1M"), ("UMP_MAX_CHANNELS", "3")]))
                 .unwrap();
         assert_eq!((c.shm_buffer, c.mc_buffer, c.max_channels), (64 << 10, 1 << 20, 3));
+        assert_eq!(c.dma_threshold, DMA_THRESHOLD_DEFAULT);
+        let c = Config::from_vars(vars(&[("UMP_DMA_THRESHOLD", "0")])).unwrap();
+        assert_eq!(c.dma_threshold, 0, "0 turns DMA off");
+        assert!(Config::from_vars(vars(&[("UMP_DMA_THRESHOLD", "big")])).is_err());
         assert!(Config::from_vars(vars(&[("UMP_SHM_BUFFER", "lots")])).unwrap_err().0.contains("UMP_SHM_BUFFER"));
         assert!(Config::from_vars(vars(&[("UMP_MC_BUFFER", "100")])).is_err(), "below 4 KiB");
         assert!(Config::from_vars(vars(&[("UMP_OUTBUF", "12K")])).is_err(), "not whole 8 KiB");

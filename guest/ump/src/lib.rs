@@ -105,6 +105,9 @@ struct State {
     outbufs_in: OutbufsIn,
     /// Inboxes of our listening handles (MEMORY CHANNEL), by handle.
     inboxes: HashMap<u64, Inbox>,
+    /// The transmit DMA source area MEMORY CHANNEL rings are copied into
+    /// (opened with the first such channel): Err says why there is none.
+    dma: Option<Result<Arc<mc::DmaArea>, String>>,
 }
 
 impl State {
@@ -160,6 +163,7 @@ pub fn init(cfg: Config) -> Result<(), UmpError> {
         outbuf: None,
         outbufs_in: Arc::new(Mutex::new(HashMap::new())),
         inboxes: HashMap::new(),
+        dma: None,
     });
     Ok(())
 }
@@ -355,6 +359,13 @@ pub struct Info {
     pub bytes_written: u64,
     /// Bytes read by blocking reads.
     pub bytes_read: u64,
+    /// Pieces of at least this many bytes go by DMA (0: never).
+    pub dma_threshold: usize,
+    /// The DMA engine in use: Ok once a channel opened it, Err why not,
+    /// None before the first MEMORY CHANNEL channel.
+    pub dma: Option<Result<(), String>>,
+    /// Bytes the open channels' writers sent by DMA.
+    pub dma_bytes: u64,
 }
 
 /// `ump_info`.
@@ -371,6 +382,9 @@ pub fn info() -> Result<Info, UmpError> {
             imcd_alive: st.imc.as_ref().is_some_and(|i| i.lock().map(|i| i.daemon_alive()).unwrap_or(false)),
             bytes_written: st.stats.0,
             bytes_read: st.stats.1,
+            dma_threshold: st.cfg.dma_threshold,
+            dma: st.dma.as_ref().map(|d| d.as_ref().map(|_| ()).map_err(Clone::clone)),
+            dma_bytes: st.chans.values().map(|e| e.ch.dma_bytes()).sum(),
         })
     })
 }

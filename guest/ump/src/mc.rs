@@ -2,12 +2,18 @@
 //! handle pair; each side maps its own half for transmit only (no
 //! loopback, as in the revised UMP) and the other half for receive.
 //! Also the receive side of multicast: mapping senders' outbufs when a
-//! record first points into one. Called with the UMP state locked
-//! (open, accept), and from a channel's reader (the resolver).
+//! record first points into one; and the transmit DMA engine's use by
+//! UMP: the process's source area, cut into one slot per channel, holds
+//! each writer's copy of its ring ([`ring::Shadow`]), and large pieces go
+//! from there into the other side's ring by DMA. Called with the UMP
+//! state locked (open, accept), from a channel's reader (the resolver)
+//! and from its writer (the shadow).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use imc_client::dma::{DmaPort, DmaTarget};
 use imc_client::keys::Namespace;
 use imc_client::{Imc, ImcError, Status};
 
@@ -50,8 +56,106 @@ impl Drop for McKeep {
     }
 }
 
+/// The process's transmit DMA source area, one slot of a ring's size per
+/// channel.
+pub struct DmaArea {
+    port: DmaPort,
+    slot: usize,
+    free: Mutex<Vec<bool>>,
+}
+
+/// Largest source area asked of imcd (its own limit is 16 MiB).
+const DMA_AREA_MAX: usize = 16 << 20;
+
+impl DmaArea {
+    /// Opens the engine for this process: slots of `ring` bytes for up to
+    /// `channels` channels, within [`DMA_AREA_MAX`].
+    fn open(imc: &Imc, ring: usize, channels: usize) -> Result<DmaArea, String> {
+        let slots = channels.min(DMA_AREA_MAX / ring).max(1);
+        let port = imc.dma_open((slots * ring) as u64).map_err(|e| format!("imcd: {e}"))?;
+        let slots = port.buffer().len() / ring;
+        if slots == 0 {
+            return Err(format!("a DMA area of {} bytes holds no ring of {ring}", port.buffer().len()));
+        }
+        Ok(DmaArea { port, slot: ring, free: Mutex::new(vec![true; slots]) })
+    }
+
+    fn take(&self) -> Option<usize> {
+        let mut f = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let i = f.iter().position(|&x| x)?;
+        f[i] = false;
+        Some(i)
+    }
+}
+
+/// A writer's copy of its ring in a slot of the DMA area: pieces of at
+/// least `threshold` bytes go by DMA into `target` (our half), the rest
+/// by stores.
+struct DmaShadow {
+    area: Arc<DmaArea>,
+    index: usize,
+    target: DmaTarget,
+    threshold: usize,
+}
+
+impl DmaShadow {
+    fn base(&self) -> usize {
+        self.index * self.area.slot
+    }
+}
+
+impl ring::Shadow for DmaShadow {
+    fn keep(&mut self, pos: usize, src: &[u8]) {
+        // Inside our slot: pos + len ≤ the ring, which is the slot's size.
+        let _ = self.area.port.buffer().write(self.base() + pos, src);
+    }
+    fn get(&self, pos: usize, dst: &mut [u8]) {
+        let _ = self.area.port.buffer().read(self.base() + pos, dst);
+    }
+    fn dma(&mut self, pos: usize, len: usize) -> bool {
+        // A failed transfer loses bytes like a dropped frame: the reader
+        // asks for them again. Not waiting for completion is safe: a slot
+        // byte is rewritten only after the reader consumed it, so after
+        // the transfer that carried it.
+        self.threshold > 0
+            && len >= self.threshold
+            && self
+                .area
+                .port
+                .start(&self.target, (ring::RING + pos) as u64, (self.base() + pos) as u64, len as u64)
+                .is_ok()
+    }
+}
+
+impl Drop for DmaShadow {
+    fn drop(&mut self) {
+        self.area.free.lock().unwrap_or_else(|e| e.into_inner())[self.index] = true;
+    }
+}
+
+/// The copy a new channel's writer keeps: a slot of the DMA area when the
+/// engine is there and DMA is on, else plain memory.
+fn shadow(st: &mut State, imc: &Imc, mine: u32) -> Box<dyn ring::Shadow> {
+    let size = st.cfg.mc_buffer;
+    if st.cfg.dma_threshold == 0 {
+        return Box::new(ring::Copy::new(size));
+    }
+    let area = st.dma.get_or_insert_with(|| DmaArea::open(imc, size, st.cfg.max_channels).map(Arc::new));
+    let Ok(area) = area.clone() else { return Box::new(ring::Copy::new(size)) };
+    let (Some(index), Ok(target)) = (area.take(), imc.dma_target(mine)) else {
+        return Box::new(ring::Copy::new(size));
+    };
+    Box::new(DmaShadow { area, index, target, threshold: st.cfg.dma_threshold })
+}
+
+/// How long the other side's node may be missing from imcd's table
+/// before the other side counts as dead: longer than imcd's flap grace and
+/// repair delay together (`imcd::daemon::Settings`), so a short link flap
+/// never breaks a channel.
+const NODE_AWAY: Duration = Duration::from_secs(4);
+
 /// Opens our side of the MEMORY CHANNEL channel (local, remote).
-pub(crate) fn open_mc(st: &State, local: u64, remote: u64) -> Result<Arc<Channel>, UmpError> {
+pub(crate) fn open_mc(st: &mut State, local: u64, remote: u64) -> Result<Arc<Channel>, UmpError> {
     let imc =
         st.imc.clone().ok_or_else(|| UmpError::NoTransport("MEMORY CHANNEL needs imcd (not reachable)".into()))?;
     let (lo, hi) = (local.min(remote), local.max(remote));
@@ -65,26 +169,43 @@ pub(crate) fn open_mc(st: &State, local: u64, remote: u64) -> Result<Arc<Channel
     // Receive first: the other side's first writes must land here.
     let rx = c.asattach_rx(theirs).map_err(err)?;
     let tx = c.asattach_tx(mine, false).map_err(err)?;
+    let copy = shadow(st, &c, mine);
     drop(c);
     let (out, peer): (Arc<dyn Sink>, Arc<dyn Source>) =
         (Arc::new(TxWindow::new(Arc::new(tx))), Arc::new(RxWindow::new(Arc::new(rx))));
     let probe = imc.clone();
+    let away = Mutex::new(None::<Instant>);
     let alive: channel::Liveness = Box::new(move |who| {
         let (node, pid) = ((who >> 32) as u32, who as u32);
         if pid == 0 {
             return Ok(());
         }
-        match probe.lock().unwrap_or_else(|e| e.into_inner()).kill(&node.to_string(), pid as i32, 0) {
-            Ok(()) => Ok(()),
-            Err(ImcError::Refused { code, message }) if code == Status::NoHost || code == Status::Errno => {
+        let r = probe.lock().unwrap_or_else(|e| e.into_inner()).kill(&node.to_string(), pid as i32, 0);
+        let mut away = away.lock().unwrap_or_else(|e| e.into_inner());
+        match r {
+            Err(ImcError::Refused { code: Status::Errno, message }) => {
                 Err(format!("process {pid} on node {node}: {message}"))
+            }
+            // Its node is not in imcd's table: through a link flap that
+            // imcd rides out, or for good. Dead once it has been away
+            // longer than imcd takes to repair a node out.
+            Err(ImcError::Refused { code: Status::NoHost, message }) => {
+                let since = *away.get_or_insert_with(Instant::now);
+                if since.elapsed() > NODE_AWAY {
+                    return Err(format!("process {pid} on node {node}: {message} (for {} s)", NODE_AWAY.as_secs()));
+                }
+                Ok(())
+            }
+            Ok(()) => {
+                *away = None;
+                Ok(())
             }
             Err(_) => Ok(()), // imcd busy or gone: do not guess
         }
     });
     let who = (st.node as u64) << 32 | std::process::id() as u64;
     let keep = McKeep { imc: imc.clone(), ids: [mine, theirs] };
-    let ch = Channel::new(local, remote, Transport::Mc, size, out, peer, who, alive, Box::new(keep));
+    let ch = Channel::new(local, remote, Transport::Mc, size, out, peer, who, alive, Box::new(keep), Some(copy));
     install_resolver(st, &ch);
     Ok(ch)
 }

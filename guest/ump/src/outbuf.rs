@@ -142,7 +142,7 @@ fn mcast_until(ids: &[i32], msg: &[u8], deadline: Option<Instant>) -> Result<(),
     o.head = end;
     let (key, size) = (o.key, o.size);
     for c in mc {
-        let after = c.write_record(msg.len(), key, start, size, deadline)?;
+        let after = c.write_record(msg, key, start, size, deadline)?;
         o.pending.push((c, after, start));
     }
     Ok(())

@@ -3,8 +3,8 @@
 //! (bytes written) lives in the producer's half, the consumer's index
 //! (bytes read) in the consumer's half; each is written by one side only,
 //! so no lock is ever taken. Messages larger than the buffer stream
-//! through it in fragments: the producer publishes its index after every
-//! fragment, so the consumer reads while the producer writes.
+//! through it in chunks of half the buffer: the consumer reads one chunk
+//! while the producer writes the next.
 //!
 //! # A half (written by one side, read by the other)
 //!
@@ -13,13 +13,45 @@
 //! 8   HEAD   bytes produced into this half's ring
 //! 16  TAIL   bytes consumed from the other half's ring
 //! 24  WHO    node << 32 | pid of the side that writes this half
+//! 32  ACK    (the channel's opening handshake)
+//! 40  NACK   repair requests for the other half's ring (a counter)
 //! 64  ring   `size` bytes
 //! ```
 //!
-//! A message is an 8-byte header (length, and a check word) and the
-//! payload padded to 8 bytes.
+//! # A chunk in the ring
+//!
+//! A message is one chunk, or several when it does not fit the buffer.
+//! Each chunk is a 16-byte header and its payload padded to 8 bytes:
+//!
+//! ```text
+//! word 0   kind << 32 | length (first chunk: the message's; later ones: what is left)
+//! word 1   header check << 32 | payload check
+//! ```
+//!
+//! The header check covers word 0 and the chunk's position in the ring
+//! (bytes produced before it), so a header left from an earlier lap of the
+//! ring never checks. A multicast record is one chunk whose payload is
+//! three words (outbuf key, offset, outbuf size), covered by the header
+//! check; its payload check is that of the message in the outbuf.
+//!
+//! # Lost bytes (MEMORY CHANNEL)
+//!
+//! A frame the hub drops (a link flap, a frame that fails its CRC) can
+//! leave a hole in the ring while a later index store arrives. Over
+//! MEMORY CHANNEL ([`Producer::new`] with `repair`) every chunk carries
+//! a payload check, and the consumer copies a chunk out only once all of
+//! it checks: it never delivers a hole. A chunk that does not check is
+//! asked for again (NACK: the consumer publishes its index, then bumps
+//! its counter); the producer keeps a copy of its ring and sends
+//! everything the consumer has not consumed again. Index stores can be
+//! lost too, so a side that waits re-sends its index every
+//! [`REPAIR_EVERY`]. A chunk that still does not check after
+//! [`REPAIR_LIMIT`] is reported corrupt (the caller sees the channel
+//! broken, never wrong bytes). Over shared memory nothing is lost, and
+//! payloads are not checked.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::mem::{Sink, Source};
 
@@ -31,17 +63,28 @@ pub const HEAD: usize = 8;
 pub const TAIL: usize = 16;
 /// Offset of the writer's identity.
 pub const WHO: usize = 24;
+/// Offset of the consumer's repair requests for the other direction.
+pub const NACK: usize = 40;
 /// Offset of the ring.
 pub const RING: usize = 64;
 /// OPEN after the writer closed its side.
 pub const CLOSED: u64 = u64::MAX;
-/// High half of a message header.
-const MAGIC: u64 = 0x554D_5031; // "UMP1"
-/// High half of the header of a multicast record: the payload is in the
-/// sender's outbuf; the record says where (outbuf key, offset, outbuf size).
+/// Bytes of a chunk header.
+pub const HEADER: usize = 16;
+/// Kind of the first chunk of a message.
+const MAGIC: u64 = 0x554D_5032; // "UMP2"
+/// Kind of a later chunk of a message.
+const MAGIC_MORE: u64 = 0x554D_502B; // "UMP+"
+/// Kind of a multicast record: the payload is in the sender's outbuf;
+/// the record says where (outbuf key, offset, outbuf size).
 const MAGIC_OUTBUF: u64 = 0x554D_504D; // "UMPM"
 /// Words of a multicast record after its header.
 const RECORD_WORDS: usize = 3;
+/// How often a waiting side sends its index again (and a consumer its
+/// repair request), in case the last store was lost.
+pub const REPAIR_EVERY: Duration = Duration::from_millis(100);
+/// How long a chunk may fail its checks before it is reported corrupt.
+pub const REPAIR_LIMIT: Duration = Duration::from_secs(5);
 
 /// Finds a sender's outbuf by its key and size (maps it on first use).
 pub type Resolver = Arc<dyn Fn(u64, u64) -> Option<Arc<dyn Source>> + Send + Sync>;
@@ -54,7 +97,8 @@ pub fn half_len(size: usize) -> usize {
 /// Why a transfer stopped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RingError {
-    /// The ring holds bytes that are not a message header.
+    /// The ring holds bytes that are not a message (over MEMORY CHANNEL:
+    /// still not, after asking the producer again for [`REPAIR_LIMIT`]).
     #[error("channel buffer corrupt: {0}")]
     Corrupt(String),
     /// The message does not fit the buffer given for it (nothing consumed).
@@ -72,6 +116,123 @@ fn pad8(n: usize) -> usize {
     n.div_ceil(8) * 8
 }
 
+/// Payload bytes of each chunk of a message that does not fit the ring
+/// whole: a chunk takes at most half the ring.
+fn chunk_payload(size: usize) -> usize {
+    (size / 2 - HEADER) & !7
+}
+
+/// Whether a message of `len` bytes goes into a ring of `size` as one chunk.
+fn whole(size: usize, len: usize) -> bool {
+    HEADER + pad8(len) <= size
+}
+
+/// Bytes a message of `len` takes in a ring of `size`.
+pub fn footprint(size: usize, len: usize) -> usize {
+    if whole(size, len) {
+        HEADER + pad8(len)
+    } else {
+        len.div_ceil(chunk_payload(size)) * HEADER + pad8(len)
+    }
+}
+
+/// The largest message that goes in as one chunk when `free` bytes are free.
+pub fn room(free: usize) -> usize {
+    free.saturating_sub(HEADER) & !7
+}
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// The header check of a chunk at ring position `pos` of the producer
+/// session `seed`, with header word 0 and (records) the words after it.
+fn head_check(seed: u64, pos: u64, words: &[u64]) -> u32 {
+    let mut h = mix(mix(seed) ^ pos ^ 0x9E37_79B9_7F4A_7C15);
+    for w in words {
+        h = mix(h ^ w);
+    }
+    (h >> 32) as u32
+}
+
+/// A running check of payload words (Fletcher's, on 64-bit words: a lost
+/// or reordered word changes it).
+#[derive(Debug, Clone, Copy, Default)]
+struct Sum {
+    a: u64,
+    b: u64,
+}
+
+impl Sum {
+    fn add(&mut self, bytes: &[u8]) {
+        for w in bytes.chunks_exact(8) {
+            self.a = self.a.wrapping_add(u64::from_ne_bytes(w.try_into().expect("8 bytes")));
+            self.b = self.b.wrapping_add(self.a);
+        }
+    }
+
+    /// `bytes` as they are padded in the ring.
+    fn add_padded(&mut self, bytes: &[u8]) {
+        let whole = bytes.len() / 8 * 8;
+        self.add(&bytes[..whole]);
+        if whole < bytes.len() {
+            let mut last = [0u8; 8];
+            last[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+            self.add(&last);
+        }
+    }
+
+    fn value(self) -> u32 {
+        mix(self.a ^ mix(self.b)) as u32
+    }
+
+    fn of(bytes: &[u8]) -> u32 {
+        let mut s = Sum::default();
+        s.add_padded(bytes);
+        s.value()
+    }
+}
+
+/// Where a producer keeps a copy of its ring (MEMORY CHANNEL), to send
+/// lost bytes again; it may also send them by the adapter's transmit DMA
+/// engine instead of stores (`crate::mc`).
+pub trait Shadow: Send {
+    /// Keeps `src` at ring position `pos` (`pos + src.len()` ≤ the ring).
+    fn keep(&mut self, pos: usize, src: &[u8]);
+    /// The kept bytes at `pos`.
+    fn get(&self, pos: usize, dst: &mut [u8]);
+    /// Sends the kept bytes `pos..pos + len` into the ring by DMA; false
+    /// when they must go by stores instead (too few to be worth it, no
+    /// engine, or the engine refused).
+    fn dma(&mut self, pos: usize, len: usize) -> bool;
+}
+
+/// A copy in the process's memory: lost bytes go again by stores.
+pub struct Copy(Vec<u8>);
+
+impl Copy {
+    /// A copy of a ring of `size` bytes.
+    pub fn new(size: usize) -> Copy {
+        Copy(vec![0; size])
+    }
+}
+
+impl Shadow for Copy {
+    fn keep(&mut self, pos: usize, src: &[u8]) {
+        self.0[pos..pos + src.len()].copy_from_slice(src);
+    }
+    fn get(&self, pos: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self.0[pos..pos + dst.len()]);
+    }
+    fn dma(&mut self, _pos: usize, _len: usize) -> bool {
+        false
+    }
+}
+
 /// The producer end of one direction.
 pub struct Producer {
     out: Arc<dyn Sink>,
@@ -79,13 +240,39 @@ pub struct Producer {
     size: usize,
     head: u64,
     tail: u64,
+    /// MEMORY CHANNEL: what we wrote into the ring, to send again.
+    copy: Option<Box<dyn Shadow>>,
+    /// Bytes sent by DMA.
+    dma_bytes: u64,
+    /// The consumer's repair request we last served.
+    nack_seen: u64,
+    /// When HEAD was last sent again.
+    kicked: Instant,
+    /// Repair requests served.
+    repairs: u64,
+    /// Our session: headers of an earlier channel in the same memory never check.
+    seed: u64,
 }
 
 impl Producer {
-    /// The producer writing `out`'s ring, reading its consumer's index from `peer`.
-    pub fn new(out: Arc<dyn Sink>, peer: Arc<dyn Source>, size: usize) -> Producer {
+    /// The producer writing `out`'s ring, reading its consumer's index from
+    /// `peer`, for session `seed`; with a `copy` of the ring (MEMORY
+    /// CHANNEL), it checks payloads and serves repair requests.
+    pub fn new(
+        out: Arc<dyn Sink>,
+        peer: Arc<dyn Source>,
+        size: usize,
+        seed: u64,
+        copy: Option<Box<dyn Shadow>>,
+    ) -> Producer {
         assert!(size >= 64 && size % 8 == 0);
-        Producer { out, peer, size, head: 0, tail: 0 }
+        let (head, tail, nack_seen, kicked, repairs, dma_bytes) = (0, 0, 0, Instant::now(), 0, 0);
+        Producer { out, peer, size, head, tail, copy, dma_bytes, nack_seen, kicked, repairs, seed }
+    }
+
+    /// Bytes sent into the ring by the DMA engine.
+    pub fn dma_bytes(&self) -> u64 {
+        self.dma_bytes
     }
 
     /// Bytes produced so far.
@@ -93,88 +280,199 @@ impl Producer {
         self.head
     }
 
+    /// Repair requests served so far.
+    pub fn repairs(&self) -> u64 {
+        self.repairs
+    }
+
+    /// Serves the consumer: sends again what it has not consumed when it
+    /// asked for that, and our index now and then (a lost index store
+    /// would leave it waiting). Cheap; called while we wait and before
+    /// each message.
+    pub fn service(&mut self) {
+        if self.copy.is_none() {
+            return;
+        }
+        let req = self.peer.load(NACK);
+        if req != self.nack_seen {
+            self.nack_seen = req;
+            self.resend();
+        } else if self.kicked.elapsed() >= REPAIR_EVERY {
+            self.kicked = Instant::now();
+            self.out.store(HEAD, self.head);
+        }
+    }
+
+    /// Writes the bytes the consumer has not consumed again, then HEAD.
+    fn resend(&mut self) {
+        let tail = self.peer.load(TAIL);
+        // An index that makes no sense: the consumer's own checks report it.
+        if self.copy.is_none() || self.head.checked_sub(tail).is_none_or(|u| u > self.size as u64) {
+            return;
+        }
+        let mut at = tail;
+        let mut bytes = Vec::new();
+        while at < self.head {
+            let pos = (at % self.size as u64) as usize;
+            let n = ((self.head - at) as usize).min(self.size - pos);
+            let copy = self.copy.as_mut().expect("checked above");
+            if copy.dma(pos, n) {
+                self.dma_bytes += n as u64;
+            } else {
+                bytes.resize(n, 0);
+                copy.get(pos, &mut bytes);
+                self.out.write(RING + pos, &bytes);
+            }
+            at += n as u64;
+        }
+        self.out.store(HEAD, self.head);
+        self.kicked = Instant::now();
+        self.repairs += 1;
+    }
+
     /// Free bytes, contiguous from the head (refreshing the consumer's
     /// index when the ring looks full). An index from the other side that
     /// makes no sense (past our head, or more than a ring behind) is an error.
-    fn room(&mut self) -> Result<usize, RingError> {
+    fn contiguous(&mut self) -> Result<usize, RingError> {
         if self.head.wrapping_sub(self.tail) as usize >= self.size {
             self.tail = self.peer.load(TAIL);
         }
-        let used = self.head.checked_sub(self.tail).filter(|&u| u <= self.size as u64).ok_or_else(|| {
-            RingError::Corrupt(format!("consumer index {} does not fit producer index {}", self.tail, self.head))
-        })? as usize;
+        let used = self.used()?;
         let pos = (self.head % self.size as u64) as usize;
         Ok((self.size - used).min(self.size - pos))
+    }
+
+    fn used(&self) -> Result<usize, RingError> {
+        self.head.checked_sub(self.tail).filter(|&u| u <= self.size as u64).map(|u| u as usize).ok_or_else(|| {
+            RingError::Corrupt(format!("consumer index {} does not fit producer index {}", self.tail, self.head))
+        })
     }
 
     /// Bytes free in the ring now (refreshing the consumer's index). A
     /// message whose [`footprint`] fits goes in without waiting.
     pub fn free(&mut self) -> Result<usize, RingError> {
         self.tail = self.peer.load(TAIL);
-        let used = self.head.checked_sub(self.tail).filter(|&u| u <= self.size as u64).ok_or_else(|| {
-            RingError::Corrupt(format!("consumer index {} does not fit producer index {}", self.tail, self.head))
-        })? as usize;
-        Ok(self.size - used)
+        Ok(self.size - self.used()?)
     }
 
     /// Waits for room, then writes up to `src.len()` bytes (a multiple of 8)
-    /// in one fragment and publishes it. Returns the bytes written.
+    /// contiguously: by DMA when the copy can, else by stores. Returns the
+    /// bytes written (not yet published).
     fn push(&mut self, src: &[u8], wait: Waiter) -> Result<usize, RingError> {
         let mut spins = 0u32;
         let room = loop {
-            let r = self.room()?;
+            let r = self.contiguous()?;
             if r > 0 {
                 break r;
             }
             self.tail = self.peer.load(TAIL);
+            self.service();
             backoff(&mut spins, wait).map_err(RingError::Stopped)?;
         };
         let n = room.min(src.len());
         let pos = (self.head % self.size as u64) as usize;
-        self.out.write(RING + pos, &src[..n]);
+        match &mut self.copy {
+            Some(c) => {
+                c.keep(pos, &src[..n]);
+                if c.dma(pos, n) {
+                    self.dma_bytes += n as u64;
+                } else {
+                    self.out.write(RING + pos, &src[..n]);
+                }
+            }
+            None => self.out.write(RING + pos, &src[..n]),
+        }
         self.head += n as u64;
-        self.out.store(HEAD, self.head);
         Ok(n)
     }
 
-    /// Writes one whole message, streaming it through the ring.
-    pub fn write(&mut self, msg: &[u8], wait: Waiter) -> Result<(), RingError> {
-        let len = u32::try_from(msg.len()).map_err(|_| RingError::TooBig(msg.len()))?;
-        let header = (MAGIC << 32 | len as u64).to_ne_bytes();
+    /// Writes all of `src` (a multiple of 8), not yet published. The
+    /// consumer takes only whole chunks, so HEAD moves once per chunk; a
+    /// chunk fits the ring, so the room it waits for here is freed by
+    /// chunks already published.
+    fn push_all(&mut self, src: &[u8], wait: Waiter) -> Result<(), RingError> {
         let mut at = 0;
-        while at < 8 {
-            at += self.push(&header[at..], wait)?;
-        }
-        let whole = msg.len() / 8 * 8;
-        let mut off = 0;
-        while off < whole {
-            off += self.push(&msg[off..whole], wait)?;
-        }
-        if whole < msg.len() {
-            let mut last = [0u8; 8];
-            last[..msg.len() - whole].copy_from_slice(&msg[whole..]);
-            let mut at = 0;
-            while at < 8 {
-                at += self.push(&last[at..], wait)?;
-            }
+        while at < src.len() {
+            at += self.push(&src[at..], wait)?;
         }
         Ok(())
     }
 
-    /// Writes a multicast record: a message of `len` bytes that sits at
-    /// byte `off` (mod `size`) of the outbuf `key`, already written there.
-    pub fn write_record(&mut self, len: usize, key: u64, off: u64, size: u64, wait: Waiter) -> Result<(), RingError> {
-        let len = u32::try_from(len).map_err(|_| RingError::TooBig(len))?;
-        let mut rec = Vec::with_capacity(8 * (1 + RECORD_WORDS));
-        for w in [MAGIC_OUTBUF << 32 | len as u64, key, off, size] {
-            rec.extend_from_slice(&w.to_ne_bytes());
+    /// Writes one chunk: its header (kind, value, extra words) and payload.
+    fn chunk(&mut self, kind: u64, value: u64, extra: &[u64], payload: &[u8], wait: Waiter) -> Result<(), RingError> {
+        let w0 = kind << 32 | value;
+        let mut words = vec![w0];
+        words.extend_from_slice(extra);
+        let pcheck = if self.copy.is_some() { Sum::of(payload) } else { 0 };
+        let w1 = u64::from(head_check(self.seed, self.head, &words)) << 32 | u64::from(pcheck);
+        let mut hdr = Vec::with_capacity(HEADER + 8 * extra.len());
+        for w in [w0, w1].iter().chain(extra) {
+            hdr.extend_from_slice(&w.to_ne_bytes());
         }
-        let mut at = 0;
-        while at < rec.len() {
-            at += self.push(&rec[at..], wait)?;
+        self.push_all(&hdr, wait)?;
+        let whole = payload.len() / 8 * 8;
+        self.push_all(&payload[..whole], wait)?;
+        if whole < payload.len() {
+            let mut last = [0u8; 8];
+            last[..payload.len() - whole].copy_from_slice(&payload[whole..]);
+            self.push_all(&last, wait)?;
+        }
+        self.out.store(HEAD, self.head);
+        Ok(())
+    }
+
+    /// Writes one whole message, streaming it through the ring in chunks
+    /// when it does not fit whole.
+    pub fn write(&mut self, msg: &[u8], wait: Waiter) -> Result<(), RingError> {
+        self.service();
+        let len = u32::try_from(msg.len()).map_err(|_| RingError::TooBig(msg.len()))?;
+        if whole(self.size, msg.len()) {
+            return self.chunk(MAGIC, len.into(), &[], msg, wait);
+        }
+        let c = chunk_payload(self.size);
+        for (i, part) in msg.chunks(c).enumerate() {
+            let (kind, left) = if i == 0 { (MAGIC, msg.len()) } else { (MAGIC_MORE, msg.len() - i * c) };
+            self.chunk(kind, left as u64, &[], part, wait)?;
         }
         Ok(())
     }
+
+    /// Writes a multicast record for `msg`, which sits at byte `off` (mod
+    /// `size`) of the outbuf `key`, already written there.
+    pub fn write_record(&mut self, msg: &[u8], key: u64, off: u64, size: u64, wait: Waiter) -> Result<(), RingError> {
+        self.service();
+        let len = u32::try_from(msg.len()).map_err(|_| RingError::TooBig(msg.len()))?;
+        // The record's payload check is the message's, in the outbuf.
+        let pcheck = if self.copy.is_some() { Sum::of(msg) } else { 0 };
+        let w0 = MAGIC_OUTBUF << 32 | u64::from(len);
+        let w1 = u64::from(head_check(self.seed, self.head, &[w0, key, off, size])) << 32 | u64::from(pcheck);
+        let mut rec = Vec::with_capacity(HEADER + 8 * RECORD_WORDS);
+        for w in [w0, w1, key, off, size] {
+            rec.extend_from_slice(&w.to_ne_bytes());
+        }
+        self.push_all(&rec, wait)?;
+        self.out.store(HEAD, self.head);
+        Ok(())
+    }
+}
+
+/// A chunk header that checked.
+#[derive(Debug, Clone, Copy)]
+enum Chunk {
+    /// A message's first chunk: the message's length, the payload check.
+    First { len: usize, pcheck: u32 },
+    /// A later chunk: the bytes left of the message, the payload check.
+    More { left: usize, pcheck: u32 },
+    /// A multicast record.
+    Record { len: usize, pcheck: u32, key: u64, off: u64, size: u64 },
+}
+
+/// What is at the consumer's index.
+enum Next {
+    /// Not all of the header has arrived.
+    Waiting(usize),
+    /// A header that checks.
+    Chunk(Chunk),
 }
 
 /// The consumer end of one direction.
@@ -184,7 +482,7 @@ pub struct Consumer {
     size: usize,
     tail: u64,
     head: u64,
-    /// The message being read: (length, payload bytes consumed).
+    /// The message being read: (length, payload bytes copied out).
     current: Option<(usize, usize)>,
     /// Payload bytes of the current message copied out (for watchers).
     progress: Arc<std::sync::atomic::AtomicUsize>,
@@ -192,11 +490,22 @@ pub struct Consumer {
     resolver: Option<Resolver>,
     /// The consumer index the producer was last told.
     published: u64,
+    /// MEMORY CHANNEL: payloads are checked and repairs asked for.
+    repair: bool,
+    /// Repair requests made.
+    nacks: u64,
+    /// Since when the chunk at our index has failed its checks.
+    doubt: Option<Instant>,
+    /// When our index (or repair request) was last sent again.
+    kicked: Instant,
+    /// The producer's session ([`Consumer::set_seed`]).
+    seed: u64,
 }
 
 impl Consumer {
-    /// The consumer reading `peer`'s ring, publishing its index in `out`.
-    pub fn new(out: Arc<dyn Sink>, peer: Arc<dyn Source>, size: usize) -> Consumer {
+    /// The consumer reading `peer`'s ring, publishing its index in `out`;
+    /// with `repair`, payloads are checked and lost bytes asked for again.
+    pub fn new(out: Arc<dyn Sink>, peer: Arc<dyn Source>, size: usize, repair: bool) -> Consumer {
         Consumer {
             out,
             peer,
@@ -207,7 +516,22 @@ impl Consumer {
             progress: Default::default(),
             resolver: None,
             published: 0,
+            repair,
+            nacks: 0,
+            doubt: None,
+            kicked: Instant::now(),
+            seed: 0,
         }
+    }
+
+    /// The producer's session, once the channel is open (before any read).
+    pub fn set_seed(&mut self, seed: u64) {
+        self.seed = seed;
+    }
+
+    /// Repair requests made so far.
+    pub fn nacks(&self) -> u64 {
+        self.nacks
     }
 
     /// Tells the producer how far we have read: at once when `now` (we are
@@ -221,16 +545,50 @@ impl Consumer {
         }
     }
 
+    /// While we wait: our index again now and then (its last store may
+    /// have been lost, and the producer may be waiting for room), and the
+    /// repair request while a chunk fails its checks.
+    fn service(&mut self) {
+        self.publish(true);
+        if !self.repair || self.kicked.elapsed() < REPAIR_EVERY {
+            return;
+        }
+        self.kicked = Instant::now();
+        self.out.store(TAIL, self.tail);
+        if self.doubt.is_some() {
+            self.nacks += 1;
+            self.out.store(NACK, self.nacks);
+        }
+    }
+
+    /// The chunk at our index failed a check (`why`): ask for it again, or
+    /// give up once it has failed for [`REPAIR_LIMIT`].
+    fn doubted(&mut self, why: String) -> Result<(), RingError> {
+        if !self.repair {
+            return Err(RingError::Corrupt(why));
+        }
+        let first = self.doubt.is_none();
+        let since = *self.doubt.get_or_insert_with(Instant::now);
+        if since.elapsed() > REPAIR_LIMIT {
+            self.doubt = None;
+            return Err(RingError::Corrupt(format!(
+                "{why} (still after asking the sender again for {} s: bytes were lost in transit)",
+                REPAIR_LIMIT.as_secs()
+            )));
+        }
+        if first || self.kicked.elapsed() >= REPAIR_EVERY {
+            self.publish(true);
+            self.out.store(TAIL, self.tail);
+            self.nacks += 1;
+            self.out.store(NACK, self.nacks);
+            self.kicked = Instant::now();
+        }
+        Ok(())
+    }
+
     /// Lets this consumer follow multicast records into senders' outbufs.
     pub fn set_resolver(&mut self, r: Resolver) {
         self.resolver = Some(r);
-    }
-
-    fn next_is_record(&mut self) -> bool {
-        let mut h = [0u8; 8];
-        let pos = (self.tail % self.size as u64) as usize;
-        self.peer.read(RING + pos, &mut h);
-        u64::from_ne_bytes(h) >> 32 == MAGIC_OUTBUF
     }
 
     /// Bytes available now.
@@ -248,146 +606,239 @@ impl Consumer {
         self.current.is_some()
     }
 
-    fn wait_for(&mut self, n: usize, wait: Waiter) -> Result<usize, RingError> {
+    fn index_error(&self) -> RingError {
+        RingError::Corrupt(format!("producer index {} does not fit consumer index {}", self.head, self.tail))
+    }
+
+    fn wait_for(&mut self, n: usize, wait: Waiter) -> Result<(), RingError> {
         let mut spins = 0u32;
         loop {
             let a = self.available();
             if a > self.size {
-                return Err(RingError::Corrupt(format!(
-                    "producer index {} beyond consumer {} + size",
-                    self.head, self.tail
-                )));
+                return Err(self.index_error());
             }
             if a >= n {
-                return Ok(a);
+                return Ok(());
             }
             self.head = self.peer.load(HEAD);
             if self.head.checked_sub(self.tail).is_none_or(|a| a as usize >= n) {
                 continue;
             }
-            self.publish(true);
+            self.service();
             backoff(&mut spins, wait).map_err(RingError::Stopped)?;
         }
     }
 
-    /// Copies `dst.len()` bytes (a multiple of 8) out of the ring, in
-    /// fragments as they arrive, publishing our index after each.
-    fn pop(&mut self, dst: &mut [u8], wait: Waiter) -> Result<(), RingError> {
+    /// Copies `dst.len()` bytes (a multiple of 8) from ring position `at`
+    /// (bytes consumed), wrapping at the end of the ring.
+    fn copy_out(&self, at: u64, dst: &mut [u8]) {
         let mut off = 0;
         while off < dst.len() {
-            let avail = self.wait_for(8, wait)?;
-            let pos = (self.tail % self.size as u64) as usize;
-            let n = avail.min(self.size - pos).min(dst.len() - off);
+            let pos = ((at + off as u64) % self.size as u64) as usize;
+            let n = (self.size - pos).min(dst.len() - off);
             self.peer.read(RING + pos, &mut dst[off..off + n]);
-            self.tail += n as u64;
-            self.publish(false);
             off += n;
         }
-        Ok(())
+    }
+
+    fn word(&self, at: u64) -> u64 {
+        let mut w = [0u8; 8];
+        self.copy_out(at, &mut w);
+        u64::from_ne_bytes(w)
+    }
+
+    /// The header at our index, if it has arrived; `Err` with why when it
+    /// does not check.
+    fn next(&mut self) -> Result<Result<Next, String>, RingError> {
+        let a = self.available();
+        if a > self.size {
+            return Err(self.index_error());
+        }
+        if a < HEADER {
+            return Ok(Ok(Next::Waiting(HEADER)));
+        }
+        let (w0, w1) = (self.word(self.tail), self.word(self.tail + 8));
+        let (kind, value, hc, pcheck) = (w0 >> 32, (w0 & 0xFFFF_FFFF) as usize, (w1 >> 32) as u32, w1 as u32);
+        let mut words = vec![w0];
+        if kind == MAGIC_OUTBUF {
+            let need = HEADER + 8 * RECORD_WORDS;
+            if a < need {
+                return Ok(Ok(Next::Waiting(need)));
+            }
+            words.extend((0..RECORD_WORDS as u64).map(|i| self.word(self.tail + 16 + 8 * i)));
+        }
+        if ![MAGIC, MAGIC_MORE, MAGIC_OUTBUF].contains(&kind) || head_check(self.seed, self.tail, &words) != hc {
+            return Ok(Err(format!("bad chunk header {w0:#018x} {w1:#018x} at byte {}", self.tail)));
+        }
+        Ok(Ok(Next::Chunk(match kind {
+            MAGIC => Chunk::First { len: value, pcheck },
+            MAGIC_MORE => Chunk::More { left: value, pcheck },
+            _ => Chunk::Record { len: value, pcheck, key: words[1], off: words[2], size: words[3] },
+        })))
     }
 
     /// The length of the next message, if its header has arrived (or of
-    /// the one being read).
+    /// the one being read). Over MEMORY CHANNEL a header that does not
+    /// check reads as not arrived while it is asked for again.
     pub fn peek(&mut self) -> Result<Option<usize>, RingError> {
         if let Some((len, _)) = self.current {
             return Ok(Some(len));
         }
-        match self.available() {
-            a if a > self.size => {
-                return Err(RingError::Corrupt(format!("producer index {} does not fit ours {}", self.head, self.tail)))
+        match self.next()? {
+            Ok(Next::Chunk(Chunk::First { len, .. } | Chunk::Record { len, .. })) => Ok(Some(len)),
+            Ok(Next::Chunk(Chunk::More { .. })) => {
+                self.doubted(format!("a message continues at byte {} where none began", self.tail))?;
+                Ok(None)
             }
-            a if a < 8 => {
+            Ok(Next::Waiting(_)) => {
                 // Nothing to read: a poller may not come back soon, so the
                 // producer learns now how far we got (it may be waiting
                 // for that room).
-                self.publish(true);
-                return Ok(None);
+                self.service();
+                Ok(None)
             }
-            _ => {}
+            Err(why) => {
+                self.doubted(why)?;
+                Ok(None)
+            }
         }
-        let mut h = [0u8; 8];
-        let pos = (self.tail % self.size as u64) as usize;
-        self.peer.read(RING + pos, &mut h);
-        let h = u64::from_ne_bytes(h);
-        if h >> 32 != MAGIC && h >> 32 != MAGIC_OUTBUF {
-            return Err(RingError::Corrupt(format!("bad message header {h:#018x} at byte {}", self.tail)));
-        }
-        Ok(Some((h & 0xFFFF_FFFF) as usize))
     }
 
-    /// Reads a multicast record (its header is next) and copies its
-    /// message out of the sender's outbuf: all in one go, since the payload
-    /// was in place before the record was written.
-    fn read_record(&mut self, len: usize, buf: &mut [u8], wait: Waiter) -> Result<usize, RingError> {
-        let mut rec = [0u8; 8 * (1 + RECORD_WORDS)];
-        self.pop(&mut rec, wait)?;
-        let w = |i: usize| u64::from_ne_bytes(rec[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-        let (key, off, size) = (w(1), w(2), w(3));
+    /// Reads a multicast record and copies its message out of the sender's
+    /// outbuf: all in one go, since the payload was in place before the
+    /// record was written. `Ok(Err(why))`: the payload does not check.
+    #[allow(clippy::too_many_arguments)]
+    fn read_record(
+        &mut self,
+        len: usize,
+        pcheck: u32,
+        key: u64,
+        off: u64,
+        size: u64,
+        buf: &mut [u8],
+    ) -> Result<Result<usize, String>, RingError> {
         let ob = self.resolver.as_ref().and_then(|r| r(key, size)).ok_or_else(|| {
             RingError::Corrupt(format!("multicast record names outbuf {key:#x}, which cannot be mapped"))
         })?;
         let start = (off % size.max(1)) as usize;
-        let padded = len.div_ceil(8) * 8;
+        let padded = pad8(len);
         if size == 0 || start + padded > size as usize || start + padded > ob.len() {
             return Err(RingError::Corrupt(format!("multicast record {off}+{len} outside an outbuf of {size}")));
         }
         let whole = len / 8 * 8;
+        let mut sum = Sum::default();
         ob.read(start, &mut buf[..whole]);
+        sum.add(&buf[..whole]);
         if whole < len {
             let mut last = [0u8; 8];
             ob.read(start + whole, &mut last);
+            sum.add(&last);
             buf[whole..len].copy_from_slice(&last[..len - whole]);
         }
+        if self.repair && sum.value() != pcheck {
+            return Ok(Err(format!("the {len}-byte multicast message in outbuf {key:#x} does not check")));
+        }
+        self.tail += (HEADER + 8 * RECORD_WORDS) as u64;
+        self.publish(false);
         self.progress.store(len, std::sync::atomic::Ordering::Release);
-        Ok(len)
+        Ok(Ok(len))
+    }
+
+    /// Copies the chunk at our index (`n` payload bytes, all arrived) into
+    /// `dst`; consumes it when it checks. `Err(why)` when it does not.
+    fn take_chunk(&mut self, n: usize, pcheck: u32, dst: &mut [u8]) -> Result<(), String> {
+        let whole = n / 8 * 8;
+        self.copy_out(self.tail + HEADER as u64, &mut dst[..whole]);
+        let mut last = [0u8; 8];
+        if whole < n {
+            self.copy_out(self.tail + (HEADER + whole) as u64, &mut last);
+        }
+        if self.repair {
+            let mut sum = Sum::default();
+            sum.add(&dst[..whole]);
+            if whole < n {
+                sum.add(&last);
+            }
+            if sum.value() != pcheck {
+                return Err(format!("the {n}-byte chunk at byte {} does not check", self.tail));
+            }
+        }
+        dst[whole..n].copy_from_slice(&last[..n - whole]);
+        self.tail += (HEADER + pad8(n)) as u64;
+        self.doubt = None;
+        self.publish(false);
+        Ok(())
     }
 
     /// Reads the next message into `buf` (waiting for it); returns its
-    /// length. If `wait` stops it part-way, the bytes so far stay in `buf`
+    /// length. If `wait` stops it part-way, the chunks so far stay in `buf`
     /// and the next call with the same buffer goes on from there.
     /// [`Consumer::progress`] counts the payload bytes in `buf` as they land.
     pub fn read(&mut self, buf: &mut [u8], wait: Waiter) -> Result<usize, RingError> {
-        let len = loop {
-            if let Some(l) = self.peek()? {
-                break l;
+        use std::sync::atomic::Ordering::Release;
+        let mut spins = 0u32;
+        loop {
+            let chunk = match self.next()? {
+                Ok(Next::Chunk(c)) => c,
+                Ok(Next::Waiting(n)) => {
+                    self.wait_for(n, wait)?;
+                    continue;
+                }
+                Err(why) => {
+                    self.doubted(why)?;
+                    backoff(&mut spins, wait).map_err(RingError::Stopped)?;
+                    continue;
+                }
+            };
+            let (len, done, pcheck) = match (chunk, self.current) {
+                (Chunk::First { len, pcheck }, None) => (len, 0, pcheck),
+                (Chunk::More { left, pcheck }, Some((len, done))) if left == len - done => (len, done, pcheck),
+                (Chunk::Record { len, pcheck, key, off, size }, None) => {
+                    if len > buf.len() {
+                        return Err(RingError::TooBig(len));
+                    }
+                    match self.read_record(len, pcheck, key, off, size, buf)? {
+                        Ok(n) => {
+                            self.doubt = None;
+                            return Ok(n);
+                        }
+                        Err(why) => {
+                            self.doubted(why)?;
+                            backoff(&mut spins, wait).map_err(RingError::Stopped)?;
+                            continue;
+                        }
+                    }
+                }
+                (Chunk::First { .. } | Chunk::Record { .. }, Some((len, done))) => {
+                    self.current = None;
+                    return Err(RingError::Corrupt(format!(
+                        "the sender gave up part-way through a {len}-byte message ({done} bytes read)"
+                    )));
+                }
+                (c, cur) => {
+                    let why = format!("chunk {c:?} at byte {} while reading {cur:?}", self.tail);
+                    self.doubted(why)?;
+                    backoff(&mut spins, wait).map_err(RingError::Stopped)?;
+                    continue;
+                }
+            };
+            if len > buf.len() {
+                return Err(RingError::TooBig(len));
             }
-            self.wait_for(8, wait)?;
-        };
-        if len > buf.len() {
-            return Err(RingError::TooBig(len));
-        }
-        if self.current.is_none() && self.next_is_record() {
-            return self.read_record(len, buf, wait);
-        }
-        if self.current.is_none() {
-            let mut h = [0u8; 8];
-            self.pop(&mut h, wait)?;
-            self.current = Some((len, 0));
-            self.progress.store(0, std::sync::atomic::Ordering::Release);
-        }
-        let (_, done) = self.current.expect("set above");
-        let whole = len / 8 * 8;
-        if done < whole {
-            let mut off = done;
-            while off < whole {
-                let avail = self.wait_for(8, wait).inspect_err(|_| self.current = Some((len, off)))?;
-                let pos = (self.tail % self.size as u64) as usize;
-                let n = avail.min(self.size - pos).min(whole - off);
-                self.peer.read(RING + pos, &mut buf[off..off + n]);
-                self.tail += n as u64;
-                self.publish(false);
-                off += n;
-                self.progress.store(off, std::sync::atomic::Ordering::Release);
+            let n = if whole(self.size, len) { len } else { (len - done).min(chunk_payload(self.size)) };
+            self.wait_for(HEADER + pad8(n), wait)?;
+            if let Err(why) = self.take_chunk(n, pcheck, &mut buf[done..done + n]) {
+                self.doubted(why)?;
+                backoff(&mut spins, wait).map_err(RingError::Stopped)?;
+                continue;
             }
+            self.progress.store(done + n, Release);
+            if done + n == len {
+                self.current = None;
+                return Ok(len);
+            }
+            self.current = Some((len, done + n));
         }
-        if whole < len {
-            let mut last = [0u8; 8];
-            self.pop(&mut last, wait).inspect_err(|_| self.current = Some((len, whole)))?;
-            buf[whole..len].copy_from_slice(&last[..len - whole]);
-        }
-        self.current = None;
-        self.progress.store(len, std::sync::atomic::Ordering::Release);
-        Ok(len)
     }
 
     /// A counter of the payload bytes of the current message copied out so
@@ -415,11 +866,6 @@ fn backoff(spins: &mut u32, wait: Waiter) -> Result<(), String> {
         wait()?;
     }
     Ok(())
-}
-
-/// Bytes a message of `len` takes in a ring.
-pub fn footprint(len: usize) -> usize {
-    8 + pad8(len)
 }
 
 #[cfg(test)]
@@ -452,12 +898,28 @@ mod tests {
         || Ok(())
     }
 
+    /// The producer's session in these tests.
+    const SEED: u64 = 0x5EED;
+
+    fn copy(size: usize, repair: bool) -> Option<Box<dyn Shadow>> {
+        repair.then(|| Box::new(Copy::new(size)) as Box<dyn Shadow>)
+    }
+
+    fn seeded(mut c: Consumer) -> Consumer {
+        c.set_seed(SEED);
+        c
+    }
+
     /// Random sizes (many larger than the ring, so they stream), two
     /// threads, every byte of every message checked, in order.
     fn stress(size: usize, sizes: Vec<usize>) {
+        stress_over(size, sizes, false)
+    }
+
+    fn stress_over(size: usize, sizes: Vec<usize>, repair: bool) {
         let p = pair(size);
-        let mut prod = Producer::new(p.a.clone(), p.b.clone(), size);
-        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), size);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), size, SEED, copy(size, repair));
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), size, repair));
         let expect = sizes.clone();
         let writer = std::thread::spawn(move || {
             for (i, &n) in sizes.iter().enumerate() {
@@ -474,10 +936,9 @@ mod tests {
         assert_eq!(cons.available(), 0, "nothing left over");
     }
 
-    #[test]
-    fn two_threads_random_sizes_every_byte_checked() {
+    fn random_sizes(n: usize) -> Vec<usize> {
         let mut x = 0x1234_5678u64;
-        let sizes: Vec<usize> = (0..3000)
+        (0..n)
             .map(|_| {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -488,8 +949,242 @@ mod tests {
                     _ => (x >> 20) as usize % 64,
                 }
             })
-            .collect();
-        stress(4096, sizes);
+            .collect()
+    }
+
+    #[test]
+    fn two_threads_random_sizes_every_byte_checked() {
+        stress(4096, random_sizes(3000));
+    }
+
+    #[test]
+    fn two_threads_with_checks_and_nothing_lost() {
+        stress_over(4096, random_sizes(3000), true);
+    }
+
+    /// A half whose stores a link drops: writes (ring bytes) and control
+    /// stores are lost at random, as frames in a link flap or a CRC error.
+    struct Lossy {
+        inner: Arc<Local>,
+        rng: std::sync::Mutex<u64>,
+        /// Out of 1000: writes lost, control stores lost.
+        writes: u64,
+        stores: u64,
+        lost: std::sync::atomic::AtomicU64,
+        /// Drop every write (a whole message lost) while set.
+        all: std::sync::atomic::AtomicBool,
+    }
+
+    impl Lossy {
+        fn new(inner: Arc<Local>, writes: u64, stores: u64) -> Arc<Lossy> {
+            Arc::new(Lossy {
+                inner,
+                rng: std::sync::Mutex::new(0x9E37_79B9),
+                writes,
+                stores,
+                lost: Default::default(),
+                all: Default::default(),
+            })
+        }
+        fn lose(&self, per_mille: u64) -> bool {
+            let mut x = self.rng.lock().unwrap();
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            let l = *x % 1000 < per_mille;
+            if l {
+                self.lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            l
+        }
+    }
+
+    impl Sink for Lossy {
+        fn store(&self, off: usize, v: u64) {
+            if !self.lose(self.stores) {
+                self.inner.store(off, v)
+            }
+        }
+        fn write(&self, off: usize, src: &[u8]) {
+            if !self.all.load(std::sync::atomic::Ordering::Relaxed) && !self.lose(self.writes) {
+                self.inner.write(off, src)
+            }
+        }
+    }
+
+    /// Both directions' stores lost at random (ring writes 3%, index and
+    /// repair stores 3%), two threads, messages from 0 bytes to ten rings:
+    /// every message arrives whole, in order, and nothing wrong is delivered.
+    #[test]
+    fn lost_frames_are_sent_again_never_delivered_wrong() {
+        let size = 4096;
+        let p = pair(size);
+        let (tx, rx) = (Lossy::new(p.a.clone(), 30, 30), Lossy::new(p.b.clone(), 0, 30));
+        let prod =
+            Arc::new(std::sync::Mutex::new(Producer::new(tx.clone(), p.b.clone(), size, SEED, copy(size, true))));
+        let mut cons = seeded(Consumer::new(rx.clone(), p.a.clone(), size, true));
+        let sizes = random_sizes(600);
+        let expect = sizes.clone();
+        let w = prod.clone();
+        let writer = std::thread::spawn(move || {
+            for (i, &n) in sizes.iter().enumerate() {
+                w.lock().unwrap().write(&msg(i as u64, n), &mut forever()).unwrap();
+            }
+        });
+        // The reader's waits serve the producer when it is idle, as a
+        // channel's do.
+        let mut serve = || {
+            if let Ok(mut p) = prod.try_lock() {
+                p.service();
+            }
+            Ok(())
+        };
+        let mut buf = vec![0u8; 40_000];
+        for (i, &n) in expect.iter().enumerate() {
+            let got = cons.read(&mut buf, &mut serve).unwrap();
+            assert_eq!(got, n, "message {i}");
+            assert!(buf[..n] == msg(i as u64, n)[..], "message {i} of {n} bytes delivered wrong");
+        }
+        writer.join().unwrap();
+        let repairs = prod.lock().unwrap().repairs();
+        let lost = tx.lost.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(lost > 20 && repairs > 0 && cons.nacks() > 0, "lost {lost}, repairs {repairs}, nacks {}", cons.nacks());
+    }
+
+    /// A copy that sends pieces of 256 bytes or more by a fake engine
+    /// writing straight into the ring's memory; one transfer in ten is
+    /// accepted and then lost (as a failed DMA: nothing tells the writer).
+    struct FakeDma {
+        copy: Copy,
+        ring: Arc<Local>,
+        sent: u64,
+        lost: u64,
+    }
+
+    impl Shadow for FakeDma {
+        fn keep(&mut self, pos: usize, src: &[u8]) {
+            self.copy.keep(pos, src)
+        }
+        fn get(&self, pos: usize, dst: &mut [u8]) {
+            self.copy.get(pos, dst)
+        }
+        fn dma(&mut self, pos: usize, len: usize) -> bool {
+            if len < 256 {
+                return false;
+            }
+            self.sent += 1;
+            if self.sent % 10 == 0 {
+                self.lost += 1;
+                return true;
+            }
+            let mut b = vec![0u8; len];
+            self.copy.get(pos, &mut b);
+            self.ring.write(RING + pos, &b);
+            true
+        }
+    }
+
+    #[test]
+    fn pieces_sent_by_dma_arrive_and_failed_transfers_are_repaired() {
+        let size = 4096;
+        let p = pair(size);
+        let fake = FakeDma { copy: Copy::new(size), ring: p.a.clone(), sent: 0, lost: 0 };
+        let prod =
+            Arc::new(std::sync::Mutex::new(Producer::new(p.a.clone(), p.b.clone(), size, SEED, Some(Box::new(fake)))));
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), size, true));
+        let sizes = random_sizes(400);
+        let expect = sizes.clone();
+        let w = prod.clone();
+        let writer = std::thread::spawn(move || {
+            for (i, &n) in sizes.iter().enumerate() {
+                w.lock().unwrap().write(&msg(i as u64, n), &mut forever()).unwrap();
+            }
+        });
+        let mut serve = || {
+            if let Ok(mut p) = prod.try_lock() {
+                p.service();
+            }
+            Ok(())
+        };
+        let mut buf = vec![0u8; 40_000];
+        for (i, &n) in expect.iter().enumerate() {
+            let got = cons.read(&mut buf, &mut serve).unwrap();
+            assert!(got == n && buf[..n] == msg(i as u64, n)[..], "message {i} of {n} bytes delivered wrong");
+        }
+        writer.join().unwrap();
+        let prod = prod.lock().unwrap();
+        assert!(prod.dma_bytes() > 100_000, "large pieces went by DMA: {}", prod.dma_bytes());
+        assert!(prod.repairs() > 0 && cons.nacks() > 0, "lost transfers were repaired");
+    }
+
+    /// A message lost whole, whose index store arrives: the reader finds
+    /// the bytes of the ring's last lap there, which must not pass for it.
+    #[test]
+    fn a_lost_message_over_the_last_lap_is_not_delivered() {
+        let size = 256;
+        let p = pair(size);
+        let tx = Lossy::new(p.a.clone(), 0, 0);
+        let mut prod = Producer::new(tx.clone(), p.b.clone(), size, SEED, copy(size, true));
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), size, true));
+        let mut buf = [0u8; 256];
+        // Four laps of the same 48-byte message: position 256 holds a
+        // header and payload that checked at position 0.
+        for _ in 0..(256 / footprint(size, 48)) + 1 {
+            prod.write(&msg(1, 48), &mut forever()).unwrap();
+            assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), 48);
+        }
+        let at = prod.produced();
+        let mut same_spot = 0;
+        while (prod.produced() - at) % size as u64 != 0 || prod.produced() == at {
+            prod.write(&msg(1, 48), &mut forever()).unwrap();
+            assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), 48);
+            same_spot += 1;
+            assert!(same_spot < 64);
+        }
+        // Now lose a different message of the same length at a spot whose
+        // last lap held msg(1, 48).
+        tx.all.store(true, std::sync::atomic::Ordering::Relaxed);
+        let at = prod.produced();
+        prod.write(&msg(2, 48), &mut forever()).unwrap();
+        tx.all.store(false, std::sync::atomic::Ordering::Relaxed);
+        let mut polls = 0;
+        let mut serve = || {
+            polls += 1;
+            if polls > 3 {
+                prod.service();
+            }
+            Ok(())
+        };
+        assert_eq!(cons.read(&mut buf, &mut serve).unwrap(), 48);
+        assert_eq!(buf[..48], msg(2, 48)[..], "the last lap's bytes were delivered for message at {at}");
+    }
+
+    /// Bytes that stay lost (nobody serves the repair requests) end in an
+    /// error after [`REPAIR_LIMIT`], never in delivery.
+    #[test]
+    fn bytes_lost_for_good_are_an_error_not_a_message() {
+        let size = 4096;
+        let p = pair(size);
+        let tx = Lossy::new(p.a.clone(), 1000, 0);
+        let mut prod = Producer::new(tx.clone(), p.b.clone(), size, SEED, copy(size, true));
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), size, true));
+        prod.write(&msg(3, 100), &mut forever()).unwrap();
+        let t0 = Instant::now();
+        let r = cons.read(&mut [0u8; 128], &mut forever());
+        assert!(matches!(&r, Err(RingError::Corrupt(w)) if w.contains("lost in transit")), "{r:?}");
+        assert!(t0.elapsed() >= REPAIR_LIMIT);
+        assert!(cons.nacks() >= 10, "asked again every {REPAIR_EVERY:?}: {}", cons.nacks());
+    }
+
+    /// Over shared memory nothing is lost: payloads are not checked, and
+    /// a ring from another session is garbage at once.
+    #[test]
+    fn another_session_s_bytes_never_check() {
+        let p = pair(4096);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096, SEED + 1, None);
+        prod.write(&msg(1, 100), &mut forever()).unwrap();
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), 4096, false));
+        assert!(matches!(cons.read(&mut [0u8; 128], &mut forever()), Err(RingError::Corrupt(_))));
     }
 
     proptest! {
@@ -503,14 +1198,14 @@ mod tests {
     #[test]
     fn free_space_says_what_goes_in_without_waiting() {
         let p = pair(256);
-        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 256);
-        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 256);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 256, SEED, None);
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), 256, false));
         assert_eq!(prod.free().unwrap(), 256);
         prod.write(&msg(0, 100), &mut forever()).unwrap();
-        assert_eq!(prod.free().unwrap(), 256 - footprint(100));
+        assert_eq!(prod.free().unwrap(), 256 - footprint(256, 100));
         // A message that fits the free space goes in with a waiter that
         // refuses to wait.
-        let fits = prod.free().unwrap() - 8;
+        let fits = room(prod.free().unwrap());
         prod.write(&msg(1, fits), &mut || Err("would wait".to_string())).unwrap();
         assert_eq!(prod.free().unwrap(), 0);
         assert!(prod.write(&msg(2, 1), &mut || Err("would wait".to_string())).is_err());
@@ -527,8 +1222,8 @@ mod tests {
     #[test]
     fn too_big_for_the_buffer_is_left_in_place() {
         let p = pair(4096);
-        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096);
-        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 4096);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096, SEED, None);
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), 4096, false));
         prod.write(&msg(1, 100), &mut forever()).unwrap();
         let mut small = [0u8; 50];
         assert_eq!(cons.read(&mut small, &mut forever()), Err(RingError::TooBig(100)));
@@ -542,32 +1237,32 @@ mod tests {
         let p = pair(4096);
         p.a.write(RING, &[0xAB; 64]);
         p.a.store(HEAD, 64);
-        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 4096);
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), 4096, false));
         let mut buf = [0u8; 64];
         assert!(matches!(cons.read(&mut buf, &mut forever()), Err(RingError::Corrupt(_))));
         // A producer index beyond the ring is caught too.
         p.a.store(HEAD, 1 << 40);
-        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 4096);
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), 4096, false));
         assert!(matches!(cons.read(&mut buf, &mut forever()), Err(RingError::Corrupt(_))));
     }
 
     #[test]
     fn a_garbage_consumer_index_is_reported_not_a_panic() {
         let p = pair(4096);
-        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096, SEED, None);
         // Fill the ring so the producer has to look at the consumer's index...
         let mut give_up = || Err("stop".to_string());
         assert!(prod.write(&msg(1, 5000), &mut give_up).is_err());
         // ...which is nonsense: far behind, then ahead of us.
         for bad in [1u64 << 40, u64::MAX] {
             p.b.store(TAIL, bad);
-            let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096);
+            let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096, SEED, None);
             prod.head = 8192;
             prod.tail = 0;
             assert!(matches!(prod.write(&msg(2, 64), &mut forever()), Err(RingError::Corrupt(_))), "{bad}");
         }
         // A producer index behind ours, for the consumer.
-        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 4096);
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), 4096, false));
         cons.tail = 100;
         p.a.store(HEAD, 8);
         cons.head = 8;
@@ -577,8 +1272,8 @@ mod tests {
     #[test]
     fn a_stopped_wait_keeps_the_partial_message_for_the_next_call() {
         let p = pair(4096);
-        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096);
-        let mut cons = Consumer::new(p.b.clone(), p.a.clone(), 4096);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 4096, SEED, None);
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), 4096, false));
         let m = msg(3, 10_000);
         // The writer fills the ring and stops (its wait gives up).
         let mut give_up = || Err("stop".to_string());

@@ -97,7 +97,7 @@ pub(crate) fn open_shm(st: &State, local: u64, remote: u64) -> Result<Arc<Channe
     });
     let who = (st.node as u64) << 32 | std::process::id() as u64;
     let keep = ShmKeep { peer: peer_open, path };
-    Ok(Channel::new(local, remote, Transport::Shm, size, out, peer, who, alive, Box::new(keep)))
+    Ok(Channel::new(local, remote, Transport::Shm, size, out, peer, who, alive, Box::new(keep), None))
 }
 
 /// Keeps a shared-memory channel's file mapped; the side that closes last
