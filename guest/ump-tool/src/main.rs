@@ -86,6 +86,24 @@ enum Cmd {
         /// answer one message, for a TCP connection or answer.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
+        /// Name of the MEMORY CHANNEL series (to tell runs with different
+        /// settings apart).
+        #[arg(long, default_value = "other guest")]
+        mc_label: String,
+        /// Blocking writes only (no non-blocking series).
+        #[arg(long)]
+        blocking_only: bool,
+    },
+    /// The guest's own copy speed, the floor under any message passing in
+    /// it: a plain copy, and a copy followed by UMP's payload check (what
+    /// each side of a MEMORY CHANNEL message does), for each size.
+    Floor {
+        /// Sizes.
+        #[arg(long, default_value = "4K,64K,1M,4M")]
+        sizes: String,
+        /// Bytes copied per size.
+        #[arg(long, default_value = "64M")]
+        volume: String,
     },
     /// Send messages of each size, read the echo, check it.
     Pingpong {
@@ -313,6 +331,7 @@ struct BenchArgs<'a> {
     volume: usize,
     svg_dir: &'a str,
     limit: Duration,
+    blocking_only: bool,
 }
 
 fn bench(a: &BenchArgs) -> Result<()> {
@@ -323,6 +342,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let max = sizes.iter().copied().max().unwrap_or(0).max(1);
     let mut buf = vec![0u8; max];
     let mut opened = Vec::new();
+    let mut moved = 0usize;
     println!("one-way time (half the median round trip) and bandwidth (size / time), each as measured:");
     std::io::stdout().flush()?;
     for &(name, peer) in &a.peers {
@@ -331,6 +351,9 @@ fn bench(a: &BenchArgs) -> Result<()> {
         wait_open(ch, limit).with_context(|| format!("{name}: the echo process (handle {peer}, `ump-tool serve`)"))?;
         let kind = format!("{:?}", ump::transport(ch)?);
         for nb in [false, true] {
+            if nb && a.blocking_only {
+                continue;
+            }
             let label = format!("{name} ({kind}), {}", if nb { "non-blocking" } else { "blocking" });
             let mut pts = Vec::new();
             for &s in sizes {
@@ -351,6 +374,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
                     Ok(())
                 })?;
                 print_point(&label, s, one_way)?;
+                moved += 2 * s * rounds;
                 pts.push((s, one_way));
             }
             series.push((label, pts));
@@ -379,6 +403,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
                 Ok(())
             })?;
             print_point("TCP", size, one_way)?;
+            moved += 2 * size * rounds;
             pts.push((size, one_way));
         }
         series.push(("TCP".into(), pts));
@@ -387,6 +412,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
     for ch in opened {
         ump::close(ch)?;
     }
+    println!("moved {moved} bytes in all (both ways)");
     println!();
     println!("UMP message time (one way, half the median round trip) and bandwidth (size / time)");
     print!("{:>10}", "bytes");
@@ -609,10 +635,34 @@ fn main() -> Result<()> {
             std::thread::sleep(Duration::from_millis(500));
             ump::exit()?;
         }
-        Cmd::Bench { me, mc_peer, shm_peer, tcp, sizes, volume, svg_dir, timeout } => {
+        Cmd::Floor { sizes, volume } => {
+            let volume = size(&volume)?;
+            println!("guest copy speed (the floor under message passing in this guest):");
+            for s in sizes.split(',').map(size) {
+                let s = s?.max(8);
+                let (src, mut dst) = (pattern(1, s), vec![0u8; s]);
+                let rounds = (volume / s).max(3);
+                let t0 = Instant::now();
+                for _ in 0..rounds {
+                    dst.copy_from_slice(std::hint::black_box(&src));
+                    std::hint::black_box(&mut dst);
+                }
+                let copy = (s * rounds) as f64 / t0.elapsed().as_secs_f64() / 1e6;
+                let t0 = Instant::now();
+                for _ in 0..rounds {
+                    dst.copy_from_slice(std::hint::black_box(&src));
+                    std::hint::black_box(ump::ring::payload_check(&dst));
+                }
+                let checked = (s * rounds) as f64 / t0.elapsed().as_secs_f64() / 1e6;
+                println!("floor {s:>10} bytes: copy {copy:>9.1} MB/s, copy and check {checked:>9.1} MB/s");
+                use std::io::Write;
+                std::io::stdout().flush()?;
+            }
+        }
+        Cmd::Bench { me, mc_peer, shm_peer, tcp, sizes, volume, svg_dir, timeout, mc_label, blocking_only } => {
             let mut peers = Vec::new();
             if let Some(p) = mc_peer {
-                peers.push(("other guest", p));
+                peers.push((mc_label.as_str(), p));
             }
             if let Some(p) = shm_peer {
                 peers.push(("this guest", p));
@@ -625,6 +675,7 @@ fn main() -> Result<()> {
                 volume: size(&volume)?,
                 svg_dir: &svg_dir,
                 limit: secs(timeout),
+                blocking_only,
             })?;
         }
         Cmd::Listen { me, count, timeout } => {

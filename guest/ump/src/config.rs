@@ -35,7 +35,7 @@ pub const OUTBUF_DEFAULT: usize = 1 << 20;
 
 /// Default DMA threshold (`UMP_DMA_THRESHOLD`), from `ump-tool bench`
 /// runs with and without DMA (docs/ump.md, "Measuring").
-pub const DMA_THRESHOLD_DEFAULT: usize = 4096;
+pub const DMA_THRESHOLD_DEFAULT: usize = 1024;
 
 impl Default for Config {
     fn default() -> Self {
