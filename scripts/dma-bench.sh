@@ -23,17 +23,10 @@ SIZES=${SIZES:-4K,64K,256K,1M,4M}
 VOLUME=${VOLUME:-16M}
 RING=${RING:-32K}
 SECS=${SECS:-2}
-M=$REPO/target/release/mc-cluster
 NAME=dma-bench
 mkdir -p "$OUT"
-[ -x "$M" ] || { echo "dma-bench: $M is missing: run scripts/setup.sh first" >&2; exit 1; }
-trap '"$M" --name $NAME down >/dev/null 2>&1 || true' EXIT
-"$M" --name $NAME up --nodes 2 >/dev/null
-for n in 0 1; do
-    "$M" --name $NAME exec $n --timeout 150 -- sh -c 'i=0; until grep -q listening /var/log/imcd.log; do
-        [ $i -ge 600 ] && { echo "imcd not listening after 120 s:"; cat /var/log/imcd.log; exit 1; } >&2
-        i=$((i+1)); sleep 0.2; done'
-done
+# shellcheck source=scripts/bench-cluster.sh
+. "$REPO/scripts/bench-cluster.sh"
 x() { "$M" --name $NAME exec "$@"; }
 # Host CPU seconds used so far, all cores (user + nice + system).
 cpu() { awk '/^cpu /{printf "%.2f", ($2+$3+$4)/100}' /proc/stat; }

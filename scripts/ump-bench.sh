@@ -17,16 +17,10 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${1:-$REPO/bench-out}
 [ $# -gt 0 ] && shift
-M=$REPO/target/release/mc-cluster
 NAME=ump-bench
 mkdir -p "$OUT"
-trap '"$M" --name $NAME down >/dev/null' EXIT
-"$M" --name $NAME up --nodes 2 >/dev/null
-for n in 0 1; do
-    "$M" --name $NAME exec $n --timeout 150 -- sh -c 'i=0; until grep -q listening /var/log/imcd.log; do
-        [ $i -ge 600 ] && { echo "imcd not listening after 120 s:"; cat /var/log/imcd.log; exit 1; } >&2
-        i=$((i+1)); sleep 0.2; done'
-done
+# shellcheck source=scripts/bench-cluster.sh
+. "$REPO/scripts/bench-cluster.sh"
 # Echo processes: on node 1 (MEMORY CHANNEL peer, and TCP), on node 0 (shared-memory peer).
 "$M" --name $NAME exec 1 -- sh -c 'ump-tool serve --me 101 --peer 100 --tcp-port 5998 >/tmp/serve.log 2>&1 &'
 "$M" --name $NAME exec 0 -- sh -c 'ump-tool serve --me 102 --peer 100 >/tmp/serve.log 2>&1 &'

@@ -967,6 +967,32 @@ mod tests {
         stress_over(4096, random_sizes(3000), true);
     }
 
+    /// `count` messages of random sizes from a writer thread to `cons`,
+    /// every byte checked. The reader's waits serve the producer when it
+    /// is idle, as a channel's do.
+    fn exchange(prod: &Arc<std::sync::Mutex<Producer>>, cons: &mut Consumer, count: usize) {
+        let sizes = random_sizes(count);
+        let expect = sizes.clone();
+        let w = prod.clone();
+        let writer = std::thread::spawn(move || {
+            for (i, &n) in sizes.iter().enumerate() {
+                w.lock().unwrap().write(&msg(i as u64, n), &mut forever()).unwrap();
+            }
+        });
+        let mut serve = || {
+            if let Ok(mut p) = prod.try_lock() {
+                p.service();
+            }
+            Ok(())
+        };
+        let mut buf = vec![0u8; 40_000];
+        for (i, &n) in expect.iter().enumerate() {
+            let got = cons.read(&mut buf, &mut serve).unwrap();
+            assert!(got == n && buf[..n] == msg(i as u64, n)[..], "message {i} of {n} bytes delivered wrong");
+        }
+        writer.join().unwrap();
+    }
+
     /// A half whose stores a link drops: writes (ring bytes) and control
     /// stores are lost at random, as frames in a link flap or a CRC error.
     struct Lossy {
@@ -1028,29 +1054,7 @@ mod tests {
         let prod =
             Arc::new(std::sync::Mutex::new(Producer::new(tx.clone(), p.b.clone(), size, SEED, copy(size, true))));
         let mut cons = seeded(Consumer::new(rx.clone(), p.a.clone(), size, true));
-        let sizes = random_sizes(600);
-        let expect = sizes.clone();
-        let w = prod.clone();
-        let writer = std::thread::spawn(move || {
-            for (i, &n) in sizes.iter().enumerate() {
-                w.lock().unwrap().write(&msg(i as u64, n), &mut forever()).unwrap();
-            }
-        });
-        // The reader's waits serve the producer when it is idle, as a
-        // channel's do.
-        let mut serve = || {
-            if let Ok(mut p) = prod.try_lock() {
-                p.service();
-            }
-            Ok(())
-        };
-        let mut buf = vec![0u8; 40_000];
-        for (i, &n) in expect.iter().enumerate() {
-            let got = cons.read(&mut buf, &mut serve).unwrap();
-            assert_eq!(got, n, "message {i}");
-            assert!(buf[..n] == msg(i as u64, n)[..], "message {i} of {n} bytes delivered wrong");
-        }
-        writer.join().unwrap();
+        exchange(&prod, &mut cons, 600);
         let repairs = prod.lock().unwrap().repairs();
         let lost = tx.lost.load(std::sync::atomic::Ordering::Relaxed);
         assert!(lost > 20 && repairs > 0 && cons.nacks() > 0, "lost {lost}, repairs {repairs}, nacks {}", cons.nacks());
@@ -1097,26 +1101,7 @@ mod tests {
         let prod =
             Arc::new(std::sync::Mutex::new(Producer::new(p.a.clone(), p.b.clone(), size, SEED, Some(Box::new(fake)))));
         let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), size, true));
-        let sizes = random_sizes(400);
-        let expect = sizes.clone();
-        let w = prod.clone();
-        let writer = std::thread::spawn(move || {
-            for (i, &n) in sizes.iter().enumerate() {
-                w.lock().unwrap().write(&msg(i as u64, n), &mut forever()).unwrap();
-            }
-        });
-        let mut serve = || {
-            if let Ok(mut p) = prod.try_lock() {
-                p.service();
-            }
-            Ok(())
-        };
-        let mut buf = vec![0u8; 40_000];
-        for (i, &n) in expect.iter().enumerate() {
-            let got = cons.read(&mut buf, &mut serve).unwrap();
-            assert!(got == n && buf[..n] == msg(i as u64, n)[..], "message {i} of {n} bytes delivered wrong");
-        }
-        writer.join().unwrap();
+        exchange(&prod, &mut cons, 400);
         let prod = prod.lock().unwrap();
         assert!(prod.dma_bytes() > 100_000, "large pieces went by DMA: {}", prod.dma_bytes());
         assert!(prod.repairs() > 0 && cons.nacks() > 0, "lost transfers were repaired");
