@@ -16,6 +16,10 @@
 //! re-sends its header (over MEMORY CHANNEL a write made before the other
 //! side attached is lost), so stale words from an earlier channel with the
 //! same handles can never complete a new one.
+//!
+//! A side stores OPEN before ACK and reads ACK before OPEN, so a side that
+//! completes knows the other side's current token: its reader checks every
+//! chunk header against it (`crate::ring`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -148,12 +152,15 @@ impl Channel {
         self.out.store(TAIL, 0);
         self.out.store(NACK, 0);
         self.out.store(WHO, self.who);
+        // OPEN before ACK: a side that sees its token in our ACK then
+        // reads our OPEN and finds this session's token, never an earlier
+        // one left in the memory (its reader checks our chunks against it).
+        self.out.store(OPEN, self.session);
         let peer_token = self.peer.load(OPEN);
         if peer_token != 0 && peer_token != CLOSED {
             self.out.store(ACK, peer_token);
             self.acked.store(peer_token, Ordering::Relaxed);
         }
-        self.out.store(OPEN, self.session);
     }
 
     /// Advances the opening handshake; true once complete.
@@ -161,12 +168,16 @@ impl Channel {
         if self.complete.load(Ordering::Acquire) {
             return true;
         }
+        // ACK first: the other side wrote its OPEN before it, so the OPEN
+        // read after an ACK that carries our token is the other side's
+        // current session.
+        let peer_ack = self.peer.load(ACK);
         let peer_token = self.peer.load(OPEN);
         if peer_token != 0 && peer_token != CLOSED && self.out_ack() != peer_token {
             self.out.store(ACK, peer_token);
             self.acked.store(peer_token, Ordering::Relaxed);
         }
-        if peer_token != 0 && peer_token != CLOSED && self.peer.load(ACK) == self.session {
+        if peer_token != 0 && peer_token != CLOSED && peer_ack == self.session {
             // Nobody reads before the channel is complete.
             self.rx.lock().unwrap_or_else(|e| e.into_inner()).set_seed(peer_token);
             self.complete.store(true, Ordering::Release);
