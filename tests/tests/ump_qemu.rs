@@ -180,3 +180,45 @@ fn ump_large_messages_use_dma() {
     assert!(out.status.success() && text.contains("dma: 0 bytes"), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(engine(&c), before, "the engine stayed idle with UMP_DMA_THRESHOLD=0");
 }
+
+/// Whether a MEMORY CHANNEL peer is alive is found off the data path: with
+/// imcd frozen on both guests (it may be busy for seconds with a repair),
+/// a ping-pong goes on; and a peer process that is killed is reported as
+/// gone within seconds, long before the caller's own timeout.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn ump_liveness_is_off_the_data_path() {
+    let c = up("t-ump-live", 2);
+    let running =
+        |c: &Cluster, node: usize, tag: &str| c.exec(node, &["cat", &format!("/tmp/{tag}.rc")]).stdout.is_empty();
+    c.background(1, "serve", "ump-tool serve --me 1 --peer 2 --timeout 120");
+    c.background(0, "ping", "ump-tool pingpong --me 2 --peer 1 --rounds 4000 --sizes 8,4K --timeout 10");
+    c.poll_until(0, &["cat", "/tmp/ping.log"], 60, |o| o.contains("open over Mc"));
+    assert!(running(&c, 0, "ping"), "the ping-pong is under way: {}", c.background_log(0, "ping"));
+    for n in 0..2 {
+        c.run(n, &["sh", "-c", "kill -STOP $(pidof imcd)"]);
+    }
+    std::thread::sleep(std::time::Duration::from_secs(12));
+    let during = running(&c, 0, "ping");
+    for n in 0..2 {
+        c.run(n, &["sh", "-c", "kill -CONT $(pidof imcd)"]);
+    }
+    let (rc, log) = c.background_result(0, "ping", 300);
+    eprintln!("ump_liveness_is_off_the_data_path: still running after 12 s of frozen imcd: {during}\n{log}");
+    assert_eq!(rc, "0", "pings went on while imcd was frozen (10 s timeout per message):\n{log}");
+    assert!(log.contains("pingpong ok: 2 sizes"), "{log}");
+
+    // A killed peer: the reader waiting for its echo hears of it.
+    c.background(1, "serve2", "ump-tool serve --me 3 --peer 4 --timeout 120");
+    c.background(0, "ping2", "ump-tool pingpong --me 4 --peer 3 --rounds 1000000 --sizes 8 --timeout 120");
+    c.poll_until(0, &["cat", "/tmp/ping2.log"], 60, |o| o.contains("open over Mc"));
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    c.run(1, &["sh", "-c", "kill -9 $(pidof ump-tool)"]);
+    let t0 = std::time::Instant::now();
+    let (rc, log) = c.background_result(0, "ping2", 60);
+    let took = t0.elapsed();
+    eprintln!("ump_liveness_is_off_the_data_path: peer killed, reader stopped after {took:?}\n{log}");
+    assert_ne!(rc, "0", "{log}");
+    assert!(log.contains("the other side is gone"), "the reader says why: {log}");
+    assert!(took < std::time::Duration::from_secs(30), "found within seconds, not by the 120 s timeout ({took:?})");
+}

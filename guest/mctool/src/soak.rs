@@ -119,7 +119,7 @@ struct Lock {
     regressions: u64,
     /// The counter as this node last read it.
     counter: u64,
-    /// Every node's tally word as this node last read it.
+    /// Every tally word (`TALLY_SLOTS` per node) as this node last read it.
     tallies: Vec<u64>,
 }
 
@@ -698,7 +698,7 @@ fn lock(sh: &Shared, tick: impl Fn()) -> Result<()> {
     let Some((mut r, mut set)) = open_both() else { return Ok(()) };
     let mut st = Lock::default();
     let mut tally = Tally { inc: sh.inc, pending: false, doubt: 0, confirmed: 0 };
-    let tally_off = 64 + 8 * me;
+    let tally_off = testkit::soak::tally_offset(me, sh.inc);
     // A fresh receive buffer (and one after an outage) may miss writes:
     // the counter is trusted only once it has been seen to change.
     let mut fresh = false;
@@ -778,7 +778,7 @@ fn lock(sh: &Shared, tick: impl Fn()) -> Result<()> {
         st.rounds += 1;
         st.tally = Some(tally);
         st.counter = r.load(0);
-        st.tallies = (0..sh.nodes).map(|n| r.load(64 + 8 * n)).collect();
+        st.tallies = tally_words(sh, &r);
         sh.with(|s| s.lock = st.clone());
         tick();
         std::thread::sleep(Duration::from_millis(20));
@@ -787,9 +787,14 @@ fn lock(sh: &Shared, tick: impl Fn()) -> Result<()> {
     std::thread::sleep(Duration::from_secs(3));
     st.tally = Some(tally);
     st.counter = r.load(0);
-    st.tallies = (0..sh.nodes).map(|n| r.load(64 + 8 * n)).collect();
+    st.tallies = tally_words(sh, &r);
     sh.with(|s| s.lock = st.clone());
     Ok(())
+}
+
+/// Every tally word in the counter region, as this node reads it.
+fn tally_words(sh: &Shared, r: &Region) -> Vec<u64> {
+    (0..sh.nodes * testkit::soak::TALLY_SLOTS).map(|k| r.load(testkit::soak::TALLIES + 8 * k)).collect()
 }
 
 /// Offset of the views in the counter region: word n is node n's

@@ -28,6 +28,21 @@ pub fn payload(node: usize, inc: u16, seq: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Tally words each node keeps in the counter region, one per incarnation
+/// modulo this: a new incarnation does not overwrite the last one's word,
+/// so the survivors still report a killed incarnation's final tally.
+pub const TALLY_SLOTS: usize = 8;
+
+/// Byte offset in the counter region of the tally word of `node`'s
+/// incarnation `inc` (after the counter and the views; 16 nodes fill
+/// 1 KiB).
+pub fn tally_offset(node: usize, inc: u16) -> usize {
+    TALLIES + 8 * (node * TALLY_SLOTS + usize::from(inc) % TALLY_SLOTS)
+}
+
+/// Byte offset of the first tally word.
+pub const TALLIES: usize = 1024;
+
 /// A lock tally: incarnation (12 bits), an increment in flight (1 bit),
 /// increments in doubt (11 bits), confirmed increments (40 bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -29,6 +29,7 @@ pub mod mc;
 pub mod mem;
 pub mod nb;
 pub mod outbuf;
+mod probe;
 pub mod ring;
 pub mod shm;
 
@@ -108,6 +109,9 @@ struct State {
     /// The transmit DMA source area MEMORY CHANNEL rings are copied into
     /// (opened with the first such channel): Err says why there is none.
     dma: Option<Result<Arc<mc::DmaArea>, String>>,
+    /// Finds out whether MEMORY CHANNEL peers are alive (started with the
+    /// first such channel).
+    prober: Option<probe::Prober>,
 }
 
 impl State {
@@ -164,6 +168,7 @@ pub fn init(cfg: Config) -> Result<(), UmpError> {
         outbufs_in: Arc::new(Mutex::new(HashMap::new())),
         inboxes: HashMap::new(),
         dma: None,
+        prober: None,
     });
     Ok(())
 }

@@ -11,14 +11,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use imc_client::dma::{DmaPort, DmaTarget};
 use imc_client::keys::Namespace;
-use imc_client::{Imc, ImcError, Status};
+use imc_client::{Imc, ImcError};
 
 use crate::channel::{self, Channel, Transport};
 use crate::mem::{RxWindow, Sink, Source, TxWindow};
+use crate::probe::Prober;
 use crate::{ring, State, UmpError};
 
 /// MEMORY CHANNEL key of half `side` of the channel (lo, hi): a hash of
@@ -148,12 +148,6 @@ fn shadow(st: &mut State, imc: &Imc, mine: u32) -> Box<dyn ring::Shadow> {
     Box::new(DmaShadow { area, index, target, threshold: st.cfg.dma_threshold })
 }
 
-/// How long the other side's node may be missing from imcd's table
-/// before the other side counts as dead: longer than imcd's flap grace and
-/// repair delay together (`imcd::daemon::Settings`), so a short link flap
-/// never breaks a channel.
-const NODE_AWAY: Duration = Duration::from_secs(4);
-
 /// Opens our side of the MEMORY CHANNEL channel (local, remote).
 pub(crate) fn open_mc(st: &mut State, local: u64, remote: u64) -> Result<Arc<Channel>, UmpError> {
     let imc =
@@ -173,36 +167,8 @@ pub(crate) fn open_mc(st: &mut State, local: u64, remote: u64) -> Result<Arc<Cha
     drop(c);
     let (out, peer): (Arc<dyn Sink>, Arc<dyn Source>) =
         (Arc::new(TxWindow::new(Arc::new(tx))), Arc::new(RxWindow::new(Arc::new(rx))));
-    let probe = imc.clone();
-    let away = Mutex::new(None::<Instant>);
-    let alive: channel::Liveness = Box::new(move |who| {
-        let (node, pid) = ((who >> 32) as u32, who as u32);
-        if pid == 0 {
-            return Ok(());
-        }
-        let r = probe.lock().unwrap_or_else(|e| e.into_inner()).kill(&node.to_string(), pid as i32, 0);
-        let mut away = away.lock().unwrap_or_else(|e| e.into_inner());
-        match r {
-            Err(ImcError::Refused { code: Status::Errno, message }) => {
-                Err(format!("process {pid} on node {node}: {message}"))
-            }
-            // Its node is not in imcd's table: through a link flap that
-            // imcd rides out, or for good. Dead once it has been away
-            // longer than imcd takes to repair a node out.
-            Err(ImcError::Refused { code: Status::NoHost, message }) => {
-                let since = *away.get_or_insert_with(Instant::now);
-                if since.elapsed() > NODE_AWAY {
-                    return Err(format!("process {pid} on node {node}: {message} (for {} s)", NODE_AWAY.as_secs()));
-                }
-                Ok(())
-            }
-            Ok(()) => {
-                *away = None;
-                Ok(())
-            }
-            Err(_) => Ok(()), // imcd busy or gone: do not guess
-        }
-    });
+    let probe = st.prober.get_or_insert_with(Prober::start).probe();
+    let alive: channel::Liveness = Box::new(move |who| if who as u32 == 0 { Ok(()) } else { probe.check(who) });
     let who = (st.node as u64) << 32 | std::process::id() as u64;
     let keep = McKeep { imc: imc.clone(), ids: [mine, theirs] };
     let ch = Channel::new(local, remote, Transport::Mc, size, out, peer, who, alive, Box::new(keep), Some(copy));

@@ -221,7 +221,7 @@ impl Soak {
             for (m, w) in s["lock"]["tallies"].as_array().into_iter().flatten().enumerate() {
                 let t = Tally::from_word(w.as_u64().unwrap_or(0));
                 if t.inc != 0 {
-                    self.keep_tally(m, t);
+                    self.keep_tally(m / testkit::soak::TALLY_SLOTS, t);
                 }
             }
             for st in s["stalls"].as_array().into_iter().flatten() {
@@ -589,6 +589,8 @@ fn run() -> Result<bool> {
         "faults_injected": n_injected, "faults_detected": n_detected, "writes_checked": checked,
         "lost_unannounced": lost_unannounced, "reorders": reorders, "corrupt": corrupt,
         "lock_counter": counter, "lock_confirmed": confirmed, "lock_doubt": doubt, "lock_error": lock_error,
+        "lock_tallies": s.tallies.iter().map(|((n, i), t)| json!({"node": n, "incarnation": i, "confirmed": t.confirmed, "doubt": t.doubt, "pending": t.pending})).collect::<Vec<_>>(),
+        "lock_counters": current.iter().map(|v| u(&v["lock"]["counter"])).collect::<Vec<_>>(),
         "lock_rounds": rounds, "ump_pings": pings, "ump_unannounced": ump_unannounced, "hangs": hangs,
         "wall_seconds": t_all.elapsed().as_secs(),
     });
