@@ -931,6 +931,7 @@ fn ump_worker(sh: &Shared, tick: impl Fn()) -> Result<()> {
                         break;
                     }
                     Err(e) => {
+                        let state = ump::chan(id).map(|c| c.state()).unwrap_or_default();
                         // The echo side stops a moment before we do.
                         let t = Instant::now();
                         while !sh.stopping() && t.elapsed() < Duration::from_secs(3) {
@@ -943,7 +944,7 @@ fn ump_worker(sh: &Shared, tick: impl Fn()) -> Result<()> {
                             st.interrupted_announced += 1;
                         } else {
                             st.interrupted_unannounced += 1;
-                            sh.error(format!("ump: ping {seq}: {e}, and no outage was announced"));
+                            sh.error(format!("ump: ping {seq}: {e}, and no outage was announced ({state})"));
                         }
                         break;
                     }

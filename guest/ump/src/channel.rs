@@ -398,6 +398,22 @@ impl Channel {
         self.tx.try_lock().map(|t| t.produced()).unwrap_or(0)
     }
 
+    /// The channel's indices and repair counts, for a report when an
+    /// operation waited too long.
+    pub fn state(&self) -> String {
+        let (asked, served) = self.repairs();
+        let taken = self.rx.try_lock().map(|r| r.taken().to_string()).unwrap_or_else(|_| "?".into());
+        format!(
+            "we sent {} bytes and the other side took {}; it sent {} and we took {taken}; repairs asked {asked}, \
+             served {served}; complete: {}; other side {:#x}",
+            self.produced(),
+            self.consumed(),
+            self.peer.load(HEAD),
+            self.is_complete(),
+            self.peer_who()
+        )
+    }
+
     /// Ring bytes a message of `len` takes.
     pub fn footprint(&self, len: usize) -> usize {
         ring::footprint(self.size, len)

@@ -606,6 +606,11 @@ impl Consumer {
         self.head.checked_sub(self.tail).map_or(usize::MAX, |a| a as usize)
     }
 
+    /// Bytes of the ring consumed so far.
+    pub fn taken(&self) -> u64 {
+        self.tail
+    }
+
     /// True while a message has been started but not finished.
     pub fn mid_message(&self) -> bool {
         self.current.is_some()

@@ -405,7 +405,11 @@ fn run() -> Result<bool> {
     let mut next_fault = t0 + Duration::from_secs(a.fault_every.min(20));
     let mut next_progress = t0;
     let mut fi = 0;
-    while t0.elapsed() < run_for {
+    // The workload runs on for at least this long after the last fault
+    // settled, so readers that were cut off catch up before the count.
+    const CATCH_UP: Duration = Duration::from_secs(20);
+    let mut last_fault = t0;
+    while t0.elapsed() < run_for || last_fault.elapsed() < CATCH_UP {
         if Instant::now() >= next_progress {
             s.collect();
             let all = s.every_status();
@@ -424,7 +428,7 @@ fn run() -> Result<bool> {
             );
             next_progress = Instant::now() + Duration::from_secs(30);
         }
-        if Instant::now() >= next_fault && fi < faults.len() {
+        if Instant::now() >= next_fault && fi < faults.len() && t0.elapsed() < run_for {
             let kind = faults[fi];
             fi += 1;
             let (what, seen) = s.inject(kind, &mut rng)?;
@@ -442,6 +446,7 @@ fn run() -> Result<bool> {
                 s.hangs.push(format!("the cluster did not settle within 120 s after fault {fi} ({what})"));
                 println!("[{:>5.0} s] the cluster did not settle after fault {fi}", t_all.elapsed().as_secs_f64());
             }
+            last_fault = Instant::now();
             let jitter = a.fault_every / 2;
             next_fault =
                 Instant::now() + Duration::from_secs(rng.range(a.fault_every - jitter, a.fault_every + jitter));
