@@ -16,6 +16,7 @@
 # Settings (environment): SIZES (default 4K,64K,256K,1M,4M), VOLUME (bytes
 # per size, default 16M), RING (UMP_MC_BUFFER for the UMP series, default
 # 32K, the paper's), SECS (seconds per size of the raw engine series, 2).
+# CONFIG: a cluster definition other than qemu-configs/default.toml.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${1:-$REPO/bench-out}

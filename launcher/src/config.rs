@@ -159,7 +159,18 @@ pub struct QemuSection {
     /// register reads behind such a queue time out. docs/adapter.md has the
     /// measurements.
     pub write_multiple: String,
+    /// The guests' CPU model (`-cpu`); empty: [`TCG_CPU`] under TCG,
+    /// `host` under KVM.
+    pub cpu: String,
 }
+
+/// The guests' CPU model under TCG: QEMU's `max` without the fast string
+/// copy features. With ERMS or FSRM, glibc's `memcpy` (and the guest
+/// kernel's copies) use `rep movsb` for mid-sized copies, and TCG runs
+/// that one byte per iteration: 4 KiB to 64 KiB copies in a guest ran at
+/// about 260 MB/s with them and several times faster without them
+/// (docs/adapter.md, "Guest CPU model").
+pub const TCG_CPU: &str = "max,-erms,-fsrm";
 
 impl Default for QemuSection {
     fn default() -> Self {
@@ -170,6 +181,7 @@ impl Default for QemuSection {
             extra_args: Vec::new(),
             boot_timeout_s: 180,
             write_multiple: "on".into(),
+            cpu: String::new(),
         }
     }
 }

@@ -317,7 +317,11 @@ pub fn qemu_argv(plan: &Plan, n: usize) -> Vec<String> {
     push("-accel");
     push(&plan.accel);
     push("-cpu");
-    push(if plan.accel == "kvm" { "host" } else { "max" });
+    push(match (c.qemu.cpu.as_str(), plan.accel.as_str()) {
+        ("", "kvm") => "host",
+        ("", _) => crate::config::TCG_CPU,
+        (cpu, _) => cpu,
+    });
     push("-smp");
     push(&c.guest.cpus.to_string());
     push("-m");
@@ -1026,6 +1030,19 @@ mod tests {
                 && on.contains("-device ivshmem-plain,memdev=ivsh"),
             "{on}"
         );
+    }
+
+    #[test]
+    fn cpu_model_follows_the_accelerator_unless_set() {
+        let cpu = |p: &Plan| {
+            let a = qemu_argv(p, 0);
+            a[a.iter().position(|s| s == "-cpu").unwrap() + 1].clone()
+        };
+        assert_eq!(cpu(&plan("")), "max,-erms,-fsrm");
+        let mut kvm = plan("");
+        kvm.accel = "kvm".into();
+        assert_eq!(cpu(&kvm), "host");
+        assert_eq!(cpu(&plan("[qemu]\ncpu = \"max\"")), "max");
     }
 
     #[test]
