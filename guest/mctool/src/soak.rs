@@ -79,6 +79,8 @@ pub(crate) struct Status {
     bcast: Bcast,
     lock: Lock,
     ump: Ump,
+    /// What the UMP worker is doing (or waiting for) right now.
+    ump_doing: String,
     /// Workers that made no progress for [`HANG`] without an outage.
     stalls: Vec<String>,
     /// Errors a worker hit (set-up retried).
@@ -199,6 +201,11 @@ impl Shared {
     fn with(&self, f: impl FnOnce(&mut Status)) {
         f(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
     }
+    /// Records what the UMP worker is about to do (shown if it stalls).
+    fn doing(&self, what: String) {
+        let at = self.t0.elapsed().as_secs_f64();
+        self.with(|s| s.ump_doing = format!("[{at:.1} s] {what}"));
+    }
     fn error(&self, what: String) {
         self.with(|s| {
             if s.errors.len() < 50 {
@@ -300,9 +307,10 @@ pub(crate) fn run(o: Opts) -> Result<()> {
             .collect();
         sh.with(|s| {
             for x in stalls {
-                let x = format!("{x}: no progress for 90 s");
-                if !s.stalls.contains(&x) {
-                    s.stalls.push(x);
+                if !s.stalls.iter().any(|e| e.starts_with(&format!("{x}:"))) {
+                    let at = t0.elapsed().as_secs_f64();
+                    let doing = if x == "ump" { format!("; doing {}", s.ump_doing) } else { String::new() };
+                    s.stalls.push(format!("{x}: no progress for 90 s (seen at {at:.1} s{doing})"));
                 }
             }
         });
@@ -879,9 +887,11 @@ fn ump_worker(sh: &Shared, tick: impl Fn()) -> Result<()> {
     let mut seq = 0u64;
     let mut buf = vec![0u8; 64 * 1024];
     while !sh.stopping() {
+        sh.doing("waiting for the link".into());
         if !sh.wait_link() {
             break;
         }
+        sh.doing("ump exit and init".into());
         let _ = ump::exit();
         if let Err(e) = ump::init(ump::Config::from_env()?) {
             sh.error(format!("ump: init: {e}"));
@@ -896,6 +906,7 @@ fn ump_worker(sh: &Shared, tick: impl Fn()) -> Result<()> {
         if pinger {
             attempt += 1;
             let me = PING + ((pair as u64) << 24) + (u64::from(sh.inc) << 12) + (attempt & 0xFFF);
+            sh.doing(format!("opening {me:#x} to {:#x}", ECHO + pair as u64));
             let id = match ump::open(me, ECHO + pair as u64, ump::Want::Mc) {
                 Ok(id) => id,
                 Err(e) => {
@@ -905,6 +916,7 @@ fn ump_worker(sh: &Shared, tick: impl Fn()) -> Result<()> {
                 }
             };
             st.reopens += 1;
+            sh.doing(format!("waiting for node {peer} to open channel {me:#x}"));
             let t0 = Instant::now();
             let mut open = false;
             while !open && t0.elapsed() < Duration::from_secs(20) && !sh.stopping() {
@@ -917,6 +929,7 @@ fn ump_worker(sh: &Shared, tick: impl Fn()) -> Result<()> {
                 seq += 1;
                 let msg = ping_message(seq, LENGTHS[(seq % LENGTHS.len() as u64) as usize]);
                 let m0 = (sh.own(), sh.absent(peer), errs());
+                sh.doing(format!("ping {seq} of {} bytes", msg.len()));
                 let r = ump::write_timeout(id, &msg, Duration::from_secs(10))
                     .and_then(|_| ump::read_timeout(id, &mut buf, Duration::from_secs(10)));
                 match r {
@@ -953,6 +966,7 @@ fn ump_worker(sh: &Shared, tick: impl Fn()) -> Result<()> {
                 std::thread::sleep(Duration::from_millis(20));
             }
         } else {
+            sh.doing("listening".into());
             if let Err(e) = ump::listen(ECHO + pair as u64, ump::Want::Mc) {
                 sh.error(format!("ump: listen: {e}"));
                 std::thread::sleep(Duration::from_secs(1));
