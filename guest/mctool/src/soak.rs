@@ -973,6 +973,7 @@ fn ump_worker(sh: &Shared, tick: impl Fn()) -> Result<()> {
                 continue;
             }
             st.reopens += 1;
+            sh.doing("listening, no channel yet".into());
             let mut cur: Option<i32> = None;
             let mut last = Instant::now();
             tick();
@@ -984,6 +985,7 @@ fn ump_worker(sh: &Shared, tick: impl Fn()) -> Result<()> {
                 }
                 match ump::wait(None, Some(Duration::from_millis(200))) {
                     Ok(Some(ump::Event::Open(id))) => {
+                        sh.doing(format!("echoing on channel {id}"));
                         if let Some(old) = cur.replace(id) {
                             let _ = ump::close(old);
                         }
