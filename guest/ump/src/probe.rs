@@ -48,13 +48,6 @@ impl Probe {
     }
 }
 
-/// What the prober knows of one peer process.
-#[derive(Default)]
-struct Peer {
-    /// Since when its node has been missing from imcd's table.
-    away: Option<Instant>,
-}
-
 /// The process's prober: hands out [`Probe`]s and runs the thread that
 /// fills them in. Dropping it stops the thread (after its current probe).
 pub(crate) struct Prober {
@@ -91,7 +84,8 @@ impl Drop for Prober {
 /// then sleeps.
 fn run(probes: &Mutex<Vec<Weak<Probe>>>, stop: &AtomicBool) {
     let mut imc: Option<Imc> = None;
-    let mut peers: HashMap<u64, Peer> = HashMap::new();
+    // Since when each peer's node has been missing from imcd's table.
+    let mut away: HashMap<u64, Instant> = HashMap::new();
     while !stop.load(Ordering::Acquire) {
         let live: Vec<Arc<Probe>> = {
             let mut v = probes.lock().unwrap_or_else(|e| e.into_inner());
@@ -104,18 +98,18 @@ fn run(probes: &Mutex<Vec<Weak<Probe>>>, stop: &AtomicBool) {
             if who as u32 == 0 || p.dead.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
                 continue;
             }
-            let verdict = asked.entry(who).or_insert_with(|| ask(&mut imc, who, peers.entry(who).or_default()));
+            let verdict = asked.entry(who).or_insert_with(|| ask(&mut imc, who, &mut away));
             if let Some(why) = verdict {
                 *p.dead.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
             }
         }
-        peers.retain(|who, _| asked.contains_key(who));
+        away.retain(|who, _| asked.contains_key(who));
         std::thread::sleep(PROBE_EVERY);
     }
 }
 
 /// Probes one peer process; `Some(why)` once it is dead.
-fn ask(imc: &mut Option<Imc>, who: u64, peer: &mut Peer) -> Option<String> {
+fn ask(imc: &mut Option<Imc>, who: u64, away: &mut HashMap<u64, Instant>) -> Option<String> {
     let (node, pid) = ((who >> 32) as u32, who as u32);
     if imc.is_none() {
         *imc = Imc::connect().ok();
@@ -132,12 +126,12 @@ fn ask(imc: &mut Option<Imc>, who: u64, peer: &mut Peer) -> Option<String> {
         // rides out, or for good. Dead once it has been away longer than
         // imcd takes to repair a node out.
         Err(ImcError::Refused { code: Status::NoHost, message }) => {
-            let since = *peer.away.get_or_insert_with(Instant::now);
+            let since = *away.entry(who).or_insert_with(Instant::now);
             (since.elapsed() > NODE_AWAY)
                 .then(|| format!("process {pid} on node {node}: {message} (for {} s)", NODE_AWAY.as_secs()))
         }
         Ok(()) => {
-            peer.away = None;
+            away.remove(&who);
             None
         }
         // imcd busy: do not guess. A connection that gave up or broke

@@ -505,7 +505,8 @@ fn run() -> Result<bool> {
     let confirmed: u64 = s.tallies.values().map(|t| t.confirmed).sum();
     let live: std::collections::BTreeSet<(usize, u16)> = (0..a.nodes).map(|n| (n, s.inc[n])).collect();
     let doubt: u64 = s.tallies.iter().map(|(k, t)| t.doubt + u64::from(t.pending && !live.contains(k))).sum();
-    let counter = current.iter().map(|v| u(&v["lock"]["counter"])).max().unwrap_or(0);
+    let counters: Vec<u64> = current.iter().map(|v| u(&v["lock"]["counter"])).collect();
+    let counter = counters.iter().copied().max().unwrap_or(0);
     let regressions = sum(&all, |v| u(&v["lock"]["regressions"]));
     let lock_error =
         if counter < confirmed { confirmed - counter } else { counter.saturating_sub(confirmed + doubt) } + regressions;
@@ -595,7 +596,7 @@ fn run() -> Result<bool> {
         "lost_unannounced": lost_unannounced, "reorders": reorders, "corrupt": corrupt,
         "lock_counter": counter, "lock_confirmed": confirmed, "lock_doubt": doubt, "lock_error": lock_error,
         "lock_tallies": s.tallies.iter().map(|((n, i), t)| json!({"node": n, "incarnation": i, "confirmed": t.confirmed, "doubt": t.doubt, "pending": t.pending})).collect::<Vec<_>>(),
-        "lock_counters": current.iter().map(|v| u(&v["lock"]["counter"])).collect::<Vec<_>>(),
+        "lock_counters": counters,
         "lock_rounds": rounds, "ump_pings": pings, "ump_unannounced": ump_unannounced, "hangs": hangs,
         "wall_seconds": t_all.elapsed().as_secs(),
     });
