@@ -12,6 +12,8 @@
 #     the reference the MPI ABI test compares our mpi.h with
 #   - MPICH's test suite and examples (test/mpi, examples) from Debian's
 #     mpich source package in $MC_CACHE/mpich-src (step mpich-suite)
+#   - NetPIPE's source (Debian's netpipe) in $MC_CACHE/netpipe-src, for the
+#     MPI benchmark (step netpipe)
 #
 # Idempotent: every step checks its own result and skips work already done.
 # Cache folder: $MC_CACHE (default: <repo>/.cache, ignored by git).
@@ -20,7 +22,7 @@
 # $MC_CACHE/cargo-fuzz for scripts/fuzz.sh (needs a C++ compiler, which
 # build-essential brings).
 #
-# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust mpich mpich-suite image fuzz"]
+# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust mpich mpich-suite netpipe image fuzz"]
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,7 +34,7 @@ while [ $# -gt 0 ]; do
     case "$arg" in
         --no-apt) NO_APT=1 ;;
         --only) ONLY="${1:?--only needs a list of steps}"; shift ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -53,6 +55,8 @@ APT_PKGS=(
     dpkg-dev
     # guest image
     busybox-static cpio xz-utils zstd kmod
+    # the guests' LAN (tap on a bridge in a network namespace: launcher/src/lan.rs)
+    iproute2
     # QEMU firmware at run time
     seabios ipxe-qemu
 )
@@ -310,6 +314,41 @@ setup_mpich_suite() {
     die "none of the mpich source packages (${candidates[*]}) could be fetched (see $MC_CACHE/mpich-src-fetch.log)"
 }
 
+# ------------------------------------------------------------- netpipe -----
+# NetPIPE 3.7.2 (Debian source package netpipe) for the MPI benchmark
+# (scripts/mpi-bench.sh): its upstream tarball only; Debian's patch tarball
+# can no longer be fetched, and --tar-only does not ask for it. The
+# benchmark builds NPtcp and NPmpi from $MC_CACHE/netpipe-src.
+setup_netpipe() {
+    local dir=$MC_CACHE/netpipe-src
+    if [ -f "$dir/.done" ] && [ -f "$dir/src/netpipe.c" ] && [ -f "$dir/src/mpi.c" ]; then
+        step "netpipe: NetPIPE $(cat "$dir/.done") source cached ($dir)"
+        return
+    fi
+    command -v apt-get >/dev/null || die "apt-get not found: NetPIPE comes from Debian's netpipe source package"
+    local ver candidates=() tmp orig
+    mapfile -t candidates < <(apt-cache showsrc netpipe 2>/dev/null | sed -n 's/^Version: //p' | sort -u | sort -rV)
+    [ ${#candidates[@]} -gt 0 ] || die "no netpipe source package in the configured deb-src suites (run the apt step: scripts/setup.sh --only apt)"
+    tmp=$MC_CACHE/netpipe-src.tmp
+    for ver in "${candidates[@]}"; do
+        step "netpipe: fetching the upstream tarball of netpipe=$ver"
+        rm -rf "$tmp"; mkdir -p "$tmp"
+        if (cd "$tmp" && apt-get source -q --download-only --tar-only "netpipe=$ver" >"$MC_CACHE/netpipe-fetch.log" 2>&1); then
+            orig=$(ls "$tmp"/netpipe_*.orig.tar.* 2>/dev/null | head -1)
+            [ -n "$orig" ] || die "netpipe=$ver fetched but it has no orig tarball (see $MC_CACHE/netpipe-fetch.log)"
+            rm -rf "$dir"; mkdir -p "$dir"
+            tar -C "$dir" --strip-components=1 -xf "$orig" || die "unpacking $orig failed"
+            [ -f "$dir/src/netpipe.c" ] || die "$orig has no src/netpipe.c"
+            rm -rf "$tmp"
+            echo "${ver#*:}" >"$dir/.done"
+            return
+        fi
+        echo "    netpipe=$ver could not be fetched; trying an older one"
+    done
+    rm -rf "$tmp"
+    die "none of the netpipe source packages (${candidates[*]}) could be fetched (see $MC_CACHE/netpipe-fetch.log)"
+}
+
 # ---------------------------------------------------------------- image -----
 setup_image() {
     step "image: building the guest initramfs"
@@ -333,11 +372,11 @@ setup_fuzz() {
         || { tail -20 "$MC_CACHE/cargo-fuzz-install.log"; die "cargo install cargo-fuzz failed (see $MC_CACHE/cargo-fuzz-install.log)"; }
 }
 
-for s in ${ONLY:-apt qemu kernel rust mpich mpich-suite image}; do
+for s in ${ONLY:-apt qemu kernel rust mpich mpich-suite netpipe image}; do
     case "$s" in
-        apt|qemu|kernel|rust|mpich|image|fuzz) "setup_$s" ;;
+        apt|qemu|kernel|rust|mpich|netpipe|image|fuzz) "setup_$s" ;;
         mpich-suite) setup_mpich_suite ;;
-        *) die "unknown step '$s' (steps: apt qemu kernel rust mpich mpich-suite image fuzz)" ;;
+        *) die "unknown step '$s' (steps: apt qemu kernel rust mpich mpich-suite netpipe image fuzz)" ;;
     esac
 done
 step "setup complete (cache: $MC_CACHE)"

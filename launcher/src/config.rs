@@ -105,9 +105,12 @@ pub struct GuestSection {
     /// `mctool` commands need `false`).
     pub imcd: bool,
     /// A virtio-net LAN between the guests (10.0.x.y/16, node N at
-    /// 10.0.0.N+1), over a loopback multicast group of this cluster: for
-    /// comparing MEMORY CHANNEL with TCP in the same run.
-    pub lan: bool,
+    /// 10.0.0.N+1, named nodeN), for comparing MEMORY CHANNEL with TCP in
+    /// the same run: `auto` (tap where the host allows it, else mcast),
+    /// `tap`, `mcast` or `off` (`true` is `auto`, `false` is `off`). The
+    /// backends are in `launcher/src/lan.rs`.
+    #[serde(deserialize_with = "lan_setting")]
+    pub lan: String,
     /// QEMU's `ivshmem-plain` device in every guest, all backed by one
     /// shared file (`<run>/ivshmem`, [`IVSHMEM_MIB`] MiB): plain shared
     /// memory between the guests, the floor MEMORY CHANNEL is compared with.
@@ -122,6 +125,22 @@ pub struct GuestSection {
     pub initrd: String,
 }
 
+/// `[guest] lan` as a setting name, or as the boolean it was before there
+/// were several backends.
+fn lan_setting<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Lan {
+        On(bool),
+        Name(String),
+    }
+    Ok(match Lan::deserialize(d)? {
+        Lan::On(true) => "auto".into(),
+        Lan::On(false) => "off".into(),
+        Lan::Name(s) => s,
+    })
+}
+
 impl Default for GuestSection {
     fn default() -> Self {
         GuestSection {
@@ -129,7 +148,7 @@ impl Default for GuestSection {
             cpus: 1,
             cmdline: "console=ttyS0 intel_iommu=on panic=-1 no_timer_check quiet".into(),
             imcd: true,
-            lan: true,
+            lan: "auto".into(),
             ivshmem: false,
             share: String::new(),
             kernel: String::new(),
@@ -162,6 +181,12 @@ pub struct QemuSection {
     /// The guests' CPU model (`-cpu`); empty: [`TCG_CPU`] under TCG,
     /// `host` under KVM.
     pub cpu: String,
+    /// Run the host threads every message crosses (the hub, the adapters,
+    /// QEMU's threads other than its vCPUs) at SCHED_FIFO priority 1, so a
+    /// spinning vCPU never delays them by a scheduler slice
+    /// (`launcher/src/priority.rs`). Needs root or CAP_SYS_NICE; without,
+    /// the cluster runs at normal priority and says so.
+    pub io_realtime: bool,
 }
 
 /// The guests' CPU model under TCG: QEMU's `max` without the fast string
@@ -182,6 +207,7 @@ impl Default for QemuSection {
             boot_timeout_s: 180,
             write_multiple: "on".into(),
             cpu: String::new(),
+            io_realtime: true,
         }
     }
 }
@@ -244,6 +270,9 @@ impl Config {
         }
         if self.guest.cpus == 0 {
             bail!("guest.cpus must be at least 1");
+        }
+        if !crate::lan::SETTINGS.contains(&self.guest.lan.as_str()) {
+            bail!("guest.lan must be one of {}, not '{}'", crate::lan::SETTINGS.join(", "), self.guest.lan);
         }
         if !["auto", "kvm", "tcg"].contains(&self.qemu.accel.as_str()) {
             bail!("qemu.accel must be auto, kvm or tcg, not '{}'", self.qemu.accel);
@@ -356,5 +385,18 @@ mod tests {
         let bench = Path::new(env!("CARGO_MANIFEST_DIR")).join("../qemu-configs/latency-bench.toml");
         let c = Config::load(&bench).unwrap();
         assert!(c.guest.ivshmem && !c.guest.imcd);
+    }
+
+    #[test]
+    fn lan_takes_a_backend_or_the_old_boolean() {
+        assert_eq!(Config::parse("").unwrap().guest.lan, "auto");
+        assert_eq!(Config::parse("[guest]\nlan = true").unwrap().guest.lan, "auto");
+        assert_eq!(Config::parse("[guest]\nlan = false").unwrap().guest.lan, "off");
+        for l in crate::lan::SETTINGS {
+            assert_eq!(Config::parse(&format!("[guest]\nlan = \"{l}\"")).unwrap().guest.lan, l);
+        }
+        let e = Config::parse("[guest]\nlan = \"ethernet\"").unwrap_err().to_string();
+        assert!(e.contains("auto, tap, mcast, off") && e.contains("ethernet"), "{e}");
+        assert!(Config::parse("[guest]\nlan = 3").is_err());
     }
 }

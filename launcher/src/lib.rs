@@ -7,6 +7,8 @@
 //! - [`supervisor`]: the background process that owns a running cluster.
 //! - [`agent`]: talking to the guest agents.
 //! - [`kvm`]: whether KVM really runs guests here.
+//! - [`lan`]: the guests' LAN (tap on a bridge, or a multicast group).
+//! - [`priority`]: which host threads run at real-time priority.
 //! - this file: the `up`, `down`, `status`, `restart`, `exec`, `cp` and
 //!   `mpirun` operations.
 #![warn(missing_docs)]
@@ -14,6 +16,8 @@
 pub mod agent;
 pub mod config;
 pub mod kvm;
+pub mod lan;
+pub mod priority;
 pub mod supervisor;
 
 use std::fs;

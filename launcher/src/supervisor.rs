@@ -28,6 +28,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::fd::BorrowedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,6 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent;
 use crate::config::{Config, IVSHMEM_MIB, SHARE_TAG};
+use crate::lan::Lan;
 
 /// Everything the supervisor needs, written by `up` into `plan.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -133,6 +135,9 @@ pub struct State {
     /// supervisor after it died).
     #[serde(default)]
     pub hub_restarts: u32,
+    /// The guests' LAN backend (`tap`, `mcast` or `off`; launcher/src/lan.rs).
+    #[serde(default)]
+    pub lan: String,
 }
 
 impl State {
@@ -215,9 +220,30 @@ impl Events {
     }
 }
 
-fn spawn(argv: &[String], log: &Path) -> Result<Child> {
+/// Starts `argv` with its output in `log`, killed when the supervisor dies;
+/// inside the network namespace `netns` when given.
+fn spawn(argv: &[String], log: &Path, netns: Option<BorrowedFd<'_>>) -> Result<Child> {
+    spawn_with(argv, log, netns, false)
+}
+
+/// [`spawn`], and with `realtime` every thread of the child runs at
+/// real-time priority (`crate::priority`; left normal where not allowed).
+fn spawn_with(argv: &[String], log: &Path, netns: Option<BorrowedFd<'_>>, realtime: bool) -> Result<Child> {
     let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let mut cmd = Command::new(&argv[0]);
+    if realtime {
+        // SAFETY: sched_setscheduler(2) only, between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                // Not allowed: the child runs at normal priority.
+                let _ = crate::priority::make_realtime(0);
+                Ok(())
+            });
+        }
+    }
+    if let Some(ns) = netns {
+        crate::lan::enter_netns(&mut cmd, ns);
+    }
     cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
     // SAFETY: prctl(2) only, between fork and exec.
     unsafe {
@@ -275,17 +301,6 @@ pub fn tail(log: &Path, n: usize) -> String {
     }
 }
 
-/// The UDP port of the cluster's LAN multicast group: one per run folder,
-/// so clusters side by side do not hear each other.
-pub fn lan_port(run_dir: &Path) -> u16 {
-    let h = run_dir
-        .as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
-    20000 + (h % 40000) as u16
-}
-
 /// The file behind every guest's `ivshmem-plain` device (`[guest] ivshmem`).
 pub fn ivshmem_path(run_dir: &Path) -> PathBuf {
     run_dir.join("ivshmem")
@@ -300,14 +315,16 @@ fn create_ivshmem(run_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// QEMU's argument list for node `n`.
-pub fn qemu_argv(plan: &Plan, n: usize) -> Vec<String> {
+/// QEMU's argument list for node `n` on the cluster's LAN `lan`.
+pub fn qemu_argv(plan: &Plan, n: usize, lan: &Lan) -> Vec<String> {
     let c = &plan.config;
     let nd = node_dir(&plan.run_dir, n);
     let mut a: Vec<String> = vec![plan.qemu.display().to_string()];
     let mut push = |s: &str| a.push(s.to_string());
     push("-name");
-    push(&format!("mc-node{n},process=mc-node{n}"));
+    // debug-threads: vCPU threads are named "CPU n/TCG", which is how
+    // crate::priority leaves them at normal priority.
+    push(&format!("mc-node{n},process=mc-node{n},debug-threads=on"));
     for d in &c.qemu.firmware_dirs {
         push("-L");
         push(d);
@@ -344,13 +361,9 @@ pub fn qemu_argv(plan: &Plan, n: usize) -> Vec<String> {
     push("-initrd");
     push(&plan.initrd.display().to_string());
     push("-append");
-    push(&format!("{} mc.node={n} mc.imcd={}", c.guest.cmdline, u8::from(c.guest.imcd)));
-    if c.guest.lan {
-        push("-netdev");
-        push(&format!("socket,id=lan,mcast=230.0.0.1:{},localaddr=127.0.0.1", lan_port(&plan.run_dir)));
-        push("-device");
-        push(&format!("virtio-net-pci,netdev=lan,romfile=,mac=52:54:00:4d:{:02x}:{:02x}", n >> 8 & 0xFF, n & 0xFF));
-    }
+    push(&format!("{} mc.node={n} mc.nodes={} mc.imcd={}", c.guest.cmdline, plan.nodes, u8::from(c.guest.imcd)));
+    a.extend(lan.qemu_args(&plan.run_dir, n));
+    let mut push = |s: &str| a.push(s.to_string());
     if c.guest.ivshmem {
         push("-object");
         push(&format!(
@@ -474,10 +487,12 @@ pub fn run(run_dir: &Path) -> Result<()> {
         share: plan.share.clone(),
         hub_exit: None,
         hub_restarts: 0,
+        lan: String::new(),
     };
     state.save(run_dir)?;
     let n = plan.nodes;
-    let mut sup = Sup { plan, state, ev: events, stop, hub: None, adapters: vec![], qemus: vec![] };
+    let mut sup =
+        Sup { plan, state, ev: events, stop, hub: None, adapters: vec![], qemus: vec![], lan: None, rt_warned: false };
     sup.adapters.resize_with(n, || None);
     sup.qemus.resize_with(n, || None);
     let result = sup.start();
@@ -545,6 +560,10 @@ struct Sup {
     /// Per-guest mode: each node's `mc-adapter`.
     adapters: Vec<Option<Child>>,
     qemus: Vec<Option<Child>>,
+    /// The guests' LAN, set up before the first QEMU starts.
+    lan: Option<Lan>,
+    /// Whether the events already say real-time priority was refused.
+    rt_warned: bool,
 }
 
 impl Sup {
@@ -632,7 +651,7 @@ impl Sup {
             // Keep the dead hub's log next to the new one.
             let _ = fs::rename(&log, rd.join(format!("hub.log.{}", self.state.hub_restarts)));
         }
-        let mut hub = spawn(&self.hub_argv(&listen), &log)?;
+        let mut hub = spawn_with(&self.hub_argv(&listen), &log, None, self.plan.config.qemu.io_realtime)?;
         let pid = hub.id();
         let ready = if tcp { addr_file.clone() } else { rd.join("hub.sock") };
         let mut r = wait_for_path(&ready, &mut hub, "mc-hub", Duration::from_secs(10), &log);
@@ -695,7 +714,7 @@ impl Sup {
             "--write-multiple".into(),
             if plan.write_multiple { "true" } else { "false" }.into(),
         ]);
-        let mut ad = spawn(&argv, &log)?;
+        let mut ad = spawn_with(&argv, &log, None, self.plan.config.qemu.io_realtime)?;
         let pid = ad.id();
         let r = wait_for_path(&sock, &mut ad, &format!("mc-adapter of node {n}"), Duration::from_secs(15), &log);
         self.adapters[n] = Some(ad);
@@ -704,10 +723,27 @@ impl Sup {
 
     fn start_qemu(&mut self, n: usize) -> Result<u32> {
         let log = node_dir(&self.plan.run_dir, n).join("qemu.log");
-        let q = spawn(&qemu_argv(&self.plan, n), &log)?;
+        let lan = self.lan.as_ref().context("the LAN is not set up")?;
+        let q = spawn(&qemu_argv(&self.plan, n, lan), &log, lan.netns())?;
         let pid = q.id();
         self.qemus[n] = Some(q);
         Ok(pid)
+    }
+
+    /// Node `n`'s QEMU threads other than its vCPUs go real-time
+    /// (`[qemu] io_realtime`); by the time its agent answers, QEMU has made
+    /// every thread it keeps.
+    fn realtime_io(&mut self, n: usize) {
+        if !self.plan.config.qemu.io_realtime {
+            return;
+        }
+        let Some(pid) = self.qemus[n].as_ref().map(Child::id) else { return };
+        if let Err(e) = crate::priority::realtime_io_threads(pid) {
+            if !self.rt_warned {
+                self.rt_warned = true;
+                self.ev.say(&format!("host I/O threads stay at normal priority: {e}"));
+            }
+        }
     }
 
     /// Waits until the agents of `nodes` answer (QEMUs started at `t0`).
@@ -732,6 +768,7 @@ impl Sup {
                 }
                 if agent::ping(&agent_sock(&rd, n), Duration::from_millis(500)).is_ok() {
                     ready.push(n);
+                    self.realtime_io(n);
                     let s = t0.elapsed().as_secs_f64();
                     self.state.nodes[n].ready_s = Some(s);
                     self.save()?;
@@ -775,6 +812,10 @@ impl Sup {
         if c.guest.ivshmem {
             create_ivshmem(&self.plan.run_dir)?;
         }
+        let lan = Lan::set_up(&c.guest.lan, &self.plan.run_dir)?;
+        self.ev.say(&format!("LAN: {}", lan.describe()));
+        self.state.lan = lan.name().to_string();
+        self.lan = Some(lan);
         let t0 = Instant::now();
         for n in 0..self.plan.nodes {
             self.state.nodes[n].qemu_pid = self.start_qemu(n)?;
@@ -1020,11 +1061,26 @@ mod tests {
         }
     }
 
+    fn no_lan() -> Lan {
+        Lan::plain(crate::lan::Backend::Off)
+    }
+
+    #[test]
+    fn guests_get_their_lan_and_the_node_count() {
+        let p = plan("");
+        let mcast = Lan::plain(crate::lan::Backend::Mcast);
+        let a = qemu_argv(&p, 1, &mcast).join(" ");
+        assert!(a.contains("mc.node=1 mc.nodes=2 mc.imcd=1"), "{a}");
+        assert!(a.contains("-netdev socket,id=lan,mcast=230.0.0.1:") && a.contains("host_mtu=65000"), "{a}");
+        let none = qemu_argv(&p, 1, &no_lan()).join(" ");
+        assert!(!none.contains("-netdev"), "{none}");
+    }
+
     #[test]
     fn ivshmem_device_only_when_asked() {
-        let off = qemu_argv(&plan(""), 1).join(" ");
+        let off = qemu_argv(&plan(""), 1, &no_lan()).join(" ");
         assert!(!off.contains("ivshmem"), "{off}");
-        let on = qemu_argv(&plan("[guest]\nivshmem = true"), 1).join(" ");
+        let on = qemu_argv(&plan("[guest]\nivshmem = true"), 1, &no_lan()).join(" ");
         assert!(
             on.contains("-object memory-backend-file,id=ivsh,share=on,mem-path=/r/ivshmem,size=1M")
                 && on.contains("-device ivshmem-plain,memdev=ivsh"),
@@ -1035,7 +1091,7 @@ mod tests {
     #[test]
     fn cpu_model_follows_the_accelerator_unless_set() {
         let cpu = |p: &Plan| {
-            let a = qemu_argv(p, 0);
+            let a = qemu_argv(p, 0, &no_lan());
             a[a.iter().position(|s| s == "-cpu").unwrap() + 1].clone()
         };
         assert_eq!(cpu(&plan("")), "max,-erms,-fsrm");
@@ -1048,7 +1104,7 @@ mod tests {
     #[test]
     fn every_guest_gets_the_shared_folder() {
         for n in 0..2 {
-            let a = qemu_argv(&plan(""), n).join(" ");
+            let a = qemu_argv(&plan(""), n, &no_lan()).join(" ");
             assert!(
                 a.contains("-fsdev local,id=share,path=/r/my,,share,security_model=none")
                     && a.contains("-device virtio-9p-pci,fsdev=share,mount_tag=mcshare"),
@@ -1092,6 +1148,7 @@ mod tests {
             share: PathBuf::new(),
             hub_exit: None,
             hub_restarts: 0,
+            lan: String::new(),
         }
     }
 
@@ -1167,6 +1224,8 @@ mod tests {
             hub: None,
             adapters: vec![],
             qemus: vec![],
+            lan: None,
+            rt_warned: false,
             plan: p,
         };
         let first = sup.hub_argv("127.0.0.1:0");
