@@ -104,14 +104,15 @@ impl AdapterHw {
         let meta = rx_buffer(Path::new("/dev/shm/imcd-meta"), META_PAGES).map_err(mem("imcd-meta"))?;
         a.dev.map_dma(&meta, iova(0)).map_err(|e| HwError::Device(e.to_string()))?;
         for p in 0..META_PAGES {
-            let intr = if p == RELAY_PAGE { pct::INT } else { 0 };
+            // The directory and the relay wake the mapper (mapper::TICK).
+            let intr = if p == RELAY_PAGE || p == DIR_PAGE { pct::INT } else { 0 };
             a.set_page(p, pct::TX | pct::RX | pct::LOOPBACK | intr, iova(p));
         }
         let irq = match Interrupt::msix(&a.dev) {
             Ok(i) => {
                 a.set_reg(reg::INT_CAUSE, int::ALL);
                 while a.reg(reg::NOTIFY_FIFO) != NOTIFY_EMPTY {}
-                a.set_reg(reg::INT_MASK, int::NOTIFY | int::ERROR);
+                a.set_reg(reg::INT_MASK, int::NOTIFY | int::ERROR | int::LINK);
                 Some(i)
             }
             Err(e) => {
