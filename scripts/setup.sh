@@ -276,42 +276,54 @@ setup_mpich() {
     echo "$MPICH_VERSION" >"$dir/.done"
 }
 
+# ------------------------------------------------------ source packages -----
+# fetch_orig STEP PKG [apt-get source options...]: downloads the newest
+# version of Debian source package PKG whose files can still be fetched
+# (sid can list one that is already gone) into $MC_CACHE/PKG-src.tmp; sets
+# ORIG (its upstream tarball) and ORIG_VER (the version, without epoch).
+fetch_orig() {
+    local stepname=$1 pkg=$2 ver candidates=() tmp log
+    shift 2
+    command -v apt-get >/dev/null || die "apt-get not found: $stepname needs Debian's $pkg source package"
+    mapfile -t candidates < <(apt-cache showsrc "$pkg" 2>/dev/null | sed -n 's/^Version: //p' | sort -u | sort -rV)
+    [ ${#candidates[@]} -gt 0 ] || die "no $pkg source package in the configured deb-src suites (run the apt step: scripts/setup.sh --only apt)"
+    tmp=$MC_CACHE/$pkg-src.tmp
+    log=$MC_CACHE/$pkg-src-fetch.log
+    for ver in "${candidates[@]}"; do
+        step "$stepname: fetching source package $pkg=$ver"
+        rm -rf "$tmp"; mkdir -p "$tmp"
+        if (cd "$tmp" && apt-get source -q --download-only "$@" "$pkg=$ver" >"$log" 2>&1); then
+            ORIG=$(ls "$tmp/${pkg}_"*.orig.tar.* 2>/dev/null | head -1)
+            [ -n "$ORIG" ] || die "$pkg=$ver fetched but it has no orig tarball (see $log)"
+            ORIG_VER=${ver#*:}
+            return
+        fi
+        echo "    $pkg=$ver could not be fetched (not in the archive any more); trying an older one"
+    done
+    rm -rf "$tmp"
+    die "none of the $pkg source packages (${candidates[*]}) could be fetched (see $log)"
+}
+
 # ---------------------------------------------------------------- mpich-suite
 # MPICH's own test suite (test/mpi) and example programs (examples) from
 # Debian's mpich source package, unpacked into $MC_CACHE/mpich-src for
 # tests/src/bin/mpi-suite.rs and the examples test. Only those two folders
 # are kept. Like QEMU's source: the newest version whose files can still be
-# fetched (sid can list one that is already gone; bookworm has 4.0.2).
+# fetched (bookworm has 4.0.2).
 setup_mpich_suite() {
     local dir=$MC_CACHE/mpich-src
     if [ -f "$dir/.done" ] && [ -f "$dir/test/mpi/util/mtest.c" ] && [ -f "$dir/examples/cpi.c" ]; then
         step "mpich-suite: MPICH $(cat "$dir/.done") test/mpi and examples cached ($dir)"
         return
     fi
-    command -v apt-get >/dev/null || die "apt-get not found: the MPICH test suite comes from Debian's mpich source package"
-    local ver candidates=() tmp orig
-    mapfile -t candidates < <(apt-cache showsrc mpich 2>/dev/null | sed -n 's/^Version: //p' | sort -u | sort -rV)
-    [ ${#candidates[@]} -gt 0 ] || die "no mpich source package in the configured deb-src suites (run the apt step: scripts/setup.sh --only apt)"
-    tmp=$MC_CACHE/mpich-src.tmp
-    for ver in "${candidates[@]}"; do
-        step "mpich-suite: fetching source package mpich=$ver"
-        rm -rf "$tmp"; mkdir -p "$tmp"
-        if (cd "$tmp" && apt-get source -q --download-only "mpich=$ver" >"$MC_CACHE/mpich-src-fetch.log" 2>&1); then
-            orig=$(ls "$tmp"/mpich_*.orig.tar.* 2>/dev/null | head -1)
-            [ -n "$orig" ] || die "mpich=$ver fetched but it has no orig tarball (see $MC_CACHE/mpich-src-fetch.log)"
-            step "mpich-suite: unpacking test/mpi and examples from $(basename "$orig")"
-            rm -rf "$dir"; mkdir -p "$dir"
-            tar -C "$dir" --strip-components=1 --wildcards --no-wildcards-match-slash -xf "$orig" 'mpich-*/test/mpi' 'mpich-*/examples' \
-                || die "unpacking $orig failed"
-            [ -f "$dir/test/mpi/util/mtest.c" ] || die "$orig has no test/mpi/util/mtest.c"
-            rm -rf "$tmp"
-            echo "${ver#*:}" >"$dir/.done"
-            return
-        fi
-        echo "    mpich=$ver could not be fetched (not in the archive any more); trying an older one"
-    done
-    rm -rf "$tmp"
-    die "none of the mpich source packages (${candidates[*]}) could be fetched (see $MC_CACHE/mpich-src-fetch.log)"
+    fetch_orig mpich-suite mpich
+    step "mpich-suite: unpacking test/mpi and examples from $(basename "$ORIG")"
+    rm -rf "$dir"; mkdir -p "$dir"
+    tar -C "$dir" --strip-components=1 --wildcards --no-wildcards-match-slash -xf "$ORIG" 'mpich-*/test/mpi' 'mpich-*/examples' \
+        || die "unpacking $ORIG failed"
+    [ -f "$dir/test/mpi/util/mtest.c" ] || die "$ORIG has no test/mpi/util/mtest.c"
+    rm -rf "$MC_CACHE/mpich-src.tmp"
+    echo "$ORIG_VER" >"$dir/.done"
 }
 
 # ------------------------------------------------------------- netpipe -----
@@ -325,28 +337,12 @@ setup_netpipe() {
         step "netpipe: NetPIPE $(cat "$dir/.done") source cached ($dir)"
         return
     fi
-    command -v apt-get >/dev/null || die "apt-get not found: NetPIPE comes from Debian's netpipe source package"
-    local ver candidates=() tmp orig
-    mapfile -t candidates < <(apt-cache showsrc netpipe 2>/dev/null | sed -n 's/^Version: //p' | sort -u | sort -rV)
-    [ ${#candidates[@]} -gt 0 ] || die "no netpipe source package in the configured deb-src suites (run the apt step: scripts/setup.sh --only apt)"
-    tmp=$MC_CACHE/netpipe-src.tmp
-    for ver in "${candidates[@]}"; do
-        step "netpipe: fetching the upstream tarball of netpipe=$ver"
-        rm -rf "$tmp"; mkdir -p "$tmp"
-        if (cd "$tmp" && apt-get source -q --download-only --tar-only "netpipe=$ver" >"$MC_CACHE/netpipe-fetch.log" 2>&1); then
-            orig=$(ls "$tmp"/netpipe_*.orig.tar.* 2>/dev/null | head -1)
-            [ -n "$orig" ] || die "netpipe=$ver fetched but it has no orig tarball (see $MC_CACHE/netpipe-fetch.log)"
-            rm -rf "$dir"; mkdir -p "$dir"
-            tar -C "$dir" --strip-components=1 -xf "$orig" || die "unpacking $orig failed"
-            [ -f "$dir/src/netpipe.c" ] || die "$orig has no src/netpipe.c"
-            rm -rf "$tmp"
-            echo "${ver#*:}" >"$dir/.done"
-            return
-        fi
-        echo "    netpipe=$ver could not be fetched; trying an older one"
-    done
-    rm -rf "$tmp"
-    die "none of the netpipe source packages (${candidates[*]}) could be fetched (see $MC_CACHE/netpipe-fetch.log)"
+    fetch_orig netpipe netpipe --tar-only
+    rm -rf "$dir"; mkdir -p "$dir"
+    tar -C "$dir" --strip-components=1 -xf "$ORIG" || die "unpacking $ORIG failed"
+    [ -f "$dir/src/netpipe.c" ] || die "$ORIG has no src/netpipe.c"
+    rm -rf "$MC_CACHE/netpipe-src.tmp"
+    echo "$ORIG_VER" >"$dir/.done"
 }
 
 # ---------------------------------------------------------------- image -----

@@ -181,12 +181,17 @@ pub struct QemuSection {
     /// The guests' CPU model (`-cpu`); empty: [`TCG_CPU`] under TCG,
     /// `host` under KVM.
     pub cpu: String,
-    /// Run the host threads every message crosses (the hub, the adapters,
-    /// QEMU's threads other than its vCPUs) at SCHED_FIFO priority 1, so a
-    /// spinning vCPU never delays them by a scheduler slice
+    /// Run the hub's and the adapters' threads at SCHED_FIFO priority 1, so
+    /// a spinning vCPU never delays a message in them by a scheduler slice
     /// (`launcher/src/priority.rs`). Needs root or CAP_SYS_NICE; without,
-    /// the cluster runs at normal priority and says so.
+    /// they run at normal priority.
     pub io_realtime: bool,
+    /// QEMU's threads other than its vCPUs real-time too: small messages
+    /// take half the time again, but QEMU's vfio-user thread then sends each
+    /// store as soon as it is made instead of packing the ones queued
+    /// meanwhile, and a flood of stores runs many times slower
+    /// (docs/adapter.md, "Host thread priority"). For latency-bound work.
+    pub qemu_realtime: bool,
 }
 
 /// The guests' CPU model under TCG: QEMU's `max` without the fast string
@@ -208,6 +213,7 @@ impl Default for QemuSection {
             write_multiple: "on".into(),
             cpu: String::new(),
             io_realtime: true,
+            qemu_realtime: false,
         }
     }
 }

@@ -1,18 +1,26 @@
-//! Which host threads run at real-time priority (`[qemu] io_realtime`).
+//! Which host threads run at real-time priority (`[qemu] io_realtime`,
+//! `[qemu] qemu_realtime`).
 //!
 //! Under TCG a guest that waits for a message spins its vCPU thread, so
 //! with two guests on two host cores both cores are busy. Every message
-//! crosses other host threads too: QEMU's main loop and vfio-user thread
-//! on the sender, the hub's (or the adapter's) threads, and for the LAN
-//! QEMU's main loop on both ends. A normal-priority thread that wakes
-//! behind a spinning vCPU waits for the scheduler's slice, about a
-//! millisecond, and that wait was most of a small message's time
-//! (docs/adapter.md, "Host thread priority"). So those threads run at
-//! SCHED_FIFO priority 1: they preempt a vCPU at once, do a few
-//! microseconds of work and sleep again. vCPU threads stay normal, so a
-//! spinning guest can never starve the host. Without the right to do so
-//! (not root, no CAP_SYS_NICE) everything stays normal and the cluster's
-//! events say so.
+//! crosses other host threads too: the hub's (or the adapter's) threads,
+//! and QEMU's main loop and vfio-user thread on the sender. A
+//! normal-priority thread that wakes behind a spinning vCPU waits for the
+//! scheduler's slice, about a millisecond, and that wait was most of a
+//! small message's time (docs/adapter.md, "Host thread priority").
+//!
+//! - `io_realtime` (default on): the hub and the per-guest adapters run at
+//!   SCHED_FIFO priority 1 from their start. They do microseconds of work
+//!   per message and sleep again.
+//! - `qemu_realtime` (default off): QEMU's threads other than its vCPUs
+//!   too. Small messages gain again, but QEMU's vfio-user thread then wakes
+//!   for every store and sends it alone, where at normal priority it packs
+//!   the stores queued meanwhile into one message: a flood of stores ran
+//!   about 20 times slower.
+//!
+//! vCPU threads always stay normal, so a spinning guest can never starve
+//! the host. Without the right to do so (not root, no CAP_SYS_NICE)
+//! everything stays normal; for QEMU the cluster's events say so.
 //!
 //! Threads: the supervisor's one thread, and `pre_exec` of its children.
 

@@ -731,10 +731,10 @@ impl Sup {
     }
 
     /// Node `n`'s QEMU threads other than its vCPUs go real-time
-    /// (`[qemu] io_realtime`); by the time its agent answers, QEMU has made
+    /// (`[qemu] qemu_realtime`); by the time its agent answers, QEMU has made
     /// every thread it keeps.
     fn realtime_io(&mut self, n: usize) {
-        if !self.plan.config.qemu.io_realtime {
+        if !self.plan.config.qemu.qemu_realtime {
             return;
         }
         let Some(pid) = self.qemus[n].as_ref().map(Child::id) else { return };
