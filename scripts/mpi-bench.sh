@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Our MPI side by side with MPICH 5.0.2 over TCP, in the same guests, with
+# the same binaries (built once against the MPI standard ABI; the library
+# is chosen by LD_LIBRARY_PATH), in one run on a NODES-guest cluster
+# (default 4). Each figure is printed as soon as it is measured:
+#   1. NetPIPE's NPtcp between guests 0 and 1 over the cluster LAN;
+#   2. NetPIPE's NPmpi across guests 0 and 1 on ours (MEMORY CHANNEL);
+#   3. the same NPmpi across guests 0 and 1 on MPICH over TCP (libfabric's
+#      tcp provider pinned to eth0; NETMOD=ucx for UCX's tcp transport);
+#   4. NPmpi with both ranks inside guest 0 on ours (shared memory);
+#   5. collectives (tests/mpi/bench/collbench.c): Barrier, Bcast,
+#      Allreduce, Alltoall against size on all guests, both libraries;
+#   6. an integer sort (tests/mpi/bench/isort.c) on all guests, both
+#      libraries, its answer verified.
+# Then one table (latency at 8 bytes, bandwidth at 1 MiB, ratios, the LAN
+# the figures used); the raw NetPIPE files and logs are kept in OUT_DIR
+# (default bench-out/mpi).
+#
+# MPICH starts its proxies in the other guests with Hydra's rsh launcher,
+# through our mpiexec (scripts/mpi-bench.sh writes the 3-line wrapper
+# /share/mc-rsh): no ssh is needed in the guests.
+#
+# Usage: scripts/mpi-bench.sh [OUT_DIR]   (after scripts/setup.sh)
+# Settings (environment): NODES (4), NETMOD (ofi or ucx), MAX (largest
+# size, default 1048576), ISORT_KEYS (default 2097152), CONFIG (a cluster
+# definition other than qemu-configs/default.toml).
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${1:-$REPO/bench-out/mpi}
+NODES=${NODES:-4}
+NETMOD=${NETMOD:-ofi}
+MAX=${MAX:-1048576}
+ISORT_KEYS=${ISORT_KEYS:-2097152}
+MC_CACHE=${MC_CACHE:-$REPO/.cache}
+NP=$MC_CACHE/netpipe-src
+NAME=mpi-bench
+T0=$(date +%s)
+say() { printf '[%4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
+die() { echo "mpi-bench: $*" >&2; exit 1; }
+[ "$NODES" -ge 2 ] || die "NODES must be at least 2"
+[ -f "$NP/src/netpipe.c" ] || die "no NetPIPE source in $NP: run scripts/setup.sh (step netpipe)"
+[ -x "$MC_CACHE/mpich/bin/mpiexec" ] || die "no MPICH in $MC_CACHE/mpich: run scripts/setup.sh (step mpich)"
+[ -f "$REPO/target/release/libmpi_abi.so.1" ] || die "no libmpi_abi.so.1: run scripts/setup.sh"
+mkdir -p "$OUT"
+
+say "building NPtcp, NPmpi, collbench and isort (host compiler, standard ABI)"
+BIN=$OUT/bin
+mkdir -p "$BIN"
+S=$NP/src
+cc -O2 -static -DTCP -I"$S" "$S/netpipe.c" "$S/tcp.c" -o "$BIN/NPtcp" 2>"$OUT/build.log" \
+    || die "building NPtcp failed (see $OUT/build.log)"
+for p in "NPmpi:-DMPI -I$S $S/netpipe.c $S/mpi.c" "collbench:$REPO/tests/mpi/bench/collbench.c" \
+         "isort:$REPO/tests/mpi/bench/isort.c"; do
+    # shellcheck disable=SC2086
+    "$REPO/guest/mpi/mpicc" -O2 ${p#*:} -o "$BIN/${p%%:*}" 2>>"$OUT/build.log" \
+        || die "building ${p%%:*} failed (see $OUT/build.log)"
+done
+
+# shellcheck source=scripts/bench-cluster.sh
+. "$REPO/scripts/bench-cluster.sh"
+SHARE=$REPO/.run/$NAME/share
+say "copying the binaries and MPICH into the shared folder"
+cp "$BIN"/* "$SHARE/"
+rm -rf "$SHARE/mpich"
+cp -r "$MC_CACHE/mpich" "$SHARE/mpich"
+printf '#!/bin/sh\n# rsh for Hydra: run the command line on guest $1 (by our mpiexec and mpid)\nh=$1; shift\nexec mpiexec -hosts "$h" -n 1 /bin/sh -c "$*"\n' >"$SHARE/mc-rsh"
+chmod +x "$SHARE/mc-rsh"
+LAN=$(sed -n 's/.*"lan": *"\([a-z]*\)".*/\1/p' "$REPO/.run/$NAME/state.json")
+say "cluster: $NODES guests, LAN backend: ${LAN:-unknown}"
+x() { "$M" --name $NAME exec "$@"; }
+hosts=$(seq -s, -f 'node%g' 0 $(( NODES - 1 )))
+case "$NETMOD" in
+    ofi) PIN="-genv MPIR_CVAR_CH4_NETMOD ofi -genv FI_PROVIDER tcp -genv FI_TCP_IFACE eth0" ;;
+    ucx) PIN="-genv MPIR_CVAR_CH4_NETMOD ucx -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES eth0" ;;
+    *) die "NETMOD must be ofi or ucx, not '$NETMOD'" ;;
+esac
+# mpich N PPN HOSTS PROG ARGS...: the program on MPICH over TCP.
+mpich() {
+    local n=$1 ppn=$2 h=$3; shift 3
+    x 0 --timeout 3600 -- sh -c "cd /tmp && LD_LIBRARY_PATH=/share/mpich/lib /share/mpich/bin/mpiexec \
+        -launcher rsh -launcher-exec /share/mc-rsh -hosts $h -n $n -ppn $ppn $PIN $*"
+}
+# ours N PPN PROG ARGS...
+ours() {
+    local n=$1 ppn=$2; shift 2
+    "$M" --name $NAME mpirun -n "$n" --ppn "$ppn" --timeout 3600 "$@"
+}
+# np_summary FILE LABEL: NetPIPE's output file as "label: 8 B one way, 1 MiB MB/s".
+np_summary() {
+    awk -v l="$2" '$1 <= 8 { lat = $3 * 1e6 } { bw = $2 / 8; if ($2 / 8 > peak) peak = $2 / 8 }
+        END { printf "%s: 8-byte one-way %.1f us, largest size %.1f MB/s, peak %.1f MB/s\n", l, lat, bw, peak }' "$1"
+}
+
+say "1. NPtcp, guest 0 -> guest 1 over the LAN"
+x 1 -- sh -c "cd /tmp && (/share/NPtcp -u $MAX >/tmp/nptcp-recv.log 2>&1 &)"
+sleep 1
+x 0 --timeout 3600 -- sh -c "cd /tmp && /share/NPtcp -h 10.0.0.2 -u $MAX -o /share/np-tcp.out >/dev/null"
+cp "$SHARE/np-tcp.out" "$OUT/"
+np_summary "$OUT/np-tcp.out" "NPtcp" | tee "$OUT/summary.txt"
+
+say "2. NPmpi on ours, guest 0 <-> guest 1 (MEMORY CHANNEL)"
+ours 2 1 /share/NPmpi -u "$MAX" -o /share/np-ours.out >"$OUT/np-ours.log" 2>&1 || die "NPmpi on ours failed (see $OUT/np-ours.log)"
+cp "$SHARE/np-ours.out" "$OUT/"
+np_summary "$OUT/np-ours.out" "NPmpi, ours across guests" | tee -a "$OUT/summary.txt"
+
+say "3. NPmpi on MPICH 5.0.2 ($NETMOD tcp on eth0), guest 0 <-> guest 1"
+mpich 2 1 node0,node1 /share/NPmpi -u "$MAX" -o /share/np-mpich.out >"$OUT/np-mpich.log" 2>&1 \
+    || die "NPmpi on MPICH failed (see $OUT/np-mpich.log)"
+cp "$SHARE/np-mpich.out" "$OUT/"
+np_summary "$OUT/np-mpich.out" "NPmpi, MPICH over TCP" | tee -a "$OUT/summary.txt"
+
+say "4. NPmpi on ours, both ranks in guest 0 (shared memory)"
+ours 2 2 /share/NPmpi -u "$MAX" -o /share/np-ours-shm.out >"$OUT/np-ours-shm.log" 2>&1 \
+    || die "NPmpi in one guest failed (see $OUT/np-ours-shm.log)"
+cp "$SHARE/np-ours-shm.out" "$OUT/"
+np_summary "$OUT/np-ours-shm.out" "NPmpi, ours in one guest" | tee -a "$OUT/summary.txt"
+
+say "5. collectives on $NODES guests"
+ours "$NODES" 1 /share/collbench -m "$MAX" | tee "$OUT/coll-ours.txt"
+mpich "$NODES" 1 "$hosts" /share/collbench -m "$MAX" | tee "$OUT/coll-mpich.txt"
+
+say "6. integer sort of $ISORT_KEYS keys on $NODES guests"
+ours "$NODES" 1 /share/isort -n "$ISORT_KEYS" | tee "$OUT/isort-ours.txt"
+mpich "$NODES" 1 "$hosts" /share/isort -n "$ISORT_KEYS" | tee "$OUT/isort-mpich.txt"
+
+echo
+echo "MPI side by side, $NODES TCG guests, LAN: ${LAN:-unknown}, MPICH netmod: $NETMOD"
+cat "$OUT/summary.txt"
+printf '%-10s %9s %14s %14s %8s\n' op bytes "ours (us)" "MPICH (us)" "MPICH/ours"
+join -j1 <(awk '$1 == "coll" { print $2 "/" $3, $4 }' "$OUT/coll-ours.txt" | sort) \
+         <(awk '$1 == "coll" { print $2 "/" $3, $4 }' "$OUT/coll-mpich.txt" | sort) \
+    | sort -t/ -k1,1 -k2n | awk '{ split($1, k, "/"); printf "%-10s %9s %14.1f %14.1f %8.2f\n", k[1], k[2], $2, $3, $3 / $2 }'
+for l in ours mpich; do
+    awk -v l="$l" '/^isort best/ { t = $3 } /^isort verified/ { ok = "verified" } /FAILED/ { ok = "FAILED" }
+        END { printf "isort on %s: best round %.3f s, answer %s\n", l, t, ok }' "$OUT/isort-$l.txt"
+done
+p8() { awk '$1 <= 8 { v = $3 * 1e6 } END { print v }' "$1"; }
+bw() { awk '{ v = $2 / 8 } END { print v }' "$1"; }
+awk -v a="$(p8 "$OUT/np-ours.out")" -v b="$(p8 "$OUT/np-mpich.out")" -v c="$(bw "$OUT/np-ours.out")" -v d="$(bw "$OUT/np-mpich.out")" \
+    'BEGIN { printf "ratios across guests: 8-byte latency MPICH/ours %.2f (goal >= 25), bandwidth at the largest size ours/MPICH %.2f (goal >= 10)\n", b / a, c / d }'
+say "done: $OUT"
