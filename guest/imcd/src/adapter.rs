@@ -104,8 +104,11 @@ impl AdapterHw {
         let meta = rx_buffer(Path::new("/dev/shm/imcd-meta"), META_PAGES).map_err(mem("imcd-meta"))?;
         a.dev.map_dma(&meta, iova(0)).map_err(|e| HwError::Device(e.to_string()))?;
         for p in 0..META_PAGES {
-            // The directory and the relay wake the mapper (mapper::TICK).
-            let intr = if p == RELAY_PAGE || p == DIR_PAGE { pct::INT } else { 0 };
+            // The relay wakes the mapper (mapper::TICK). The directory does
+            // not: woken by its own node's allocation, the mapper would read
+            // the entry before its loopback copy is complete and drop the
+            // receive buffer the allocation has just made.
+            let intr = if p == RELAY_PAGE { pct::INT } else { 0 };
             a.set_page(p, pct::TX | pct::RX | pct::LOOPBACK | intr, iova(p));
         }
         let irq = match Interrupt::msix(&a.dev) {

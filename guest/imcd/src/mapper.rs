@@ -20,12 +20,13 @@ use crate::regions::{RegionError, Regions};
 use crate::relay;
 
 /// How often the mapper looks at the directory, the relay and the link
-/// when nothing wakes it earlier. Writes to the directory and the relay
-/// page, link changes and errors interrupt it at once (with MSI-X), so the
-/// tick is only the backstop. Each tick costs the guest's one vCPU a timer
-/// wake-up and a few register reads (several hundred µs under TCG): at
-/// 2 ms that was over a third of an idle guest's CPU, taken from every
-/// process that waits for a message.
+/// when nothing wakes it earlier. Writes to the relay page, link changes
+/// and errors interrupt it at once (with MSI-X); a new coherent region is
+/// seen at the next tick, so a coherent allocation waits up to one tick
+/// for the acks. Each tick costs the guest's one vCPU a timer wake-up and
+/// a few register reads (several hundred µs under TCG): at 2 ms that was
+/// over a third of an idle guest's CPU, taken from every process that
+/// waits for a message.
 pub const TICK: Duration = Duration::from_millis(20);
 /// Ticks between re-announcements (about a second).
 const REANNOUNCE_TICKS: u64 = 50;
