@@ -85,9 +85,12 @@ ours() {
     local n=$1 ppn=$2; shift 2
     "$M" --name $NAME mpirun -n "$n" --ppn "$ppn" --timeout 3600 "$@"
 }
-# np_summary FILE LABEL: NetPIPE's output file as "label: 8 B one way, 1 MiB MB/s".
+# NetPIPE's output files: one line per size (bytes, Mbps, one-way seconds).
+p8() { awk '$1 <= 8 { v = $3 * 1e6 } END { print v }' "$1"; }   # one-way µs at 8 bytes
+bw() { awk '{ v = $2 / 8 } END { print v }' "$1"; }             # MB/s at the largest size
+# np_summary FILE LABEL: "label: 8 B one way, largest size MB/s, peak MB/s".
 np_summary() {
-    awk -v l="$2" '$1 <= 8 { lat = $3 * 1e6 } { bw = $2 / 8; if ($2 / 8 > peak) peak = $2 / 8 }
+    awk -v l="$2" -v lat="$(p8 "$1")" -v bw="$(bw "$1")" '$2 / 8 > peak { peak = $2 / 8 }
         END { printf "%s: 8-byte one-way %.1f us, largest size %.1f MB/s, peak %.1f MB/s\n", l, lat, bw, peak }' "$1"
 }
 
@@ -134,8 +137,6 @@ for l in ours mpich; do
     awk -v l="$l" '/^isort best/ { t = $3 } /^isort verified/ { ok = "verified" } /FAILED/ { ok = "FAILED" }
         END { printf "isort on %s: best round %.3f s, answer %s\n", l, t, ok }' "$OUT/isort-$l.txt"
 done
-p8() { awk '$1 <= 8 { v = $3 * 1e6 } END { print v }' "$1"; }
-bw() { awk '{ v = $2 / 8 } END { print v }' "$1"; }
 awk -v a="$(p8 "$OUT/np-ours.out")" -v b="$(p8 "$OUT/np-mpich.out")" -v c="$(bw "$OUT/np-ours.out")" -v d="$(bw "$OUT/np-mpich.out")" \
     'BEGIN { printf "ratios across guests: 8-byte latency MPICH/ours %.2f (goal >= 25), bandwidth at the largest size ours/MPICH %.2f (goal >= 10)\n", b / a, c / d }'
 say "done: $OUT"

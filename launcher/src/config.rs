@@ -277,9 +277,7 @@ impl Config {
         if self.guest.cpus == 0 {
             bail!("guest.cpus must be at least 1");
         }
-        if !crate::lan::SETTINGS.contains(&self.guest.lan.as_str()) {
-            bail!("guest.lan must be one of {}, not '{}'", crate::lan::SETTINGS.join(", "), self.guest.lan);
-        }
+        crate::lan::check_setting(&self.guest.lan)?;
         if !["auto", "kvm", "tcg"].contains(&self.qemu.accel.as_str()) {
             bail!("qemu.accel must be auto, kvm or tcg, not '{}'", self.qemu.accel);
         }

@@ -221,14 +221,10 @@ impl Events {
 }
 
 /// Starts `argv` with its output in `log`, killed when the supervisor dies;
-/// inside the network namespace `netns` when given.
-fn spawn(argv: &[String], log: &Path, netns: Option<BorrowedFd<'_>>) -> Result<Child> {
-    spawn_with(argv, log, netns, false)
-}
-
-/// [`spawn`], and with `realtime` every thread of the child runs at
-/// real-time priority (`crate::priority`; left normal where not allowed).
-fn spawn_with(argv: &[String], log: &Path, netns: Option<BorrowedFd<'_>>, realtime: bool) -> Result<Child> {
+/// inside the network namespace `netns` when given; with `realtime` every
+/// thread of the child runs at real-time priority (`crate::priority`; left
+/// normal where not allowed).
+fn spawn(argv: &[String], log: &Path, netns: Option<BorrowedFd<'_>>, realtime: bool) -> Result<Child> {
     let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let mut cmd = Command::new(&argv[0]);
     if realtime {
@@ -362,8 +358,9 @@ pub fn qemu_argv(plan: &Plan, n: usize, lan: &Lan) -> Vec<String> {
     push(&plan.initrd.display().to_string());
     push("-append");
     push(&format!("{} mc.node={n} mc.nodes={} mc.imcd={}", c.guest.cmdline, plan.nodes, u8::from(c.guest.imcd)));
-    a.extend(lan.qemu_args(&plan.run_dir, n));
-    let mut push = |s: &str| a.push(s.to_string());
+    for arg in lan.qemu_args(&plan.run_dir, n) {
+        push(&arg);
+    }
     if c.guest.ivshmem {
         push("-object");
         push(&format!(
@@ -651,7 +648,7 @@ impl Sup {
             // Keep the dead hub's log next to the new one.
             let _ = fs::rename(&log, rd.join(format!("hub.log.{}", self.state.hub_restarts)));
         }
-        let mut hub = spawn_with(&self.hub_argv(&listen), &log, None, self.plan.config.qemu.io_realtime)?;
+        let mut hub = spawn(&self.hub_argv(&listen), &log, None, self.plan.config.qemu.io_realtime)?;
         let pid = hub.id();
         let ready = if tcp { addr_file.clone() } else { rd.join("hub.sock") };
         let mut r = wait_for_path(&ready, &mut hub, "mc-hub", Duration::from_secs(10), &log);
@@ -714,7 +711,7 @@ impl Sup {
             "--write-multiple".into(),
             if plan.write_multiple { "true" } else { "false" }.into(),
         ]);
-        let mut ad = spawn_with(&argv, &log, None, self.plan.config.qemu.io_realtime)?;
+        let mut ad = spawn(&argv, &log, None, self.plan.config.qemu.io_realtime)?;
         let pid = ad.id();
         let r = wait_for_path(&sock, &mut ad, &format!("mc-adapter of node {n}"), Duration::from_secs(15), &log);
         self.adapters[n] = Some(ad);
@@ -724,7 +721,7 @@ impl Sup {
     fn start_qemu(&mut self, n: usize) -> Result<u32> {
         let log = node_dir(&self.plan.run_dir, n).join("qemu.log");
         let lan = self.lan.as_ref().context("the LAN is not set up")?;
-        let q = spawn(&qemu_argv(&self.plan, n, lan), &log, lan.netns())?;
+        let q = spawn(&qemu_argv(&self.plan, n, lan), &log, lan.netns(), false)?;
         let pid = q.id();
         self.qemus[n] = Some(q);
         Ok(pid)
