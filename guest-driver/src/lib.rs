@@ -28,6 +28,23 @@ pub use regs;
 use regs::{pct, reg, PAGE_SIZE};
 use vfio::{Bar, VfioDevice, VfioError};
 
+/// A read-modify-write of one PCT entry under `lock`: reads the pair,
+/// applies `f`, writes it back if it changed.
+fn update_entry(
+    lock: &std::sync::Mutex<()>,
+    read: impl FnOnce() -> (u64, u64),
+    write: impl FnOnce(u64, u64),
+    f: impl FnOnce(u64, u64) -> (u64, u64),
+) -> (u64, u64) {
+    let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let (bits, addr) = read();
+    let new = f(bits, addr);
+    if new != (bits, addr) {
+        write(new.0, new.1);
+    }
+    new
+}
+
 /// IOVA where receive buffers are mapped: MEMORY CHANNEL page `p` of the
 /// buffer lands at `RX_IOVA_BASE + p * PAGE_SIZE`.
 pub const RX_IOVA_BASE: u64 = 0x1000_0000;
@@ -39,6 +56,10 @@ pub struct Adapter {
     regs: Bar,
     pct: Bar,
     tx: Bar,
+    /// Held across each [`Adapter::update_page`]: threads that program the
+    /// same entry (imcd's main thread enables transmit, its mapper receive)
+    /// would otherwise undo each other's bits.
+    pct_update: std::sync::Mutex<()>,
 }
 
 impl Adapter {
@@ -59,7 +80,7 @@ impl Adapter {
         }
         let pct = dev.map_bar(regs::BAR_PCT)?;
         let tx = dev.map_bar(regs::BAR_TX)?;
-        Ok(Adapter { dev, regs: regs_bar, pct, tx })
+        Ok(Adapter { dev, regs: regs_bar, pct, tx, pct_update: std::sync::Mutex::new(()) })
     }
 
     /// Reads a 32-bit register (`regs::reg::*`).
@@ -103,6 +124,14 @@ impl Adapter {
         let set = |o: usize, v: u64| self.pct.store::<u64>(o, v).unwrap_or_else(|e| panic!("PCT entry {page}: {e}"));
         set(off + 8, rx_iova);
         set(off, bits);
+    }
+
+    /// Changes page `page`'s PCT entry by `f(bits, receive address)`, which
+    /// returns the new pair; every change made through here is atomic with
+    /// respect to the others, so two threads each setting their own bits on
+    /// one page both keep them. Returns the new pair.
+    pub fn update_page(&self, page: u64, f: impl FnOnce(u64, u64) -> (u64, u64)) -> (u64, u64) {
+        update_entry(&self.pct_update, || self.page(page), |b, a| self.set_page(page, b, a), f)
     }
 
     /// Reads back page `page`'s PCT entry (bits, receive address);
@@ -194,4 +223,54 @@ pub fn rx_buffer(path: &Path, pages: u64) -> Result<Mapping<ReadWrite>, MemError
     let buf = Mapping::create(path, len)?;
     buf.fill(0, len, 0)?;
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
+
+    use super::update_entry;
+
+    /// Two threads set their own bits of one entry, one bit per update,
+    /// with a pause between the read and the write-back (where imcd's
+    /// main thread and mapper used to interleave): no update is lost.
+    #[test]
+    fn concurrent_updates_of_one_entry_keep_every_bit() {
+        let lock = Mutex::new(());
+        let (bits, addr) = (AtomicU64::new(0), AtomicU64::new(0));
+        let start = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            for half in [0u32, 32] {
+                let (lock, bits, addr, start) = (&lock, &bits, &addr, &start);
+                s.spawn(move || {
+                    start.wait();
+                    for i in half..half + 32 {
+                        update_entry(
+                            lock,
+                            || {
+                                let v = (bits.load(Ordering::SeqCst), addr.load(Ordering::SeqCst));
+                                std::thread::sleep(std::time::Duration::from_micros(200));
+                                v
+                            },
+                            |b, a| {
+                                addr.store(a, Ordering::SeqCst);
+                                bits.store(b, Ordering::SeqCst);
+                            },
+                            |b, a| (b | 1 << i, a.max(u64::from(i))),
+                        );
+                    }
+                });
+            }
+        });
+        assert_eq!(bits.load(Ordering::SeqCst), u64::MAX, "an update was lost");
+        assert_eq!(addr.load(Ordering::SeqCst), 63);
+    }
+
+    #[test]
+    fn an_unchanged_entry_is_not_written() {
+        let lock = Mutex::new(());
+        let new = update_entry(&lock, || (5, 7), |_, _| panic!("written"), |b, a| (b, a));
+        assert_eq!(new, (5, 7));
+    }
 }

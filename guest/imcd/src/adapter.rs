@@ -7,7 +7,8 @@
 //! `docs/imc.md`, "Transmit DMA").
 //!
 //! Shared by imcd's main thread and mapper; the region buffers and the DMA
-//! state are behind mutexes.
+//! state are behind mutexes, and every change of a PCT entry goes through
+//! the driver's [`Adapter::update_page`] (both threads program entries).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -157,10 +158,7 @@ impl AdapterHw {
     /// Clears TX and LOOPBACK on `pages` pages from `first`.
     fn stop_transmit(&self, first: u64, pages: u64) {
         for p in first..first + pages {
-            let (bits, iova) = self.a.page(p);
-            if bits & (pct::TX | pct::LOOPBACK) != 0 {
-                self.a.set_page(p, bits & !(pct::TX | pct::LOOPBACK), iova);
-            }
+            self.a.update_page(p, |bits, iova| (bits & !(pct::TX | pct::LOOPBACK), iova));
         }
     }
 
@@ -238,8 +236,7 @@ impl Hw for AdapterHw {
         let buf = rx_buffer(&path, r.pages).map_err(mem("region buffer"))?;
         a.dev.map_dma(&buf, iova(r.first_page)).map_err(|e| HwError::Device(e.to_string()))?;
         for p in r.first_page..r.first_page + r.pages {
-            let (bits, _) = a.page(p);
-            a.set_page(p, bits | pct::RX, iova(p));
+            a.update_page(p, |bits, _| (bits | pct::RX, iova(p)));
         }
         rx.insert(r.id, Rx { buf, path, first: r.first_page });
         Ok(())
@@ -265,8 +262,7 @@ impl Hw for AdapterHw {
         let a = &self.a;
         let pages = r.buf.len() as u64 / PAGE_SIZE;
         for p in r.first..r.first + pages {
-            let (bits, iova) = a.page(p);
-            a.set_page(p, bits & !(pct::RX | pct::TX | pct::LOOPBACK), iova);
+            a.update_page(p, |bits, iova| (bits & !(pct::RX | pct::TX | pct::LOOPBACK), iova));
         }
         let _ = a.dev.unmap_dma(iova(r.first), pages * PAGE_SIZE);
         drop(r.buf);
@@ -293,10 +289,11 @@ impl Hw for AdapterHw {
             }
         }
         let a = &self.a;
+        let lb = if loopback { pct::LOOPBACK } else { 0 };
         for p in r.first_page..r.first_page + r.pages {
-            let (bits, iova) = a.page(p);
-            let lb = if loopback { pct::LOOPBACK } else { 0 };
-            a.set_page(p, bits | pct::TX | lb, iova);
+            // Under the driver's PCT lock: the mapper may be setting RX on
+            // the same page (a coherent region) at this moment.
+            a.update_page(p, |bits, iova| (bits | pct::TX | lb, iova));
         }
     }
     fn signal(&self, pid: u64, sig: u64, uid: u64) -> u64 {

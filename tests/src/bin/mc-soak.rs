@@ -465,6 +465,12 @@ fn run() -> Result<bool> {
         }
     }
     s.collect();
+    // imcd's log of every node's current incarnation, next to the figures.
+    for n in 0..a.nodes {
+        if let Err(e) = s.exec(n, &format!("cp /var/log/imcd.log /share/soak/node{n}-imcd.log"), 30) {
+            println!("node {n}: imcd's log not kept: {e:#}");
+        }
+    }
 
     // Every incarnation's last status: the current ones are final, the
     // killed ones stopped where they were.
@@ -601,6 +607,17 @@ fn run() -> Result<bool> {
         "wall_seconds": t_all.elapsed().as_secs(),
     });
     std::fs::write(dir.join("result.json"), serde_json::to_vec_pretty(&result)?)?;
+    if !ok {
+        // What imcd saw is what a failure needs first.
+        for n in 0..a.nodes {
+            let log = std::fs::read_to_string(dir.join(format!("node{n}-imcd.log"))).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            println!("  imcd on node {n}, last {} lines:", lines.len().min(25));
+            for l in &lines[lines.len().saturating_sub(25)..] {
+                println!("    {l}");
+            }
+        }
+    }
     println!("  {}", if ok { "PASS" } else { "FAIL" });
     println!("(figures: {})", dir.join("result.json").display());
     Ok(ok)
