@@ -9,16 +9,19 @@
 #      tcp provider pinned to eth0; NETMOD=ucx for UCX's tcp transport);
 #   4. NPmpi with both ranks inside guest 0 on ours (shared memory);
 #   5. collectives (tests/mpi/bench/collbench.c): Barrier, Bcast,
-#      Allreduce, Alltoall against size on all guests, both libraries;
+#      Allreduce, Alltoall against size on all guests and on 2, both
+#      libraries;
 #   6. an integer sort (tests/mpi/bench/isort.c) on all guests, both
 #      libraries, its answer verified.
 # Then one table (latency at 8 bytes, bandwidth at 1 MiB, ratios, the LAN
-# the figures used); the raw NetPIPE files and logs are kept in OUT_DIR
-# (default bench-out/mpi).
+# the figures used) and SVG plots (mpi-latency.svg, mpi-bandwidth.svg and
+# one per collective, drawn by target/release/mpi-bench-plot); the plots,
+# the raw NetPIPE files and the logs are kept in OUT_DIR (default
+# bench-out/mpi).
 #
 # MPICH starts its proxies in the other guests with Hydra's rsh launcher,
-# through our mpiexec (scripts/mpi-bench.sh writes the 3-line wrapper
-# /share/mc-rsh): no ssh is needed in the guests.
+# through our mpiexec (guest/mpi/mc-rsh, copied to /share/mc-rsh): no ssh
+# is needed in the guests.
 #
 # Usage: scripts/mpi-bench.sh [OUT_DIR]   (after scripts/setup.sh)
 # Settings (environment): NODES (4), NETMOD (ofi or ucx), MAX (largest
@@ -41,6 +44,7 @@ die() { echo "mpi-bench: $*" >&2; exit 1; }
 [ -f "$NP/src/netpipe.c" ] || die "no NetPIPE source in $NP: run scripts/setup.sh (step netpipe)"
 [ -x "$MC_CACHE/mpich/bin/mpiexec" ] || die "no MPICH in $MC_CACHE/mpich: run scripts/setup.sh (step mpich)"
 [ -f "$REPO/target/release/libmpi_abi.so.1" ] || die "no libmpi_abi.so.1: run scripts/setup.sh"
+[ -x "$REPO/target/release/mpi-bench-plot" ] || die "no mpi-bench-plot: run scripts/setup.sh"
 mkdir -p "$OUT"
 
 say "building NPtcp, NPmpi, collbench and isort (host compiler, standard ABI)"
@@ -63,8 +67,7 @@ say "copying the binaries and MPICH into the shared folder"
 cp "$BIN"/* "$SHARE/"
 rm -rf "$SHARE/mpich"
 cp -r "$MC_CACHE/mpich" "$SHARE/mpich"
-printf '#!/bin/sh\n# rsh for Hydra: run the command line on guest $1 (by our mpiexec and mpid)\nh=$1; shift\nexec mpiexec -hosts "$h" -n 1 /bin/sh -c "$*"\n' >"$SHARE/mc-rsh"
-chmod +x "$SHARE/mc-rsh"
+cp "$REPO/guest/mpi/mc-rsh" "$SHARE/mc-rsh"
 LAN=$(sed -n 's/.*"lan": *"\([a-z]*\)".*/\1/p' "$REPO/.run/$NAME/state.json")
 say "cluster: $NODES guests, LAN backend: ${LAN:-unknown}"
 x() { "$M" --name $NAME exec "$@"; }
@@ -118,9 +121,13 @@ ours 2 2 /share/NPmpi -u "$MAX" -o /share/np-ours-shm.out >"$OUT/np-ours-shm.log
 cp "$SHARE/np-ours-shm.out" "$OUT/"
 np_summary "$OUT/np-ours-shm.out" "NPmpi, ours in one guest" | tee -a "$OUT/summary.txt"
 
-say "5. collectives on $NODES guests"
+say "5. collectives on $NODES guests, then on 2"
 ours "$NODES" 1 /share/collbench -m "$MAX" | tee "$OUT/coll-ours.txt"
 mpich "$NODES" 1 "$hosts" /share/collbench -m "$MAX" | tee "$OUT/coll-mpich.txt"
+if [ "$NODES" -gt 2 ]; then
+    ours 2 1 /share/collbench -m "$MAX" | tee "$OUT/coll-ours-2.txt"
+    mpich 2 1 node0,node1 /share/collbench -m "$MAX" | tee "$OUT/coll-mpich-2.txt"
+fi
 
 say "6. integer sort of $ISORT_KEYS keys on $NODES guests"
 ours "$NODES" 1 /share/isort -n "$ISORT_KEYS" | tee "$OUT/isort-ours.txt"
@@ -139,4 +146,10 @@ for l in ours mpich; do
 done
 awk -v a="$(p8 "$OUT/np-ours.out")" -v b="$(p8 "$OUT/np-mpich.out")" -v c="$(bw "$OUT/np-ours.out")" -v d="$(bw "$OUT/np-mpich.out")" \
     'BEGIN { printf "ratios across guests: 8-byte latency MPICH/ours %.2f (goal >= 25), bandwidth at the largest size ours/MPICH %.2f (goal >= 10)\n", b / a, c / d }'
+PLOT=(--out "$OUT" --note "$NODES TCG guests, LAN $LAN"
+      --np "ours, MEMORY CHANNEL=$OUT/np-ours.out" --np "MPICH over TCP=$OUT/np-mpich.out"
+      --np "NPtcp=$OUT/np-tcp.out" --np "ours, one guest=$OUT/np-ours-shm.out"
+      --coll "ours, $NODES guests=$OUT/coll-ours.txt" --coll "MPICH, $NODES guests=$OUT/coll-mpich.txt")
+[ "$NODES" -gt 2 ] && PLOT+=(--coll "ours, 2 guests=$OUT/coll-ours-2.txt" --coll "MPICH, 2 guests=$OUT/coll-mpich-2.txt")
+"$REPO/target/release/mpi-bench-plot" "${PLOT[@]}" || die "drawing the plots failed"
 say "done: $OUT"

@@ -129,7 +129,10 @@ fn mpi_examples_run_unmodified() {
 /// memory), chosen by `LD_LIBRARY_PATH` alone. The wheel reaches the
 /// guests through the shared folder; its libraries need nothing from the
 /// guest but the glibc runtime the image carries. Both runs must print
-/// " No Errors".
+/// " No Errors". Then the benchmark's `collbench` and `isort` run with 4
+/// ranks across both guests on each library (MPICH over the LAN, started
+/// through `guest/mpi/mc-rsh`): every collective result checks, and the
+/// sort's verified sum and checksum are the same on both.
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn mpi_same_binary_runs_on_mpich() {
@@ -156,4 +159,46 @@ fn mpi_same_binary_runs_on_mpich() {
         let out = String::from_utf8_lossy(&theirs.stdout).into_owned() + &String::from_utf8_lossy(&theirs.stderr);
         assert!(theirs.status.success() && out.contains(" No Errors"), "{prog} on MPICH in guest 0:\n{out}");
     }
+    // The benchmark's programs across both guests on both libraries (MPICH
+    // over the LAN, its proxies started through our mpiexec by mc-rsh):
+    // collbench checks every result itself; the sort's answer must be the
+    // same on both.
+    let rsh = Command::new("cp").arg(root().join("guest/mpi/mc-rsh")).arg(share.join("mc-rsh")).output().unwrap();
+    assert!(rsh.status.success(), "copying mc-rsh: {}", String::from_utf8_lossy(&rsh.stderr));
+    for prog in ["collbench", "isort"] {
+        build_src(&c, &root().join(format!("tests/mpi/bench/{prog}.c")), prog, &[]);
+    }
+    let across = |prog: &str, args: &str| -> (String, String) {
+        let o = Command::new("timeout")
+            .arg("300")
+            .arg(launcher())
+            .args(["--name", name, "mpirun", "-n", "4", &format!("/share/{prog}")])
+            .args(args.split_whitespace())
+            .output()
+            .unwrap();
+        let ours = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{prog} {args} on ours across guests:\n{ours}");
+        let script = format!(
+            "cd /tmp && LD_LIBRARY_PATH=/share/mpich/lib timeout 240 /share/mpich/bin/mpiexec -launcher rsh \
+             -launcher-exec /share/mc-rsh -hosts node0,node1 -n 4 -ppn 2 -genv MPIR_CVAR_CH4_NETMOD ofi \
+             -genv FI_PROVIDER tcp -genv FI_TCP_IFACE eth0 /share/{prog} {args}"
+        );
+        let o = c.exec(0, &["sh", "-c", &script]);
+        let theirs = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{prog} {args} on MPICH across guests:\n{theirs}");
+        (ours, theirs)
+    };
+    let (ours, theirs) = across("collbench", "-m 4096 -t 0.05");
+    for out in [&ours, &theirs] {
+        assert!(out.contains("collbench ok 4"), "collbench:\n{out}");
+        assert!(out.lines().filter(|l| l.starts_with("coll ")).count() >= 4, "collbench measured nothing:\n{out}");
+    }
+    let (ours, theirs) = across("isort", "-n 200000 -r 2");
+    let answer = |out: &str| out.lines().find(|l| l.starts_with("isort verified ")).map(str::to_string);
+    let mine = answer(&ours).unwrap_or_else(|| panic!("isort on ours not verified:\n{ours}"));
+    assert_eq!(
+        answer(&theirs).as_deref(),
+        Some(mine.as_str()),
+        "isort answers differ:\nours:\n{ours}\nMPICH:\n{theirs}"
+    );
 }

@@ -1,7 +1,9 @@
-//! What the guest's measuring and checking tools share, so that every tool
-//! means the same thing by a percentile or a test pattern: `mctool`,
-//! `imc-bench`, `ump-tool` and the QEMU tier's checks. No I/O.
+//! What the measuring and checking tools share, so that every tool means
+//! the same thing by a percentile or a test pattern, and draws the same
+//! figures: `mctool`, `imc-bench`, `ump-tool`, `mpi-bench-plot` and the
+//! QEMU tier's checks. No I/O.
 //!
+//! - [`plot`]: log-log line plots as SVG (the benchmarks' figures).
 //! - [`soak`]: the words of the soak workload and how a reader judges them.
 //! - [`stats`]: nearest-rank percentiles of raw latency samples.
 //! - [`pattern`]: the non-repeating test pattern `mctool fill` writes and
@@ -10,6 +12,7 @@
 //!   sends and checks them.
 #![warn(missing_docs)]
 
+pub mod plot;
 pub mod soak;
 pub mod stats;
 

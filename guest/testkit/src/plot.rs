@@ -1,6 +1,7 @@
-//! The benchmark's versions of the paper's Figures 8 and 9: line plots
-//! with logarithmic axes, drawn as SVG by `plotters`. No I/O (the caller
-//! writes the document); no threads.
+//! The benchmarks' plots in the style of the papers' figures (UMP's
+//! Figures 8 and 9 in `ump-tool bench`, MPI against MPICH in
+//! `scripts/mpi-bench.sh`): line plots with logarithmic axes, drawn as SVG
+//! by `plotters`. No I/O (the caller writes the document); no threads.
 
 use plotters::prelude::*;
 use thiserror::Error;

@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use testkit::message as pattern;
+use testkit::plot;
 use ump::{Config, Event, Want};
-
-mod plot;
 
 #[derive(Parser)]
 #[command(about = "UMP channels from a shell")]
