@@ -40,7 +40,7 @@ if [ "$FAST_ONLY" = 0 ]; then
     echo
     echo "==> QEMU tier (real guests, one cluster at a time)"
     t0=$(date +%s)
-    cargo test --release -p tests -- --ignored --test-threads=1
+    cargo test --release -p tests --no-fail-fast -- --ignored --test-threads=1
     echo "QEMU tier: $(( $(date +%s) - t0 )) s"
     echo
     echo "==> QEMU tier, per-guest adapters (mc-adapter processes on link ports): a representative subset"
