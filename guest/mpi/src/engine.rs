@@ -879,11 +879,24 @@ impl Engine {
     }
 }
 
+/// Idle polls a waiting rank spins through before it yields. With one CPU
+/// the rank it waits for may be on the same CPU (two ranks in one guest of
+/// one vCPU, the default), and every spin only delays it: a poll costs a
+/// few µs under TCG, so 63 of them were most of an 8-byte message's time
+/// inside one guest. A yield with nothing else to run costs ~8 µs.
+fn spin_rounds() -> u32 {
+    static ROUNDS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ROUNDS.get_or_init(|| match std::thread::available_parallelism() {
+        Ok(n) if n.get() == 1 => 1,
+        _ => 64,
+    })
+}
+
 /// Spins, then yields, then sleeps briefly: a waiting rank must not keep
 /// a guest's only vCPU from the rank it waits for.
 pub fn backoff(idle: &mut u32) {
     *idle += 1;
-    if *idle < 64 {
+    if *idle < spin_rounds() {
         std::hint::spin_loop();
     } else if *idle < 2048 {
         std::thread::yield_now();
