@@ -32,9 +32,20 @@
 //! 8  tag i32 | 0 u32
 //! 16 len u64            message bytes (EAGER, RTS) or chunk offset (DATA)
 //! 24 a u64              sender's request (EAGER sync, RTS, CTS, ACK, CANCEL, CANCELLED) or receiver's (DATA)
-//! 32 b u64              receiver's request (CTS); 1 if cancelled (CANCELLED)
+//! 32 b u64              receiver's request (CTS); 1 if cancelled (CANCELLED); a short message's number (CANCEL)
 //! 40 payload            EAGER, DATA
 //! ```
+//!
+//! A standard eager send (not synchronous, context below 2^24) has the
+//! short envelope instead, one word, its length the frame's:
+//!
+//! ```text
+//! 0  EAGER8 u8 | ctx u24 | tag i32
+//! 8  payload
+//! ```
+//!
+//! Over MEMORY CHANNEL every 8 bytes of a frame is one trapped store, so
+//! an 8-byte message costs 2 stores of envelope instead of 5.
 //!
 //! Touched by the thread that calls MPI, under the C layer's lock.
 
@@ -54,6 +65,16 @@ const DATA: u8 = 4;
 const ACK: u8 = 5;
 const CANCEL: u8 = 6;
 const CANCELLED: u8 = 7;
+/// An eager message with the one-word envelope (see "A frame").
+const EAGER8: u8 = 8;
+/// Bytes of the short envelope.
+const HDR8: usize = 8;
+/// Contexts the short envelope can carry.
+const CTX8_LIMIT: u32 = 1 << 24;
+/// A short eager message carries no sender's request: both sides number
+/// them per pair of ranks, and a cancel names one as `SHORT_ID | number`
+/// (request ids never have the top bit).
+const SHORT_ID: u64 = 1 << 63;
 
 const FLAG_SYNC: u8 = 1;
 
@@ -204,12 +225,15 @@ enum Arrived {
 #[derive(Debug)]
 enum Kind {
     /// `waiting`: for the receiver (a CTS or an ACK); `cancelling`: a
-    /// CANCEL is out, and whether the send was complete when it went.
+    /// CANCEL is out, and whether the send was complete when it went;
+    /// `wire`: how the receiver knows the message when it is not by this
+    /// request's id (a short eager message: [`SHORT_ID`] | its number).
     Send {
         dest: u32,
         data: From,
         waiting: bool,
         cancelling: Option<bool>,
+        wire: u64,
     },
     Recv {
         pattern: Pattern,
@@ -268,6 +292,9 @@ pub struct Engine {
     gone: Vec<Option<TransportError>>,
     /// Frames and bytes moved (for `MCMPI_STATS`).
     pub stats: Stats,
+    /// Per rank: short eager messages sent to it, and received from it.
+    short_sent: Vec<u64>,
+    short_seen: Vec<u64>,
 }
 
 // SAFETY: the raw pointers an engine holds are the application's send and
@@ -300,6 +327,15 @@ fn header(kind: u8, flags: u8, ctx: u32, tag: i32, len: u64, a: u64, b: u64) -> 
     h
 }
 
+/// The one-word envelope of a standard eager message (`ctx` < [`CTX8_LIMIT`]).
+fn short_header(ctx: u32, tag: i32) -> [u8; HDR8] {
+    let mut h = [0u8; HDR8];
+    h[0] = EAGER8;
+    h[1..4].copy_from_slice(&ctx.to_le_bytes()[..3]);
+    h[4..8].copy_from_slice(&tag.to_ne_bytes());
+    h
+}
+
 fn word(f: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&f[at..at + 8]);
@@ -313,6 +349,7 @@ impl Engine {
         let eager_limit = EAGER_DEFAULT.min(max.saturating_sub(HDR) / 2);
         let out = links.iter().map(|_| VecDeque::new()).collect();
         let gone = links.iter().map(|_| None).collect();
+        let n = links.len();
         Engine {
             me,
             links,
@@ -325,6 +362,8 @@ impl Engine {
             eager_limit,
             gone,
             stats: Stats::default(),
+            short_sent: vec![0; n],
+            short_seen: vec![0; n],
         }
     }
 
@@ -366,7 +405,7 @@ impl Engine {
             return Err(EngineError::NoRank(dest));
         }
         let len = data.len();
-        let id = self.add(Kind::Send { dest, data, waiting: sync, cancelling: None });
+        let id = self.add(Kind::Send { dest, data, waiting: sync, cancelling: None, wire: 0 });
         if dest == self.me {
             // To ourselves: delivered as it arrives, whatever its size.
             let bytes = match &self.req(id)?.kind {
@@ -381,8 +420,17 @@ impl Engine {
         }
         if len <= self.eager_limit {
             let mut f = Vec::with_capacity(HDR + len);
-            let flags = if sync { FLAG_SYNC } else { 0 };
-            f.extend_from_slice(&header(EAGER, flags, ctx, tag, len as u64, id, 0));
+            if !sync && ctx < CTX8_LIMIT {
+                f.extend_from_slice(&short_header(ctx, tag));
+                self.short_sent[dest as usize] += 1;
+                let n = self.short_sent[dest as usize];
+                if let Kind::Send { wire, .. } = &mut self.req(id)?.kind {
+                    *wire = SHORT_ID | n;
+                }
+            } else {
+                let flags = if sync { FLAG_SYNC } else { 0 };
+                f.extend_from_slice(&header(EAGER, flags, ctx, tag, len as u64, id, 0));
+            }
             if let Kind::Send { data, .. } = &self.req(id)?.kind {
                 f.extend_from_slice(data.bytes(0, len));
             }
@@ -635,6 +683,14 @@ impl Engine {
 
     fn frame(&mut self, from: u32, f: &[u8]) -> Result<(), EngineError> {
         let bad = |what: String| EngineError::Protocol { from, what };
+        if f.len() >= HDR8 && f[0] == EAGER8 {
+            let ctx = u32::from_le_bytes([f[1], f[2], f[3], 0]);
+            let tag = i32::from_ne_bytes([f[4], f[5], f[6], f[7]]);
+            // Known for a cancel by its number from this sender.
+            self.short_seen[from as usize] += 1;
+            let wire = SHORT_ID | self.short_seen[from as usize];
+            return self.arrive_eager(from, ctx, tag, f[HDR8..].to_vec(), None, wire);
+        }
         if f.len() < HDR {
             return Err(bad(format!("a frame of {} bytes", f.len())));
         }
@@ -688,7 +744,9 @@ impl Engine {
                 _ => Err(bad(format!("acknowledgement of unknown send {a}"))),
             },
             CANCEL => {
-                let taken = match self.unexpected.iter().position(|u| u.src == from && u.sent_by(a)) {
+                // `b`: the message's number when it came short, else 0.
+                let key = if b != 0 { b } else { a };
+                let taken = match self.unexpected.iter().position(|u| u.src == from && u.sent_by(key)) {
                     Some(i) => self.unexpected.remove(i).is_some(),
                     None => false,
                 };
@@ -806,7 +864,7 @@ impl Engine {
             // request is not complete until the answer comes.
             let me = self.me;
             let r = self.req(id)?;
-            let Kind::Send { dest, cancelling: None, .. } = r.kind else { return Ok(false) };
+            let Kind::Send { dest, cancelling: None, wire, .. } = r.kind else { return Ok(false) };
             if r.status.cancelled {
                 return Ok(false);
             }
@@ -822,7 +880,7 @@ impl Engine {
             if let Kind::Send { cancelling, .. } = &mut r.kind {
                 *cancelling = Some(was_done);
             }
-            self.out[dest as usize].push_back(Out::Frame(header(CANCEL, 0, 0, 0, 0, id, 0).to_vec()));
+            self.out[dest as usize].push_back(Out::Frame(header(CANCEL, 0, 0, 0, 0, id, wire).to_vec()));
             self.flush(dest as usize)?;
             return Ok(false);
         };
@@ -969,6 +1027,32 @@ mod tests {
             }
         }
         assert!(es[0].stats.rendezvous > 0 && es[0].stats.eager > 0);
+    }
+
+    /// A standard eager send carries the one-word envelope (8 bytes of
+    /// data make a 16-byte frame); a synchronous one, or one on a context
+    /// the short envelope cannot carry, the full header. Both arrive with
+    /// their context, tag (negative ones too) and bytes.
+    #[test]
+    fn standard_small_sends_have_the_one_word_envelope() {
+        let mut es = engines(2, 4096);
+        let data = 0x1122_3344_5566_7788u64.to_le_bytes().to_vec();
+        for (ctx, tag, sync, frame) in [
+            (3, 7, false, HDR8 + 8),
+            (CTX8_LIMIT - 1, -9, false, HDR8 + 8),
+            (3, 7, true, HDR + 8),
+            (CTX8_LIMIT, 1, false, HDR + 8),
+        ] {
+            let s = es[0].isend(1, ctx, tag, From::Owned(data.clone()), sync).unwrap();
+            es[0].progress().unwrap();
+            let sent = es[1].links[0].as_ref().unwrap().next_len().unwrap();
+            assert_eq!(sent, Some(frame), "ctx {ctx} sync {sync}");
+            let r = recv_vec(&mut es[1], Pattern { ctx, src: Some(0), tag: Some(tag) }, 8);
+            run(&mut es, |es| es[0].is_done(s).unwrap() && es[1].is_done(r).unwrap());
+            let (st, got) = es[1].finish(r).unwrap();
+            assert_eq!((st.source, st.tag, st.bytes, got), (0, tag, 8, data.clone()), "ctx {ctx} sync {sync}");
+            es[0].finish(s).unwrap();
+        }
     }
 
     #[test]
