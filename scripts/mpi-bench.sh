@@ -136,10 +136,14 @@ mpich "$NODES" 1 "$hosts" /share/isort -n "$ISORT_KEYS" | tee "$OUT/isort-mpich.
 echo
 echo "MPI side by side, $NODES TCG guests, LAN: ${LAN:-unknown}, MPICH netmod: $NETMOD"
 cat "$OUT/summary.txt"
-printf '%-10s %9s %14s %14s %8s\n' op bytes "ours (us)" "MPICH (us)" "MPICH/ours"
-join -j1 <(awk '$1 == "coll" { print $2 "/" $3, $4 }' "$OUT/coll-ours.txt" | sort) \
-         <(awk '$1 == "coll" { print $2 "/" $3, $4 }' "$OUT/coll-mpich.txt" | sort) \
-    | sort -t/ -k1,1 -k2n | awk '{ split($1, k, "/"); printf "%-10s %9s %14.1f %14.1f %8.2f\n", k[1], k[2], $2, $3, $3 / $2 }'
+printf '%-7s %-10s %9s %14s %14s %8s\n' guests op bytes "ours (us)" "MPICH (us)" "MPICH/ours"
+for g in "$NODES:" "2:-2"; do
+    [ -f "$OUT/coll-ours${g#*:}.txt" ] || continue
+    join -j1 <(awk '$1 == "coll" { print $2 "/" $3, $4 }' "$OUT/coll-ours${g#*:}.txt" | sort) \
+             <(awk '$1 == "coll" { print $2 "/" $3, $4 }' "$OUT/coll-mpich${g#*:}.txt" | sort) \
+        | sort -t/ -k1,1 -k2n | awk -v g="${g%%:*}" '{ split($1, k, "/");
+            printf "%-7s %-10s %9s %14.1f %14.1f %8.2f\n", g, k[1], k[2], $2, $3, $3 / $2 }'
+done
 for l in ours mpich; do
     awk -v l="$l" '/^isort best/ { t = $3 } /^isort verified/ { ok = "verified" } /FAILED/ { ok = "FAILED" }
         END { printf "isort on %s: best round %.3f s, answer %s\n", l, t, ok }' "$OUT/isort-$l.txt"
