@@ -638,7 +638,17 @@ impl Consumer {
                 continue;
             }
             self.service();
-            backoff(&mut spins, wait).map_err(RingError::Stopped)?;
+            if let Err(why) = backoff(&mut spins, wait) {
+                // The writer may have written the rest and then closed
+                // (why we stop) after our last look at its index: its
+                // index store came before its close, so one more look
+                // sees everything it wrote.
+                self.head = self.peer.load(HEAD);
+                if self.head.checked_sub(self.tail).is_some_and(|a| a as usize >= n) {
+                    continue;
+                }
+                return Err(RingError::Stopped(why));
+            }
         }
     }
 
