@@ -200,9 +200,23 @@ impl<'a, H: Hw> Daemon<'a, H> {
     /// holds the new region: its mapper receives it then).
     fn coherent_peers(&self) -> u64 {
         let returning = (0..MAX_NODES)
-            .filter(|&m| self.returning[m].is_some() || (m != self.n.me && self.n.pending(m)))
+            .filter(|&m| {
+                (self.returning[m].is_some() && !self.served_again(m)) || (m != self.n.me && self.n.pending(m))
+            })
             .fold(0u64, |b, m| b | 1 << m);
         (self.n.imcd_hosts() & !returning) | 1 << self.n.me
+    }
+
+    /// Whether node `m`, away at an earlier tick, is a member again and
+    /// has since asked for the directory and been served (its new imcd is
+    /// in). Read live: an allocation made before our next tick notices
+    /// must wait for that imcd's ack, since its mapper receives the region.
+    fn served_again(&self, m: usize) -> bool {
+        let n = self.n;
+        self.returning[m].is_some_and(|before| {
+            let req = n.host(m, host::JOIN_REQ);
+            n.members() & (1 << m) != 0 && req != before && n.host(m, host::JOIN_SERVED) == req
+        })
     }
 
     /// IMC_CREATOR: places `bid` for our node in lock 0 of the new set `r`
@@ -511,12 +525,9 @@ impl<'a, H: Hw> Daemon<'a, H> {
                 // Its link is down, so this is its request from before.
                 self.returning[m] = Some(n.host(m, host::JOIN_REQ));
             }
-            if let Some(before) = self.returning[m] {
-                let req = n.host(m, host::JOIN_REQ);
-                if members & (1 << m) != 0 && req != before && n.host(m, host::JOIN_SERVED) == req {
-                    self.returning[m] = None;
-                    eprintln!("imcd: node {m} has been sent the directory again");
-                }
+            if self.served_again(m) {
+                self.returning[m] = None;
+                eprintln!("imcd: node {m} has been sent the directory again");
             }
         }
         self.members = members;
