@@ -9,6 +9,10 @@
 //! | `MCMPI_SIZE`  | the number of ranks                             |
 //!
 //! A program started without them is a singleton: rank 0 of 1.
+//!
+//! Also how big the rank's UMP rings are ([`ump_config`]): MEMORY
+//! CHANNEL rings are sized from the job, since a rendezvous streams one
+//! ring-full per round trip of the reader's index.
 
 use thiserror::Error;
 
@@ -88,9 +92,65 @@ impl Place {
     }
 }
 
+/// MEMORY CHANNEL ring bytes a rank may spread over its channels when
+/// `UMP_MC_BUFFER` does not say (`MCMPI_MC_RINGS` changes it).
+pub const MC_RINGS_DEFAULT: usize = 4 << 20;
+/// The largest MEMORY CHANNEL ring MPI picks by itself: larger ones
+/// measured no faster (NPmpi at 1 MiB: 217 MB/s with 1 MiB, 184 with 4 MiB).
+pub const MC_RING_MAX: usize = 1 << 20;
+/// The smallest (UMP's own default, the paper's 32 KiB).
+pub const MC_RING_MIN: usize = 32 << 10;
+
+/// The UMP configuration of a rank of a job of `size` ranks, from the
+/// variables `var` gives: UMP's own (`UMP_*`, which win), else MEMORY
+/// CHANNEL rings of `MCMPI_MC_RINGS` (default 4 MiB) shared among the
+/// other ranks, a power of two from 32 KiB to 1 MiB, and room for a
+/// channel to every other rank.
+pub fn ump_config(size: u32, var: impl Fn(&str) -> Option<String>) -> Result<ump::Config, ump::ConfigError> {
+    let mut c = ump::Config::from_vars(&var)?;
+    let peers = (size as usize).saturating_sub(1).max(1);
+    if var("UMP_MC_BUFFER").is_none() {
+        let budget = match var("MCMPI_MC_RINGS") {
+            Some(s) => {
+                ump::parse_size(&s).ok_or_else(|| ump::ConfigError(format!("MCMPI_MC_RINGS={s:?}: a size like 4M")))?
+            }
+            None => MC_RINGS_DEFAULT,
+        };
+        let share = (budget / peers).clamp(MC_RING_MIN, MC_RING_MAX);
+        // The largest power of two not above the share.
+        c.mc_buffer = 1 << (usize::BITS - 1 - share.leading_zeros());
+    }
+    if var("UMP_MAX_CHANNELS").is_none() {
+        c.max_channels = c.max_channels.max(peers + 8);
+    }
+    c.check()?;
+    Ok(c)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cfg(size: u32, vars: &[(&str, &str)]) -> Result<ump::Config, ump::ConfigError> {
+        ump_config(size, |n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()))
+    }
+
+    #[test]
+    fn mc_rings_are_sized_from_the_job_unless_ump_says() {
+        assert_eq!(cfg(2, &[]).unwrap().mc_buffer, 1 << 20);
+        assert_eq!(cfg(5, &[]).unwrap().mc_buffer, 1 << 20);
+        assert_eq!(cfg(8, &[]).unwrap().mc_buffer, 512 << 10, "4 MiB / 7 = 585 KiB, down to 512");
+        assert_eq!(cfg(16, &[]).unwrap().mc_buffer, 256 << 10);
+        assert_eq!(cfg(1000, &[]).unwrap().mc_buffer, 32 << 10, "never below 32 KiB");
+        assert_eq!(cfg(8, &[("MCMPI_MC_RINGS", "64M")]).unwrap().mc_buffer, 1 << 20, "never above 1 MiB");
+        assert_eq!(cfg(3, &[("MCMPI_MC_RINGS", "256K")]).unwrap().mc_buffer, 128 << 10);
+        assert_eq!(cfg(16, &[("UMP_MC_BUFFER", "64K")]).unwrap().mc_buffer, 64 << 10, "UMP's variable wins");
+        assert!(cfg(4, &[("MCMPI_MC_RINGS", "lots")]).unwrap_err().0.contains("MCMPI_MC_RINGS"));
+        assert!(cfg(4, &[("UMP_MC_BUFFER", "1")]).is_err());
+        assert_eq!(cfg(200, &[]).unwrap().max_channels, 207, "a channel to every other rank");
+        assert_eq!(cfg(200, &[("UMP_MAX_CHANNELS", "300")]).unwrap().max_channels, 300);
+        assert_eq!(cfg(4, &[]).unwrap().max_channels, ump::Config::default().max_channels);
+    }
 
     fn place(vars: &[(&str, &str)]) -> Result<Place, LaunchError> {
         Place::from_vars(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()))

@@ -103,7 +103,8 @@ impl Config {
     }
 }
 
-fn parse_size(s: &str) -> Option<usize> {
+/// A size in bytes, or with a K or M suffix (`64K`, `1M`).
+pub fn parse_size(s: &str) -> Option<usize> {
     let s = s.trim();
     let (n, mul) = match s.as_bytes().last()? {
         b'k' | b'K' => (&s[..s.len() - 1], 1 << 10),

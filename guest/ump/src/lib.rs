@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use channel::{ChanError, Channel, Transport};
-pub use config::{Config, ConfigError, MAX_BUFFER, OUTBUF_DEFAULT};
+pub use config::{parse_size, Config, ConfigError, MAX_BUFFER, OUTBUF_DEFAULT};
 pub use error::UmpError;
 pub use events::{wait, Event};
 pub use listen::listen;

@@ -51,8 +51,11 @@ fn init(level: c_int) -> R<c_int> {
     T0.get_or_init(Instant::now);
     let place = Place::from_env().map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?;
     let links = if place.size > 1 {
-        ump::init(ump::Config::from_env().map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?)
-            .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: format!("UMP: {e}") })?;
+        ump::init(
+            crate::launch::ump_config(place.size, |v| std::env::var(v).ok())
+                .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?,
+        )
+        .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: format!("UMP: {e}") })?;
         connect_all(place.rank, place.size, |r| place.handle(r), CONNECT_TIMEOUT)
             .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?
     } else {
