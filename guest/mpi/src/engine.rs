@@ -801,6 +801,11 @@ impl Engine {
         Ok(())
     }
 
+    /// Why rank `p` has gone, if it has (it finished, or died).
+    pub fn peer_gone(&self, p: u32) -> Option<EngineError> {
+        self.gone.get(p as usize).cloned().flatten().map(EngineError::from)
+    }
+
     /// An error if request `id` can no longer complete because a rank it
     /// needs has gone.
     pub fn check_needed(&self, id: ReqId) -> Result<(), EngineError> {

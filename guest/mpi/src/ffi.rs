@@ -199,6 +199,8 @@ pub struct State {
     /// Collective tags a persistent collective's init records or its start
     /// replays.
     pub tags: sched::TagLog,
+    /// The job's billboard, when every rank has one ([`crate::board`]).
+    pub board: Option<Arc<Mutex<crate::board::Board>>>,
 }
 
 impl State {

@@ -13,11 +13,14 @@
 //!   blocking the progress engine.
 //! - [`engine`]: matching (posted and unexpected queues), the eager and
 //!   rendezvous protocols, requests and progress.
+//! - [`board`]: the job's billboard in MEMORY CHANNEL, where the small
+//!   collectives of `MPI_COMM_WORLD` take one round of stores.
 //! - [`ffi`]: the C entry points (`PMPI_*`, with weak `MPI_*` aliases).
 
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod board;
 pub mod datatype;
 pub mod engine;
 pub mod ffi;

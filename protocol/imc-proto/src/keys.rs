@@ -8,6 +8,7 @@
 //! | `0x50` | [`Namespace::UmpChannel`]: one half of a UMP channel over MEMORY CHANNEL | hash of the endpoint pair, low bit = side |
 //! | `0x58` | [`Namespace::UmpListen`]: a UMP endpoint's listen area | the handle's low 56 bits |
 //! | `0x60` | [`Namespace::UmpOutbuf`]: a process's multicast outbuf | node << 32 \| pid |
+//! | `0x68` | [`Namespace::MpiBoard`]: an MPI job's billboard | the job id |
 //! | bit 63 | lock sets: imcd files `imc_lkalloc` keys under `key \| LOCK_KEY` | the user's key |
 //!
 //! imcd refuses user keys with bit 63 set. Keys from 2^56 up with bit 63
@@ -32,12 +33,14 @@ pub enum Namespace {
     UmpListen,
     /// A UMP process's multicast outbuf.
     UmpOutbuf,
+    /// An MPI job's billboard (its small collectives).
+    MpiBoard,
 }
 
 impl Namespace {
     /// Every namespace, for checks.
-    pub const ALL: [Namespace; 4] =
-        [Namespace::User, Namespace::UmpChannel, Namespace::UmpListen, Namespace::UmpOutbuf];
+    pub const ALL: [Namespace; 5] =
+        [Namespace::User, Namespace::UmpChannel, Namespace::UmpListen, Namespace::UmpOutbuf, Namespace::MpiBoard];
 
     /// The top byte of this namespace's keys.
     pub const fn tag(self) -> u8 {
@@ -46,6 +49,7 @@ impl Namespace {
             Namespace::UmpChannel => 0x50,
             Namespace::UmpListen => 0x58,
             Namespace::UmpOutbuf => 0x60,
+            Namespace::MpiBoard => 0x68,
         }
     }
 

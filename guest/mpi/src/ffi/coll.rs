@@ -4,7 +4,12 @@
 //! left in flight as a request ([`super::sched`]). They travel on each
 //! communicator's collective context (`ctx + 1`), one tag per call.
 //!
-//! Algorithms: dissemination barrier, binomial broadcast, reductions
+//! On `MPI_COMM_WORLD`, `Barrier` and the `Bcast`, `Allreduce`,
+//! `Allgather(v)` of at most [`crate::board::DATA_MAX`] bytes per rank
+//! run on the job's billboard ([`crate::board`], [`Turn`]): every rank
+//! writes its slot once and reads everyone's, in one round of stores.
+//!
+//! Otherwise: dissemination barrier, binomial broadcast, reductions
 //! combined at the root in rank order (correct for every operation,
 //! commutative or not), linear gathers and scatters, pairwise exchanges.
 //! Data is packed into bytes at the edges, so any datatype works.
@@ -12,7 +17,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use super::sched::{self, Io, Sched};
+use super::sched::{self, Io, Sched, Turn};
 use super::types::Reducer;
 use super::*;
 use crate::datatype::Datatype;
@@ -380,6 +385,14 @@ fn barrier(st: &mut State, comm: MPI_Comm) -> R<Sched> {
         return inter::barrier(st, comm);
     }
     let io = Io::new(st, comm)?;
+    if let Some(t) = Turn::take(st, comm, 0) {
+        return Ok(Sched::on_board(io, t.clone(), async move {
+            t.post(&[]).await;
+            t.all().await;
+            t.finish();
+            Ok(())
+        }));
+    }
     Ok(Sched::new(io.clone(), async move { barrier_alg(&io).await }))
 }
 
@@ -486,6 +499,20 @@ fn bcast(st: &mut State, buf: *mut c_void, count: c_int, t: MPI_Datatype, root: 
     }
     let root = root_ok(st, comm, root)?;
     let io = Io::new(st, comm)?;
+    if let Some(t) = Turn::take(st, comm, b.len()) {
+        let me = io.rank();
+        return Ok(Sched::on_board(io, t.clone(), async move {
+            if me == root {
+                t.post(&b.pack()).await;
+            } else {
+                t.post(&[]).await;
+                t.from(root).await;
+                b.unpack(&t.data(root, b.len()));
+            }
+            t.finish();
+            Ok(())
+        }));
+    }
     Ok(Sched::new(io.clone(), async move {
         let me = io.rank();
         let data = if me == root { b.pack() } else { Vec::new() };
@@ -549,6 +576,25 @@ fn allreduce(
         return inter::allreduce(st, comm, src, out, red, count);
     }
     let io = Io::new(st, comm)?;
+    if let Some(t) = Turn::take(st, comm, out.len()) {
+        let n = io.size();
+        return Ok(Sched::on_board(io, t.clone(), async move {
+            t.post(&src.pack()).await;
+            t.all().await;
+            let all: Vec<Vec<u8>> = (0..n).map(|r| t.data(r, out.len())).collect();
+            t.finish();
+            // In rank order, as reduce_alg combines: next = acc op next.
+            let mut acc: Option<Vec<u8>> = None;
+            for mut next in all {
+                if let Some(a) = acc {
+                    red.apply(count, &a, &mut next)?;
+                }
+                acc = Some(next);
+            }
+            out.unpack(&acc.unwrap_or_default());
+            Ok(())
+        }));
+    }
     Ok(Sched::new(io.clone(), async move {
         let res = reduce_alg(&io, 0, src.pack(), &red, count).await?.unwrap_or_default();
         let res = bcast_alg(&io, 0, res, out.len()).await?;
@@ -741,6 +787,19 @@ fn allgather_sched(
     let send =
         if sbuf as usize == MPI_IN_PLACE { recv[me].clone() } else { Buf::new(st, sbuf as usize, scount, stype)? };
     let io = Io::new(st, comm)?;
+    let widest = recv.iter().map(Buf::len).max().unwrap_or(0);
+    if let Some(t) = Turn::take(st, comm, widest) {
+        return Ok(Sched::on_board(io, t.clone(), async move {
+            t.post(&send.pack()).await;
+            t.all().await;
+            let all: Vec<Vec<u8>> = recv.iter().enumerate().map(|(r, b)| t.data(r as u32, b.len())).collect();
+            t.finish();
+            for (b, bytes) in recv.iter().zip(&all) {
+                b.unpack(bytes);
+            }
+            Ok(())
+        }));
+    }
     Ok(Sched::new(io.clone(), async move { allgather_alg(&io, Some(send), recv).await }))
 }
 

@@ -95,8 +95,58 @@ fn init(level: c_int) -> R<c_int> {
         coll_recipes: HashMap::new(),
         tags: Default::default(),
         comm_infos: HashMap::new(),
+        board: None,
     });
+    if let Some(st) = g.as_mut() {
+        open_board(st)?;
+    }
     Ok(granted)
+}
+
+/// Why this job runs without a board (for `MCMPI_STATS`).
+static NO_BOARD: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// Opens the job's billboard (`crate::board`) when every rank can: the
+/// ranks agree over point-to-point first, so either all use it or none.
+/// `MCMPI_BOARD=0` turns it off.
+fn open_board(st: &mut State) -> R<()> {
+    let p = st.place;
+    if p.size < 2 {
+        return Ok(());
+    }
+    let mine = if std::env::var("MCMPI_BOARD").is_ok_and(|v| v.trim() == "0") {
+        Err("MCMPI_BOARD=0".to_string())
+    } else {
+        crate::board::open(p.job, p.rank, p.size).map_err(|e| e.to_string())
+    };
+    let all = coll::allgather_u64(st, MPI_COMM_WORLD, &[mine.is_ok() as u64])?;
+    match mine {
+        Ok(b) if all.iter().all(|&ok| ok == 1) => st.board = Some(Arc::new(std::sync::Mutex::new(b))),
+        Ok(_) => {
+            let off: Vec<String> =
+                all.iter().enumerate().filter(|(_, &ok)| ok == 0).map(|(r, _)| r.to_string()).collect();
+            *NO_BOARD.lock().unwrap_or_else(|e| e.into_inner()) = format!("rank(s) {} have none", off.join(","));
+        }
+        Err(e) => *NO_BOARD.lock().unwrap_or_else(|e| e.into_inner()) = e,
+    }
+    Ok(())
+}
+
+/// With `MCMPI_STATS` set, what this rank did, on standard error at
+/// `MPI_Finalize`.
+fn print_stats(st: &State) {
+    if std::env::var_os("MCMPI_STATS").is_none() {
+        return;
+    }
+    let s = &st.eng.stats;
+    let board = match &st.board {
+        Some(b) => format!("{} collectives on the board", b.lock().unwrap_or_else(|e| e.into_inner()).count),
+        None => format!("no board ({})", NO_BOARD.lock().unwrap_or_else(|e| e.into_inner())),
+    };
+    eprintln!(
+        "mcmpi stats: rank {}: {} eager, {} rendezvous, {} bytes sent, {board}",
+        st.place.rank, s.eager, s.rendezvous, s.bytes_out
+    );
 }
 
 entry!(MPI_Init / PMPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) comm(MPI_COMM_WORLD) {
@@ -119,6 +169,7 @@ entry!(MPI_Finalize / PMPI_Finalize() comm(MPI_COMM_WORLD) {
         st.eng.drain()?;
         coll::barrier_now(st, MPI_COMM_WORLD)?;
         st.eng.drain()?;
+        print_stats(st);
         Ok(())
     })?;
     let st = STATE.lock().unwrap_or_else(|e| e.into_inner()).take();

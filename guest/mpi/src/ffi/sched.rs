@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
 use super::*;
+use crate::board::{self, Board};
 use crate::engine::{backoff, From, Into, Pattern};
 
 /// One posted operation, named in its schedule.
@@ -185,6 +186,17 @@ fn next_tag(st: &mut State, ctx: u32) -> i32 {
 pub struct TagLog {
     log: Option<Vec<i32>>,
     replay: std::collections::VecDeque<i32>,
+    /// A persistent collective's schedule is being built.
+    persistent: bool,
+}
+
+impl TagLog {
+    /// Whether the schedule being built is a persistent collective's: its
+    /// starts may come in any order, so it never takes a turn on the job's
+    /// board (which numbers collectives in call order).
+    pub fn persistent(&self) -> bool {
+        self.persistent
+    }
 }
 
 /// A persistent collective: how to build its schedule, and its tags.
@@ -198,7 +210,9 @@ impl Persistent {
     /// call must) and keeps the tags that took.
     pub fn new(st: &mut State, recipe: Box<Recipe>) -> R<Persistent> {
         st.tags.log = Some(Vec::new());
+        st.tags.persistent = true;
         let built = recipe(st);
+        st.tags.persistent = false;
         let tags = st.tags.log.take().unwrap_or_default();
         built.map(|_| Persistent { recipe, tags })
     }
@@ -206,7 +220,9 @@ impl Persistent {
     /// A new schedule on the tags of the init.
     pub fn build(&self, st: &mut State) -> R<Sched> {
         st.tags.replay = self.tags.iter().copied().collect();
+        st.tags.persistent = true;
         let s = (self.recipe)(st);
+        st.tags.persistent = false;
         st.tags.replay.clear();
         s
     }
@@ -227,6 +243,8 @@ pub struct Sched {
     inflight: Vec<(Key, ReqId)>,
     waker: Waker,
     then: Option<Box<Then>>,
+    /// The board collective it runs, if it runs on the job's board.
+    turn: Option<Turn>,
 }
 
 /// What a finished schedule does to the state ([`Sched::then`]).
@@ -235,7 +253,21 @@ type Then = dyn FnOnce(&mut State) + Send;
 impl Sched {
     /// The schedule of algorithm `fut` posting through `io`.
     pub fn new(io: Io, fut: impl Future<Output = R<()>> + Send + 'static) -> Sched {
-        Sched { fut: Box::pin(fut), io, inflight: Vec::new(), waker: Waker::from(Arc::new(Nobody)), then: None }
+        Sched {
+            fut: Box::pin(fut),
+            io,
+            inflight: Vec::new(),
+            waker: Waker::from(Arc::new(Nobody)),
+            then: None,
+            turn: None,
+        }
+    }
+
+    /// The schedule of a collective that runs on the job's board as
+    /// collective `turn` (so a rank it waits for that has gone is an
+    /// error, not a hang).
+    pub fn on_board(io: Io, turn: Turn, fut: impl Future<Output = R<()>> + Send + 'static) -> Sched {
+        Sched { turn: Some(turn), ..Sched::new(io, fut) }
     }
 
     /// Runs `f` on the state when the collective has succeeded (what a
@@ -295,6 +327,13 @@ impl Sched {
         for &(_, id) in &self.inflight {
             st.eng.check_needed(id)?;
         }
+        if let Some(t) = &self.turn {
+            for r in t.board().missing(t.k) {
+                if let Some(e) = st.eng.peer_gone(r) {
+                    return Err(e.into());
+                }
+            }
+        }
         Ok(())
     }
 
@@ -317,6 +356,68 @@ fn begin(st: &mut State, a: Action) -> R<ReqId> {
             Ok(st.eng.irecv(Pattern { ctx, src: Some(from), tag: Some(tag) }, Into::Packed { cap })?)
         }
         Action::Bad(r, n) => err(MPI_ERR_INTERN, format!("a collective names rank {r} of a group of {n}")),
+    }
+}
+
+/// A collective's turn on the job's board ([`crate::board`]): the
+/// awaits an algorithm makes there.
+#[derive(Clone)]
+pub struct Turn {
+    board: Arc<Mutex<Board>>,
+    /// The collective's number on the board.
+    pub k: u64,
+}
+
+impl Turn {
+    /// The next turn on `st`'s board for a collective on `comm` that puts
+    /// `len` bytes per rank there; `None` when it does not go on the board
+    /// (no board, another communicator, too much data, or persistent).
+    pub fn take(st: &mut State, comm: MPI_Comm, len: usize) -> Option<Turn> {
+        if comm != MPI_COMM_WORLD || len > board::DATA_MAX || st.tags.persistent() {
+            return None;
+        }
+        let board = st.board.clone()?;
+        let k = board.lock().unwrap_or_else(|e| e.into_inner()).take();
+        Some(Turn { board, k })
+    }
+
+    fn board(&self) -> std::sync::MutexGuard<'_, Board> {
+        self.board.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes our `data` when our turn comes.
+    pub async fn post(&self, data: &[u8]) {
+        std::future::poll_fn(|_| {
+            let mut b = self.board();
+            if b.may_post(self.k) {
+                b.post(self.k, data);
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Waits until every rank has written this collective.
+    pub async fn all(&self) {
+        std::future::poll_fn(|_| if self.board().missing(self.k).is_empty() { Poll::Ready(()) } else { Poll::Pending })
+            .await
+    }
+
+    /// Waits until rank `r` has written this collective.
+    pub async fn from(&self, r: u32) {
+        std::future::poll_fn(|_| if self.board().arrived(r, self.k) { Poll::Ready(()) } else { Poll::Pending }).await
+    }
+
+    /// The `len` bytes rank `r` wrote (once it has).
+    pub fn data(&self, r: u32, len: usize) -> Vec<u8> {
+        self.board().data(r, self.k, len)
+    }
+
+    /// We have read all we need of this collective.
+    pub fn finish(&self) {
+        self.board().finish(self.k);
     }
 }
 
