@@ -122,6 +122,60 @@ fn mpi_examples_run_unmodified() {
     }
 }
 
+/// `MPI_COMM_WORLD`'s small collectives go on the job's billboard
+/// (docs/mpi.md): `tests/mpi/board.c` (non-blocking ones in flight
+/// together, a non-commutative operation, in-place allgatherv, 56- and
+/// 57-byte broadcasts, a duplicate communicator interleaved) and
+/// `collbench` (every result checked) pass with 4 ranks on 2 guests with
+/// the board and with `MCMPI_BOARD=0`, and `MCMPI_STATS` shows every rank
+/// ran collectives on the board in the first case and none in the second.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn mpi_world_collectives_use_the_board() {
+    let name = "t-mpi-board";
+    let c = Cluster::up(name, 2);
+    c.imcd_ready();
+    build(&c, "board");
+    build_src(&c, &root().join("tests/mpi/bench/collbench.c"), "collbench", &[]);
+    // board.c runs 600 collectives on the board; collbench as many as its
+    // timing takes.
+    let run = |board: &str, prog: &str, args: &[&str], least: u64| -> String {
+        let o = Command::new("timeout")
+            .arg("300")
+            .arg(launcher())
+            .args(["--name", name, "mpirun", "-n", "4", "--env", "MCMPI_STATS=1", "--env"])
+            .arg(format!("MCMPI_BOARD={board}"))
+            .arg(format!("/share/{prog}"))
+            .args(args)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{prog} with MCMPI_BOARD={board}:\n{out}");
+        let stats: Vec<&str> = out.lines().filter(|l| l.starts_with("mcmpi stats: rank ")).collect();
+        assert_eq!(stats.len(), 4, "a stats line per rank:\n{out}");
+        for l in stats {
+            if board == "1" {
+                let n: u64 = l
+                    .split(", ")
+                    .find(|p| p.ends_with("collectives on the board"))
+                    .and_then(|p| p.split_whitespace().next())
+                    .and_then(|w| w.parse().ok())
+                    .unwrap_or_else(|| panic!("no board count in {l:?}"));
+                assert!(n >= least, "{prog}: only {n} collectives on the board: {l}");
+            } else {
+                assert!(l.ends_with("no board (MCMPI_BOARD=0)"), "{prog}: {l}");
+            }
+        }
+        out
+    };
+    for board in ["1", "0"] {
+        let out = run(board, "board", &[], 600);
+        assert!(out.contains(" No Errors"), "board.c with MCMPI_BOARD={board}:\n{out}");
+        let out = run(board, "collbench", &["-m", "64", "-t", "0.05"], 1);
+        assert!(out.contains("collbench ok 4"), "collbench with MCMPI_BOARD={board}:\n{out}");
+    }
+}
+
 /// One binary, two MPI libraries: `tests/mpi/{comms,nbc,inter}.c`, each
 /// built once with our `mpicc` against the standard ABI, run with 4 ranks
 /// on our library across 2 guests (`mc-cluster mpirun`) and on MPICH

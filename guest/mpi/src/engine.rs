@@ -955,13 +955,20 @@ fn spin_rounds() -> u32 {
     })
 }
 
+/// Idle polls that yield before a waiting rank starts to sleep
+/// (`MCMPI_YIELDS`).
+fn yield_rounds() -> u32 {
+    static ROUNDS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ROUNDS.get_or_init(|| std::env::var("MCMPI_YIELDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2048))
+}
+
 /// Spins, then yields, then sleeps briefly: a waiting rank must not keep
 /// a guest's only vCPU from the rank it waits for.
 pub fn backoff(idle: &mut u32) {
     *idle += 1;
     if *idle < spin_rounds() {
         std::hint::spin_loop();
-    } else if *idle < 2048 {
+    } else if *idle < yield_rounds() {
         std::thread::yield_now();
     } else {
         std::thread::sleep(std::time::Duration::from_micros(50));
