@@ -33,6 +33,10 @@ pub enum TransportError {
     PeerGone(u32, String),
 }
 
+/// Where [`Link::recv_split`] puts the rest of a frame: given the head
+/// and the bytes left, a slice of exactly that length, or `None`.
+pub type Place<'a, 'd> = dyn FnMut(&[u8], usize) -> Option<&'d mut [u8]> + 'a;
+
 /// One direction-pair to one other rank.
 pub trait Link: Send {
     /// Bytes of frame that can be sent now without waiting.
@@ -45,6 +49,19 @@ pub trait Link: Send {
     fn recv(&self, buf: &mut [u8]) -> Result<usize, TransportError>;
     /// The largest frame this link can ever carry.
     fn max_frame(&self) -> usize;
+    /// Sends a frame made of `parts` (a header, then a payload), without
+    /// copying them together where the link can; as [`Link::send`].
+    fn send_parts(&self, parts: &[&[u8]]) -> Result<(), TransportError> {
+        self.send(&parts.concat())
+    }
+    /// Reads the next frame straight into two places, where the link can:
+    /// its first `head.len()` bytes into `head`, the rest into the slice
+    /// `place` gives (it sees the head and the bytes left). `Ok(None)`:
+    /// nothing was read; read it with [`Link::recv`].
+    fn recv_split<'d>(&self, head: &mut [u8], place: &mut Place<'_, 'd>) -> Result<Option<usize>, TransportError> {
+        let _ = (head, place);
+        Ok(None)
+    }
 }
 
 /// A link over one UMP channel.
@@ -86,6 +103,13 @@ impl Link for UmpLink {
     }
     fn max_frame(&self) -> usize {
         self.ch.max_unsplit()
+    }
+    fn send_parts(&self, parts: &[&[u8]]) -> Result<(), TransportError> {
+        self.ch.write_parts(parts, Some(Instant::now() + Duration::from_secs(60))).map_err(|e| gone(self.rank, e))
+    }
+    fn recv_split<'d>(&self, head: &mut [u8], place: &mut Place<'_, 'd>) -> Result<Option<usize>, TransportError> {
+        let deadline = Some(Instant::now() + Duration::from_secs(60));
+        self.ch.read_split(head, place, deadline).map_err(|e| gone(self.rank, e))
     }
 }
 
@@ -213,6 +237,23 @@ impl Link for PipeEnd {
     }
     fn max_frame(&self) -> usize {
         self.cap - 16
+    }
+    fn recv_split<'d>(&self, head: &mut [u8], place: &mut Place<'_, 'd>) -> Result<Option<usize>, TransportError> {
+        let mut q = Self::lock(&self.inb);
+        let Some(f) = q.frames.front() else { return Ok(None) };
+        if f.len() < head.len() {
+            return Ok(None);
+        }
+        let (h, rest) = f.split_at(head.len());
+        head.copy_from_slice(h);
+        match place(head, rest.len()) {
+            Some(dst) if dst.len() == rest.len() => dst.copy_from_slice(rest),
+            _ => return Ok(None),
+        }
+        let n = f.len();
+        q.frames.pop_front();
+        q.bytes -= footprint(n);
+        Ok(Some(n))
     }
 }
 

@@ -282,6 +282,30 @@ impl Channel {
         self.waiting(deadline, "", |wait| tx.write(msg, wait))
     }
 
+    /// Writes one message made of `parts` (see
+    /// [`crate::ring::Producer::write_parts`]: a header and a payload go
+    /// into the ring without being copied together first).
+    pub fn write_parts(&self, parts: &[&[u8]], deadline: Option<Instant>) -> Result<(), ChanError> {
+        self.wait_open(deadline)?;
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        self.waiting(deadline, "", |wait| tx.write_parts(parts, wait))
+    }
+
+    /// Reads the next message into `head` and the slice `place` gives
+    /// for the rest, when it can (see [`crate::ring::Consumer::read_split`]);
+    /// `Ok(None)`: nothing was read, use [`Channel::read`].
+    pub fn read_split<'d>(
+        &self,
+        head: &mut [u8],
+        place: impl FnOnce(&[u8], usize) -> Option<&'d mut [u8]>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<usize>, ChanError> {
+        self.wait_open(deadline)?;
+        let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let closed = " in the middle of a message (the partial message is dropped)";
+        self.waiting(deadline, closed, |wait| rx.read_split(head, place, wait))
+    }
+
     /// Serves the other side's reader while this side waits or polls:
     /// bytes it asked for again, and our index now and then (see
     /// [`crate::ring`], "Lost bytes"). A writer of ours does it itself.

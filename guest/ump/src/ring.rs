@@ -405,25 +405,64 @@ impl Producer {
 
     /// Writes one chunk: its header (kind, value, extra words) and payload.
     fn chunk(&mut self, kind: u64, value: u64, extra: &[u64], payload: &[u8], wait: Waiter) -> Result<(), RingError> {
+        self.chunk_parts(kind, value, extra, &[payload], wait)
+    }
+
+    /// Writes one chunk whose payload is `parts` one after the other
+    /// (every part but the last a multiple of 8 bytes).
+    fn chunk_parts(
+        &mut self,
+        kind: u64,
+        value: u64,
+        extra: &[u64],
+        parts: &[&[u8]],
+        wait: Waiter,
+    ) -> Result<(), RingError> {
         let w0 = kind << 32 | value;
         let mut words = vec![w0];
         words.extend_from_slice(extra);
-        let pcheck = if self.copy.is_some() { Sum::of(payload) } else { 0 };
+        let pcheck = if self.copy.is_some() {
+            let mut sum = Sum::default();
+            for p in parts {
+                sum.add_padded(p);
+            }
+            sum.value()
+        } else {
+            0
+        };
         let w1 = u64::from(head_check(self.seed, self.head, &words)) << 32 | u64::from(pcheck);
         let mut hdr = Vec::with_capacity(HEADER + 8 * extra.len());
         for w in [w0, w1].iter().chain(extra) {
             hdr.extend_from_slice(&w.to_ne_bytes());
         }
         self.push_all(&hdr, wait)?;
-        let whole = payload.len() / 8 * 8;
-        self.push_all(&payload[..whole], wait)?;
-        if whole < payload.len() {
-            let mut last = [0u8; 8];
-            last[..payload.len() - whole].copy_from_slice(&payload[whole..]);
-            self.push_all(&last, wait)?;
+        for payload in parts {
+            let whole = payload.len() / 8 * 8;
+            self.push_all(&payload[..whole], wait)?;
+            if whole < payload.len() {
+                let mut last = [0u8; 8];
+                last[..payload.len() - whole].copy_from_slice(&payload[whole..]);
+                self.push_all(&last, wait)?;
+            }
         }
         self.out.store(HEAD, self.head);
         Ok(())
+    }
+
+    /// Writes one message made of `parts`, as [`Producer::write`] writes
+    /// their concatenation, without copying them together first when
+    /// the message fits the ring whole and every part but the last is a
+    /// multiple of 8 bytes (a header and a payload).
+    pub fn write_parts(&mut self, parts: &[&[u8]], wait: Waiter) -> Result<(), RingError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let aligned = parts.split_last().is_none_or(|(_, init)| init.iter().all(|p| p.len() % 8 == 0));
+        match u32::try_from(len) {
+            Ok(n) if aligned && whole(self.size, len) => {
+                self.service();
+                self.chunk_parts(MAGIC, n.into(), &[], parts, wait)
+            }
+            _ => self.write(&parts.concat(), wait),
+        }
     }
 
     /// Writes one whole message, streaming it through the ring in chunks
@@ -801,6 +840,66 @@ impl Consumer {
         Ok(())
     }
 
+    /// Reads the next message straight into two places, when it is one
+    /// whole chunk of at least `head.len()` bytes (a multiple of 8) and
+    /// no message is half read: its first `head.len()` bytes into `head`,
+    /// then the rest into the slice `place` gives for them (`place` sees
+    /// the head and the number of bytes left, and gives a slice of exactly
+    /// that length, or `None`). Waits for the whole chunk. `Ok(None)`:
+    /// nothing consumed, read it with [`Consumer::read`] (no message yet,
+    /// another shape, `place` said no, or it did not check, which `read`
+    /// then repairs; `head` and the slice may hold garbage then).
+    pub fn read_split<'d>(
+        &mut self,
+        head: &mut [u8],
+        place: impl FnOnce(&[u8], usize) -> Option<&'d mut [u8]>,
+        wait: Waiter,
+    ) -> Result<Option<usize>, RingError> {
+        if self.current.is_some() || head.len() % 8 != 0 {
+            return Ok(None);
+        }
+        let (len, pcheck) = match self.next()? {
+            Ok(Next::Chunk(Chunk::First { len, pcheck })) => (len, pcheck),
+            _ => return Ok(None),
+        };
+        if !whole(self.size, len) || len < head.len() {
+            return Ok(None);
+        }
+        self.wait_for(HEADER + pad8(len), wait)?;
+        let start = self.tail + HEADER as u64;
+        self.copy_out(start, head);
+        let rest = len - head.len();
+        let Some(dst) = place(head, rest) else { return Ok(None) };
+        if dst.len() != rest {
+            return Ok(None);
+        }
+        let whole = rest / 8 * 8;
+        let body = start + head.len() as u64;
+        self.copy_out(body, &mut dst[..whole]);
+        let mut last = [0u8; 8];
+        if whole < rest {
+            self.copy_out(body + whole as u64, &mut last);
+        }
+        if self.repair {
+            let mut sum = Sum::default();
+            sum.add(head);
+            sum.add(&dst[..whole]);
+            if whole < rest {
+                sum.add(&last);
+            }
+            if sum.value() != pcheck {
+                return Ok(None);
+            }
+        }
+        dst[whole..].copy_from_slice(&last[..rest - whole]);
+        self.tail += (HEADER + pad8(len)) as u64;
+        self.doubt = None;
+        self.empty_looks = 0;
+        self.publish(false);
+        self.progress.store(len, std::sync::atomic::Ordering::Release);
+        Ok(Some(len))
+    }
+
     /// Reads the next message into `buf` (waiting for it); returns its
     /// length. If `wait` stops it part-way, the chunks so far stay in `buf`
     /// and the next call with the same buffer goes on from there.
@@ -1084,6 +1183,63 @@ mod tests {
         let repairs = prod.lock().unwrap().repairs();
         let lost = tx.lost.load(std::sync::atomic::Ordering::Relaxed);
         assert!(lost > 20 && repairs > 0 && cons.nacks() > 0, "lost {lost}, repairs {repairs}, nacks {}", cons.nacks());
+    }
+
+    /// Messages written as a 16-byte head and a body (`write_parts`) and
+    /// read split into a head and a place of the reader's choosing
+    /// (`read_split`), with ring writes and index stores lost at random: a
+    /// split read that does not check gives way to the repairing `read`,
+    /// and every message arrives whole, in order. Most are read split.
+    #[test]
+    fn parts_and_split_reads_deliver_every_byte_despite_losses() {
+        let size = 4096;
+        let p = pair(size);
+        let (tx, rx) = (Lossy::new(p.a.clone(), 30, 30), Lossy::new(p.b.clone(), 0, 30));
+        let prod =
+            Arc::new(std::sync::Mutex::new(Producer::new(tx.clone(), p.b.clone(), size, SEED, copy(size, true))));
+        let mut cons = seeded(Consumer::new(rx.clone(), p.a.clone(), size, true));
+        let sizes = random_sizes(600);
+        let expect = sizes.clone();
+        let w = prod.clone();
+        let writer = std::thread::spawn(move || {
+            for (i, &n) in sizes.iter().enumerate() {
+                let m = msg(i as u64, n + 16);
+                w.lock().unwrap().write_parts(&[&m[..16], &m[16..]], &mut forever()).unwrap();
+            }
+        });
+        let mut serve = || {
+            if let Ok(mut p) = prod.try_lock() {
+                p.service();
+            }
+            Ok(())
+        };
+        let (mut split, mut whole_reads) = (0, 0);
+        let mut buf = vec![0u8; 41_000];
+        for (i, &n) in expect.iter().enumerate() {
+            let want = msg(i as u64, n + 16);
+            let mut head = [0u8; 16];
+            let mut body = vec![0u8; n];
+            let got =
+                cons.read_split(&mut head, |h, rest| (h.len() == 16 && rest == n).then_some(&mut body[..]), &mut serve);
+            match got.unwrap() {
+                Some(len) => {
+                    split += 1;
+                    assert!(
+                        len == n + 16 && head[..] == want[..16] && body[..] == want[16..],
+                        "message {i} split wrong"
+                    );
+                }
+                None => {
+                    whole_reads += 1;
+                    let len = cons.read(&mut buf, &mut serve).unwrap();
+                    assert!(len == n + 16 && buf[..len] == want[..], "message {i} of {n} bytes delivered wrong");
+                }
+            }
+        }
+        writer.join().unwrap();
+        let lost = tx.lost.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(lost > 20 && cons.nacks() > 0, "lost {lost}, nacks {}", cons.nacks());
+        assert!(split > 300, "{split} read split, {whole_reads} whole");
     }
 
     /// A copy that sends pieces of 256 bytes or more by a fake engine

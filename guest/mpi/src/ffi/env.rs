@@ -144,8 +144,8 @@ fn print_stats(st: &State) {
         None => format!("no board ({})", NO_BOARD.lock().unwrap_or_else(|e| e.into_inner())),
     };
     eprintln!(
-        "mcmpi stats: rank {}: {} eager, {} rendezvous, {} bytes sent, {board}",
-        st.place.rank, s.eager, s.rendezvous, s.bytes_out
+        "mcmpi stats: rank {}: {} eager, {} rendezvous, {} bytes sent, {} data frames read straight into place, {board}",
+        st.place.rank, s.eager, s.rendezvous, s.bytes_out, s.direct
     );
 }
 
