@@ -44,6 +44,19 @@ fn mpirun_ppn(name: &str, n: usize, ppn: Option<u32>, prog: &str) -> (Option<i32
     (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
 }
 
+/// The number before `what` in rank `r`'s `MCMPI_STATS` line of `out`.
+fn stat(out: &str, r: u32, what: &str) -> u64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&format!("mcmpi stats: rank {r}: ")))
+        .unwrap_or_else(|| panic!("no stats line of rank {r}:\n{out}"));
+    line.split(", ")
+        .find(|p| p.ends_with(what))
+        .and_then(|p| p.split_whitespace().rev().nth(what.split_whitespace().count()))
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no {what:?} in {line:?}"))
+}
+
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn mpi_programs_run_across_guests() {
@@ -54,10 +67,21 @@ fn mpi_programs_run_across_guests() {
         build(&c, prog);
     }
     // 4 ranks on 2 guests: 0,1 on node0 and 2,3 on node1; the ring's
-    // 800 KB exchanges 1->2 and 3->0 cross MEMORY CHANNEL.
-    let (rc, out) = mpirun(name, 4, "ring");
-    assert_eq!(rc, Some(0), "{out}");
+    // 800 KB exchanges 1->2 and 3->0 cross MEMORY CHANNEL. Every rank
+    // receives its 800 KB by rendezvous straight into its buffer.
+    let o = Command::new("timeout")
+        .arg("300")
+        .arg(launcher())
+        .args(["--name", name, "mpirun", "-n", "4", "--env", "MCMPI_STATS=1", "/share/ring"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(out.contains(" No Errors"), "{out}");
+    for r in 0..4 {
+        assert!(stat(&out, r, "rendezvous") >= 1, "rank {r} sent nothing by rendezvous:\n{out}");
+        assert!(stat(&out, r, "data frames read straight into place") >= 1, "rank {r}:\n{out}");
+    }
     for r in 0..4 {
         let host = if r < 2 { "node0" } else { "node1" };
         assert!(out.contains(&format!("rank {r} of 4 on {host}")), "rank {r} not on {host}:\n{out}");
@@ -153,14 +177,9 @@ fn mpi_world_collectives_use_the_board() {
         assert!(o.status.success(), "{prog} with MCMPI_BOARD={board}:\n{out}");
         let stats: Vec<&str> = out.lines().filter(|l| l.starts_with("mcmpi stats: rank ")).collect();
         assert_eq!(stats.len(), 4, "a stats line per rank:\n{out}");
-        for l in stats {
+        for (r, l) in stats.iter().enumerate() {
             if board == "1" {
-                let n: u64 = l
-                    .split(", ")
-                    .find(|p| p.ends_with("collectives on the board"))
-                    .and_then(|p| p.split_whitespace().next())
-                    .and_then(|w| w.parse().ok())
-                    .unwrap_or_else(|| panic!("no board count in {l:?}"));
+                let n = stat(&out, r as u32, "collectives on the board");
                 assert!(n >= least, "{prog}: only {n} collectives on the board: {l}");
             } else {
                 assert!(l.ends_with("no board (MCMPI_BOARD=0)"), "{prog}: {l}");
