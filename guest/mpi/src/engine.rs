@@ -50,6 +50,7 @@
 //! Touched by the thread that calls MPI, under the C layer's lock.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -315,6 +316,12 @@ pub struct Stats {
     pub unexpected_peak: usize,
     /// `DATA` frames read straight into a posted buffer.
     pub direct: u64,
+    /// `DATA` payload bytes written into links, and the time that took
+    /// (copying into the ring, checksums, starting the DMA).
+    pub data_out: (u64, Duration),
+    /// `DATA` payload bytes read straight into place, and the time that
+    /// took (copying out of the ring, checking).
+    pub data_in: (u64, Duration),
 }
 
 fn header(kind: u8, flags: u8, ctx: u32, tag: i32, len: u64, a: u64, b: u64) -> [u8; HDR] {
@@ -659,7 +666,10 @@ impl Engine {
                         return Ok(());
                     }
                     let n = left.min(room - HDR);
+                    let t0 = Instant::now();
                     link.send_parts(&[&header(DATA, 0, 0, 0, *off as u64, rreq, 0), data.bytes(*off, n)])?;
+                    self.stats.data_out.0 += n as u64;
+                    self.stats.data_out.1 += t0.elapsed();
                     self.stats.bytes_out += n as u64;
                     *off += n;
                     if *off == total {
@@ -707,8 +717,11 @@ impl Engine {
                     // A DATA frame's payload straight into the posted buffer.
                     let mut head = [0u8; HDR];
                     let reqs = &self.reqs;
+                    let t0 = Instant::now();
                     let got = link.recv_split(&mut head, &mut |h, rest| data_place(reqs, h, rest))?;
                     if let Some(len) = got {
+                        self.stats.data_in.0 += (len - HDR) as u64;
+                        self.stats.data_in.1 += t0.elapsed();
                         self.data_landed(word(&head, 24), len - HDR);
                         self.stats.direct += 1;
                         moved = true;
@@ -1108,6 +1121,8 @@ mod tests {
         // 300,000 bytes in frames of under 64 KiB: at least 5, all straight
         // in; with the short buffer, the one across its end is not.
         assert!(direct[0] >= 5, "only {} frames straight into the buffer", direct[0]);
+        assert_eq!(es[0].stats.data_out.0, 2 * len as u64, "every DATA byte written is counted");
+        assert!(es[1].stats.data_in.0 > len as u64 && es[1].stats.data_in.0 < 2 * len as u64);
         assert!(direct[1] < direct[0], "{direct:?}: the short buffer's last frame went straight in");
     }
 

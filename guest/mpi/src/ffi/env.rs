@@ -143,9 +143,20 @@ fn print_stats(st: &State) {
         Some(b) => format!("{} collectives on the board", b.lock().unwrap_or_else(|e| e.into_inner()).count),
         None => format!("no board ({})", NO_BOARD.lock().unwrap_or_else(|e| e.into_inner())),
     };
+    // MB/s of a (bytes, time) pair.
+    let rate = |(b, t): (u64, Duration)| if t.is_zero() { 0.0 } else { b as f64 / t.as_secs_f64() / 1e6 };
     eprintln!(
-        "mcmpi stats: rank {}: {} eager, {} rendezvous, {} bytes sent, {} data frames read straight into place, {board}",
-        st.place.rank, s.eager, s.rendezvous, s.bytes_out, s.direct
+        "mcmpi stats: rank {}: {} eager, {} rendezvous, {} bytes sent, {} data frames read straight into place, \
+         data written {} bytes at {:.0} MB/s, data read {} bytes at {:.0} MB/s, {board}",
+        st.place.rank,
+        s.eager,
+        s.rendezvous,
+        s.bytes_out,
+        s.direct,
+        s.data_out.0,
+        rate(s.data_out),
+        s.data_in.0,
+        rate(s.data_in)
     );
 }
 
