@@ -816,23 +816,40 @@ impl Consumer {
     /// Copies the chunk at our index (`n` payload bytes, all arrived) into
     /// `dst`; consumes it when it checks. `Err(why)` when it does not.
     fn take_chunk(&mut self, n: usize, pcheck: u32, dst: &mut [u8]) -> Result<(), String> {
-        let whole = n / 8 * 8;
-        self.copy_out(self.tail + HEADER as u64, &mut dst[..whole]);
+        self.take_chunk_parts(n, pcheck, &mut [&mut dst[..n]])
+    }
+
+    /// As [`Consumer::take_chunk`], the payload copied into `parts` one
+    /// after the other (every part but the last a multiple of 8 bytes,
+    /// `n` bytes in all).
+    fn take_chunk_parts(&mut self, n: usize, pcheck: u32, parts: &mut [&mut [u8]]) -> Result<(), String> {
+        let mut at = self.tail + HEADER as u64;
+        let mut sum = Sum::default();
         let mut last = [0u8; 8];
-        if whole < n {
-            self.copy_out(self.tail + (HEADER + whole) as u64, &mut last);
-        }
-        if self.repair {
-            let mut sum = Sum::default();
-            sum.add(&dst[..whole]);
-            if whole < n {
-                sum.add(&last);
+        let mut tail_part = None;
+        for (i, part) in parts.iter_mut().enumerate() {
+            let whole = part.len() / 8 * 8;
+            self.copy_out(at, &mut part[..whole]);
+            at += whole as u64;
+            if whole < part.len() {
+                self.copy_out(at, &mut last);
+                tail_part = Some((i, whole));
             }
-            if sum.value() != pcheck {
-                return Err(format!("the {n}-byte chunk at byte {} does not check", self.tail));
+            // Only over MEMORY CHANNEL: shared memory loses nothing.
+            if self.repair {
+                sum.add(&part[..whole]);
+                if whole < part.len() {
+                    sum.add(&last);
+                }
             }
         }
-        dst[whole..n].copy_from_slice(&last[..n - whole]);
+        if self.repair && sum.value() != pcheck {
+            return Err(format!("the {n}-byte chunk at byte {} does not check", self.tail));
+        }
+        if let Some((i, whole)) = tail_part {
+            let k = parts[i].len() - whole;
+            parts[i][whole..].copy_from_slice(&last[..k]);
+        }
         self.tail += (HEADER + pad8(n)) as u64;
         self.doubt = None;
         self.empty_looks = 0;
@@ -866,36 +883,12 @@ impl Consumer {
             return Ok(None);
         }
         self.wait_for(HEADER + pad8(len), wait)?;
-        let start = self.tail + HEADER as u64;
-        self.copy_out(start, head);
+        self.copy_out(self.tail + HEADER as u64, head);
         let rest = len - head.len();
         let Some(dst) = place(head, rest) else { return Ok(None) };
-        if dst.len() != rest {
+        if dst.len() != rest || self.take_chunk_parts(len, pcheck, &mut [head, dst]).is_err() {
             return Ok(None);
         }
-        let whole = rest / 8 * 8;
-        let body = start + head.len() as u64;
-        self.copy_out(body, &mut dst[..whole]);
-        let mut last = [0u8; 8];
-        if whole < rest {
-            self.copy_out(body + whole as u64, &mut last);
-        }
-        if self.repair {
-            let mut sum = Sum::default();
-            sum.add(head);
-            sum.add(&dst[..whole]);
-            if whole < rest {
-                sum.add(&last);
-            }
-            if sum.value() != pcheck {
-                return Ok(None);
-            }
-        }
-        dst[whole..].copy_from_slice(&last[..rest - whole]);
-        self.tail += (HEADER + pad8(len)) as u64;
-        self.doubt = None;
-        self.empty_looks = 0;
-        self.publish(false);
         self.progress.store(len, std::sync::atomic::Ordering::Release);
         Ok(Some(len))
     }
