@@ -125,11 +125,6 @@ impl Board {
         Board { mem, rank, size, next: 1, done: 0, count: 0 }
     }
 
-    /// Ranks on the board.
-    pub fn size(&self) -> u32 {
-        self.size
-    }
-
     /// Numbers a new collective (in call order).
     pub fn take(&mut self) -> u64 {
         let k = self.next;

@@ -199,8 +199,9 @@ pub struct State {
     /// Collective tags a persistent collective's init records or its start
     /// replays.
     pub tags: sched::TagLog,
-    /// The job's billboard, when every rank has one ([`crate::board`]).
-    pub board: Option<Arc<Mutex<crate::board::Board>>>,
+    /// The job's billboard, when every rank has one ([`crate::board`]),
+    /// else why not (for `MCMPI_STATS`).
+    pub board: Result<Arc<Mutex<crate::board::Board>>, String>,
 }
 
 impl State {

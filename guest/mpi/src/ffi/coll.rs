@@ -152,16 +152,22 @@ async fn reduce_alg(io: &Io, root: u32, mine: Vec<u8>, red: &Reducer, count: c_i
     let mut mine = Some(mine);
     let mut acc: Option<Vec<u8>> = None;
     for k in posted {
-        let mut next = match k {
+        let next = match k {
             Some(k) => io.wait(k).await?,
             None => mine.take().unwrap_or_default(),
         };
-        if let Some(a) = acc {
-            red.apply(count, &a, &mut next)?;
-        }
-        acc = Some(next);
+        acc = Some(combine(red, count, acc, next)?);
     }
     Ok(acc)
+}
+
+/// One step of a reduction in rank order: `acc op next` (the operation's
+/// inout is its right operand), or `next` itself first.
+fn combine(red: &Reducer, count: c_int, acc: Option<Vec<u8>>, mut next: Vec<u8>) -> R<Vec<u8>> {
+    if let Some(a) = acc {
+        red.apply(count, &a, &mut next)?;
+    }
+    Ok(next)
 }
 
 /// Gathers each rank's `send` into block r of `recv` at `root` (`None`:
@@ -583,13 +589,9 @@ fn allreduce(
             t.all().await;
             let all: Vec<Vec<u8>> = (0..n).map(|r| t.data(r, out.len())).collect();
             t.finish();
-            // In rank order, as reduce_alg combines: next = acc op next.
             let mut acc: Option<Vec<u8>> = None;
-            for mut next in all {
-                if let Some(a) = acc {
-                    red.apply(count, &a, &mut next)?;
-                }
-                acc = Some(next);
+            for next in all {
+                acc = Some(combine(&red, count, acc, next)?);
             }
             out.unpack(&acc.unwrap_or_default());
             Ok(())

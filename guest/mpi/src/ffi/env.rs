@@ -95,16 +95,13 @@ fn init(level: c_int) -> R<c_int> {
         coll_recipes: HashMap::new(),
         tags: Default::default(),
         comm_infos: HashMap::new(),
-        board: None,
+        board: Err("a job of one rank".into()),
     });
     if let Some(st) = g.as_mut() {
         open_board(st)?;
     }
     Ok(granted)
 }
-
-/// Why this job runs without a board (for `MCMPI_STATS`).
-static NO_BOARD: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 
 /// Opens the job's billboard (`crate::board`) when every rank can: the
 /// ranks agree over point-to-point first, so either all use it or none.
@@ -120,15 +117,15 @@ fn open_board(st: &mut State) -> R<()> {
         crate::board::open(p.job, p.rank, p.size).map_err(|e| e.to_string())
     };
     let all = coll::allgather_u64(st, MPI_COMM_WORLD, &[mine.is_ok() as u64])?;
-    match mine {
-        Ok(b) if all.iter().all(|&ok| ok == 1) => st.board = Some(Arc::new(std::sync::Mutex::new(b))),
+    st.board = match mine {
+        Ok(b) if all.iter().all(|&ok| ok == 1) => Ok(Arc::new(std::sync::Mutex::new(b))),
         Ok(_) => {
             let off: Vec<String> =
                 all.iter().enumerate().filter(|(_, &ok)| ok == 0).map(|(r, _)| r.to_string()).collect();
-            *NO_BOARD.lock().unwrap_or_else(|e| e.into_inner()) = format!("rank(s) {} have none", off.join(","));
+            Err(format!("rank(s) {} have none", off.join(",")))
         }
-        Err(e) => *NO_BOARD.lock().unwrap_or_else(|e| e.into_inner()) = e,
-    }
+        Err(e) => Err(e),
+    };
     Ok(())
 }
 
@@ -140,8 +137,8 @@ fn print_stats(st: &State) {
     }
     let s = &st.eng.stats;
     let board = match &st.board {
-        Some(b) => format!("{} collectives on the board", b.lock().unwrap_or_else(|e| e.into_inner()).count),
-        None => format!("no board ({})", NO_BOARD.lock().unwrap_or_else(|e| e.into_inner())),
+        Ok(b) => format!("{} collectives on the board", b.lock().unwrap_or_else(|e| e.into_inner()).count),
+        Err(why) => format!("no board ({why})"),
     };
     // MB/s of a (bytes, time) pair.
     let rate = |(b, t): (u64, Duration)| if t.is_zero() { 0.0 } else { b as f64 / t.as_secs_f64() / 1e6 };

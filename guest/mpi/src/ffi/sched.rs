@@ -376,7 +376,7 @@ impl Turn {
         if comm != MPI_COMM_WORLD || len > board::DATA_MAX || st.tags.persistent() {
             return None;
         }
-        let board = st.board.clone()?;
+        let board = st.board.clone().ok()?;
         let k = board.lock().unwrap_or_else(|e| e.into_inner()).take();
         Some(Turn { board, k })
     }
