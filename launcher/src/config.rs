@@ -391,6 +391,27 @@ mod tests {
         assert!(c.guest.ivshmem && !c.guest.imcd);
     }
 
+    /// Every cluster definition in the repository loads, and the one for
+    /// MPI jobs changes the two store-path settings it documents.
+    #[test]
+    fn every_shipped_config_loads() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../qemu-configs");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "toml") {
+                Config::load(&path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 6, "{n} configs in {}", dir.display());
+        let mpi = Config::load(&dir.join("mpi.toml")).unwrap();
+        let default = Config::load(&dir.join("default.toml")).unwrap();
+        assert_eq!((mpi.qemu.write_multiple.as_str(), mpi.qemu.qemu_realtime), ("off", true));
+        assert_eq!((default.qemu.write_multiple.as_str(), default.qemu.qemu_realtime), ("on", false));
+        assert!(mpi.guest.imcd && mpi.guest.lan == "auto");
+    }
+
     #[test]
     fn lan_takes_a_backend_or_the_old_boolean() {
         assert_eq!(Config::parse("").unwrap().guest.lan, "auto");

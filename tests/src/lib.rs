@@ -59,6 +59,14 @@ impl Cluster {
         Self::up_with(name, nodes, &["--config", cfg.to_str().unwrap()])
     }
 
+    /// Like [`Cluster::up`], as the cluster for MPI jobs
+    /// (`qemu-configs/mpi.toml`, which `scripts/mpi-bench.sh` boots):
+    /// stores sent from the vCPU thread, QEMU's I/O threads real-time.
+    pub fn up_mpi(name: &str, nodes: usize) -> Cluster {
+        let cfg = root().join("qemu-configs/mpi.toml");
+        Self::up_with(name, nodes, &["--config", cfg.to_str().unwrap()])
+    }
+
     /// Like [`Cluster::up`] with extra `up` arguments (`--config FILE`).
     /// `MC_TEST_ADAPTERS=per-guest` (or `in-hub`) chooses where the
     /// adapters run, for configs that leave it to the default.

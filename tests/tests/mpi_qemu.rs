@@ -153,11 +153,12 @@ fn mpi_examples_run_unmodified() {
 /// `collbench` (every result checked) pass with 4 ranks on 2 guests with
 /// the board and with `MCMPI_BOARD=0`, and `MCMPI_STATS` shows every rank
 /// ran collectives on the board in the first case and none in the second.
+/// The cluster is the one for MPI jobs (`qemu-configs/mpi.toml`).
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn mpi_world_collectives_use_the_board() {
     let name = "t-mpi-board";
-    let c = Cluster::up(name, 2);
+    let c = Cluster::up_mpi(name, 2);
     c.imcd_ready();
     build(&c, "board");
     build_src(&c, &root().join("tests/mpi/bench/collbench.c"), "collbench", &[]);
@@ -205,7 +206,8 @@ fn mpi_world_collectives_use_the_board() {
 /// " No Errors". Then the benchmark's `collbench` and `isort` run with 4
 /// ranks across both guests on each library (MPICH over the LAN, started
 /// through `guest/mpi/mc-rsh`): every collective result checks, and the
-/// sort's verified sum and checksum are the same on both.
+/// sort's verified sum and checksum are the same on both. The cluster is
+/// the one for MPI jobs (`qemu-configs/mpi.toml`), as in the benchmark.
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn mpi_same_binary_runs_on_mpich() {
@@ -216,7 +218,7 @@ fn mpi_same_binary_runs_on_mpich() {
         wheel.display()
     );
     let name = "t-mpi-same";
-    let c = Cluster::up(name, 2);
+    let c = Cluster::up_mpi(name, 2);
     c.imcd_ready();
     let share = c.run_dir().join("share");
     let cp = Command::new("cp").arg("-r").arg(&wheel).arg(share.join("mpich")).output().unwrap();

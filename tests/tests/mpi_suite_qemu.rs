@@ -2,7 +2,8 @@
 //! programs of `tests/mpich-suite-guests.list` (from `test/mpi` of Debian's
 //! `mpich` source package, `scripts/setup.sh --only mpich-suite`) are built
 //! on the host with our `mpicc` by the `mpi-suite` runner, copied into the
-//! cluster's shared folder and run with `mc-cluster mpirun` on 2 guests,
+//! cluster's shared folder and run with `mc-cluster mpirun` on 2 guests
+//! of the cluster for MPI jobs (`qemu-configs/mpi.toml`),
 //! the ranks spread over both: each program's messages cross MEMORY
 //! CHANNEL. The suite's rule for a pass is every rank exiting 0 and
 //! " No Errors" in the output. The runner prints one line a test, a table
@@ -21,7 +22,7 @@ fn mpich_suite_runs_across_guests() {
     let mtest = tests::cache().join("mpich-src/test/mpi/util/mtest.c");
     assert!(mtest.is_file(), "MPICH's test suite is not in the cache (run scripts/setup.sh --only mpich-suite)");
     let name = "t-mpi-suite";
-    let c = Cluster::up(name, 2);
+    let c = Cluster::up_mpi(name, 2);
     c.imcd_ready();
     let share = c.run_dir().join("share/suite");
     let mpirun = format!("{} --name {name} mpirun --timeout 100", launcher().display());

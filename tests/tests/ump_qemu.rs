@@ -58,10 +58,19 @@ fn ump_mixed_transports() {
             &format!("ump-tool mesh --me {h} --peers {} --rounds 10", peers.join(",")),
         );
     }
-    for h in all {
-        let node = if h <= 2 { 0 } else { 1 };
-        let (rc, log) = c.background_result(node, &format!("m{h}"), 240);
-        assert_eq!(rc, "0", "process {h}:\n{log}");
+    // Every process's outcome first: one that failed may have made
+    // another fail, and the first failure is the one to see.
+    let results: Vec<(u64, String, String)> = all
+        .iter()
+        .map(|&h| {
+            let (rc, log) = c.background_result(if h <= 2 { 0 } else { 1 }, &format!("m{h}"), 240);
+            (h, rc, log)
+        })
+        .collect();
+    let logs: String = results.iter().map(|(h, rc, log)| format!("--- process {h} (exit {rc}):\n{log}\n")).collect();
+    for (h, rc, log) in &results {
+        let h = *h;
+        assert_eq!(rc, "0", "process {h} failed; all four:\n{logs}");
         assert!(log.contains("mesh ok: 10 rounds with 3 peers"), "process {h}:\n{log}");
         for p in all.iter().filter(|&&p| p != h) {
             let same = (h <= 2) == (*p <= 2);

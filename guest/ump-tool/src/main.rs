@@ -257,7 +257,7 @@ fn write_within(ch: i32, msg: &[u8], limit: Duration, what: &str) -> Result<()> 
 fn nbwrite_done(ch: i32, limit: Duration, what: &str) -> Result<()> {
     let t0 = Instant::now();
     let mut spins = 0u32;
-    while ump::nbwrite_result(ch)?.is_none() {
+    while ump::nbwrite_result(ch).map_err(|e| anyhow::anyhow!("{what}: {e}"))?.is_none() {
         if t0.elapsed() > limit {
             bail!("{what}: the non-blocking write did not finish within {} s", limit.as_secs_f64());
         }
@@ -628,7 +628,8 @@ fn main() -> Result<()> {
             let mut buf = vec![0u8; max];
             for r in 0..rounds {
                 for (&p, &c) in peers.iter().zip(&chans) {
-                    ump::nbwrite(c, &pattern(me * 1_000_003 + r, len(me, p, r)))?;
+                    ump::nbwrite(c, &pattern(me * 1_000_003 + r, len(me, p, r)))
+                        .with_context(|| format!("round {r}: starting the write to handle {p}"))?;
                 }
                 for (&p, &c) in peers.iter().zip(&chans) {
                     let n = read_within(c, &mut buf, limit, &format!("round {r}: the message from handle {p}"))?;
@@ -643,9 +644,23 @@ fn main() -> Result<()> {
             }
             let kinds: Vec<String> =
                 peers.iter().zip(&chans).map(|(p, &c)| format!("{p}:{:?}", ump::transport(c).unwrap())).collect();
+            // A last empty message each way: once every peer's has come,
+            // every peer has read all it wanted from us, and ours to them
+            // are whole in their rings (read without waiting, so without
+            // asking whether we are still alive). Then we may go.
+            for &c in &chans {
+                ump::nbwrite(c, &[])?;
+            }
+            for (&p, &c) in peers.iter().zip(&chans) {
+                let n = read_within(c, &mut buf, limit, &format!("the last (empty) message from handle {p}"))?;
+                if n != 0 {
+                    bail!("handle {p} sent {n} bytes where its last, empty message belongs");
+                }
+            }
+            for (&p, &c) in peers.iter().zip(&chans) {
+                nbwrite_done(c, limit, &format!("the last (empty) message to handle {p}"))?;
+            }
             println!("mesh ok: {rounds} rounds with {} peers, transports {}", peers.len(), kinds.join(","));
-            // Let the others finish reading before our channels close.
-            std::thread::sleep(Duration::from_millis(500));
             ump::exit()?;
         }
         Cmd::Floor { sizes, volume } => {
