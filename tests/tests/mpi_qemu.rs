@@ -63,7 +63,7 @@ fn mpi_programs_run_across_guests() {
     let name = "t-mpi-run";
     let c = Cluster::up(name, 2);
     c.imcd_ready();
-    for prog in ["ring", "comms", "abort"] {
+    for prog in ["ring", "comms", "abort", "flood"] {
         build(&c, prog);
     }
     // 4 ranks on 2 guests: 0,1 on node0 and 2,3 on node1; the ring's
@@ -85,6 +85,28 @@ fn mpi_programs_run_across_guests() {
     for r in 0..4 {
         let host = if r < 2 { "node0" } else { "node1" };
         assert!(out.contains(&format!("rank {r} of 4 on {host}")), "rank {r} not on {host}:\n{out}");
+    }
+    // Ranks 0-2 flood rank 3 with 1,500 messages each that it does not
+    // receive for a second (flood.c), with 1 MiB for unexpected messages:
+    // what waited unmatched at rank 3 stayed within its senders' credit,
+    // the rest went by rendezvous, and every byte arrived.
+    let o = Command::new("timeout")
+        .arg("300")
+        .arg(launcher())
+        .args(["--name", name, "mpirun", "-n", "4", "--env", "MCMPI_STATS=1", "--env", "MCMPI_UNEXPECTED=1M"])
+        .arg("/share/flood")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains(" No Errors"), "{out}");
+    let credit = stat(&out, 3, "bytes of credit per sender");
+    let peak = stat(&out, 3, "unexpected bytes at most");
+    // 1 MiB over the 3 senders, or two of the largest eager messages.
+    assert!(((1 << 20) / 3..=1 << 20).contains(&credit), "{credit} bytes of credit per sender:\n{out}");
+    assert!(peak <= 3 * credit && peak >= credit, "{peak} bytes waited unmatched at rank 3:\n{out}");
+    for r in 0..3 {
+        assert!(stat(&out, r, "for want of credit") >= 100, "rank {r} never ran out of credit:\n{out}");
     }
     let (rc, out) = mpirun(name, 4, "comms");
     assert_eq!((rc, out.contains(" No Errors")), (Some(0), true), "{out}");

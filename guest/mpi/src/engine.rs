@@ -8,6 +8,15 @@
 //!   smallest ring, 16 to 256 KiB): the envelope and the
 //!   payload travel in one frame. A sender's buffer is free at once; an
 //!   unmatched message waits in the receiver's unexpected queue.
+//! - **Credits** bound what eager messages can hold at a receiver. Each
+//!   sender may have [`Engine::credit_limit`] bytes (a message costs its
+//!   length plus [`ENTRY_COST`]) sent eagerly to a rank and not yet
+//!   matched there: in its own send queue, in the ring, or unexpected at
+//!   the receiver. The receiver gives them back as its receives take the
+//!   messages (a `CREDIT` frame once a quarter of the limit is owed, or on
+//!   a `CTS`). A message with no credit left goes by rendezvous, whatever
+//!   its size: it waits at the sender, and only its envelope at the
+//!   receiver. Nothing is lost and nobody blocks.
 //! - **Rendezvous** (larger): the sender announces (`RTS`); once a receive
 //!   matches, the receiver answers (`CTS`) and the sender streams `DATA`
 //!   frames straight into the posted buffer as ring space allows.
@@ -31,8 +40,9 @@
 //! ```text
 //! 0  kind u8 | flags u8 | 0 u16 | ctx u32
 //! 8  tag i32 | 0 u32
-//! 16 len u64            message bytes (EAGER, RTS) or chunk offset (DATA)
-//! 24 a u64              sender's request (EAGER sync, RTS, CTS, ACK, CANCEL, CANCELLED) or receiver's (DATA)
+//! 16 len u64            message bytes (EAGER, RTS), chunk offset (DATA) or credit given back (CTS)
+//! 24 a u64              sender's request (EAGER sync, RTS, CTS, ACK, CANCEL, CANCELLED), receiver's (DATA)
+//!                       or credit given back (CREDIT)
 //! 32 b u64              receiver's request (CTS); 1 if cancelled (CANCELLED); a short message's number (CANCEL)
 //! 40 payload            EAGER, DATA
 //! ```
@@ -67,6 +77,8 @@ const DATA: u8 = 4;
 const ACK: u8 = 5;
 const CANCEL: u8 = 6;
 const CANCELLED: u8 = 7;
+/// Credit given back: `a` bytes (see "Credits").
+const CREDIT: u8 = 9;
 /// An eager message with the one-word envelope (see "A frame").
 const EAGER8: u8 = 8;
 /// Bytes of the short envelope.
@@ -88,6 +100,22 @@ pub const EAGER_DEFAULT: usize = 16 << 10;
 /// guests with 1 MiB rings, eager limit 64 KiB against 256 KiB: 128 KiB
 /// messages 67-69 -> 151-168 MB/s.
 pub const EAGER_MAX: usize = 256 << 10;
+
+/// What an unexpected message costs a receiver beyond its payload (its
+/// queue entry), in credit.
+pub const ENTRY_COST: usize = 64;
+/// Eager bytes a rank may have waiting unmatched at it, from all other
+/// ranks together, unless `MCMPI_UNEXPECTED` says: the credit of each
+/// sender is this much over the other ranks, and at least
+/// [`CREDIT_MIN_MESSAGES`] eager messages of the largest size.
+pub const UNEXPECTED_DEFAULT: usize = 16 << 20;
+/// Largest eager messages a sender's credit always covers.
+pub const CREDIT_MIN_MESSAGES: usize = 2;
+
+/// Credit a message of `len` bytes costs.
+fn cost(len: usize) -> usize {
+    len + ENTRY_COST
+}
 
 /// Errors of the engine.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -303,6 +331,15 @@ pub struct Engine {
     /// Per rank: short eager messages sent to it, and received from it.
     short_sent: Vec<u64>,
     short_seen: Vec<u64>,
+    /// Eager bytes received from all ranks together that a rank may hold
+    /// unmatched ([`Engine::set_unexpected_limit`]).
+    unexpected_limit: usize,
+    /// Per rank: the eager credit we still have with it.
+    credit: Vec<usize>,
+    /// Per rank: credit its messages freed here, not yet given back.
+    owed: Vec<usize>,
+    /// Eager payload bytes (with [`ENTRY_COST`] each) waiting unmatched here.
+    unexpected_bytes: usize,
 }
 
 // SAFETY: the raw pointers an engine holds are the application's send and
@@ -329,6 +366,12 @@ pub struct Stats {
     /// `DATA` payload bytes read straight into place, and the time that
     /// took (copying out of the ring, checking).
     pub data_in: (u64, Duration),
+    /// Messages small enough to go eagerly that went by rendezvous for
+    /// want of credit.
+    pub no_credit: u64,
+    /// Most credit ever held here by unexpected eager messages (payload
+    /// bytes plus [`ENTRY_COST`] each).
+    pub unexpected_bytes_peak: usize,
 }
 
 fn header(kind: u8, flags: u8, ctx: u32, tag: i32, len: u64, a: u64, b: u64) -> [u8; HDR] {
@@ -392,7 +435,7 @@ impl Engine {
         let out = links.iter().map(|_| VecDeque::new()).collect();
         let gone = links.iter().map(|_| None).collect();
         let n = links.len();
-        Engine {
+        let mut e = Engine {
             me,
             links,
             out,
@@ -406,7 +449,38 @@ impl Engine {
             stats: Stats::default(),
             short_sent: vec![0; n],
             short_seen: vec![0; n],
-        }
+            unexpected_limit: UNEXPECTED_DEFAULT,
+            credit: vec![0; n],
+            owed: vec![0; n],
+            unexpected_bytes: 0,
+        };
+        e.reset_credit();
+        e
+    }
+
+    /// Every sender's credit: the unexpected limit over the other ranks,
+    /// at least [`CREDIT_MIN_MESSAGES`] eager messages of the largest size.
+    pub fn credit_limit(&self) -> usize {
+        let others = self.links.len().saturating_sub(1).max(1);
+        (self.unexpected_limit / others).max(CREDIT_MIN_MESSAGES * cost(self.eager_limit))
+    }
+
+    /// Sets the eager bytes this rank may hold unmatched from all others
+    /// together (`MCMPI_UNEXPECTED`). Every rank of a job must set the
+    /// same, before any message.
+    pub fn set_unexpected_limit(&mut self, n: usize) {
+        self.unexpected_limit = n;
+        self.reset_credit();
+    }
+
+    fn reset_credit(&mut self) {
+        let c = self.credit_limit();
+        self.credit.iter_mut().for_each(|x| *x = c);
+    }
+
+    /// Eager bytes (with [`ENTRY_COST`] each) waiting unmatched here now.
+    pub fn unexpected_bytes(&self) -> usize {
+        self.unexpected_bytes
     }
 
     /// This rank.
@@ -428,6 +502,7 @@ impl Engine {
     pub fn set_eager_limit(&mut self, n: usize) {
         let max = self.links.iter().flatten().map(|l| l.max_frame()).min().unwrap_or(usize::MAX);
         self.eager_limit = n.min(max.saturating_sub(HDR));
+        self.reset_credit();
     }
 
     fn add(&mut self, kind: Kind) -> ReqId {
@@ -460,7 +535,12 @@ impl Engine {
             }
             return Ok(id);
         }
-        if len <= self.eager_limit {
+        let eager = len <= self.eager_limit;
+        if eager && self.credit[dest as usize] < cost(len) {
+            self.stats.no_credit += 1;
+        }
+        if eager && self.credit[dest as usize] >= cost(len) {
+            self.credit[dest as usize] -= cost(len);
             let mut f = Vec::with_capacity(HDR + len);
             if !sync && ctx < CTX8_LIMIT {
                 f.extend_from_slice(&short_header(ctx, tag));
@@ -532,6 +612,7 @@ impl Engine {
         let (src, tag, len) = (u.src, u.tag, u.len);
         match u.kind {
             Arrived::Eager { data, sync, .. } => {
+                self.consumed(src, len)?;
                 self.write_into(id, 0, &data, len)?;
                 self.complete_recv(id, src, tag, len);
                 if let Some(sreq) = sync {
@@ -545,11 +626,47 @@ impl Engine {
                 if let Kind::Recv { total, .. } = &mut r.kind {
                     *total = len;
                 }
-                self.out[src as usize].push_back(Out::Frame(header(CTS, 0, 0, 0, 0, sreq, id).to_vec()));
+                // The credit owed to the sender goes with the answer.
+                let owed = std::mem::take(&mut self.owed[src as usize]);
+                self.out[src as usize].push_back(Out::Frame(header(CTS, 0, 0, 0, owed as u64, sreq, id).to_vec()));
                 self.flush(src as usize)?;
             }
         }
         Ok(())
+    }
+
+    /// An eager message of `len` bytes from `src` left the unexpected
+    /// state (matched, or cancelled): its credit is owed to `src`, and
+    /// given back once a quarter of the limit is.
+    fn consumed(&mut self, src: u32, len: usize) -> Result<(), EngineError> {
+        if src == self.me {
+            return Ok(());
+        }
+        let p = src as usize;
+        self.unexpected_bytes = self.unexpected_bytes.saturating_sub(cost(len));
+        self.owed[p] += cost(len);
+        if self.owed[p] >= self.credit_limit() / 4 {
+            let owed = std::mem::take(&mut self.owed[p]);
+            self.out[p].push_back(Out::Frame(header(CREDIT, 0, 0, 0, 0, owed as u64, 0).to_vec()));
+            self.flush(p)?;
+        }
+        Ok(())
+    }
+
+    /// Credit `n` given back by rank `from`.
+    fn credit_back(&mut self, from: u32, n: u64) -> Result<(), EngineError> {
+        let limit = self.credit_limit();
+        let c = &mut self.credit[from as usize];
+        match usize::try_from(n).ok().and_then(|n| c.checked_add(n)).filter(|&t| t <= limit) {
+            Some(t) => {
+                *c = t;
+                Ok(())
+            }
+            None => Err(EngineError::Protocol {
+                from,
+                what: format!("{n} bytes of credit given back, with {c} of {limit} still held here"),
+            }),
+        }
     }
 
     fn ack(&mut self, src: u32, sreq: u64) -> Result<(), EngineError> {
@@ -622,8 +739,13 @@ impl Engine {
         sreq: u64,
     ) -> Result<(), EngineError> {
         let len = data.len();
+        if src != self.me {
+            self.unexpected_bytes += cost(len);
+        }
         let u = Unexpected { ctx, src, tag, len, kind: Arrived::Eager { data, sync, sreq } };
-        self.arrive(u)
+        self.arrive(u)?;
+        self.stats.unexpected_bytes_peak = self.stats.unexpected_bytes_peak.max(self.unexpected_bytes);
+        Ok(())
     }
 
     fn arrive(&mut self, u: Unexpected) -> Result<(), EngineError> {
@@ -777,6 +899,9 @@ impl Engine {
             }
             RTS => self.arrive(Unexpected { ctx, src: from, tag, len: len as usize, kind: Arrived::Rts { sreq: a } }),
             CTS => {
+                if len > 0 {
+                    self.credit_back(from, len)?;
+                }
                 match self.reqs.get_mut(&a) {
                     Some(Req { kind: Kind::Send { dest, waiting, .. }, .. }) if *dest == from && *waiting => {
                         *waiting = false;
@@ -810,7 +935,13 @@ impl Engine {
                 // `b`: the message's number when it came short, else 0.
                 let key = if b != 0 { b } else { a };
                 let taken = match self.unexpected.iter().position(|u| u.src == from && u.sent_by(key)) {
-                    Some(i) => self.unexpected.remove(i).is_some(),
+                    Some(i) => {
+                        let u = self.unexpected.remove(i).expect("position is in range");
+                        if let Arrived::Eager { .. } = u.kind {
+                            self.consumed(from, u.len)?;
+                        }
+                        true
+                    }
                     None => false,
                 };
                 self.out[from as usize].push_back(Out::Frame(header(CANCELLED, 0, 0, 0, 0, a, taken as u64).to_vec()));
@@ -833,6 +964,7 @@ impl Engine {
                 }
                 Ok(())
             }
+            CREDIT => self.credit_back(from, a),
             k => Err(bad(format!("unknown frame kind {k}"))),
         }
     }
@@ -1102,6 +1234,82 @@ mod tests {
             }
         }
         assert!(es[0].stats.rendezvous > 0 && es[0].stats.eager > 0);
+    }
+
+    /// A sender that floods a rank which receives nothing: what waits
+    /// unmatched there never passes the sender's credit, the messages past
+    /// it go by rendezvous, and when the receives come (in reverse order)
+    /// every message arrives intact and the credit comes back, so eager
+    /// sends resume.
+    #[test]
+    fn credit_bounds_what_waits_unmatched_at_a_receiver() {
+        let mut es = engines(3, 64 << 10);
+        for e in es.iter_mut() {
+            e.set_unexpected_limit(80 << 10);
+        }
+        let limit = es[1].credit_limit();
+        assert_eq!(limit, 40 << 10, "80 KiB over the 2 other ranks");
+        let msg = |from: usize, i: usize| -> Vec<u8> { (0..1000 + i).map(|j| (j * 31 + i * 7 + from) as u8).collect() };
+        // Ranks 0 and 2 each send 200 messages of ~1 KiB, tags 0..200,
+        // standard and synchronous mixed.
+        let mut sends = Vec::new();
+        for i in 0..200 {
+            for from in [0, 2] {
+                let s = es[from].isend(1, 1, i as i32, From::Owned(msg(from, i)), i % 7 == 3).unwrap();
+                sends.push((from, s));
+            }
+        }
+        // Let everything that can move, move.
+        for _ in 0..2000 {
+            for e in es.iter_mut() {
+                e.progress().unwrap();
+            }
+        }
+        let held = es[1].unexpected_bytes();
+        assert!(held <= 2 * limit, "{held} bytes wait unmatched at rank 1, more than the 2 senders' credit");
+        assert!(held >= limit, "{held} bytes: the senders' credit was not used");
+        assert!(es[0].stats.no_credit > 100 && es[2].stats.no_credit > 100, "past the credit, rendezvous");
+        assert_eq!(es[1].unexpected.len(), 400, "every message is known at rank 1, most by envelope only");
+        // Receives in reverse tag order, from each sender.
+        let mut recvs = Vec::new();
+        for i in (0..200).rev() {
+            for from in [0u32, 2] {
+                let p = Pattern { ctx: 1, src: Some(from), tag: Some(i) };
+                recvs.push((from, i, recv_vec(&mut es[1], p, 2000)));
+            }
+        }
+        run(&mut es, |es| {
+            recvs.iter().all(|&(_, _, r)| es[1].is_done(r).unwrap())
+                && sends.iter().all(|&(f, s)| es[f].is_done(s).unwrap())
+        });
+        for (from, i, r) in recvs {
+            let (st, got) = es[1].finish(r).unwrap();
+            assert_eq!((st.source, st.tag), (from, i));
+            assert!(got == msg(from as usize, i as usize), "message {i} from {from} differs");
+        }
+        assert_eq!(es[1].unexpected_bytes(), 0);
+        assert!(es[1].stats.unexpected_bytes_peak <= 2 * limit, "peak {}", es[1].stats.unexpected_bytes_peak);
+        // The credit came back: the next message is eager again.
+        for _ in 0..100 {
+            for e in es.iter_mut() {
+                e.progress().unwrap();
+            }
+        }
+        assert!(es[0].credit[1] >= limit - limit / 4, "credit {} of {limit} back", es[0].credit[1]);
+        let (eager, r) = (es[0].stats.eager, es[0].stats.rendezvous);
+        let s = es[0].isend(1, 1, 9, From::Owned(vec![5; 1000]), false).unwrap();
+        assert_eq!((es[0].stats.eager, es[0].stats.rendezvous), (eager + 1, r));
+        es[0].finish(s).unwrap();
+    }
+
+    /// Credit given back that was never lent is a protocol error, not a
+    /// larger allowance.
+    #[test]
+    fn credit_never_lent_is_refused() {
+        let mut es = engines(2, 64 << 10);
+        let f = header(CREDIT, 0, 0, 0, 0, 64, 0);
+        let e = es[0].frame(1, &f).unwrap_err();
+        assert!(matches!(&e, EngineError::Protocol { from: 1, what } if what.contains("credit")), "{e}");
     }
 
     /// The eager limit is a quarter of the smallest ring's largest frame, from 16 KiB to

@@ -65,6 +65,12 @@ fn init(level: c_int) -> R<c_int> {
     if let Some(n) = std::env::var("MCMPI_EAGER_LIMIT").ok().and_then(|v| v.parse().ok()) {
         eng.set_eager_limit(n);
     }
+    if let Ok(v) = std::env::var("MCMPI_UNEXPECTED") {
+        match ump::parse_size(&v) {
+            Some(n) => eng.set_unexpected_limit(n),
+            None => return err(MPI_ERR_OTHER, format!("MCMPI_UNEXPECTED={v:?}: a size like 16M")),
+        }
+    }
     let world = Comm {
         name: "MPI_COMM_WORLD".into(),
         ..Comm::intra(0, (0..place.size).collect(), place.rank, MPI_ERRORS_ARE_FATAL)
@@ -143,12 +149,16 @@ fn print_stats(st: &State) {
     // MB/s of a (bytes, time) pair.
     let rate = |(b, t): (u64, Duration)| if t.is_zero() { 0.0 } else { b as f64 / t.as_secs_f64() / 1e6 };
     eprintln!(
-        "mcmpi stats: rank {}: {} eager, {} rendezvous, {} bytes sent, {} data frames read straight into place, \
+        "mcmpi stats: rank {}: {} eager, {} rendezvous, {} for want of credit, {} bytes sent, \
+         {} unexpected bytes at most, {} bytes of credit per sender, {} data frames read straight into place, \
          data written {} bytes at {:.0} MB/s, data read {} bytes at {:.0} MB/s, {board}",
         st.place.rank,
         s.eager,
         s.rendezvous,
+        s.no_credit,
         s.bytes_out,
+        s.unexpected_bytes_peak,
+        st.eng.credit_limit(),
         s.direct,
         s.data_out.0,
         rate(s.data_out),
