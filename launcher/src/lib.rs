@@ -283,6 +283,7 @@ pub fn plan(paths: &Paths, opts: &UpOptions) -> Result<Plan> {
         kernel,
         initrd,
         config: cfg,
+        host_cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     })
 }
 

@@ -70,6 +70,10 @@ pub struct Plan {
     pub config: Config,
     /// Offer vfio-user `write_multiple` to QEMU (`qemu.write_multiple`).
     pub write_multiple: bool,
+    /// The host's CPUs (0: unknown). With fewer than the guests' vCPUs
+    /// together, the guests learn it (`mc.oversubscribed=1`).
+    #[serde(default)]
+    pub host_cpus: usize,
 }
 
 /// Cluster status in `state.json`.
@@ -357,7 +361,17 @@ pub fn qemu_argv(plan: &Plan, n: usize, lan: &Lan) -> Vec<String> {
     push("-initrd");
     push(&plan.initrd.display().to_string());
     push("-append");
-    push(&format!("{} mc.node={n} mc.nodes={} mc.imcd={}", c.guest.cmdline, plan.nodes, u8::from(c.guest.imcd)));
+    // More vCPUs than host cores: a guest that spins keeps another from
+    // running, and MPI's waiting ranks give their core up sooner
+    // (docs/mpi.md, "Waiting").
+    let oversubscribed = plan.host_cpus > 0 && plan.nodes * c.guest.cpus as usize > plan.host_cpus;
+    push(&format!(
+        "{} mc.node={n} mc.nodes={} mc.imcd={}{}",
+        c.guest.cmdline,
+        plan.nodes,
+        u8::from(c.guest.imcd),
+        if oversubscribed { " mc.oversubscribed=1" } else { "" }
+    ));
     for arg in lan.qemu_args(&plan.run_dir, n) {
         push(&arg);
     }
@@ -1055,6 +1069,7 @@ mod tests {
             accel: "tcg".into(),
             config: Config::parse(config).unwrap(),
             write_multiple: false,
+            host_cpus: 2,
         }
     }
 
@@ -1068,6 +1083,12 @@ mod tests {
         let mcast = Lan::plain(crate::lan::Backend::Mcast);
         let a = qemu_argv(&p, 1, &mcast).join(" ");
         assert!(a.contains("mc.node=1 mc.nodes=2 mc.imcd=1"), "{a}");
+        assert!(!a.contains("oversubscribed"), "2 guests of 1 vCPU on 2 host cores: {a}");
+        let four = Plan { nodes: 4, ..plan("") };
+        let a = qemu_argv(&four, 3, &mcast).join(" ");
+        assert!(a.contains("mc.node=3 mc.nodes=4 mc.imcd=1 mc.oversubscribed=1"), "{a}");
+        let unknown = Plan { nodes: 4, host_cpus: 0, ..plan("") };
+        assert!(!qemu_argv(&unknown, 3, &mcast).join(" ").contains("oversubscribed"));
         assert!(a.contains("-netdev socket,id=lan,mcast=230.0.0.1:") && a.contains("host_mtu=65000"), "{a}");
         let none = qemu_argv(&p, 1, &no_lan()).join(" ");
         assert!(!none.contains("-netdev"), "{none}");

@@ -126,7 +126,9 @@ fn mpi_programs_run_across_guests() {
 /// MPICH's example programs `cpi`, `hellow` and `srtest`, unmodified
 /// (from Debian's `mpich` source package, `scripts/setup.sh --only
 /// mpich-suite`), built once with our `mpicc` and run on 4 guests with one
-/// rank each, then on 2 of them with 2 ranks each (`--ppn 2`).
+/// rank each, then on 2 of them with 2 ranks each (`--ppn 2`). The guests
+/// know whether their 4 vCPUs outnumber the host's cores
+/// (`mc.oversubscribed=1`, which shortens MPI's board waits).
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn mpi_examples_run_unmodified() {
@@ -139,6 +141,15 @@ fn mpi_examples_run_unmodified() {
     let name = "t-mpi-ex";
     let c = Cluster::up(name, 4);
     c.imcd_ready();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    for n in 0..4 {
+        let cmdline = String::from_utf8_lossy(&c.run(n, &["cat", "/proc/cmdline"])).into_owned();
+        assert_eq!(
+            cmdline.split_whitespace().any(|w| w == "mc.oversubscribed=1"),
+            cores < 4,
+            "node {n} of 4 guests of one vCPU on {cores} host cores: {cmdline}"
+        );
+    }
     for prog in ["cpi", "hellow", "srtest"] {
         build_src(&c, &examples.join(format!("{prog}.c")), prog, &["-lm"]);
     }

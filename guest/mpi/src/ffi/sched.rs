@@ -31,7 +31,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use super::*;
 use crate::board::{self, Board};
-use crate::engine::{backoff, From, Into, Pattern};
+use crate::engine::{backoff, board_backoff, From, Into, Pattern};
 
 /// One posted operation, named in its schedule.
 pub type Key = u64;
@@ -435,7 +435,11 @@ pub fn run(st: &mut State, mut s: Sched) -> R<()> {
             idle = 0;
         } else {
             s.check(st)?;
-            backoff(&mut idle);
+            if s.turn.is_some() {
+                board_backoff(&mut idle);
+            } else {
+                backoff(&mut idle);
+            }
         }
     }
 }
