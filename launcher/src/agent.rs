@@ -337,6 +337,27 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_secs(10));
     }
 
+    /// The command's end is answered as it happens (the server sleeps
+    /// until output or the end comes, with no timer tick), and a child left
+    /// running in the background with the output pipes delays the answer
+    /// only by the output grace.
+    #[test]
+    fn the_end_of_a_command_is_answered_at_once() {
+        let (sock, _d) = agent();
+        for (argv, most) in
+            [(vec!["sh", "-c", "sleep 0.3; echo done"], 0.8), (vec!["sh", "-c", "sleep 5 & echo started"], 1.2)]
+        {
+            let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+            let mut out = Vec::new();
+            let t0 = std::time::Instant::now();
+            let e = exec(&sock, &argv, Streams { stdin: None, out: &mut out, err: &mut Vec::new() }, 30).unwrap();
+            let took = t0.elapsed().as_secs_f64();
+            assert_eq!(e, Exit { code: 0, timed_out: false }, "{argv:?}");
+            assert!(!out.is_empty(), "{argv:?}: no output");
+            assert!(took < most, "{argv:?} was answered after {took:.2} s");
+        }
+    }
+
     #[test]
     fn files_copy_both_ways_with_their_mode() {
         let (sock, d) = agent();

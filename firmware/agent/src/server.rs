@@ -29,8 +29,11 @@ use crate::{b64_decode, b64_encode, read_frame, write_frame, Envelope, Request, 
 /// that keep the pipes open must not hold the answer forever).
 const OUTPUT_GRACE: Duration = Duration::from_millis(300);
 /// How long the serving loop waits for something to happen before it looks
-/// at the command again.
+/// at the command again while it feeds the command's stdin.
 const TICK: Duration = Duration::from_millis(5);
+/// The longest the serving loop sleeps while a command runs and nothing
+/// happens (it wakes at once for output, the command's end, the deadline).
+const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// Stdin chunks queued for the command beyond what its pipe holds.
 const STDIN_QUEUE: usize = 8;
 
@@ -114,6 +117,7 @@ fn next_chunk<P: Read + Write>(port: &mut P) -> io::Result<Incoming> {
 enum Piece {
     Out(u8, Vec<u8>),
     Closed,
+    Exited(io::Result<std::process::ExitStatus>),
 }
 
 fn reader(fd: u8, mut r: impl Read + Send + 'static, tx: mpsc::Sender<Piece>) {
@@ -171,18 +175,25 @@ fn exec<P: Read + Write + AsFd>(port: &mut P, id: u64, argv: &[String], stdin: b
     };
     let (tx, rx) = mpsc::channel();
     reader(1, child.stdout.take().expect("piped stdout"), tx.clone());
-    reader(2, child.stderr.take().expect("piped stderr"), tx);
+    reader(2, child.stderr.take().expect("piped stderr"), tx.clone());
     let mut feed = child.stdin.take().map(stdin_writer);
+    let pid = Pid::from_raw(child.id() as i32);
+    // The command's end comes as a message too, so that nothing here wakes
+    // on a timer while it runs: a TCG guest pays ~0.4 ms of its only vCPU
+    // for every timer wake-up, and the command may be an MPI job.
+    thread::spawn(move || {
+        let _ = tx.send(Piece::Exited(child.wait()));
+    });
     let mut pending: Option<Vec<u8>> = None;
     let deadline = (timeout_s > 0).then(|| Instant::now() + Duration::from_secs(timeout_s));
     let mut timed_out = false;
-    let mut exited: Option<(std::process::ExitStatus, Instant)> = None;
+    let mut exited: Option<(io::Result<std::process::ExitStatus>, Instant)> = None;
     let mut closed = 0;
     loop {
         let mut progress = false;
         // Output first: it is what the host is waiting for.
         while let Ok(p) = rx.try_recv() {
-            forward(port, id, p, &mut closed)?;
+            take(port, id, p, &mut closed, &mut exited)?;
             progress = true;
         }
         if let Some(f) = &feed {
@@ -201,14 +212,9 @@ fn exec<P: Read + Write + AsFd>(port: &mut P, id: u64, argv: &[String], stdin: b
                 progress = true;
             }
         }
-        if exited.is_none() {
-            if let Some(st) = child.try_wait()? {
-                exited = Some((st, Instant::now()));
-                progress = true;
-            } else if !timed_out && deadline.is_some_and(|d| Instant::now() > d) {
-                timed_out = true;
-                let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
-            }
+        if exited.is_none() && !timed_out && deadline.is_some_and(|d| Instant::now() > d) {
+            timed_out = true;
+            let _ = killpg(pid, Signal::SIGKILL);
         }
         if let Some((_, at)) = exited {
             if closed == 2 || at.elapsed() > OUTPUT_GRACE {
@@ -220,23 +226,44 @@ fn exec<P: Read + Write + AsFd>(port: &mut P, id: u64, argv: &[String], stdin: b
                 // Wake for a stdin chunk or after a tick, whichever comes first.
                 readable(port, TICK)?;
             } else {
-                match rx.recv_timeout(TICK) {
-                    Ok(p) => forward(port, id, p, &mut closed)?,
+                // Wake for output or the command's end, or when the
+                // deadline or the output grace runs out.
+                let until = match exited {
+                    Some((_, at)) => Some(at + OUTPUT_GRACE),
+                    None if !timed_out => deadline,
+                    None => None,
+                };
+                let wait = until.map_or(IDLE_WAIT, |u| u.saturating_duration_since(Instant::now()).min(IDLE_WAIT));
+                match rx.recv_timeout(wait.max(Duration::from_millis(1))) {
+                    Ok(p) => take(port, id, p, &mut closed, &mut exited)?,
                     Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
                 }
             }
         }
     }
     let (status, _) = exited.expect("loop ends after exit");
+    let status = status?;
     let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     send(port, id, Response::Exited { code, timed_out })
 }
 
-fn forward<P: Write>(port: &mut P, id: u64, p: Piece, closed: &mut usize) -> io::Result<()> {
+/// One message of the command's threads: output on its way to the host,
+/// a closed pipe, or the command's end.
+fn take<P: Write>(
+    port: &mut P,
+    id: u64,
+    p: Piece,
+    closed: &mut usize,
+    exited: &mut Option<(io::Result<std::process::ExitStatus>, Instant)>,
+) -> io::Result<()> {
     match p {
         Piece::Out(fd, data) => send(port, id, Response::Output { fd, data: b64_encode(&data) }),
         Piece::Closed => {
             *closed += 1;
+            Ok(())
+        }
+        Piece::Exited(st) => {
+            *exited = Some((st, Instant::now()));
             Ok(())
         }
     }
