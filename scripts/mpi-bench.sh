@@ -12,7 +12,12 @@
 #      Allreduce, Alltoall against size on all guests and on 2, both
 #      libraries;
 #   6. an integer sort (tests/mpi/bench/isort.c) on all guests, both
-#      libraries, its answer verified.
+#      libraries, its answer verified;
+#   7. latency distributions (tests/mpi/bench/latency.c) on both
+#      libraries: medians of 8-byte one-way times between guests 0 and 1
+#      (2 ranks, as NetPIPE), and of barriers and 8-byte allreduces with
+#      one rank on every guest (a noisy host moves averages far more than
+#      medians).
 # Then one table (latency at 8 bytes, bandwidth at 1 MiB, ratios, the LAN
 # the figures used) and SVG plots (mpi-latency.svg, mpi-bandwidth.svg and
 # one per collective, drawn by target/release/mpi-bench-plot); the plots,
@@ -57,7 +62,7 @@ S=$NP/src
 cc -O2 -static -DTCP -I"$S" "$S/netpipe.c" "$S/tcp.c" -o "$BIN/NPtcp" 2>"$OUT/build.log" \
     || die "building NPtcp failed (see $OUT/build.log)"
 for p in "NPmpi:-DMPI -I$S $S/netpipe.c $S/mpi.c" "collbench:$REPO/tests/mpi/bench/collbench.c" \
-         "isort:$REPO/tests/mpi/bench/isort.c"; do
+         "isort:$REPO/tests/mpi/bench/isort.c" "latency:$REPO/tests/mpi/bench/latency.c"; do
     # shellcheck disable=SC2086
     "$REPO/guest/mpi/mpicc" -O2 ${p#*:} -o "$BIN/${p%%:*}" 2>>"$OUT/build.log" \
         || die "building ${p%%:*} failed (see $OUT/build.log)"
@@ -136,6 +141,13 @@ say "6. integer sort of $ISORT_KEYS keys on $NODES guests"
 ours "$NODES" 1 /share/isort -n "$ISORT_KEYS" | tee "$OUT/isort-ours.txt"
 mpich "$NODES" 1 "$hosts" /share/isort -n "$ISORT_KEYS" | tee "$OUT/isort-mpich.txt"
 
+say "7. latency distributions: 8 bytes between guests 0 and 1, collectives on all $NODES guests"
+{ ours 2 1 /share/latency; ours "$NODES" 1 /share/latency -c; } | tee "$OUT/latency-ours.txt"
+{ mpich 2 1 node0,node1 /share/latency; mpich "$NODES" 1 "$hosts" /share/latency -c; } | tee "$OUT/latency-mpich.txt"
+for l in ours mpich; do
+    [ "$(grep -c '^latency ok' "$OUT/latency-$l.txt")" = 2 ] || die "latency on $l failed (see $OUT/latency-$l.txt)"
+done
+
 echo
 echo "MPI side by side, $NODES TCG guests, cluster ${CONFIG#"$REPO"/}, LAN: ${LAN:-unknown}, MPICH netmod: $NETMOD"
 cat "$OUT/summary.txt"
@@ -153,6 +165,15 @@ for l in ours mpich; do
 done
 awk -v a="$(p8 "$OUT/np-ours.out")" -v b="$(p8 "$OUT/np-mpich.out")" -v c="$(bw "$OUT/np-ours.out")" -v d="$(bw "$OUT/np-mpich.out")" \
     'BEGIN { printf "ratios across guests: 8-byte latency MPICH/ours %.2f (goal >= 25), bandwidth at the largest size ours/MPICH %.2f (goal >= 10)\n", b / a, c / d }'
+# med LIB WHAT: the median of a latency line.
+med() { awk -v w="$2" '$1 == "latency" && $2 == w { v = $3 } END { print v }' "$OUT/latency-$1.txt"; }
+printf '%-32s %12s %12s %10s\n' "median (us)" ours MPICH MPICH/ours
+for w in pingpong8 barrier allreduce8; do
+    awk -v w="$w" -v a="$(med ours $w)" -v b="$(med mpich $w)" \
+        'BEGIN { printf "%-32s %12.1f %12.1f %10.2f\n", w, a, b, b / a }'
+done
+awk -v p="$(med ours pingpong8)" -v q="$(med mpich pingpong8)" -v b="$(med ours barrier)" -v n="$NODES" \
+    'BEGIN { printf "medians: 8-byte latency MPICH/ours %.2f (goal >= 25); barrier on %d guests / 8-byte one way, ours %.2f (goal <= 2)\n", q / p, n, b / p }'
 PLOT=(--out "$OUT" --note "$NODES TCG guests, ${CONFIG##*/}, LAN $LAN"
       --np "ours, MEMORY CHANNEL=$OUT/np-ours.out" --np "MPICH over TCP=$OUT/np-mpich.out"
       --np "NPtcp=$OUT/np-tcp.out" --np "ours, one guest=$OUT/np-ours-shm.out"

@@ -239,7 +239,8 @@ fn mpi_world_collectives_use_the_board() {
 /// " No Errors". Then the benchmark's `collbench` and `isort` run with 4
 /// ranks across both guests on each library (MPICH over the LAN, started
 /// through `guest/mpi/mc-rsh`): every collective result checks, and the
-/// sort's verified sum and checksum are the same on both. The cluster is
+/// sort's verified sum and checksum are the same on both. The benchmark's
+/// `latency` runs on both too, its sums checked. The cluster is
 /// the one for MPI jobs (`qemu-configs/mpi.toml`), as in the benchmark.
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]
@@ -273,7 +274,7 @@ fn mpi_same_binary_runs_on_mpich() {
     // same on both.
     let rsh = Command::new("cp").arg(root().join("guest/mpi/mc-rsh")).arg(share.join("mc-rsh")).output().unwrap();
     assert!(rsh.status.success(), "copying mc-rsh: {}", String::from_utf8_lossy(&rsh.stderr));
-    for prog in ["collbench", "isort"] {
+    for prog in ["collbench", "isort", "latency"] {
         build_src(&c, &root().join(format!("tests/mpi/bench/{prog}.c")), prog, &[]);
     }
     let across = |prog: &str, args: &str| -> (String, String) {
@@ -300,6 +301,17 @@ fn mpi_same_binary_runs_on_mpich() {
     for out in [&ours, &theirs] {
         assert!(out.contains("collbench ok 4"), "collbench:\n{out}");
         assert!(out.lines().filter(|l| l.starts_with("coll ")).count() >= 4, "collbench measured nothing:\n{out}");
+    }
+    // The latency program's sums check on both, and it measures all three.
+    let (ours, theirs) = across("latency", "-r 100");
+    for out in [&ours, &theirs] {
+        assert!(out.contains("latency ok 4"), "latency:\n{out}");
+        for what in ["pingpong8", "barrier", "allreduce8"] {
+            let line =
+                out.lines().find(|l| l.starts_with(&format!("latency {what} "))).unwrap_or_else(|| panic!("{out}"));
+            let median: f64 = line.split_whitespace().nth(2).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            assert!(median > 0.0, "latency {what} measured nothing:\n{out}");
+        }
     }
     let (ours, theirs) = across("isort", "-n 200000 -r 2");
     let answer = |out: &str| out.lines().find(|l| l.starts_with("isort verified ")).map(str::to_string);

@@ -1195,15 +1195,27 @@ pub fn board_backoff(idle: &mut u32) {
 }
 
 fn backoff_until(idle: &mut u32, yields: u32) {
-    *idle += 1;
+    *idle = idle.saturating_add(1);
     if *idle < spin_rounds() {
         std::hint::spin_loop();
     } else if *idle < yields {
         std::thread::yield_now();
     } else {
-        std::thread::sleep(std::time::Duration::from_micros(50));
+        std::thread::sleep(nap(*idle - yields));
     }
 }
+
+/// The sleep of a waiting rank's `n`th nap: 50 µs, doubled every
+/// [`NAPS_PER_STEP`] naps up to 800 µs. A TCG guest pays ~0.4 ms of its
+/// vCPU for each timer wake-up, so a rank that waits long (for a slow
+/// rank, or in a barrier while two others exchange) must not keep its
+/// host core busy waking up.
+fn nap(n: u32) -> std::time::Duration {
+    std::time::Duration::from_micros(50 << (n / NAPS_PER_STEP).min(4))
+}
+
+/// Naps between two doublings of a waiting rank's sleep ([`nap`]).
+const NAPS_PER_STEP: u32 = 64;
 
 #[cfg(test)]
 mod tests {
@@ -1339,6 +1351,15 @@ mod tests {
 
     /// Credit given back that was never lent is a protocol error, not a
     /// larger allowance.
+    /// A waiting rank naps 50 µs at first and at most 800 µs.
+    #[test]
+    fn naps_lengthen_while_a_rank_waits() {
+        let us = |n| nap(n).as_micros();
+        assert_eq!((us(0), us(NAPS_PER_STEP - 1)), (50, 50));
+        assert_eq!((us(NAPS_PER_STEP), us(2 * NAPS_PER_STEP)), (100, 200));
+        assert_eq!((us(4 * NAPS_PER_STEP), us(u32::MAX)), (800, 800));
+    }
+
     #[test]
     fn credit_never_lent_is_refused() {
         let mut es = engines(2, 64 << 10);
