@@ -42,7 +42,8 @@ struct Ends {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Echo every message back until the other side closes.
+    /// Echo every message back until the other side closes (or, having sent
+    /// at least one message, exits without a close reaching us).
     Serve {
         #[command(flatten)]
         ends: Ends,
@@ -542,6 +543,14 @@ fn main() -> Result<()> {
                 match ump::read_timeout(ch, &mut buf, idle) {
                     Ok(len) => write_within(ch, &buf[..len], secs(ends.timeout), "serve: echoing a message")?,
                     Err(ump::UmpError::Channel(ump::ChanError::Closed(_))) => break,
+                    // A client that exited after its last echo, whose close
+                    // did not reach us (a store lost to a link flap or a
+                    // corrupt frame): the end of its session, not an error.
+                    // Whether it got every echo is for the client to say.
+                    Err(ump::UmpError::Channel(ump::ChanError::PeerDead(why))) if n > 0 => {
+                        println!("the other side exited without a close reaching us ({why})");
+                        break;
+                    }
                     Err(ump::UmpError::Channel(ump::ChanError::Timeout)) => {
                         bail!("serve: no message from handle {} for {} s (--idle)", ends.peer, idle.as_secs())
                     }
