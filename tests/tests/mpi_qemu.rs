@@ -35,10 +35,18 @@ fn mpirun(name: &str, n: usize, prog: &str) -> (Option<i32>, String) {
 
 /// Like [`mpirun`], with `--ppn K` when `ppn` is given.
 fn mpirun_ppn(name: &str, n: usize, ppn: Option<u32>, prog: &str) -> (Option<i32>, String) {
+    mpirun_with(name, n, ppn, &[], prog)
+}
+
+/// Like [`mpirun_ppn`], with `--env K=V` for each of `env`.
+fn mpirun_with(name: &str, n: usize, ppn: Option<u32>, env: &[&str], prog: &str) -> (Option<i32>, String) {
     let mut cmd = Command::new("timeout");
     cmd.arg("300").arg(launcher()).args(["--name", name, "mpirun", "-n", &n.to_string()]);
     if let Some(k) = ppn {
         cmd.args(["--ppn", &k.to_string()]);
+    }
+    for kv in env {
+        cmd.args(["--env", kv]);
     }
     let o = cmd.arg(format!("/share/{prog}")).output().unwrap();
     (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
@@ -69,14 +77,8 @@ fn mpi_programs_run_across_guests() {
     // 4 ranks on 2 guests: 0,1 on node0 and 2,3 on node1; the ring's
     // 800 KB exchanges 1->2 and 3->0 cross MEMORY CHANNEL. Every rank
     // receives its 800 KB by rendezvous straight into its buffer.
-    let o = Command::new("timeout")
-        .arg("300")
-        .arg(launcher())
-        .args(["--name", name, "mpirun", "-n", "4", "--env", "MCMPI_STATS=1", "/share/ring"])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{out}");
+    let (rc, out) = mpirun_with(name, 4, None, &["MCMPI_STATS=1"], "ring");
+    assert_eq!(rc, Some(0), "{out}");
     assert!(out.contains(" No Errors"), "{out}");
     for r in 0..4 {
         assert!(stat(&out, r, "rendezvous") >= 1, "rank {r} sent nothing by rendezvous:\n{out}");
@@ -90,15 +92,8 @@ fn mpi_programs_run_across_guests() {
     // receive for a second (flood.c), with 1 MiB for unexpected messages:
     // what waited unmatched at rank 3 stayed within its senders' credit,
     // the rest went by rendezvous, and every byte arrived.
-    let o = Command::new("timeout")
-        .arg("300")
-        .arg(launcher())
-        .args(["--name", name, "mpirun", "-n", "4", "--env", "MCMPI_STATS=1", "--env", "MCMPI_UNEXPECTED=1M"])
-        .arg("/share/flood")
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{out}");
+    let (rc, out) = mpirun_with(name, 4, None, &["MCMPI_STATS=1", "MCMPI_UNEXPECTED=1M"], "flood");
+    assert_eq!(rc, Some(0), "{out}");
     assert!(out.contains(" No Errors"), "{out}");
     let credit = stat(&out, 3, "bytes of credit per sender");
     let peak = stat(&out, 3, "unexpected bytes at most");

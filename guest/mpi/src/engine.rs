@@ -535,12 +535,15 @@ impl Engine {
             }
             return Ok(id);
         }
-        let eager = len <= self.eager_limit;
-        if eager && self.credit[dest as usize] < cost(len) {
+        let small = len <= self.eager_limit;
+        let credit = &mut self.credit[dest as usize];
+        let eager = small && *credit >= cost(len);
+        if eager {
+            *credit -= cost(len);
+        } else if small {
             self.stats.no_credit += 1;
         }
-        if eager && self.credit[dest as usize] >= cost(len) {
-            self.credit[dest as usize] -= cost(len);
+        if eager {
             let mut f = Vec::with_capacity(HDR + len);
             if !sync && ctx < CTX8_LIMIT {
                 f.extend_from_slice(&short_header(ctx, tag));
