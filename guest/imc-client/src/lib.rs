@@ -564,7 +564,7 @@ impl Imc {
         let len = usize::try_from(len).map_err(|_| ImcError::Protocol(format!("a mapping of {len} bytes")))?;
         Ok(match src {
             Source::Device => Mapping::device_region(fd, offset, len)?,
-            Source::File => Mapping::from_fd(fd, offset, len)?,
+            Source::File => Mapping::from_fd_populated(fd, offset, len)?,
         })
     }
 
@@ -578,7 +578,7 @@ impl Imc {
         };
         let fd = fd.ok_or_else(|| ImcError::Protocol("imcd sent no fd with the DMA area".into()))?;
         let len = usize::try_from(len).map_err(|_| ImcError::Protocol(format!("a DMA area of {len} bytes")))?;
-        let area = Mapping::<ReadWrite>::from_fd(fd, 0, len)?;
+        let area = Mapping::<ReadWrite>::from_fd_populated(fd, 0, len)?;
         let ring = self.map_reply(self.call(&Request::DmaRing)?, Source::File)?;
         let regs = self.map_reply(self.call(&Request::Regs)?, Source::Device)?;
         Ok(dma::DmaPort::new(area, iova, ring, ring_entries, regs)?)
