@@ -277,7 +277,7 @@ fn lockwait_limit() -> Duration {
 #[no_mangle]
 pub extern "C" fn imc_lkacquire(id: c_int, lock: c_int, retries: c_int, flag: c_int) -> c_int {
     rc(with(|st, _| {
-        let set = st.locks.get(&id).ok_or((IMC_NOTALLOC, format!("imc_lkacquire: no lock set {id} here")))?;
+        let set = st.locks.get(&id).ok_or_else(|| (IMC_NOTALLOC, format!("imc_lkacquire: no lock set {id} here")))?;
         if lock < 0 {
             return Err(invalid(format!("imc_lkacquire: lock {lock}")));
         }
@@ -309,7 +309,7 @@ pub extern "C" fn imc_lkacquire(id: c_int, lock: c_int, retries: c_int, flag: c_
 #[no_mangle]
 pub extern "C" fn imc_lkrelease(id: c_int, lock: c_int) -> c_int {
     rc(with(|st, _| {
-        let set = st.locks.get(&id).ok_or((IMC_NOTALLOC, format!("imc_lkrelease: no lock set {id} here")))?;
+        let set = st.locks.get(&id).ok_or_else(|| (IMC_NOTALLOC, format!("imc_lkrelease: no lock set {id} here")))?;
         if lock < 0 {
             return Err(invalid(format!("imc_lkrelease: lock {lock}")));
         }
@@ -321,7 +321,8 @@ pub extern "C" fn imc_lkrelease(id: c_int, lock: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn imc_lkdealloc(id: c_int) -> c_int {
     rc(with(|st, imc| {
-        let set = st.locks.remove(&id).ok_or((IMC_NOTALLOC, format!("imc_lkdealloc: no lock set {id} here")))?;
+        let set =
+            st.locks.remove(&id).ok_or_else(|| (IMC_NOTALLOC, format!("imc_lkdealloc: no lock set {id} here")))?;
         imc.lkdealloc(set).map_err(fail)
     }))
 }

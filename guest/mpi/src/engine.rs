@@ -60,7 +60,9 @@
 //!
 //! Touched by the thread that calls MPI, under the C layer's lock.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -439,7 +441,7 @@ impl Engine {
             me,
             links,
             out,
-            reqs: HashMap::new(),
+            reqs: HashMap::default(),
             next_id: 1,
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),

@@ -32,7 +32,7 @@ pub mod sched;
 pub mod topo;
 pub mod types;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::ffi::c_int;
 use std::sync::{Arc, Mutex, MutexGuard};
 

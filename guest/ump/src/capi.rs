@@ -278,7 +278,8 @@ pub unsafe extern "C" fn ump_nbwrite(channel: c_int, buf: *const u8, len: usize)
 /// `UMP_EBUSY` while it runs, or its error.
 #[no_mangle]
 pub extern "C" fn ump_nbwrite_done(channel: c_int) -> c_int {
-    rc(crate::nbwrite_result(channel).and_then(|r| r.ok_or(UmpError::Busy("the write is still running".into()))))
+    rc(crate::nbwrite_result(channel)
+        .and_then(|r| r.ok_or_else(|| UmpError::Busy("the write is still running".into()))))
 }
 
 /// `ump_mcast`: one message to `n` channels.

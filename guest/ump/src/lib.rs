@@ -33,7 +33,7 @@ mod probe;
 pub mod ring;
 pub mod shm;
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -158,15 +158,15 @@ pub fn init(cfg: Config) -> Result<(), UmpError> {
     *g = Some(State {
         cfg,
         next: 1,
-        chans: HashMap::new(),
-        listening: HashMap::new(),
+        chans: HashMap::default(),
+        listening: HashMap::default(),
         imc,
         node: my_node(),
         stats: (0, 0),
         last_message: 0,
         outbuf: None,
-        outbufs_in: Arc::new(Mutex::new(HashMap::new())),
-        inboxes: HashMap::new(),
+        outbufs_in: Arc::new(Mutex::new(HashMap::default())),
+        inboxes: HashMap::default(),
         dma: None,
         prober: None,
     });

@@ -9,7 +9,7 @@
 //! state locked (open, accept), from a channel's reader (the resolver)
 //! and from its writer (the shadow).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
 use imc_client::dma::{DmaPort, DmaTarget};

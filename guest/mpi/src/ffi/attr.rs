@@ -7,7 +7,7 @@
 //! Callbacks may call MPI, so they run with the state unlocked: each call
 //! first collects what to run under the lock, then runs it.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_int, c_void};
 
 use super::*;
@@ -129,7 +129,7 @@ fn take_attr(obj: usize, key: c_int) -> R<(Keyval, Option<usize>)> {
             .attrs
             .keyvals
             .get(&key)
-            .ok_or(MpiErr { class: MPI_ERR_KEYVAL, msg: format!("keyval {key} is not known") })?;
+            .ok_or_else(|| MpiErr { class: MPI_ERR_KEYVAL, msg: format!("keyval {key} is not known") })?;
         let list = st.attrs.values.entry(obj).or_default();
         let old = list.iter().position(|e| e.0 == key).map(|i| list.remove(i).1);
         Ok((kv, old))

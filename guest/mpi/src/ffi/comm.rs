@@ -322,7 +322,7 @@ fn group(st: &State, g: MPI_Group) -> R<Vec<u32>> {
     if g == MPI_GROUP_EMPTY {
         return Ok(Vec::new());
     }
-    st.groups.get(&g).cloned().ok_or(MpiErr { class: MPI_ERR_GROUP, msg: format!("{g:#x} is not a group") })
+    st.groups.get(&g).cloned().ok_or_else(|| MpiErr { class: MPI_ERR_GROUP, msg: format!("{g:#x} is not a group") })
 }
 
 entry!(MPI_Group_size / PMPI_Group_size(g: MPI_Group, size: *mut c_int) comm(MPI_COMM_WORLD) {
@@ -355,7 +355,7 @@ entry!(MPI_Group_translate_ranks / PMPI_Group_translate_ranks(g1: MPI_Group, n: 
         let t = if r == MPI_PROC_NULL {
             MPI_PROC_NULL
         } else {
-            let w = *a.get(r as usize).ok_or(MpiErr { class: MPI_ERR_RANK, msg: format!("rank {r} is not in group 1") })?;
+            let w = *a.get(r as usize).ok_or_else(|| MpiErr { class: MPI_ERR_RANK, msg: format!("rank {r} is not in group 1") })?;
             b.iter().position(|&x| x == w).map_or(MPI_UNDEFINED, |p| p as c_int)
         };
         // SAFETY: the caller passes an array of n ints for the result.

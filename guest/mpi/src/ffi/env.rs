@@ -1,7 +1,7 @@
 //! Init, finalize, abort and the environment queries (`MPI_Wtime`,
 //! `MPI_Get_processor_name`, error strings, thread levels).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_char, c_double, c_int};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,7 +26,7 @@ pub fn abort_process(code: c_int) -> ! {
 
 /// The predefined datatypes by handle.
 fn predefined_types() -> HashMap<MPI_Datatype, Arc<Datatype>> {
-    let mut m = HashMap::new();
+    let mut m = HashMap::default();
     for &(name, h) in DATATYPES.iter().chain(DATATYPE_ALIASES.iter()) {
         if h == MPI_DATATYPE_NULL {
             continue;
@@ -80,27 +80,27 @@ fn init(level: c_int) -> R<c_int> {
     *g = Some(State {
         eng,
         place,
-        comms: HashMap::from([(MPI_COMM_WORLD, world), (MPI_COMM_SELF, me)]),
-        groups: HashMap::new(),
+        comms: HashMap::from_iter([(MPI_COMM_WORLD, world), (MPI_COMM_SELF, me)]),
+        groups: HashMap::default(),
         types: predefined_types(),
-        ops: HashMap::new(),
-        reqs: HashMap::new(),
-        errhandlers: HashMap::new(),
+        ops: HashMap::default(),
+        reqs: HashMap::default(),
+        errhandlers: HashMap::default(),
         next_handle: FIRST_RUNTIME_HANDLE,
         next_ctx: 2 * CTX_BLOCK,
         thread_level: granted,
         main_thread: std::thread::current().id(),
         buffer: None,
         attrs: Default::default(),
-        infos: HashMap::new(),
-        topos: HashMap::new(),
-        messages: HashMap::new(),
-        kept_types: HashMap::new(),
-        coll_seq: HashMap::new(),
-        scheds: HashMap::new(),
-        coll_recipes: HashMap::new(),
+        infos: HashMap::default(),
+        topos: HashMap::default(),
+        messages: HashMap::default(),
+        kept_types: HashMap::default(),
+        coll_seq: HashMap::default(),
+        scheds: HashMap::default(),
+        coll_recipes: HashMap::default(),
         tags: Default::default(),
-        comm_infos: HashMap::new(),
+        comm_infos: HashMap::default(),
         board: Err("a job of one rank".into()),
     });
     if let Some(st) = g.as_mut() {

@@ -13,7 +13,7 @@ fn text(p: *const c_char, what: &str) -> R<String> {
 }
 
 fn info(st: &State, h: MPI_Info) -> R<&Vec<(String, String)>> {
-    st.infos.get(&h).ok_or(MpiErr { class: MPI_ERR_INFO, msg: format!("{h:#x} is not an info object") })
+    st.infos.get(&h).ok_or_else(|| MpiErr { class: MPI_ERR_INFO, msg: format!("{h:#x} is not an info object") })
 }
 
 /// The hints set on communicator `comm` (`MPI_Comm_set_info`).
@@ -72,7 +72,7 @@ entry!(MPI_Info_dup / PMPI_Info_dup(i: MPI_Info, out: *mut MPI_Info) comm(MPI_CO
 
 entry!(MPI_Info_free / PMPI_Info_free(i: *mut MPI_Info) comm(MPI_COMM_WORLD) {
     let h = array(i as *const MPI_Info, 1, "info")?[0];
-    with(|st| st.infos.remove(&h).map(|_| ()).ok_or(MpiErr { class: MPI_ERR_INFO, msg: format!("{h:#x} is not an info object") }))?;
+    with(|st| st.infos.remove(&h).map(|_| ()).ok_or_else(|| MpiErr { class: MPI_ERR_INFO, msg: format!("{h:#x} is not an info object") }))?;
     put(i, MPI_INFO_NULL, "info")
 });
 
@@ -151,7 +151,7 @@ entry!(MPI_Info_get_nthkey / PMPI_Info_get_nthkey(i: MPI_Info, n: c_int, key: *m
     let k = with(|st| {
         let l = info(st, i)?;
         usize::try_from(n).ok().and_then(|n| l.get(n)).map(|e| e.0.clone())
-            .ok_or(MpiErr { class: MPI_ERR_ARG, msg: format!("key {n} of {}", l.len()) })
+            .ok_or_else(|| MpiErr { class: MPI_ERR_ARG, msg: format!("key {n} of {}", l.len()) })
     })?;
     super::env::put_str(key, MPI_MAX_INFO_KEY as usize, &k, std::ptr::null_mut())
 });

@@ -132,7 +132,8 @@ fn start_recv(st: &mut State, r: Recipe) -> R<MPI_Request> {
 
 /// Whether request `h` is complete (no progress made).
 fn done(st: &State, h: MPI_Request) -> R<bool> {
-    let p = st.reqs.get(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
+    let p =
+        st.reqs.get(&h).ok_or_else(|| MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
     if let Some(l) = p.linked {
         if !done(st, l)? {
             return Ok(false);
@@ -148,7 +149,10 @@ fn done(st: &State, h: MPI_Request) -> R<bool> {
 /// Completes request `h` (which must be done): unpacks, frees or resets
 /// it, and returns its status.
 fn complete(st: &mut State, h: MPI_Request) -> R<MPI_Status> {
-    let p = st.reqs.get_mut(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
+    let p = st
+        .reqs
+        .get_mut(&h)
+        .ok_or_else(|| MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
     if let Some(e) = p.failed.take() {
         st.reqs.remove(&h);
         return Err(e);
@@ -156,7 +160,10 @@ fn complete(st: &mut State, h: MPI_Request) -> R<MPI_Status> {
     if let Some(l) = p.linked.take() {
         complete(st, l)?;
     }
-    let p = st.reqs.get_mut(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
+    let p = st
+        .reqs
+        .get_mut(&h)
+        .ok_or_else(|| MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
     let status = match (p.status.take(), p.id.take()) {
         (Some(s), _) => s,
         (None, None) => null_status(),
@@ -719,7 +726,7 @@ entry!(MPI_Request_free / PMPI_Request_free(req: *mut MPI_Request) comm(MPI_COMM
 entry!(MPI_Cancel / PMPI_Cancel(req: *mut MPI_Request) comm(MPI_COMM_WORLD) {
     let h = array(req as *const MPI_Request, 1, "request")?[0];
     with(|st| {
-        let p = st.reqs.get(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
+        let p = st.reqs.get(&h).ok_or_else(|| MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a request") })?;
         if let Some(id) = p.id {
             st.eng.cancel(id)?;
         }
@@ -781,7 +788,7 @@ fn start(st: &mut State, h: MPI_Request) -> R<()> {
         .reqs
         .get(&h)
         .and_then(|p| p.persistent)
-        .ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a persistent request") })?;
+        .ok_or_else(|| MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a persistent request") })?;
     // The request keeps its datatype even if the user freed the handle
     // meanwhile (handles are never reused, so it is put back for the start).
     let (Recipe::Send(_, _, t, ..) | Recipe::Recv(_, _, t, ..)) = r else { return start_coll(st, h) };
@@ -809,7 +816,7 @@ fn start_coll(st: &mut State, h: MPI_Request) -> R<()> {
     if st.reqs.get(&h).is_some_and(|p| p.coll || p.status.is_some()) {
         return err(MPI_ERR_REQUEST, "the persistent collective is still active (complete it before MPI_Start)");
     }
-    let p = st.coll_recipes.remove(&h).ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: "no recipe".into() })?;
+    let p = st.coll_recipes.remove(&h).ok_or_else(|| MpiErr { class: MPI_ERR_REQUEST, msg: "no recipe".into() })?;
     let s = p.build(st);
     st.coll_recipes.insert(h, p);
     let s = s?;
@@ -880,7 +887,7 @@ fn start_mrecv(st: &mut State, buf: usize, count: c_int, t: MPI_Datatype, messag
     let (m, comm) = st
         .messages
         .remove(&message)
-        .ok_or(MpiErr { class: MPI_ERR_REQUEST, msg: format!("{message:#x} is not a matched message") })?;
+        .ok_or_else(|| MpiErr { class: MPI_ERR_REQUEST, msg: format!("{message:#x} is not a matched message") })?;
     let (into, unpack) = recv_into(st, buf, count, t)?;
     let id = st.eng.imrecv(m, into)?;
     st.reqs.insert(h, Pending::new(Some(id), comm, unpack, None));

@@ -23,7 +23,7 @@
 //!
 //! Touched by the thread that calls MPI, under the C layer's lock.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -80,7 +80,7 @@ impl Io {
         let c = st.comm(comm)?;
         let (ctx, ranks, rank) = (c.ctx + 1, Arc::new(c.peers().to_vec()), c.rank);
         let tag = next_tag(st, ctx);
-        let shared = Arc::new(Mutex::new(Shared { next: 0, queued: Vec::new(), results: HashMap::new() }));
+        let shared = Arc::new(Mutex::new(Shared { next: 0, queued: Vec::new(), results: HashMap::default() }));
         Ok(Io { shared, ctx, tag, ranks, rank })
     }
 

@@ -31,7 +31,7 @@ fn topo(c: MPI_Comm) -> R<Topo> {
         st.topos
             .get(&c)
             .cloned()
-            .ok_or(MpiErr { class: MPI_ERR_TOPOLOGY, msg: "the communicator has no topology".into() })
+            .ok_or_else(|| MpiErr { class: MPI_ERR_TOPOLOGY, msg: "the communicator has no topology".into() })
     })
 }
 
@@ -178,7 +178,7 @@ entry!(MPI_Cart_coords / PMPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: 
 entry!(MPI_Cart_shift / PMPI_Cart_shift(comm: MPI_Comm, direction: c_int, disp: c_int, source: *mut c_int, dest: *mut c_int) comm(comm) {
     let (d, p) = cart(comm)?;
     let dir = usize::try_from(direction).ok().filter(|&i| i < d.len())
-        .ok_or(MpiErr { class: MPI_ERR_ARG, msg: format!("direction {direction} of {} dimensions", d.len()) })?;
+        .ok_or_else(|| MpiErr { class: MPI_ERR_ARG, msg: format!("direction {direction} of {} dimensions", d.len()) })?;
     let me = with(|st| Ok(st.comm(comm)?.rank))? as c_int;
     let c = coords_of(&d, me);
     let at = |delta: c_int| -> c_int {
@@ -265,7 +265,7 @@ fn neighbours(comm: MPI_Comm, rank: c_int) -> R<Vec<c_int>> {
     let r = usize::try_from(rank)
         .ok()
         .filter(|&r| r < i.len())
-        .ok_or(MpiErr { class: MPI_ERR_RANK, msg: format!("rank {rank} is not a node") })?;
+        .ok_or_else(|| MpiErr { class: MPI_ERR_RANK, msg: format!("rank {rank} is not a node") })?;
     let start = if r == 0 { 0 } else { i[r - 1] as usize };
     Ok(e[start..i[r] as usize].to_vec())
 }

@@ -125,7 +125,7 @@ entry!(MPI_Op_free / PMPI_Op_free(op: *mut MPI_Op) comm(MPI_COMM_WORLD) {
 entry!(MPI_Op_commutative / PMPI_Op_commutative(op: MPI_Op, commute: *mut c_int) comm(MPI_COMM_WORLD) {
     let c = match builtin(op) {
         Some(b) => b.is_commutative(),
-        None => with(|st| st.ops.get(&op).map(|u| u.commute).ok_or(MpiErr { class: MPI_ERR_OP, msg: format!("{op:#x} is not an operation") }))?,
+        None => with(|st| st.ops.get(&op).map(|u| u.commute).ok_or_else(|| MpiErr { class: MPI_ERR_OP, msg: format!("{op:#x} is not an operation") }))?,
     };
     put(commute, c as c_int, "commute")
 });
@@ -259,7 +259,7 @@ entry!(MPI_Get_address / PMPI_Get_address(location: *const c_void, address: *mut
 });
 
 entry!(MPI_Pack_size / PMPI_Pack_size(count: c_int, t: MPI_Datatype, _comm: MPI_Comm, size: *mut c_int) comm(MPI_COMM_WORLD) {
-    let n = old(t)?.pack_size(count_ok(count)?).ok_or(MpiErr { class: MPI_ERR_COUNT, msg: "too large".into() })?;
+    let n = old(t)?.pack_size(count_ok(count)?).ok_or_else(|| MpiErr { class: MPI_ERR_COUNT, msg: "too large".into() })?;
     put(size, i32::try_from(n).unwrap_or(i32::MAX), "size")
 });
 
