@@ -24,15 +24,35 @@
 //! Each chunk is a 16-byte header and its payload padded to 8 bytes:
 //!
 //! ```text
-//! word 0   kind << 32 | length (first chunk: the message's; later ones: what is left)
+//! word 0   (kind ^ lap mark) << 32 | length (first chunk: the message's; later ones: what is left)
 //! word 1   header check << 32 | payload check
 //! ```
+//!
+//! The lap mark is the ring lap the chunk was written in (bytes produced
+//! before it, divided by the ring's size, low 16 bits) in the kind's high
+//! half: a header of the lap before reads as no kind at all.
 //!
 //! The header check covers word 0 and the chunk's position in the ring
 //! (bytes produced before it), so a header left from an earlier lap of the
 //! ring never checks. A multicast record is one chunk whose payload is
 //! three words (outbuf key, offset, outbuf size), covered by the header
 //! check; its payload check is that of the message in the outbuf.
+//!
+//! # The header last (MEMORY CHANNEL)
+//!
+//! Over shared memory a producer writes a chunk's header, then its
+//! payload, then HEAD, which publishes it. Over MEMORY CHANNEL every 8
+//! bytes stored is a trapped store, and HEAD would be one more per
+//! message (5 instead of 4 for 16 bytes). There the producer writes the
+//! payload (and a record's words) first and the header last, and does
+//! not store HEAD: the consumer looks at the header at its index, and one
+//! that checks (for this session, this position and this lap) says the
+//! whole chunk is there, since MEMORY CHANNEL delivers one node's writes
+//! in order and a DMA's bytes before the stores after its doorbell. HEAD
+//! is still sent again now and then while the producer waits or is
+//! serviced, covering only chunks written whole: it is how a consumer
+//! learns that a chunk whose header does not check was written (below).
+//! The consumer's view of HEAD never goes back.
 //!
 //! # Lost bytes (MEMORY CHANNEL)
 //!
@@ -78,6 +98,15 @@ const MAGIC_MORE: u64 = 0x554D_502B; // "UMP+"
 /// Kind of a multicast record: the payload is in the sender's outbuf;
 /// the record says where (outbuf key, offset, outbuf size).
 const MAGIC_OUTBUF: u64 = 0x554D_504D; // "UMPM"
+/// The lap of the ring a chunk at byte `pos` is written in, in the high
+/// half of its kind (`kind ^ lap_mark`): a header left from the lap
+/// before, at the same place, reads as another kind and never as a
+/// chunk (a consumer over MEMORY CHANNEL looks at the header at its index
+/// before anything says it was written).
+fn lap_mark(size: usize, pos: u64) -> u64 {
+    ((pos / size as u64) & 0xFFFF) << 16
+}
+
 /// Words of a multicast record after its header.
 const RECORD_WORDS: usize = 3;
 /// How often a waiting side sends its index again (and a consumer its
@@ -257,6 +286,9 @@ pub struct Producer {
     repairs: u64,
     /// Our session: headers of an earlier channel in the same memory never check.
     seed: u64,
+    /// Bytes of the chunks written whole (HEAD as sent again never
+    /// covers a chunk still being written).
+    whole_chunks: u64,
 }
 
 impl Producer {
@@ -272,7 +304,7 @@ impl Producer {
     ) -> Producer {
         assert!(size >= 64 && size % 8 == 0);
         let (head, tail, nack_seen, kicked, repairs, dma_bytes) = (0, 0, 0, Instant::now(), 0, 0);
-        Producer { out, peer, size, head, tail, copy, dma_bytes, nack_seen, kicked, repairs, seed }
+        Producer { out, peer, size, head, tail, copy, dma_bytes, nack_seen, kicked, repairs, seed, whole_chunks: 0 }
     }
 
     /// Bytes sent into the ring by the DMA engine.
@@ -304,7 +336,7 @@ impl Producer {
             self.resend();
         } else if self.kicked.elapsed() >= REPAIR_EVERY {
             self.kicked = Instant::now();
-            self.out.store(HEAD, self.head);
+            self.out.store(HEAD, self.whole_chunks);
         }
     }
 
@@ -330,7 +362,7 @@ impl Producer {
             }
             at += n as u64;
         }
-        self.out.store(HEAD, self.head);
+        self.out.store(HEAD, self.whole_chunks);
         self.kicked = Instant::now();
         self.repairs += 1;
     }
@@ -360,35 +392,67 @@ impl Producer {
         Ok(self.size - self.used()?)
     }
 
-    /// Waits for room, then writes up to `src.len()` bytes (a multiple of 8)
-    /// contiguously: by DMA when the copy can, else by stores. Returns the
-    /// bytes written (not yet published).
-    fn push(&mut self, src: &[u8], wait: Waiter) -> Result<usize, RingError> {
+    /// Waits for contiguous room at the head: the bytes free there.
+    fn room_at_head(&mut self, wait: Waiter) -> Result<usize, RingError> {
         let mut spins = 0u32;
-        let room = loop {
+        loop {
             let r = self.contiguous()?;
             if r > 0 {
-                break r;
+                return Ok(r);
             }
             self.tail = self.peer.load(TAIL);
             self.service();
             backoff(&mut spins, wait).map_err(RingError::Stopped)?;
-        };
-        let n = room.min(src.len());
-        let pos = (self.head % self.size as u64) as usize;
+        }
+    }
+
+    /// Writes `src` at ring offset `pos` (contiguous): by DMA when the copy
+    /// can, else by stores.
+    fn put(&mut self, pos: usize, src: &[u8]) {
         match &mut self.copy {
             Some(c) => {
-                c.keep(pos, &src[..n]);
-                if c.dma(pos, n) {
-                    self.dma_bytes += n as u64;
+                c.keep(pos, src);
+                if c.dma(pos, src.len()) {
+                    self.dma_bytes += src.len() as u64;
                 } else {
-                    self.out.write(RING + pos, &src[..n]);
+                    self.out.write(RING + pos, src);
                 }
             }
-            None => self.out.write(RING + pos, &src[..n]),
+            None => self.out.write(RING + pos, src),
         }
+    }
+
+    /// Waits for room, then writes up to `src.len()` bytes (a multiple of 8)
+    /// contiguously. Returns the bytes written (not yet published).
+    fn push(&mut self, src: &[u8], wait: Waiter) -> Result<usize, RingError> {
+        let n = self.room_at_head(wait)?.min(src.len());
+        let pos = (self.head % self.size as u64) as usize;
+        self.put(pos, &src[..n]);
         self.head += n as u64;
         Ok(n)
+    }
+
+    /// Waits for room for `n` bytes (a multiple of 8) and takes them
+    /// without writing them yet (a header written after its payload).
+    fn reserve(&mut self, mut n: usize, wait: Waiter) -> Result<(), RingError> {
+        while n > 0 {
+            let k = self.room_at_head(wait)?.min(n);
+            self.head += k as u64;
+            n -= k;
+        }
+        Ok(())
+    }
+
+    /// Writes `src` at ring position `at` (bytes produced before it),
+    /// already reserved, wrapping at the end of the ring.
+    fn put_at(&mut self, at: u64, src: &[u8]) {
+        let mut off = 0;
+        while off < src.len() {
+            let pos = ((at + off as u64) % self.size as u64) as usize;
+            let n = (self.size - pos).min(src.len() - off);
+            self.put(pos, &src[off..off + n]);
+            off += n;
+        }
     }
 
     /// Writes all of `src` (a multiple of 8), not yet published. The
@@ -418,9 +482,6 @@ impl Producer {
         parts: &[&[u8]],
         wait: Waiter,
     ) -> Result<(), RingError> {
-        let w0 = kind << 32 | value;
-        let mut words = vec![w0];
-        words.extend_from_slice(extra);
         let pcheck = if self.copy.is_some() {
             let mut sum = Sum::default();
             for p in parts {
@@ -430,12 +491,41 @@ impl Producer {
         } else {
             0
         };
-        let w1 = u64::from(head_check(self.seed, self.head, &words)) << 32 | u64::from(pcheck);
-        let mut hdr = Vec::with_capacity(HEADER + 8 * extra.len());
-        for w in [w0, w1].iter().chain(extra) {
-            hdr.extend_from_slice(&w.to_ne_bytes());
+        self.chunk_checked(kind, value, extra, parts, pcheck, wait)
+    }
+
+    /// Writes one chunk with payload check `pcheck`: its header (kind,
+    /// value), the `extra` words after it (at most [`RECORD_WORDS`]) and
+    /// the payload `parts`, then publishes it. Over shared memory the
+    /// header goes first and the HEAD store publishes the chunk; over
+    /// MEMORY CHANNEL the header goes last and publishes it (see "The
+    /// header last").
+    fn chunk_checked(
+        &mut self,
+        kind: u64,
+        value: u64,
+        extra: &[u64],
+        parts: &[&[u8]],
+        pcheck: u32,
+        wait: Waiter,
+    ) -> Result<(), RingError> {
+        let w0 = (kind ^ lap_mark(self.size, self.head)) << 32 | value;
+        let mut words = [w0; 1 + RECORD_WORDS];
+        words[1..=extra.len()].copy_from_slice(extra);
+        let w1 = u64::from(head_check(self.seed, self.head, &words[..=extra.len()])) << 32 | u64::from(pcheck);
+        let mut hdr = [0u8; HEADER];
+        hdr[..8].copy_from_slice(&w0.to_ne_bytes());
+        hdr[8..].copy_from_slice(&w1.to_ne_bytes());
+        let at = self.head;
+        let header_last = self.copy.is_some();
+        if header_last {
+            self.reserve(HEADER, wait)?;
+        } else {
+            self.push_all(&hdr, wait)?;
         }
-        self.push_all(&hdr, wait)?;
+        for w in extra {
+            self.push_all(&w.to_ne_bytes(), wait)?;
+        }
         for payload in parts {
             let whole = payload.len() / 8 * 8;
             self.push_all(&payload[..whole], wait)?;
@@ -445,7 +535,12 @@ impl Producer {
                 self.push_all(&last, wait)?;
             }
         }
-        self.out.store(HEAD, self.head);
+        if header_last {
+            self.put_at(at, &hdr);
+        } else {
+            self.out.store(HEAD, self.head);
+        }
+        self.whole_chunks = self.head;
         Ok(())
     }
 
@@ -488,15 +583,7 @@ impl Producer {
         let len = u32::try_from(msg.len()).map_err(|_| RingError::TooBig(msg.len()))?;
         // The record's payload check is the message's, in the outbuf.
         let pcheck = if self.copy.is_some() { Sum::of(msg) } else { 0 };
-        let w0 = MAGIC_OUTBUF << 32 | u64::from(len);
-        let w1 = u64::from(head_check(self.seed, self.head, &[w0, key, off, size])) << 32 | u64::from(pcheck);
-        let mut rec = Vec::with_capacity(HEADER + 8 * RECORD_WORDS);
-        for w in [w0, w1, key, off, size] {
-            rec.extend_from_slice(&w.to_ne_bytes());
-        }
-        self.push_all(&rec, wait)?;
-        self.out.store(HEAD, self.head);
-        Ok(())
+        self.chunk_checked(MAGIC_OUTBUF, len.into(), &[key, off, size], &[], pcheck, wait)
     }
 }
 
@@ -638,10 +725,47 @@ impl Consumer {
         self.resolver = Some(r);
     }
 
+    /// Looks again how far the producer has written: its HEAD, and over
+    /// MEMORY CHANNEL the header at our index (see "The header last"):
+    /// there HEAD only moves when the producer sends it again, so it may
+    /// be behind what we have read, and our view of it never goes back.
+    fn refresh(&mut self) {
+        let h = self.peer.load(HEAD);
+        if !self.repair {
+            self.head = h;
+            return;
+        }
+        self.head = self.head.max(h);
+        if self.head == self.tail {
+            if let Some(n) = self.arrived() {
+                self.head = self.tail + n as u64;
+            }
+        }
+    }
+
+    /// The ring bytes of the chunk at our index, when its header has
+    /// arrived and checks (a header is written after the rest of its chunk).
+    fn arrived(&self) -> Option<usize> {
+        let (w0, w1) = (self.word(self.tail), self.word(self.tail + 8));
+        let (kind, value) = ((w0 >> 32) ^ lap_mark(self.size, self.tail), (w0 & 0xFFFF_FFFF) as usize);
+        let mut words = [w0; 1 + RECORD_WORDS];
+        let (extra, payload) = match kind {
+            MAGIC if whole(self.size, value) => (0, value),
+            MAGIC | MAGIC_MORE => (0, value.min(chunk_payload(self.size))),
+            MAGIC_OUTBUF => (RECORD_WORDS, 0),
+            _ => return None,
+        };
+        for (i, w) in words[1..=extra].iter_mut().enumerate() {
+            *w = self.word(self.tail + 16 + 8 * i as u64);
+        }
+        let n = HEADER + 8 * extra + pad8(payload);
+        (head_check(self.seed, self.tail, &words[..=extra]) == (w1 >> 32) as u32 && n <= self.size).then_some(n)
+    }
+
     /// Bytes available now.
     pub fn available(&mut self) -> usize {
         if self.head == self.tail {
-            self.head = self.peer.load(HEAD);
+            self.refresh();
         }
         // A producer index behind ours is garbage: reads as "more than a
         // ring", which the callers report as corrupt.
@@ -672,7 +796,7 @@ impl Consumer {
             if a >= n {
                 return Ok(());
             }
-            self.head = self.peer.load(HEAD);
+            self.refresh();
             if self.head.checked_sub(self.tail).is_none_or(|a| a as usize >= n) {
                 continue;
             }
@@ -680,9 +804,9 @@ impl Consumer {
             if let Err(why) = backoff(&mut spins, wait) {
                 // The writer may have written the rest and then closed
                 // (why we stop) after our last look at its index: its
-                // index store came before its close, so one more look
-                // sees everything it wrote.
-                self.head = self.peer.load(HEAD);
+                // index (or header) store came before its close, so one
+                // more look sees everything it wrote.
+                self.refresh();
                 if self.head.checked_sub(self.tail).is_some_and(|a| a as usize >= n) {
                     continue;
                 }
@@ -720,7 +844,8 @@ impl Consumer {
             return Ok(Ok(Next::Waiting(HEADER)));
         }
         let (w0, w1) = (self.word(self.tail), self.word(self.tail + 8));
-        let (kind, value, hc, pcheck) = (w0 >> 32, (w0 & 0xFFFF_FFFF) as usize, (w1 >> 32) as u32, w1 as u32);
+        let kind = (w0 >> 32) ^ lap_mark(self.size, self.tail);
+        let (value, hc, pcheck) = ((w0 & 0xFFFF_FFFF) as usize, (w1 >> 32) as u32, w1 as u32);
         let mut words = vec![w0];
         if kind == MAGIC_OUTBUF {
             let need = HEADER + 8 * RECORD_WORDS;
@@ -1111,6 +1236,90 @@ mod tests {
         writer.join().unwrap();
     }
 
+    /// A half that counts its 8-byte stores (what a transmit window traps).
+    struct Counting {
+        inner: Arc<Local>,
+        words: std::sync::atomic::AtomicU64,
+    }
+
+    impl Sink for Counting {
+        fn store(&self, off: usize, v: u64) {
+            self.words.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.store(off, v)
+        }
+        fn write(&self, off: usize, src: &[u8]) {
+            self.words.fetch_add(src.len().div_ceil(8) as u64, std::sync::atomic::Ordering::Relaxed);
+            self.inner.write(off, src)
+        }
+    }
+
+    /// Over MEMORY CHANNEL a chunk is published by its header, written
+    /// after its payload: a 16-byte message is its header and payload, 4
+    /// stores, and HEAD is not stored. Over shared memory the header goes
+    /// first and HEAD publishes the chunk (5). Either way the reader gets
+    /// every message, across the end of the ring and with records.
+    #[test]
+    fn over_memory_channel_the_header_publishes_a_chunk() {
+        for repair in [true, false] {
+            let size = 256;
+            let p = pair(size);
+            let out = Arc::new(Counting { inner: p.a.clone(), words: Default::default() });
+            let mut prod = Producer::new(out.clone(), p.b.clone(), size, SEED, copy(size, repair));
+            let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), size, repair));
+            let mut buf = [0u8; 256];
+            assert_eq!(cons.peek().unwrap(), None);
+            for i in 0..40u64 {
+                let before = out.words.load(std::sync::atomic::Ordering::Relaxed);
+                prod.write(&msg(i, 16), &mut forever()).unwrap();
+                let cost = out.words.load(std::sync::atomic::Ordering::Relaxed) - before;
+                assert_eq!(cost, if repair { 4 } else { 5 }, "stores of a 16-byte message, repair {repair}");
+                assert_eq!(p.a.load(HEAD), if repair { 0 } else { prod.produced() }, "HEAD");
+                assert_eq!(cons.peek().unwrap(), Some(16));
+                assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), 16);
+                assert_eq!(buf[..16], msg(i, 16)[..], "message {i}, repair {repair}");
+                assert_eq!(cons.peek().unwrap(), None, "nothing more");
+            }
+            // Sizes that end a chunk at every offset of the ring's end.
+            for (i, n) in (0..24).map(|k| k * 8 + 1).enumerate() {
+                prod.write(&msg(i as u64, n), &mut forever()).unwrap();
+                assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), n);
+                assert_eq!(buf[..n], msg(i as u64, n)[..]);
+            }
+            assert_eq!(cons.available(), 0);
+        }
+    }
+
+    /// A consumer over MEMORY CHANNEL looks at the header at its index
+    /// before anything says it was written, so a header from the lap
+    /// before must never read as a chunk, even one whose check happens to
+    /// fit this lap's position: its lap mark says which lap wrote it.
+    #[test]
+    fn a_header_from_the_lap_before_is_not_a_chunk() {
+        let size = 256;
+        let p = pair(size);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), size, SEED, copy(size, true));
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), size, true));
+        let mut buf = [0u8; 64];
+        // One lap of 8 messages of 16 bytes (32 ring bytes each).
+        for i in 0..8 {
+            prod.write(&msg(i, 16), &mut forever()).unwrap();
+            assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), 16);
+        }
+        assert_eq!(cons.taken(), 256);
+        // The lap-0 header at ring offset 0, with a check made to fit
+        // byte 256 (a 1 in 2^32 chance without the mark).
+        let w0 = p.a.load(RING);
+        let forged = u64::from(head_check(SEED, 256, &[w0])) << 32 | (p.a.load(RING + 8) & 0xFFFF_FFFF);
+        p.a.store(RING + 8, forged);
+        assert_eq!(cons.peek().unwrap(), None, "the lap before's header read as a chunk");
+        // With this lap's mark it would have been one.
+        let marked = w0 ^ (lap_mark(size, 0) ^ lap_mark(size, 256)) << 32;
+        let check = u64::from(head_check(SEED, 256, &[marked])) << 32 | (forged & 0xFFFF_FFFF);
+        p.a.store(RING, marked);
+        p.a.store(RING + 8, check);
+        assert_eq!(cons.peek().unwrap(), Some(16));
+    }
+
     /// A half whose stores a link drops: writes (ring bytes) and control
     /// stores are lost at random, as frames in a link flap or a CRC error.
     struct Lossy {
@@ -1329,8 +1538,9 @@ mod tests {
         assert_eq!(buf[..48], msg(2, 48)[..], "the last lap's bytes were delivered for message at {at}");
     }
 
-    /// Bytes that stay lost (nobody serves the repair requests) end in an
-    /// error after [`REPAIR_LIMIT`], never in delivery.
+    /// Bytes that stay lost (every write of the sender is lost, its
+    /// repairs too) end in an error after [`REPAIR_LIMIT`], never in
+    /// delivery.
     #[test]
     fn bytes_lost_for_good_are_an_error_not_a_message() {
         let size = 4096;
@@ -1340,7 +1550,13 @@ mod tests {
         let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), size, true));
         prod.write(&msg(3, 100), &mut forever()).unwrap();
         let t0 = Instant::now();
-        let r = cons.read(&mut [0u8; 128], &mut forever());
+        // The writer is serviced meanwhile, as a channel's side that waits
+        // or polls services its own writer: it sends HEAD again (a store,
+        // which arrives here) and answers repair requests (writes, lost).
+        let r = cons.read(&mut [0u8; 128], &mut || {
+            prod.service();
+            Ok(())
+        });
         assert!(matches!(&r, Err(RingError::Corrupt(w)) if w.contains("lost in transit")), "{r:?}");
         assert!(t0.elapsed() >= REPAIR_LIMIT);
         assert!(cons.nacks() >= 10, "asked again every {REPAIR_EVERY:?}: {}", cons.nacks());
