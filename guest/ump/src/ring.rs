@@ -54,6 +54,21 @@
 //! learns that a chunk whose header does not check was written (below).
 //! The consumer's view of HEAD never goes back.
 //!
+//! # Short chunks (MEMORY CHANNEL)
+//!
+//! A whole message of up to [`SHORT_MAX`] bytes goes as a short chunk:
+//! one header word and the payload, one store fewer than the long header.
+//!
+//! ```text
+//! word 0   ((kind 0x554D53 << 8 | length) ^ lap mark) << 32 | check
+//! ```
+//!
+//! The check covers the session, the position, the kind word and the
+//! payload together, so a short chunk that does not check is one whose
+//! header or payload has not all arrived: the consumer reads it as not
+//! there yet, and the repair below finds it when HEAD, sent again, says
+//! it was written.
+//!
 //! # Lost bytes (MEMORY CHANNEL)
 //!
 //! A frame the hub drops (a link flap, a frame that fails its CRC) can
@@ -106,6 +121,15 @@ const MAGIC_OUTBUF: u64 = 0x554D_504D; // "UMPM"
 fn lap_mark(size: usize, pos: u64) -> u64 {
     ((pos / size as u64) & 0xFFFF) << 16
 }
+
+/// Kind of a short chunk (its low 8 bits are the length): a whole
+/// message of up to [`SHORT_MAX`] bytes over MEMORY CHANNEL, with a
+/// one-word header (see "Short chunks").
+const MAGIC_SHORT: u64 = 0x554D_5300; // "US" + length
+/// Bytes of a short chunk's header.
+const SHORT_HEADER: usize = 8;
+/// The longest message that goes as a short chunk.
+pub const SHORT_MAX: usize = 255;
 
 /// Words of a multicast record after its header.
 const RECORD_WORDS: usize = 3;
@@ -186,6 +210,13 @@ fn head_check(seed: u64, pos: u64, words: &[u64]) -> u32 {
         h = mix(h ^ w);
     }
     (h >> 32) as u32
+}
+
+/// The check of a short chunk at ring position `pos` of session `seed`:
+/// its kind word (kind, lap mark and length) and its payload together.
+fn short_check(seed: u64, pos: u64, kind: u64, payload: Sum) -> u32 {
+    let h = mix(mix(mix(seed) ^ pos ^ 0x9E37_79B9_7F4A_7C15) ^ kind);
+    (mix(h ^ payload.a ^ mix(payload.b)) >> 32) as u32
 }
 
 /// A running check of payload words (Fletcher's, on 64-bit words: a lost
@@ -544,6 +575,37 @@ impl Producer {
         Ok(())
     }
 
+    /// Writes a whole message of at most [`SHORT_MAX`] bytes made of
+    /// `parts` (every part but the last a multiple of 8 bytes) as a short
+    /// chunk, header last (MEMORY CHANNEL only).
+    fn short(&mut self, parts: &[&[u8]], len: usize, wait: Waiter) -> Result<(), RingError> {
+        let mut sum = Sum::default();
+        for p in parts {
+            sum.add_padded(p);
+        }
+        let kind = (MAGIC_SHORT | len as u64) ^ lap_mark(self.size, self.head);
+        let w0 = kind << 32 | u64::from(short_check(self.seed, self.head, kind, sum));
+        let at = self.head;
+        self.reserve(SHORT_HEADER, wait)?;
+        for payload in parts {
+            let whole = payload.len() / 8 * 8;
+            self.push_all(&payload[..whole], wait)?;
+            if whole < payload.len() {
+                let mut last = [0u8; 8];
+                last[..payload.len() - whole].copy_from_slice(&payload[whole..]);
+                self.push_all(&last, wait)?;
+            }
+        }
+        self.put_at(at, &w0.to_ne_bytes());
+        self.whole_chunks = self.head;
+        Ok(())
+    }
+
+    /// Whether a message of `len` bytes goes as a short chunk.
+    fn goes_short(&self, len: usize) -> bool {
+        self.copy.is_some() && len <= SHORT_MAX && SHORT_HEADER + pad8(len) <= self.size
+    }
+
     /// Writes one message made of `parts`, as [`Producer::write`] writes
     /// their concatenation, without copying them together first when
     /// the message fits the ring whole and every part but the last is a
@@ -552,6 +614,10 @@ impl Producer {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let aligned = parts.split_last().is_none_or(|(_, init)| init.iter().all(|p| p.len() % 8 == 0));
         match u32::try_from(len) {
+            Ok(_) if aligned && self.goes_short(len) => {
+                self.service();
+                self.short(parts, len, wait)
+            }
             Ok(n) if aligned && whole(self.size, len) => {
                 self.service();
                 self.chunk_parts(MAGIC, n.into(), &[], parts, wait)
@@ -565,6 +631,9 @@ impl Producer {
     pub fn write(&mut self, msg: &[u8], wait: Waiter) -> Result<(), RingError> {
         self.service();
         let len = u32::try_from(msg.len()).map_err(|_| RingError::TooBig(msg.len()))?;
+        if self.goes_short(msg.len()) {
+            return self.short(&[msg], msg.len(), wait);
+        }
         if whole(self.size, msg.len()) {
             return self.chunk(MAGIC, len.into(), &[], msg, wait);
         }
@@ -596,6 +665,8 @@ enum Chunk {
     More { left: usize, pcheck: u32 },
     /// A multicast record.
     Record { len: usize, pcheck: u32, key: u64, off: u64, size: u64 },
+    /// A short chunk (a whole message), checked with its header.
+    Short { len: usize },
 }
 
 /// What is at the consumer's index.
@@ -748,6 +819,11 @@ impl Consumer {
     fn arrived(&self) -> Option<usize> {
         let (w0, w1) = (self.word(self.tail), self.word(self.tail + 8));
         let (kind, value) = ((w0 >> 32) ^ lap_mark(self.size, self.tail), (w0 & 0xFFFF_FFFF) as usize);
+        if kind & !0xFF == MAGIC_SHORT {
+            let len = (kind & 0xFF) as usize;
+            let n = SHORT_HEADER + pad8(len);
+            return (n <= self.size && self.short_checks(w0, len)).then_some(n);
+        }
         let mut words = [w0; 1 + RECORD_WORDS];
         let (extra, payload) = match kind {
             MAGIC if whole(self.size, value) => (0, value),
@@ -760,6 +836,18 @@ impl Consumer {
         }
         let n = HEADER + 8 * extra + pad8(payload);
         (head_check(self.seed, self.tail, &words[..=extra]) == (w1 >> 32) as u32 && n <= self.size).then_some(n)
+    }
+
+    /// Whether the short chunk at our index (header `w0`, `len` bytes,
+    /// all arrived) checks.
+    fn short_checks(&self, w0: u64, len: usize) -> bool {
+        let mut sum = Sum::default();
+        let mut w = [0u8; 8];
+        for i in 0..pad8(len) / 8 {
+            self.copy_out(self.tail + (SHORT_HEADER + 8 * i) as u64, &mut w);
+            sum.add(&w);
+        }
+        short_check(self.seed, self.tail, w0 >> 32, sum) == w0 as u32
     }
 
     /// Bytes available now.
@@ -840,11 +928,26 @@ impl Consumer {
         if a > self.size {
             return Err(self.index_error());
         }
+        if a < SHORT_HEADER {
+            return Ok(Ok(Next::Waiting(SHORT_HEADER)));
+        }
+        let w0 = self.word(self.tail);
+        let kind = (w0 >> 32) ^ lap_mark(self.size, self.tail);
+        if kind & !0xFF == MAGIC_SHORT {
+            let len = (kind & 0xFF) as usize;
+            let need = SHORT_HEADER + pad8(len);
+            if a < need {
+                return Ok(Ok(Next::Waiting(need)));
+            }
+            if !self.short_checks(w0, len) {
+                return Ok(Err(format!("the short chunk {w0:#018x} at byte {} does not check", self.tail)));
+            }
+            return Ok(Ok(Next::Chunk(Chunk::Short { len })));
+        }
         if a < HEADER {
             return Ok(Ok(Next::Waiting(HEADER)));
         }
-        let (w0, w1) = (self.word(self.tail), self.word(self.tail + 8));
-        let kind = (w0 >> 32) ^ lap_mark(self.size, self.tail);
+        let w1 = self.word(self.tail + 8);
         let (value, hc, pcheck) = ((w0 & 0xFFFF_FFFF) as usize, (w1 >> 32) as u32, w1 as u32);
         let mut words = vec![w0];
         if kind == MAGIC_OUTBUF {
@@ -872,7 +975,9 @@ impl Consumer {
             return Ok(Some(len));
         }
         match self.next()? {
-            Ok(Next::Chunk(Chunk::First { len, .. } | Chunk::Record { len, .. })) => Ok(Some(len)),
+            Ok(Next::Chunk(Chunk::First { len, .. } | Chunk::Record { len, .. } | Chunk::Short { len })) => {
+                Ok(Some(len))
+            }
             Ok(Next::Chunk(Chunk::More { .. })) => {
                 self.doubted(format!("a message continues at byte {} where none began", self.tail))?;
                 Ok(None)
@@ -940,15 +1045,21 @@ impl Consumer {
 
     /// Copies the chunk at our index (`n` payload bytes, all arrived) into
     /// `dst`; consumes it when it checks. `Err(why)` when it does not.
-    fn take_chunk(&mut self, n: usize, pcheck: u32, dst: &mut [u8]) -> Result<(), String> {
-        self.take_chunk_parts(n, pcheck, &mut [&mut dst[..n]])
+    fn take_chunk(&mut self, hdr: usize, n: usize, pcheck: Option<u32>, dst: &mut [u8]) -> Result<(), String> {
+        self.take_chunk_parts(hdr, n, pcheck, &mut [&mut dst[..n]])
     }
 
     /// As [`Consumer::take_chunk`], the payload copied into `parts` one
     /// after the other (every part but the last a multiple of 8 bytes,
     /// `n` bytes in all).
-    fn take_chunk_parts(&mut self, n: usize, pcheck: u32, parts: &mut [&mut [u8]]) -> Result<(), String> {
-        let mut at = self.tail + HEADER as u64;
+    fn take_chunk_parts(
+        &mut self,
+        hdr: usize,
+        n: usize,
+        pcheck: Option<u32>,
+        parts: &mut [&mut [u8]],
+    ) -> Result<(), String> {
+        let mut at = self.tail + hdr as u64;
         let mut sum = Sum::default();
         let mut last = [0u8; 8];
         let mut tail_part = None;
@@ -960,22 +1071,23 @@ impl Consumer {
                 self.copy_out(at, &mut last);
                 tail_part = Some((i, whole));
             }
-            // Only over MEMORY CHANNEL: shared memory loses nothing.
-            if self.repair {
+            // Only over MEMORY CHANNEL (shared memory loses nothing), and
+            // not for a short chunk (checked with its header).
+            if self.repair && pcheck.is_some() {
                 sum.add(&part[..whole]);
                 if whole < part.len() {
                     sum.add(&last);
                 }
             }
         }
-        if self.repair && sum.value() != pcheck {
+        if self.repair && pcheck.is_some_and(|c| c != sum.value()) {
             return Err(format!("the {n}-byte chunk at byte {} does not check", self.tail));
         }
         if let Some((i, whole)) = tail_part {
             let k = parts[i].len() - whole;
             parts[i][whole..].copy_from_slice(&last[..k]);
         }
-        self.tail += (HEADER + pad8(n)) as u64;
+        self.tail += (hdr + pad8(n)) as u64;
         self.doubt = None;
         self.empty_looks = 0;
         self.publish(false);
@@ -1000,18 +1112,19 @@ impl Consumer {
         if self.current.is_some() || head.len() % 8 != 0 {
             return Ok(None);
         }
-        let (len, pcheck) = match self.next()? {
-            Ok(Next::Chunk(Chunk::First { len, pcheck })) => (len, pcheck),
+        let (hdr, len, pcheck) = match self.next()? {
+            Ok(Next::Chunk(Chunk::First { len, pcheck })) if whole(self.size, len) => (HEADER, len, Some(pcheck)),
+            Ok(Next::Chunk(Chunk::Short { len })) => (SHORT_HEADER, len, None),
             _ => return Ok(None),
         };
-        if !whole(self.size, len) || len < head.len() {
+        if len < head.len() {
             return Ok(None);
         }
-        self.wait_for(HEADER + pad8(len), wait)?;
-        self.copy_out(self.tail + HEADER as u64, head);
+        self.wait_for(hdr + pad8(len), wait)?;
+        self.copy_out(self.tail + hdr as u64, head);
         let rest = len - head.len();
         let Some(dst) = place(head, rest) else { return Ok(None) };
-        if dst.len() != rest || self.take_chunk_parts(len, pcheck, &mut [head, dst]).is_err() {
+        if dst.len() != rest || self.take_chunk_parts(hdr, len, pcheck, &mut [head, dst]).is_err() {
             return Ok(None);
         }
         self.progress.store(len, std::sync::atomic::Ordering::Release);
@@ -1039,6 +1152,17 @@ impl Consumer {
                 }
             };
             let (len, done, pcheck) = match (chunk, self.current) {
+                (Chunk::Short { len }, None) => {
+                    if len > buf.len() {
+                        return Err(RingError::TooBig(len));
+                    }
+                    // Checked with its header: taking it cannot fail.
+                    if let Err(why) = self.take_chunk(SHORT_HEADER, len, None, &mut buf[..len]) {
+                        return Err(RingError::Corrupt(why));
+                    }
+                    self.progress.store(len, Release);
+                    return Ok(len);
+                }
                 (Chunk::First { len, pcheck }, None) => (len, 0, pcheck),
                 (Chunk::More { left, pcheck }, Some((len, done))) if left == len - done => (len, done, pcheck),
                 (Chunk::Record { len, pcheck, key, off, size }, None) => {
@@ -1057,7 +1181,7 @@ impl Consumer {
                         }
                     }
                 }
-                (Chunk::First { .. } | Chunk::Record { .. }, Some((len, done))) => {
+                (Chunk::First { .. } | Chunk::Record { .. } | Chunk::Short { .. }, Some((len, done))) => {
                     self.current = None;
                     return Err(RingError::Corrupt(format!(
                         "the sender gave up part-way through a {len}-byte message ({done} bytes read)"
@@ -1075,7 +1199,7 @@ impl Consumer {
             }
             let n = if whole(self.size, len) { len } else { (len - done).min(chunk_payload(self.size)) };
             self.wait_for(HEADER + pad8(n), wait)?;
-            if let Err(why) = self.take_chunk(n, pcheck, &mut buf[done..done + n]) {
+            if let Err(why) = self.take_chunk(HEADER, n, Some(pcheck), &mut buf[done..done + n]) {
                 self.doubted(why)?;
                 backoff(&mut spins, wait).map_err(RingError::Stopped)?;
                 continue;
@@ -1254,33 +1378,43 @@ mod tests {
     }
 
     /// Over MEMORY CHANNEL a chunk is published by its header, written
-    /// after its payload: a 16-byte message is its header and payload, 4
-    /// stores, and HEAD is not stored. Over shared memory the header goes
-    /// first and HEAD publishes the chunk (5). Either way the reader gets
-    /// every message, across the end of the ring and with records.
+    /// after its payload, and HEAD is not stored: a 16-byte message is a
+    /// short chunk, one header word and its payload, 3 stores, and a
+    /// 300-byte one a chunk with the long header, 2 + 38 stores. Over
+    /// shared memory the header goes first and HEAD publishes the chunk
+    /// (5 and 41). Either way the reader gets every message, across the
+    /// end of the ring.
     #[test]
     fn over_memory_channel_the_header_publishes_a_chunk() {
         for repair in [true, false] {
-            let size = 256;
+            let size = 512;
             let p = pair(size);
             let out = Arc::new(Counting { inner: p.a.clone(), words: Default::default() });
             let mut prod = Producer::new(out.clone(), p.b.clone(), size, SEED, copy(size, repair));
             let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), size, repair));
-            let mut buf = [0u8; 256];
+            let mut buf = [0u8; 512];
             assert_eq!(cons.peek().unwrap(), None);
             for i in 0..40u64 {
+                let n = if i % 4 == 3 { 300 } else { 16 };
                 let before = out.words.load(std::sync::atomic::Ordering::Relaxed);
-                prod.write(&msg(i, 16), &mut forever()).unwrap();
+                prod.write(&msg(i, n), &mut forever()).unwrap();
                 let cost = out.words.load(std::sync::atomic::Ordering::Relaxed) - before;
-                assert_eq!(cost, if repair { 4 } else { 5 }, "stores of a 16-byte message, repair {repair}");
+                let want = match (repair, n) {
+                    (true, 16) => 3,
+                    (true, _) => 40,
+                    (false, 16) => 5,
+                    (false, _) => 41,
+                };
+                assert_eq!(cost, want, "stores of a {n}-byte message, repair {repair}");
                 assert_eq!(p.a.load(HEAD), if repair { 0 } else { prod.produced() }, "HEAD");
-                assert_eq!(cons.peek().unwrap(), Some(16));
-                assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), 16);
-                assert_eq!(buf[..16], msg(i, 16)[..], "message {i}, repair {repair}");
+                assert_eq!(cons.peek().unwrap(), Some(n));
+                assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), n);
+                assert_eq!(buf[..n], msg(i, n)[..], "message {i}, repair {repair}");
                 assert_eq!(cons.peek().unwrap(), None, "nothing more");
             }
-            // Sizes that end a chunk at every offset of the ring's end.
-            for (i, n) in (0..24).map(|k| k * 8 + 1).enumerate() {
+            // Sizes that end a chunk at every offset of the ring's end, short
+            // and long.
+            for (i, n) in (0..40).map(|k| k * 8 + 1).enumerate() {
                 prod.write(&msg(i as u64, n), &mut forever()).unwrap();
                 assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), n);
                 assert_eq!(buf[..n], msg(i as u64, n)[..]);
@@ -1295,29 +1429,42 @@ mod tests {
     /// fit this lap's position: its lap mark says which lap wrote it.
     #[test]
     fn a_header_from_the_lap_before_is_not_a_chunk() {
-        let size = 256;
-        let p = pair(size);
-        let mut prod = Producer::new(p.a.clone(), p.b.clone(), size, SEED, copy(size, true));
-        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), size, true));
-        let mut buf = [0u8; 64];
-        // One lap of 8 messages of 16 bytes (32 ring bytes each).
-        for i in 0..8 {
-            prod.write(&msg(i, 16), &mut forever()).unwrap();
-            assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), 16);
+        let size = 4096;
+        // Long chunks (496 bytes: 512 ring bytes) and short ones (24: 32).
+        for (n, per_lap) in [(496usize, 8u64), (24, 128)] {
+            let p = pair(size);
+            let mut prod = Producer::new(p.a.clone(), p.b.clone(), size, SEED, copy(size, true));
+            let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), size, true));
+            let mut buf = [0u8; 512];
+            for i in 0..per_lap {
+                prod.write(&msg(i, n), &mut forever()).unwrap();
+                assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), n);
+            }
+            assert_eq!(cons.taken(), size as u64);
+            // The lap-0 header at ring offset 0, with a check made to fit
+            // byte 4096 (a 1 in 2^32 chance without the mark), and the
+            // same header with this lap's mark.
+            let w0 = p.a.load(RING);
+            let remark = (lap_mark(size, 0) ^ lap_mark(size, size as u64)) << 32;
+            let forge = |w0: u64| {
+                if n > SHORT_MAX {
+                    let w1 = u64::from(head_check(SEED, size as u64, &[w0])) << 32 | (p.a.load(RING + 8) & 0xFFFF_FFFF);
+                    p.a.store(RING + 8, w1);
+                    p.a.store(RING, w0);
+                } else {
+                    let mut sum = Sum::default();
+                    let mut bytes = vec![0u8; n];
+                    p.a.read(RING + SHORT_HEADER, &mut bytes);
+                    sum.add_padded(&bytes);
+                    let w = w0 & !0xFFFF_FFFF | u64::from(short_check(SEED, size as u64, w0 >> 32, sum));
+                    p.a.store(RING, w);
+                }
+            };
+            forge(w0);
+            assert_eq!(cons.peek().unwrap(), None, "the lap before's {n}-byte chunk read as a chunk");
+            forge(w0 ^ remark);
+            assert_eq!(cons.peek().unwrap(), Some(n), "with this lap's mark it is one");
         }
-        assert_eq!(cons.taken(), 256);
-        // The lap-0 header at ring offset 0, with a check made to fit
-        // byte 256 (a 1 in 2^32 chance without the mark).
-        let w0 = p.a.load(RING);
-        let forged = u64::from(head_check(SEED, 256, &[w0])) << 32 | (p.a.load(RING + 8) & 0xFFFF_FFFF);
-        p.a.store(RING + 8, forged);
-        assert_eq!(cons.peek().unwrap(), None, "the lap before's header read as a chunk");
-        // With this lap's mark it would have been one.
-        let marked = w0 ^ (lap_mark(size, 0) ^ lap_mark(size, 256)) << 32;
-        let check = u64::from(head_check(SEED, 256, &[marked])) << 32 | (forged & 0xFFFF_FFFF);
-        p.a.store(RING, marked);
-        p.a.store(RING + 8, check);
-        assert_eq!(cons.peek().unwrap(), Some(16));
     }
 
     /// A half whose stores a link drops: writes (ring bytes) and control
