@@ -498,6 +498,21 @@ impl Producer {
         Ok(())
     }
 
+    /// Writes `parts` one after the other, the last padded to 8 bytes
+    /// (every part but the last a multiple of 8 bytes), not yet published.
+    fn push_padded(&mut self, parts: &[&[u8]], wait: Waiter) -> Result<(), RingError> {
+        for payload in parts {
+            let whole = payload.len() / 8 * 8;
+            self.push_all(&payload[..whole], wait)?;
+            if whole < payload.len() {
+                let mut last = [0u8; 8];
+                last[..payload.len() - whole].copy_from_slice(&payload[whole..]);
+                self.push_all(&last, wait)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes one chunk: its header (kind, value, extra words) and payload.
     fn chunk(&mut self, kind: u64, value: u64, extra: &[u64], payload: &[u8], wait: Waiter) -> Result<(), RingError> {
         self.chunk_parts(kind, value, extra, &[payload], wait)
@@ -557,15 +572,7 @@ impl Producer {
         for w in extra {
             self.push_all(&w.to_ne_bytes(), wait)?;
         }
-        for payload in parts {
-            let whole = payload.len() / 8 * 8;
-            self.push_all(&payload[..whole], wait)?;
-            if whole < payload.len() {
-                let mut last = [0u8; 8];
-                last[..payload.len() - whole].copy_from_slice(&payload[whole..]);
-                self.push_all(&last, wait)?;
-            }
-        }
+        self.push_padded(parts, wait)?;
         if header_last {
             self.put_at(at, &hdr);
         } else {
@@ -587,15 +594,7 @@ impl Producer {
         let w0 = kind << 32 | u64::from(short_check(self.seed, self.head, kind, sum));
         let at = self.head;
         self.reserve(SHORT_HEADER, wait)?;
-        for payload in parts {
-            let whole = payload.len() / 8 * 8;
-            self.push_all(&payload[..whole], wait)?;
-            if whole < payload.len() {
-                let mut last = [0u8; 8];
-                last[..payload.len() - whole].copy_from_slice(&payload[whole..]);
-                self.push_all(&last, wait)?;
-            }
-        }
+        self.push_padded(parts, wait)?;
         self.put_at(at, &w0.to_ne_bytes());
         self.whole_chunks = self.head;
         Ok(())
