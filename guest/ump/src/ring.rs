@@ -72,7 +72,7 @@
 //! # Lost bytes (MEMORY CHANNEL)
 //!
 //! A frame the hub drops (a link flap, a frame that fails its CRC) can
-//! leave a hole in the ring while a later index store arrives. Over
+//! leave a hole in the ring while a later header or index store arrives. Over
 //! MEMORY CHANNEL ([`Producer::new`] with `repair`) every chunk carries
 //! a payload check, and the consumer copies a chunk out only once all of
 //! it checks: it never delivers a hole. A chunk that does not check is
