@@ -2,7 +2,10 @@
 # Bulk data guest to guest on a 2-node virtual cluster, every path in one
 # run (node 0 to node 1), each figure printed as soon as it is measured:
 #   1. the guest's own copy speed (ump-tool floor): the floor under any
-#      message passing inside a TCG guest;
+#      message passing inside a TCG guest; and the ivshmem memory-copy
+#      floor (mctool ivshmem-floor): a copy into QEMU ivshmem shared
+#      memory and one out of it per message, the floor under any transport
+#      through shared memory between guests (the cluster gets ivshmem);
 #   2. the adapter's transmit DMA engine against stores through the
 #      transmit window (mctool imc-dma-bench, through imcd);
 #   3. UMP blocking messages over MEMORY CHANNEL, stores only
@@ -26,6 +29,17 @@ RING=${RING:-32K}
 SECS=${SECS:-2}
 NAME=dma-bench
 mkdir -p "$OUT"
+# The cluster: CONFIG (or the default) with ivshmem in every guest.
+base=${CONFIG:-$REPO/qemu-configs/default.toml}
+[ -f "$base" ] || { echo "dma-bench: no cluster definition $base" >&2; exit 1; }
+CONFIG=$OUT/dma-bench-cluster.toml
+if grep -q '^\[guest\]' "$base"; then
+    sed -e '/^ivshmem *=/d' -e 's/^\[guest\]/[guest]\nivshmem = true/' "$base"
+else
+    cat "$base"
+    printf '\n[guest]\nivshmem = true\n'
+fi >"$CONFIG"
+echo "cluster: $base, with ivshmem"
 # shellcheck source=scripts/bench-cluster.sh
 . "$REPO/scripts/bench-cluster.sh"
 x() { "$M" --name $NAME exec "$@"; }
@@ -40,8 +54,10 @@ per_gb() {
 moved() { sed -n 's/^moved \([0-9]*\) bytes.*/\1/p' "$1" | tail -1; }
 sizes_bytes=$(echo "$SIZES" | tr ',' '\n' | awk '/[kK]$/{print $0*1024; next} /[mM]$/{print $0*1048576; next} {print $0+0}' | paste -sd, -)
 
-echo "== 1. guest copy speed (node 0)"
+echo "== 1. guest copy speed, and the ivshmem memory-copy floor (node 0)"
 x 0 -- ump-tool floor --sizes "$SIZES"
+volume_bytes=$(echo "$VOLUME" | awk '/[kK]$/{print $0*1024; next} /[mM]$/{print $0*1048576; next} {print $0+0}')
+x 0 --timeout 1800 -- mctool ivshmem-floor --sizes "$sizes_bytes" --volume "$volume_bytes" | tee "$OUT/dma-ivshmem-floor.txt"
 
 echo "== 2. transmit DMA engine against stores (through imcd, node 0 to node 1)"
 x 1 -- sh -c "mctool imc-dma-bench --role recv --sizes $sizes_bytes >/tmp/dmarecv.log 2>&1 &"

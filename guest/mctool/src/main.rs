@@ -9,6 +9,7 @@
 //! - [`soak`]: one node's share of the soak workload (`scripts/soak.sh`).
 
 mod dma;
+mod floor;
 mod imc;
 mod order;
 mod pingpong;
@@ -255,6 +256,18 @@ enum Cmd {
         /// Give up (or, with --expect-zero, stop watching) after this many seconds.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
+    },
+    /// The memory-copy floor through QEMU ivshmem: for each size, a copy
+    /// into the shared memory and one out of it, as a sender and a
+    /// receiver over shared memory would make, timed in this guest with
+    /// nothing between them (needs `[guest] ivshmem = true`).
+    IvshmemFloor {
+        /// Message sizes in bytes, comma-separated.
+        #[arg(long, default_value = "4096,65536,262144,1048576,4194304", value_delimiter = ',')]
+        sizes: Vec<usize>,
+        /// Bytes to move per size (at least 3 messages).
+        #[arg(long, default_value_t = 64 << 20)]
+        volume: usize,
     },
     /// Bandwidth between two nodes through imcd's regions: transmit DMA
     /// against stores through the transmit window (start --role recv on
@@ -522,6 +535,7 @@ fn main() -> Result<()> {
             dma::check(key, size, offset, seed, flag, expect_zero, timeout)
         }
         Cmd::ImcDmaBench { role, via, key, sizes, secs, timeout } => dma::bench(role, via, key, &sizes, secs, timeout),
+        Cmd::IvshmemFloor { sizes, volume } => floor::floor(&sizes, volume),
         Cmd::Pingpong { role, via, rounds, warmup, ping_page, pong_page, peer, port, samples, timeout } => {
             pingpong::pingpong(pingpong::PingpongArgs {
                 role,
@@ -555,5 +569,9 @@ mod tests {
         let e = Cli::try_parse_from(["mctool", "order-test", "--role", "reader"]).err().unwrap().to_string();
         assert!(e.contains("writer") && e.contains("checker"), "{e}");
         assert!(matches!(Cli::try_parse_from(["mctool", "info", "--json"]).unwrap().cmd, Cmd::Info { json: true }));
+        let floor = Cli::try_parse_from(["mctool", "ivshmem-floor", "--sizes", "4096,1048576"]).unwrap().cmd;
+        assert!(
+            matches!(floor, Cmd::IvshmemFloor { ref sizes, volume } if sizes == &[4096, 1048576] && volume == 64 << 20)
+        );
     }
 }
