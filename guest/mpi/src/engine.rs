@@ -61,10 +61,9 @@
 //! Touched by the thread that calls MPI, under the C layer's lock.
 
 use std::collections::VecDeque;
-
-use rustc_hash::FxHashMap as HashMap;
 use std::time::{Duration, Instant};
 
+use rustc_hash::FxHashMap as HashMap;
 use thiserror::Error;
 
 use crate::transport::{Link, TransportError};

@@ -131,6 +131,11 @@ const SHORT_HEADER: usize = 8;
 /// The longest message that goes as a short chunk.
 pub const SHORT_MAX: usize = 255;
 
+/// The length of a short chunk, if `kind` (lap mark removed) is one.
+fn short_len(kind: u64) -> Option<usize> {
+    (kind & !0xFF == MAGIC_SHORT).then_some((kind & 0xFF) as usize)
+}
+
 /// Words of a multicast record after its header.
 const RECORD_WORDS: usize = 3;
 /// How often a waiting side sends its index again (and a consumer its
@@ -251,9 +256,17 @@ impl Sum {
     }
 
     fn of(bytes: &[u8]) -> u32 {
+        Sum::of_parts(&[bytes]).value()
+    }
+
+    /// The running check of `parts` one after the other, as padded in the
+    /// ring (every part but the last a multiple of 8 bytes).
+    fn of_parts(parts: &[&[u8]]) -> Sum {
         let mut s = Sum::default();
-        s.add_padded(bytes);
-        s.value()
+        for p in parts {
+            s.add_padded(p);
+        }
+        s
     }
 }
 
@@ -528,15 +541,7 @@ impl Producer {
         parts: &[&[u8]],
         wait: Waiter,
     ) -> Result<(), RingError> {
-        let pcheck = if self.copy.is_some() {
-            let mut sum = Sum::default();
-            for p in parts {
-                sum.add_padded(p);
-            }
-            sum.value()
-        } else {
-            0
-        };
+        let pcheck = if self.copy.is_some() { Sum::of_parts(parts).value() } else { 0 };
         self.chunk_checked(kind, value, extra, parts, pcheck, wait)
     }
 
@@ -586,12 +591,8 @@ impl Producer {
     /// `parts` (every part but the last a multiple of 8 bytes) as a short
     /// chunk, header last (MEMORY CHANNEL only).
     fn short(&mut self, parts: &[&[u8]], len: usize, wait: Waiter) -> Result<(), RingError> {
-        let mut sum = Sum::default();
-        for p in parts {
-            sum.add_padded(p);
-        }
         let kind = (MAGIC_SHORT | len as u64) ^ lap_mark(self.size, self.head);
-        let w0 = kind << 32 | u64::from(short_check(self.seed, self.head, kind, sum));
+        let w0 = kind << 32 | u64::from(short_check(self.seed, self.head, kind, Sum::of_parts(parts)));
         let at = self.head;
         self.reserve(SHORT_HEADER, wait)?;
         self.push_padded(parts, wait)?;
@@ -816,36 +817,46 @@ impl Consumer {
     /// The ring bytes of the chunk at our index, when its header has
     /// arrived and checks (a header is written after the rest of its chunk).
     fn arrived(&self) -> Option<usize> {
-        let (w0, w1) = (self.word(self.tail), self.word(self.tail + 8));
-        let (kind, value) = ((w0 >> 32) ^ lap_mark(self.size, self.tail), (w0 & 0xFFFF_FFFF) as usize);
-        if kind & !0xFF == MAGIC_SHORT {
-            let len = (kind & 0xFF) as usize;
+        let w0 = self.word(self.tail);
+        let (kind, value) = (self.kind(w0), (w0 & 0xFFFF_FFFF) as usize);
+        if let Some(len) = short_len(kind) {
             let n = SHORT_HEADER + pad8(len);
             return (n <= self.size && self.short_checks(w0, len)).then_some(n);
         }
-        let mut words = [w0; 1 + RECORD_WORDS];
         let (extra, payload) = match kind {
             MAGIC if whole(self.size, value) => (0, value),
             MAGIC | MAGIC_MORE => (0, value.min(chunk_payload(self.size))),
             MAGIC_OUTBUF => (RECORD_WORDS, 0),
             _ => return None,
         };
-        for (i, w) in words[1..=extra].iter_mut().enumerate() {
-            *w = self.word(self.tail + 16 + 8 * i as u64);
-        }
         let n = HEADER + 8 * extra + pad8(payload);
-        (head_check(self.seed, self.tail, &words[..=extra]) == (w1 >> 32) as u32 && n <= self.size).then_some(n)
+        let hc = (self.word(self.tail + 8) >> 32) as u32;
+        (head_check(self.seed, self.tail, &self.header_words(w0, extra)[..=extra]) == hc && n <= self.size).then_some(n)
+    }
+
+    /// The kind of the header word `w0` at our index, its lap mark removed.
+    fn kind(&self, w0: u64) -> u64 {
+        (w0 >> 32) ^ lap_mark(self.size, self.tail)
+    }
+
+    /// Header word `w0` at our index and the `extra` words after the
+    /// header (a record's), as the header check covers them.
+    fn header_words(&self, w0: u64, extra: usize) -> [u64; 1 + RECORD_WORDS] {
+        let mut words = [w0; 1 + RECORD_WORDS];
+        for (i, w) in words[1..=extra].iter_mut().enumerate() {
+            *w = self.word(self.tail + (HEADER + 8 * i) as u64);
+        }
+        words
     }
 
     /// Whether the short chunk at our index (header `w0`, `len` bytes,
     /// all arrived) checks.
     fn short_checks(&self, w0: u64, len: usize) -> bool {
+        let mut payload = [0u8; SHORT_MAX.div_ceil(8) * 8];
+        let padded = &mut payload[..pad8(len)];
+        self.copy_out(self.tail + SHORT_HEADER as u64, padded);
         let mut sum = Sum::default();
-        let mut w = [0u8; 8];
-        for i in 0..pad8(len) / 8 {
-            self.copy_out(self.tail + (SHORT_HEADER + 8 * i) as u64, &mut w);
-            sum.add(&w);
-        }
+        sum.add(padded);
         short_check(self.seed, self.tail, w0 >> 32, sum) == w0 as u32
     }
 
@@ -931,9 +942,8 @@ impl Consumer {
             return Ok(Ok(Next::Waiting(SHORT_HEADER)));
         }
         let w0 = self.word(self.tail);
-        let kind = (w0 >> 32) ^ lap_mark(self.size, self.tail);
-        if kind & !0xFF == MAGIC_SHORT {
-            let len = (kind & 0xFF) as usize;
+        let kind = self.kind(w0);
+        if let Some(len) = short_len(kind) {
             let need = SHORT_HEADER + pad8(len);
             if a < need {
                 return Ok(Ok(Next::Waiting(need)));
@@ -948,15 +958,14 @@ impl Consumer {
         }
         let w1 = self.word(self.tail + 8);
         let (value, hc, pcheck) = ((w0 & 0xFFFF_FFFF) as usize, (w1 >> 32) as u32, w1 as u32);
-        let mut words = vec![w0];
-        if kind == MAGIC_OUTBUF {
-            let need = HEADER + 8 * RECORD_WORDS;
-            if a < need {
-                return Ok(Ok(Next::Waiting(need)));
-            }
-            words.extend((0..RECORD_WORDS as u64).map(|i| self.word(self.tail + 16 + 8 * i)));
+        let extra = if kind == MAGIC_OUTBUF { RECORD_WORDS } else { 0 };
+        if a < HEADER + 8 * extra {
+            return Ok(Ok(Next::Waiting(HEADER + 8 * extra)));
         }
-        if ![MAGIC, MAGIC_MORE, MAGIC_OUTBUF].contains(&kind) || head_check(self.seed, self.tail, &words) != hc {
+        let words = self.header_words(w0, extra);
+        if ![MAGIC, MAGIC_MORE, MAGIC_OUTBUF].contains(&kind)
+            || head_check(self.seed, self.tail, &words[..=extra]) != hc
+        {
             return Ok(Err(format!("bad chunk header {w0:#018x} {w1:#018x} at byte {}", self.tail)));
         }
         Ok(Ok(Next::Chunk(match kind {
