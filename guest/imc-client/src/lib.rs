@@ -593,6 +593,18 @@ impl Imc {
         }
     }
 
+    /// Extension: region `id` (allocated by this process) lands at byte
+    /// `offset` of this process's DMA source area from now on: what other
+    /// nodes write to the region is written there, and no buffer of its own
+    /// receives it on this node. imcd undoes it when the process lets go of
+    /// the region or leaves.
+    pub fn dma_land(&self, id: u32, offset: u64) -> Result<(), ImcError> {
+        match self.call(&Request::DmaLand { id, offset })?.0 {
+            Reply::Done => Ok(()),
+            other => Err(ImcError::Protocol(format!("{other:?}"))),
+        }
+    }
+
     /// The adapter's registers, read-only, and imcd's copy of the error count.
     pub fn regs(&self) -> Result<Regs, ImcError> {
         let map = self.map_reply(self.call(&Request::Regs)?, Source::Device)?;

@@ -63,6 +63,9 @@ struct Dma {
     ring: Option<DmaRing<Arc<Adapter>>>,
     /// Per client: its slot (IOVA `src_base + slot * DMA_AREA_MAX`) and the area.
     areas: HashMap<u64, (usize, Mapping<ReadWrite>)>,
+    /// Regions received into a client's area ([`Hw::dma_land`]), by id:
+    /// the client, the first page and the pages.
+    landed: HashMap<u32, (u64, u64, u64)>,
 }
 
 /// The real adapter, set up for imcd.
@@ -231,6 +234,11 @@ impl Hw for AdapterHw {
         if rx.contains_key(&r.id) {
             return Ok(());
         }
+        if self.dma().landed.contains_key(&r.id) {
+            // Its pages point into a process's area: a buffer of its own
+            // would take them away from it.
+            return Err(HwError::Landing { id: r.id, why: "a process of this node receives it into its area".into() });
+        }
         let a = &self.a;
         let path = PathBuf::from(format!("/dev/shm/imc-region-{}", r.id));
         let buf = rx_buffer(&path, r.pages).map_err(mem("region buffer"))?;
@@ -250,6 +258,10 @@ impl Hw for AdapterHw {
         self.rx().iter().map(|(id, r)| (*id, r.first, r.buf.len() as u64 / PAGE_SIZE)).collect()
     }
     fn forget(&self, id: u32) {
+        let landed = self.dma().landed.get(&id).copied();
+        if let Some((client, ..)) = landed {
+            self.dma_unland(client, id);
+        }
         // A region attached for transmit only has no receive buffer.
         if let Some((first, pages)) = self.tx().remove(&id) {
             self.stop_transmit(first, pages);
@@ -377,7 +389,51 @@ impl Hw for AdapterHw {
         dma.areas.insert(client, (slot, buf));
         Ok(DmaArea { iova, len, file, ring_entries: DMA_RING_ENTRIES })
     }
+    fn dma_land(&self, client: u64, r: &RegionDesc, offset: u64) -> Result<(), HwError> {
+        let refuse = |why: String| Err(HwError::Landing { id: r.id, why });
+        // Receive table first, as `receive` takes them.
+        let rx = self.rx();
+        let mut dma = self.dma();
+        let Some((slot, area)) = dma.areas.get(&client) else {
+            return refuse("this process has no DMA source area (DmaOpen first)".into());
+        };
+        let bytes = r.pages * PAGE_SIZE;
+        if offset % PAGE_SIZE != 0 || offset.checked_add(bytes).is_none_or(|end| end > area.len() as u64) {
+            return refuse(format!("{bytes} bytes at byte {offset} of a {}-byte area (whole pages only)", area.len()));
+        }
+        if rx.contains_key(&r.id) {
+            return refuse("this node receives it into a buffer of its own already".into());
+        }
+        match dma.landed.get(&r.id) {
+            Some(&(c, ..)) if c != client => return refuse("another process of this node receives it".into()),
+            Some(_) => return refuse("this process receives it already".into()),
+            None => {}
+        }
+        let base = self.dma_src_base() + *slot as u64 * DMA_AREA_MAX + offset;
+        for p in r.first_page..r.first_page + r.pages {
+            self.a.update_page(p, |bits, _| (bits | pct::RX, base + (p - r.first_page) * PAGE_SIZE));
+        }
+        dma.landed.insert(r.id, (client, r.first_page, r.pages));
+        Ok(())
+    }
+    fn dma_unland(&self, client: u64, id: u32) {
+        let mut dma = self.dma();
+        let Some(&(c, first, pages)) = dma.landed.get(&id) else { return };
+        if c != client {
+            return;
+        }
+        dma.landed.remove(&id);
+        for p in first..first + pages {
+            // Nothing arrives for it here any more; the address goes with
+            // the next receive.
+            self.a.update_page(p, |bits, iova| (bits & !(pct::RX | pct::LOOPBACK), iova));
+        }
+    }
     fn dma_close(&self, client: u64) {
+        let ids: Vec<u32> = self.dma().landed.iter().filter(|(_, l)| l.0 == client).map(|(id, _)| *id).collect();
+        for id in ids {
+            self.dma_unland(client, id);
+        }
         let mut dma = self.dma();
         if let Some((slot, buf)) = dma.areas.remove(&client) {
             // A transfer still reading the area ends with SRC_UNMAPPED.

@@ -150,6 +150,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
         if let Some(t) = self.tx_attached.get_mut(&client) {
             t.remove(&id);
         }
+        self.n.hw.dma_unland(client, id);
         if h.is_empty() {
             self.holders.remove(&id);
             let coherent = self.region(id).map(|r| r.coherent()).unwrap_or(false);
@@ -306,6 +307,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
             },
             Request::DmaRing => self.mapping(Handout::DmaRing),
             Request::DmaTarget { id } => (self.dma_target(id, client), None),
+            Request::DmaLand { id, offset } => (self.dma_land(id, offset, cred, client), None),
             Request::AbandonUpdate { id } => {
                 if !self.settings.test_hooks {
                     return (Reply::error(Status::Invalid, "imcd was not started with --test-hooks"), None);
@@ -412,6 +414,26 @@ impl<'a, H: Hw> Daemon<'a, H> {
         match self.region(id) {
             Ok(r) => Reply::DmaTarget { id, first_page: r.first_page, pages: r.pages },
             Err(e) => refusal(&e),
+        }
+    }
+
+    /// Region `id` received into client `client`'s DMA source area at
+    /// `offset`: only a region it holds and may read.
+    fn dma_land(&self, id: u32, offset: u64, cred: Cred, client: u64) -> Reply {
+        if !self.holders.get(&id).is_some_and(|h| h.contains(&client)) {
+            return Reply::error(Status::NotAlloc, format!("this process has not allocated region {id}"));
+        }
+        let r = match self.region(id) {
+            Ok(r) => r,
+            Err(e) => return refusal(&e),
+        };
+        if !r.allows(cred, Access::Read) {
+            return refusal(&RegionError::Permission(r.key));
+        }
+        match self.n.hw.dma_land(client, &r, offset) {
+            Ok(()) => Reply::Done,
+            Err(e @ HwError::NoDma) => Reply::error(Status::NoDev, e),
+            Err(e) => Reply::error(Status::Invalid, e),
         }
     }
 

@@ -71,8 +71,18 @@ pub trait Hw: Sync {
     fn dma_open(&self, _client: u64, _size: u64) -> Result<DmaArea, HwError> {
         Err(HwError::NoDma)
     }
-    /// Unmaps and frees client `client`'s source area (it left).
+    /// Unmaps and frees client `client`'s source area (it left), and stops
+    /// receiving the regions landed in it.
     fn dma_close(&self, _client: u64) {}
+    /// Receives region `r` into client `client`'s source area at byte
+    /// `offset` ([`imc_proto::Request::DmaLand`]): the pages' receive
+    /// addresses point into the area. The caller checked that the client
+    /// holds the region; this checks the rest.
+    fn dma_land(&self, _client: u64, _r: &RegionDesc, _offset: u64) -> Result<(), HwError> {
+        Err(HwError::NoDma)
+    }
+    /// Stops receiving region `id` into client `client`'s area, if it did.
+    fn dma_unland(&self, _client: u64, _id: u32) {}
 }
 
 /// A client's transmit DMA source area, as [`Hw::dma_open`] set it up.
@@ -143,6 +153,14 @@ pub enum HwError {
     /// Every DMA source area slot is taken.
     #[error("all {0} DMA source areas of this node are in use")]
     DmaFull(usize),
+    /// A region cannot land in a source area ([`Hw::dma_land`]): why.
+    #[error("landing region {id} in a DMA source area: {why}")]
+    Landing {
+        /// Region id.
+        id: u32,
+        /// Why not.
+        why: String,
+    },
 }
 
 /// Largest transmit DMA source area per process.
@@ -212,5 +230,11 @@ impl<T: Hw + Send> Hw for std::sync::Arc<T> {
     }
     fn dma_close(&self, client: u64) {
         (**self).dma_close(client)
+    }
+    fn dma_land(&self, client: u64, r: &RegionDesc, offset: u64) -> Result<(), HwError> {
+        (**self).dma_land(client, r, offset)
+    }
+    fn dma_unland(&self, client: u64, id: u32) {
+        (**self).dma_unland(client, id)
     }
 }

@@ -20,6 +20,16 @@
 //! - **Rendezvous** (larger): the sender announces (`RTS`); once a receive
 //!   matches, the receiver answers (`CTS`) and the sender streams `DATA`
 //!   frames straight into the posted buffer as ring space allows.
+//! - **Zero copy** ([`Direct`]; docs/mpi.md, "Zero copy"): when the
+//!   posted buffer is in the receiver's landing memory (`MPI_Alloc_mem`
+//!   across guests), its `CTS` says where (`FLAG_DIRECT`); a sender whose
+//!   buffer is in its own such memory moves the message with one DMA
+//!   straight into the posted buffer, then sends `DONE`. The receiver takes
+//!   it if its adapter counted no error since the `CTS` and answers
+//!   `TAKEN`, which completes the send; otherwise it asks again with a
+//!   plain `CTS` and the message is streamed as `DATA`. A sender that
+//!   cannot start the DMA, or whose transfer fails or whose adapter counted
+//!   an error meanwhile, streams `DATA` instead: into the same buffer.
 //! - **Synchronous** sends (`MPI_Ssend`) complete when the receiver
 //!   matched: eagerly sent ones get an `ACK`, rendezvous ones complete at
 //!   the `CTS`.
@@ -43,9 +53,14 @@
 //! 16 len u64            message bytes (EAGER, RTS), chunk offset (DATA) or credit given back (CTS)
 //! 24 a u64              sender's request (EAGER sync, RTS, CTS, ACK, CANCEL, CANCELLED), receiver's (DATA)
 //!                       or credit given back (CREDIT)
-//! 32 b u64              receiver's request (CTS); 1 if cancelled (CANCELLED); a short message's number (CANCEL)
+//! 32 b u64              receiver's request (CTS, DONE); 1 if cancelled (CANCELLED); a short message's number (CANCEL)
 //! 40 payload            EAGER, DATA
 //! ```
+//!
+//! A `CTS` with `FLAG_DIRECT` carries in bytes 8..16 (where other frames
+//! have the tag) the offset of the posted buffer in the receiver's landing
+//! memory. `DONE` has the message's length in `len`, the sender's request
+//! in `a` and the receiver's in `b`; `TAKEN` the sender's request in `a`.
 //!
 //! A standard eager send (not synchronous, context below 2^24) has the
 //! short envelope instead, one word, its length the frame's:
@@ -80,6 +95,10 @@ const CANCEL: u8 = 6;
 const CANCELLED: u8 = 7;
 /// Credit given back: `a` bytes (see "Credits").
 const CREDIT: u8 = 9;
+/// Zero copy: the DMA into the posted buffer is complete.
+const DONE: u8 = 10;
+/// Zero copy: the receiver took the message (the send is complete).
+const TAKEN: u8 = 11;
 /// An eager message with the one-word envelope (see "A frame").
 const EAGER8: u8 = 8;
 /// Bytes of the short envelope.
@@ -92,6 +111,38 @@ const CTX8_LIMIT: u32 = 1 << 24;
 const SHORT_ID: u64 = 1 << 63;
 
 const FLAG_SYNC: u8 = 1;
+/// On a `CTS`: the posted buffer is in the receiver's landing memory.
+const FLAG_DIRECT: u8 = 2;
+
+/// Zero-copy transfers between guests ([`crate::zcopy`] is the real one):
+/// memory a DMA can both come from and land in.
+pub trait Direct: Send {
+    /// Where `len` bytes at `ptr` are in this rank's landing memory, if
+    /// they are there and rank `peer` can send to it by DMA.
+    fn landing(&self, peer: u32, ptr: *const u8, len: usize) -> Option<u64>;
+    /// Starts sending `len` bytes at `src` to byte `off` of rank `to`'s
+    /// landing memory; `None` when that cannot be done (the bytes are not
+    /// in this rank's memory, or the engine refused).
+    fn start(&mut self, to: u32, off: u64, src: *const u8, len: usize) -> Option<u64>;
+    /// A transfer's outcome: `Some(true)` sent whole, `Some(false)` failed,
+    /// `None` in flight.
+    fn poll(&mut self, token: u64) -> Option<bool>;
+    /// This node's adapter error count (it moves when something sent to or
+    /// from this node may have been lost).
+    fn errors(&self) -> u64;
+}
+
+/// A send moving by zero copy.
+#[derive(Debug)]
+struct DirectSend {
+    sreq: ReqId,
+    rreq: u64,
+    to: u32,
+    /// The transfer in flight; `None` once `DONE` is queued.
+    token: Option<u64>,
+    /// This node's error count before the transfer.
+    errors: u64,
+}
 
 /// The smallest default eager limit (bytes).
 pub const EAGER_DEFAULT: usize = 16 << 10;
@@ -279,6 +330,9 @@ enum Kind {
         got: usize,
         packed: Vec<u8>,
         posted: bool,
+        /// Offered as a zero-copy target: the sender's request and this
+        /// node's error count at the offer.
+        direct: Option<(u64, u64)>,
     },
 }
 
@@ -341,6 +395,10 @@ pub struct Engine {
     owed: Vec<usize>,
     /// Eager payload bytes (with [`ENTRY_COST`] each) waiting unmatched here.
     unexpected_bytes: usize,
+    /// Zero-copy transfers, when this rank has them.
+    direct: Option<Box<dyn Direct>>,
+    /// Sends moving by zero copy, until the receiver took them.
+    direct_sends: Vec<DirectSend>,
 }
 
 // SAFETY: the raw pointers an engine holds are the application's send and
@@ -373,6 +431,14 @@ pub struct Stats {
     /// Most credit ever held here by unexpected eager messages (payload
     /// bytes plus [`ENTRY_COST`] each).
     pub unexpected_bytes_peak: usize,
+    /// Messages sent by one DMA straight into the receiver's buffer, and
+    /// their bytes.
+    pub zero_copy: (u64, u64),
+    /// Zero-copy offers that ended as `DATA` (the DMA could not start or
+    /// failed, or an adapter counted an error).
+    pub zero_copy_streamed: u64,
+    /// Messages received by zero copy.
+    pub zero_copy_in: u64,
 }
 
 fn header(kind: u8, flags: u8, ctx: u32, tag: i32, len: u64, a: u64, b: u64) -> [u8; HDR] {
@@ -454,9 +520,21 @@ impl Engine {
             credit: vec![0; n],
             owed: vec![0; n],
             unexpected_bytes: 0,
+            direct: None,
+            direct_sends: Vec::new(),
         };
         e.reset_credit();
         e
+    }
+
+    /// Gives the engine zero-copy transfers ([`Direct`]).
+    pub fn set_direct(&mut self, d: Box<dyn Direct>) {
+        self.direct = Some(d);
+    }
+
+    /// The zero-copy transfers, if set.
+    pub fn direct_mut(&mut self) -> Option<&mut (dyn Direct + 'static)> {
+        self.direct.as_deref_mut()
     }
 
     /// Every sender's credit: the unexpected limit over the other ranks,
@@ -590,7 +668,7 @@ impl Engine {
 
     /// Posts a receive.
     pub fn irecv(&mut self, pattern: Pattern, into: Into) -> Result<ReqId, EngineError> {
-        let id = self.add(Kind::Recv { pattern, into, total: 0, got: 0, packed: Vec::new(), posted: false });
+        let id = self.add(Kind::Recv { pattern, into, total: 0, got: 0, packed: Vec::new(), posted: false, direct: None });
         if let Some(i) = self.unexpected.iter().position(|u| pattern.takes(u.ctx, u.src, u.tag)) {
             let u = self.unexpected.remove(i).expect("position is in range");
             self.deliver(id, u)?;
@@ -606,7 +684,7 @@ impl Engine {
     /// Receives a message a matched probe took (`MPI_Mrecv`).
     pub fn imrecv(&mut self, m: Matched, into: Into) -> Result<ReqId, EngineError> {
         let pattern = Pattern { ctx: m.0.ctx, src: Some(m.0.src), tag: Some(m.0.tag) };
-        let id = self.add(Kind::Recv { pattern, into, total: 0, got: 0, packed: Vec::new(), posted: false });
+        let id = self.add(Kind::Recv { pattern, into, total: 0, got: 0, packed: Vec::new(), posted: false, direct: None });
         self.deliver(id, m.0)?;
         Ok(id)
     }
@@ -624,15 +702,29 @@ impl Engine {
                 }
             }
             Arrived::Rts { sreq } => {
-                let r = self.req(id)?;
+                let d = self.direct.as_deref();
+                let r = self.reqs.get_mut(&id).ok_or(EngineError::NoRequest(id))?;
                 r.status.source = src;
                 r.status.tag = tag;
-                if let Kind::Recv { total, .. } = &mut r.kind {
+                let mut landing = None;
+                if let Kind::Recv { total, into, direct, .. } = &mut r.kind {
                     *total = len;
+                    // The whole message into a posted buffer in landing memory.
+                    if let (Into::Contig { ptr, cap }, Some(d)) = (*into, d) {
+                        landing = (len > 0 && len <= cap).then(|| d.landing(src, ptr, len)).flatten();
+                        if landing.is_some() {
+                            *direct = Some((sreq, d.errors()));
+                        }
+                    }
                 }
                 // The credit owed to the sender goes with the answer.
                 let owed = std::mem::take(&mut self.owed[src as usize]);
-                self.out[src as usize].push_back(Out::Frame(header(CTS, 0, 0, 0, owed as u64, sreq, id).to_vec()));
+                let mut cts = header(CTS, 0, 0, 0, owed as u64, sreq, id);
+                if let Some(off) = landing {
+                    cts[1] = FLAG_DIRECT;
+                    cts[8..16].copy_from_slice(&off.to_ne_bytes());
+                }
+                self.out[src as usize].push_back(Out::Frame(cts.to_vec()));
                 self.flush(src as usize)?;
             }
         }
@@ -823,7 +915,7 @@ impl Engine {
     /// One round of progress: writes what fits, reads what arrived.
     /// Returns whether anything moved.
     pub fn progress(&mut self) -> Result<bool, EngineError> {
-        let mut moved = false;
+        let mut moved = self.poll_direct()?;
         for p in 0..self.links.len() {
             if self.links[p].is_none() {
                 continue;
@@ -875,6 +967,79 @@ impl Engine {
         Ok(moved)
     }
 
+    /// Moves zero-copy sends whose DMA finished: `DONE` when it was sent
+    /// whole with no error counted here meanwhile, else the message goes
+    /// as `DATA`. Returns whether anything moved.
+    fn poll_direct(&mut self) -> Result<bool, EngineError> {
+        let Some(d) = self.direct.as_deref_mut() else { return Ok(false) };
+        if self.direct_sends.iter().all(|z| z.token.is_none()) {
+            return Ok(false);
+        }
+        // (index, sent whole with no error counted here meanwhile)
+        let mut ended = Vec::new();
+        for (i, z) in self.direct_sends.iter().enumerate() {
+            if let Some(ok) = z.token.and_then(|t| d.poll(t)) {
+                ended.push((i, ok && d.errors() == z.errors));
+            }
+        }
+        for &(i, good) in ended.iter().rev() {
+            let (sreq, rreq, to) = (self.direct_sends[i].sreq, self.direct_sends[i].rreq, self.direct_sends[i].to);
+            if good {
+                let len = match self.reqs.get(&sreq) {
+                    Some(Req { kind: Kind::Send { data, .. }, .. }) => data.len(),
+                    _ => 0,
+                };
+                self.direct_sends[i].token = None;
+                self.out[to as usize].push_back(Out::Frame(header(DONE, 0, 0, 0, len as u64, sreq, rreq).to_vec()));
+                self.stats.zero_copy.0 += 1;
+                self.stats.zero_copy.1 += len as u64;
+                self.stats.bytes_out += len as u64;
+            } else {
+                self.direct_sends.remove(i);
+                self.stats.zero_copy_streamed += 1;
+                self.out[to as usize].push_back(Out::Stream { sreq, rreq, off: 0 });
+            }
+            self.flush(to as usize)?;
+        }
+        Ok(!ended.is_empty())
+    }
+
+    /// A `CTS` for send `sreq` of ours, to `from`'s receive `rreq`; with
+    /// `landing`, where the posted buffer is in `from`'s landing memory.
+    fn clear_to_send(&mut self, from: u32, sreq: u64, rreq: u64, landing: Option<u64>) -> Result<(), EngineError> {
+        let resend = self.direct_sends.iter().position(|z| z.sreq == sreq && z.to == from);
+        match self.reqs.get_mut(&sreq) {
+            Some(Req { kind: Kind::Send { dest, waiting, .. }, .. }) if *dest == from && *waiting => {
+                *waiting = false;
+            }
+            // Asked again after a zero-copy transfer the receiver could
+            // not trust: the message goes as DATA.
+            Some(Req { kind: Kind::Send { dest, .. }, .. }) if *dest == from && resend.is_some() && landing.is_none() => {
+                if let Some(i) = resend {
+                    self.direct_sends.remove(i);
+                }
+                self.stats.zero_copy_streamed += 1;
+                self.out[from as usize].push_back(Out::Stream { sreq, rreq, off: 0 });
+                return self.flush(from as usize);
+            }
+            _ => {
+                return Err(EngineError::Protocol { from, what: format!("clear-to-send for unknown send {sreq}") })
+            }
+        }
+        if let (Some(off), Some(d)) = (landing, self.direct.as_deref_mut()) {
+            if let Some(Req { kind: Kind::Send { data: From::Borrowed { ptr, len }, .. }, .. }) = self.reqs.get(&sreq) {
+                let errors = d.errors();
+                if let Some(token) = d.start(from, off, *ptr, *len) {
+                    self.direct_sends.push(DirectSend { sreq, rreq, to: from, token: Some(token), errors });
+                    return Ok(());
+                }
+            }
+            self.stats.zero_copy_streamed += 1;
+        }
+        self.out[from as usize].push_back(Out::Stream { sreq, rreq, off: 0 });
+        self.flush(from as usize)
+    }
+
     fn frame(&mut self, from: u32, f: &[u8]) -> Result<(), EngineError> {
         let bad = |what: String| EngineError::Protocol { from, what };
         if f.len() >= HDR8 && f[0] == EAGER8 {
@@ -906,15 +1071,40 @@ impl Engine {
                 if len > 0 {
                     self.credit_back(from, len)?;
                 }
-                match self.reqs.get_mut(&a) {
-                    Some(Req { kind: Kind::Send { dest, waiting, .. }, .. }) if *dest == from && *waiting => {
-                        *waiting = false;
+                let landing = (flags & FLAG_DIRECT != 0).then(|| word(f, 8));
+                self.clear_to_send(from, a, b, landing)
+            }
+            DONE => {
+                let ours = match self.reqs.get_mut(&b) {
+                    Some(Req { kind: Kind::Recv { total, got, direct, .. }, done: false, .. })
+                        if *got == 0 && *total as u64 == len && direct.is_some_and(|(s, _)| s == a) =>
+                    {
+                        direct.take()
                     }
-                    _ => return Err(bad(format!("clear-to-send for unknown send {a}"))),
+                    _ => None,
+                };
+                let Some((_, errors)) = ours else {
+                    return Err(bad(format!("zero-copy data for receive {b}, which expects none")));
+                };
+                if self.direct.as_deref().is_some_and(|d| d.errors() == errors) {
+                    self.stats.zero_copy_in += 1;
+                    self.data_landed(b, len as usize);
+                    self.out[from as usize].push_back(Out::Frame(header(TAKEN, 0, 0, 0, 0, a, 0).to_vec()));
+                } else {
+                    // This adapter counted an error since the offer: the
+                    // bytes may be incomplete. Again, as DATA.
+                    self.out[from as usize].push_back(Out::Frame(header(CTS, 0, 0, 0, 0, a, b).to_vec()));
                 }
-                self.out[from as usize].push_back(Out::Stream { sreq: a, rreq: b, off: 0 });
                 self.flush(from as usize)
             }
+            TAKEN => match self.direct_sends.iter().position(|z| z.sreq == a && z.to == from && z.token.is_none()) {
+                Some(i) => {
+                    self.direct_sends.remove(i);
+                    self.finish_send(a);
+                    Ok(())
+                }
+                None => Err(bad(format!("zero-copy acknowledgement of unknown send {a}"))),
+            },
             DATA => {
                 let total = match self.reqs.get(&a) {
                     Some(Req { kind: Kind::Recv { total, got, .. }, done: false, .. })
@@ -1130,7 +1320,7 @@ impl Engine {
     /// Sends whatever is still queued, waiting for room (before finalize).
     pub fn drain(&mut self) -> Result<(), EngineError> {
         let mut idle = 0u32;
-        while self.out.iter().any(|q| !q.is_empty()) {
+        while self.out.iter().any(|q| !q.is_empty()) || self.direct_sends.iter().any(|z| z.token.is_some()) {
             if self.progress()? {
                 idle = 0;
             } else {
@@ -1584,5 +1774,117 @@ mod tests {
         let dead = es.pop().unwrap();
         drop(dead);
         assert!(matches!(es[0].wait(r), Err(EngineError::Link(_))));
+    }
+
+    /// Landing memory and a DMA engine shared by the engines of a test:
+    /// each rank's memory, each node's error count, and what the next
+    /// transfers do.
+    #[derive(Default)]
+    struct Fabric {
+        mem: Vec<Vec<u8>>,
+        errors: Vec<u64>,
+        /// Transfers started and not yet polled: (token, to, off, bytes).
+        flying: Vec<(u64, u32, u64, Vec<u8>)>,
+        /// The next transfer fails.
+        fail_next: bool,
+        /// The next transfer lands, but rank `.0`'s adapter counts an error.
+        error_at: Option<u32>,
+        started: u64,
+    }
+
+    struct FakeDirect {
+        me: u32,
+        f: std::sync::Arc<std::sync::Mutex<Fabric>>,
+    }
+
+    impl Direct for FakeDirect {
+        fn landing(&self, _peer: u32, ptr: *const u8, len: usize) -> Option<u64> {
+            let f = self.f.lock().unwrap();
+            let m = &f.mem[self.me as usize];
+            let off = (ptr as usize).checked_sub(m.as_ptr() as usize)?;
+            (off + len <= m.len()).then_some(off as u64)
+        }
+        fn start(&mut self, to: u32, off: u64, src: *const u8, len: usize) -> Option<u64> {
+            let off_here = self.landing(to, src, len)?;
+            let mut f = self.f.lock().unwrap();
+            let bytes = f.mem[self.me as usize][off_here as usize..][..len].to_vec();
+            f.started += 1;
+            let token = f.started;
+            f.flying.push((token, to, off, bytes));
+            Some(token)
+        }
+        fn poll(&mut self, token: u64) -> Option<bool> {
+            let mut f = self.f.lock().unwrap();
+            let i = f.flying.iter().position(|t| t.0 == token)?;
+            let (_, to, off, bytes) = f.flying.remove(i);
+            if std::mem::take(&mut f.fail_next) {
+                return Some(false);
+            }
+            f.mem[to as usize][off as usize..][..bytes.len()].copy_from_slice(&bytes);
+            if let Some(r) = f.error_at.take() {
+                // A lost piece: the receiver's memory is not all there.
+                f.mem[to as usize][off as usize] ^= 0xFF;
+                f.errors[r as usize] += 1;
+            }
+            Some(true)
+        }
+        fn errors(&self) -> u64 {
+            self.f.lock().unwrap().errors[self.me as usize]
+        }
+    }
+
+    #[test]
+    fn zero_copy_lands_in_the_posted_buffer_and_falls_back_to_data_when_it_cannot_be_trusted() {
+        let len = 50_000;
+        let f = std::sync::Arc::new(std::sync::Mutex::new(Fabric {
+            mem: vec![vec![0u8; 2 * len]; 2],
+            errors: vec![0; 2],
+            ..Fabric::default()
+        }));
+        let mut es = engines(2, 4096);
+        for (i, e) in es.iter_mut().enumerate() {
+            e.set_direct(Box::new(FakeDirect { me: i as u32, f: f.clone() }));
+        }
+        let base = |r: usize| f.lock().unwrap().mem[r].as_mut_ptr();
+        // (what happens, sender's buffer in its landing memory, DMAs, messages streamed)
+        let cases: [(&str, bool, u64, u64); 5] = [
+            ("clean", true, 1, 0),
+            ("send buffer elsewhere", false, 0, 1),
+            ("transfer failed", true, 1, 1),
+            ("receiver counted an error", true, 1, 1),
+            ("sender counted an error", true, 1, 1),
+        ];
+        for (n, (what, registered, dmas, streamed)) in cases.into_iter().enumerate() {
+            let data: Vec<u8> = (0..len).map(|i| (i * 13 + n) as u8).collect();
+            let outside = data.clone();
+            {
+                let mut g = f.lock().unwrap();
+                g.mem[0][len..].copy_from_slice(&data);
+                g.mem[1].iter_mut().for_each(|b| *b = 0);
+                g.fail_next = what == "transfer failed";
+                g.error_at = match what {
+                    "receiver counted an error" => Some(1),
+                    "sender counted an error" => Some(0),
+                    _ => None,
+                };
+            }
+            let (zc, st, started) = (es[0].stats.zero_copy.0, es[0].stats.zero_copy_streamed, f.lock().unwrap().started);
+            let dst = base(1).wrapping_add(len / 2);
+            let r = es[1].irecv(any(1), Into::Contig { ptr: dst, cap: len }).unwrap();
+            let src = if registered { base(0).wrapping_add(len).cast_const() } else { outside.as_ptr() };
+            let s = es[0].isend(1, 1, 9, From::Borrowed { ptr: src, len }, false).unwrap();
+            run(&mut es, |es| es[0].is_done(s).unwrap() && es[1].is_done(r).unwrap());
+            let (status, _) = es[1].finish(r).unwrap();
+            es[0].finish(s).unwrap();
+            assert_eq!((status.bytes, status.truncated), (len, false), "{what}");
+            let got = f.lock().unwrap().mem[1][len / 2..][..len].to_vec();
+            assert!(got == data, "{what}: the posted buffer's contents differ");
+            assert_eq!(f.lock().unwrap().started - started, dmas, "{what}: transfers started");
+            assert_eq!(es[0].stats.zero_copy_streamed - st, streamed, "{what}: messages streamed as DATA");
+            let clean = u64::from(dmas == 1 && streamed == 0);
+            assert_eq!(es[0].stats.zero_copy.0 - zc, clean + u64::from(what == "receiver counted an error"), "{what}");
+            assert!(es[0].direct_sends.is_empty() && es[1].reqs.is_empty(), "{what}: nothing left behind");
+        }
+        assert_eq!(es[1].stats.zero_copy_in, 1, "only the clean transfer was taken as it landed");
     }
 }

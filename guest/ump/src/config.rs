@@ -25,7 +25,17 @@ pub struct Config {
     /// into the other side's ring by the adapter's transmit DMA engine,
     /// when it has one (0: never).
     pub dma_threshold: usize,
+    /// MEMORY CHANNEL with DMA: bytes of the process's DMA source area
+    /// kept for the caller beyond the rings' copies ([`crate::dma_spare`]):
+    /// memory that is both a DMA source and a landing place for a region
+    /// (MPI's `MPI_Alloc_mem`). A multiple of 8 KiB, at most
+    /// [`DMA_SPARE_MAX`]; 0: none.
+    pub dma_spare: usize,
 }
+
+/// Largest [`Config::dma_spare`]: half of the biggest source area imcd
+/// gives a process (16 MiB), so the rings' copies keep the other half.
+pub const DMA_SPARE_MAX: usize = 8 << 20;
 
 /// Largest ring: what one MEMORY CHANNEL region or shm file may hold.
 pub const MAX_BUFFER: usize = 64 << 20;
@@ -47,13 +57,14 @@ impl Default for Config {
             max_channels: 64,
             outbuf: OUTBUF_DEFAULT,
             dma_threshold: DMA_THRESHOLD_DEFAULT,
+            dma_spare: 0,
         }
     }
 }
 
 impl Config {
     /// From the environment: `UMP_SHM_BUFFER`, `UMP_MC_BUFFER`,
-    /// `UMP_OUTBUF`, `UMP_DMA_THRESHOLD` (bytes, or with a K/M suffix),
+    /// `UMP_OUTBUF`, `UMP_DMA_THRESHOLD`, `UMP_DMA_SPARE` (bytes, or with a K/M suffix),
     /// `UMP_MAX_CHANNELS`.
     pub fn from_env() -> Result<Config, ConfigError> {
         Self::from_vars(|name| std::env::var(name).ok())
@@ -72,6 +83,7 @@ impl Config {
         size("UMP_MC_BUFFER", &mut c.mc_buffer)?;
         size("UMP_OUTBUF", &mut c.outbuf)?;
         size("UMP_DMA_THRESHOLD", &mut c.dma_threshold)?;
+        size("UMP_DMA_SPARE", &mut c.dma_spare)?;
         if let Some(s) = var("UMP_MAX_CHANNELS") {
             c.max_channels = s.parse().map_err(|_| ConfigError(format!("UMP_MAX_CHANNELS={s:?}")))?;
         }
@@ -94,6 +106,13 @@ impl Config {
                 "outbuf of {} bytes: 8 KiB to {} MiB, a multiple of 8 KiB (UMP_OUTBUF)",
                 self.outbuf,
                 MAX_BUFFER >> 20
+            )));
+        }
+        if self.dma_spare > DMA_SPARE_MAX || self.dma_spare % 8192 != 0 {
+            return Err(ConfigError(format!(
+                "DMA spare of {} bytes: 0 to {} MiB, a multiple of 8 KiB (UMP_DMA_SPARE)",
+                self.dma_spare,
+                DMA_SPARE_MAX >> 20
             )));
         }
         if self.max_channels == 0 {
@@ -135,6 +154,9 @@ mod tests {
         assert!(Config::from_vars(vars(&[("UMP_MC_BUFFER", "100")])).is_err(), "below 4 KiB");
         assert!(Config::from_vars(vars(&[("UMP_OUTBUF", "12K")])).is_err(), "not whole 8 KiB");
         assert!(Config::from_vars(vars(&[("UMP_MAX_CHANNELS", "0")])).is_err());
+        assert_eq!(Config::from_vars(vars(&[("UMP_DMA_SPARE", "4M")])).unwrap().dma_spare, 4 << 20);
+        assert!(Config::from_vars(vars(&[("UMP_DMA_SPARE", "9M")])).unwrap_err().0.contains("UMP_DMA_SPARE"));
+        assert!(Config::from_vars(vars(&[("UMP_DMA_SPARE", "12K")])).is_err(), "not whole 8 KiB");
         assert!(Config::from_vars(vars(&[("UMP_SHM_BUFFER", "99999999999999999999K")])).is_err(), "overflow");
     }
 }

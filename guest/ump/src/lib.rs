@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use channel::{ChanError, Channel, Transport};
-pub use config::{parse_size, Config, ConfigError, MAX_BUFFER, OUTBUF_DEFAULT};
+pub use config::{parse_size, Config, ConfigError, DMA_SPARE_MAX, MAX_BUFFER, OUTBUF_DEFAULT};
 pub use error::UmpError;
 pub use events::{wait, Event};
 pub use listen::listen;
@@ -392,6 +392,13 @@ pub fn info() -> Result<Info, UmpError> {
             dma_bytes: st.chans.values().map(|e| e.ch.dma_bytes()).sum(),
         })
     })
+}
+
+/// The spare of this process's transmit DMA source area
+/// ([`Config::dma_spare`]), opening the area if no MEMORY CHANNEL channel
+/// has yet. An error when none was asked for, or there is no engine.
+pub fn dma_spare() -> Result<mc::DmaSpare, UmpError> {
+    with(mc::spare)
 }
 
 /// The transport a channel ended up on.

@@ -12,7 +12,7 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
-use imc_client::dma::{DmaPort, DmaTarget};
+use imc_client::dma::{DmaError, DmaHandle, DmaPort, DmaTarget};
 use imc_client::keys::Namespace;
 use imc_client::{Imc, ImcError};
 
@@ -57,11 +57,13 @@ impl Drop for McKeep {
 }
 
 /// The process's transmit DMA source area, one slot of a ring's size per
-/// channel.
+/// channel, then the spare the caller asked for ([`DmaSpare`]).
 pub struct DmaArea {
     port: DmaPort,
     slot: usize,
     free: Mutex<Vec<bool>>,
+    /// Where the spare starts, and its bytes.
+    spare: (usize, usize),
 }
 
 /// Largest source area asked of imcd (its own limit is 16 MiB).
@@ -70,14 +72,14 @@ const DMA_AREA_MAX: usize = 16 << 20;
 impl DmaArea {
     /// Opens the engine for this process: slots of `ring` bytes for up to
     /// `channels` channels, within [`DMA_AREA_MAX`].
-    fn open(imc: &Imc, ring: usize, channels: usize) -> Result<DmaArea, String> {
-        let slots = channels.min(DMA_AREA_MAX / ring).max(1);
-        let port = imc.dma_open((slots * ring) as u64).map_err(|e| format!("imcd: {e}"))?;
-        let slots = port.buffer().len() / ring;
-        if slots == 0 {
-            return Err(format!("a DMA area of {} bytes holds no ring of {ring}", port.buffer().len()));
+    fn open(imc: &Imc, ring: usize, channels: usize, spare: usize) -> Result<DmaArea, String> {
+        let slots = channels.min(DMA_AREA_MAX.saturating_sub(spare) / ring).max(1);
+        let port = imc.dma_open((slots * ring + spare) as u64).map_err(|e| format!("imcd: {e}"))?;
+        let len = port.buffer().len();
+        if len < slots * ring + spare {
+            return Err(format!("a DMA area of {len} bytes holds no {slots} rings of {ring} and {spare} spare"));
         }
-        Ok(DmaArea { port, slot: ring, free: Mutex::new(vec![true; slots]) })
+        Ok(DmaArea { port, slot: ring, free: Mutex::new(vec![true; slots]), spare: (slots * ring, spare) })
     }
 
     fn take(&self) -> Option<usize> {
@@ -133,6 +135,89 @@ impl Drop for DmaShadow {
     }
 }
 
+/// The process's DMA area, opened the first time (by a channel, or by
+/// [`crate::dma_spare`]).
+fn dma_area<'s>(st: &'s mut State, imc: &Imc) -> &'s Result<Arc<DmaArea>, String> {
+    let (ring, channels, spare) = (st.cfg.mc_buffer, st.cfg.max_channels, st.cfg.dma_spare);
+    st.dma.get_or_insert_with(|| DmaArea::open(imc, ring, channels, spare).map(Arc::new))
+}
+
+/// The spare part of the process's DMA source area ([`crate::Config::dma_spare`]):
+/// memory the process reads and writes, that the adapter's engine can
+/// send from ([`DmaSpare::start`]) and that a region can land in
+/// ([`DmaSpare::land`]), so that what other nodes send to that region is
+/// written straight into it. MPI's `MPI_Alloc_mem` hands it out.
+#[derive(Clone)]
+pub struct DmaSpare {
+    area: Arc<DmaArea>,
+    imc: Arc<Mutex<Imc>>,
+}
+
+impl DmaSpare {
+    /// The spare's first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.area.port.buffer().as_ptr().wrapping_add(self.area.spare.0)
+    }
+
+    /// Its bytes.
+    pub fn len(&self) -> usize {
+        self.area.spare.1
+    }
+
+    /// Never true (a spare of 0 bytes is not handed out).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The imcd connection the area belongs to (regions to land or to
+    /// send to are allocated and attached through it).
+    pub fn imc(&self) -> std::sync::MutexGuard<'_, Imc> {
+        self.imc.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Region `id` (which this process allocated, no bigger than the
+    /// spare) lands at the spare's first byte from now on.
+    pub fn land(&self, id: u32) -> Result<(), ImcError> {
+        self.imc().dma_land(id, self.area.spare.0 as u64)
+    }
+
+    /// Region `id` as a DMA destination (this process attached it for
+    /// transmit).
+    pub fn target(&self, id: u32) -> Result<DmaTarget, ImcError> {
+        self.imc().dma_target(id)
+    }
+
+    /// Starts sending `len` bytes at `src` (inside the spare) to byte
+    /// `offset` of `target`. The bytes must stay unchanged until
+    /// [`DmaSpare::test`] says the transfer is done; stores made after
+    /// this returns reach every node after them.
+    pub fn start(&self, target: &DmaTarget, offset: u64, src: *const u8, len: u64) -> Result<DmaHandle, DmaError> {
+        let (base, size) = (self.as_ptr() as usize, self.len() as u64);
+        let off = (src as usize).checked_sub(base).ok_or(DmaError::NotInArea)? as u64;
+        if off.checked_add(len).is_none_or(|end| end > size) {
+            return Err(DmaError::NotInArea);
+        }
+        self.area.port.start(target, offset, self.area.spare.0 as u64 + off, len)
+    }
+
+    /// A transfer's outcome: Some(bytes) once sent whole, None in flight.
+    pub fn test(&self, h: &DmaHandle) -> Result<Option<u32>, DmaError> {
+        self.area.port.test(h)
+    }
+}
+
+/// The spare of the process's DMA area, opening the area if no channel has.
+pub(crate) fn spare(st: &mut State) -> Result<DmaSpare, UmpError> {
+    if st.cfg.dma_spare == 0 {
+        return Err(UmpError::NoTransport("no DMA spare was asked for (UMP_DMA_SPARE)".into()));
+    }
+    let imc = st.imc.clone().ok_or_else(|| UmpError::NoTransport("transmit DMA needs imcd (not reachable)".into()))?;
+    let c = imc.lock().unwrap_or_else(|e| e.into_inner());
+    let area = dma_area(st, &c).clone().map_err(|e| UmpError::NoTransport(format!("transmit DMA: {e}")))?;
+    drop(c);
+    Ok(DmaSpare { area, imc })
+}
+
 /// The copy a new channel's writer keeps: a slot of the DMA area when the
 /// engine is there and DMA is on, else plain memory.
 fn shadow(st: &mut State, imc: &Imc, mine: u32) -> Box<dyn ring::Shadow> {
@@ -140,7 +225,7 @@ fn shadow(st: &mut State, imc: &Imc, mine: u32) -> Box<dyn ring::Shadow> {
     if st.cfg.dma_threshold == 0 {
         return Box::new(ring::Copy::new(size));
     }
-    let area = st.dma.get_or_insert_with(|| DmaArea::open(imc, size, st.cfg.max_channels).map(Arc::new));
+    let area = dma_area(st, imc);
     let Ok(area) = area.clone() else { return Box::new(ring::Copy::new(size)) };
     let (Some(index), Ok(target)) = (area.take(), imc.dma_target(mine)) else {
         return Box::new(ring::Copy::new(size));

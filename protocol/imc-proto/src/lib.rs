@@ -181,6 +181,20 @@ pub enum Request {
         /// Region id.
         id: u32,
     },
+    /// Extension: receive region `id` into this process's DMA source area
+    /// at byte `offset` (a whole page) instead of a buffer of its own: the
+    /// adapter writes what arrives for the region straight into the area,
+    /// which the process maps read-write and may also send from by DMA
+    /// (registered memory, as VIA's `VipRegisterMem`). Refused unless this
+    /// process holds the region, has a source area it fits in, and no one
+    /// on this node receives the region already. Undone when the process
+    /// lets go of the region or leaves.
+    DmaLand {
+        /// Region id.
+        id: u32,
+        /// Byte of the source area where the region's first byte lands.
+        offset: u64,
+    },
     /// `imc_asattach`: map region `id` for transmit or receive.
     Asattach {
         /// Region id from `Asalloc`.
