@@ -130,6 +130,20 @@ pub trait Direct: Send {
     /// This node's adapter error count (it moves when something sent to or
     /// from this node may have been lost).
     fn errors(&self) -> u64;
+    /// `len` bytes of landing memory for rank `me` (`MPI_Alloc_mem`), if
+    /// there is any.
+    fn alloc(&mut self, _me: u32, _len: usize) -> Option<*mut u8> {
+        None
+    }
+    /// Gives back memory [`Direct::alloc`] returned; false if `ptr` is not
+    /// such memory.
+    fn free(&mut self, _ptr: *mut u8) -> bool {
+        false
+    }
+    /// Why there is no landing memory, once it was asked for.
+    fn why_not(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A send moving by zero copy.
@@ -316,13 +330,7 @@ enum Kind {
     /// CANCEL is out, and whether the send was complete when it went;
     /// `wire`: how the receiver knows the message when it is not by this
     /// request's id (a short eager message: [`SHORT_ID`] | its number).
-    Send {
-        dest: u32,
-        data: From,
-        waiting: bool,
-        cancelling: Option<bool>,
-        wire: u64,
-    },
+    Send { dest: u32, data: From, waiting: bool, cancelling: Option<bool>, wire: u64 },
     Recv {
         pattern: Pattern,
         into: Into,
@@ -532,6 +540,20 @@ impl Engine {
         self.direct = Some(d);
     }
 
+    /// Per rank: whether it is on another guest.
+    pub fn remote_ranks(&self) -> Vec<bool> {
+        self.links.iter().map(|l| l.as_ref().is_some_and(|l| l.remote())).collect()
+    }
+
+    /// Why this rank has no zero-copy memory, once it was asked for (or
+    /// was never given any).
+    pub fn direct_why_not(&self) -> Option<String> {
+        match &self.direct {
+            Some(d) => d.why_not(),
+            None => Some("off, or every rank on this guest".into()),
+        }
+    }
+
     /// The zero-copy transfers, if set.
     pub fn direct_mut(&mut self) -> Option<&mut (dyn Direct + 'static)> {
         self.direct.as_deref_mut()
@@ -668,7 +690,8 @@ impl Engine {
 
     /// Posts a receive.
     pub fn irecv(&mut self, pattern: Pattern, into: Into) -> Result<ReqId, EngineError> {
-        let id = self.add(Kind::Recv { pattern, into, total: 0, got: 0, packed: Vec::new(), posted: false, direct: None });
+        let id =
+            self.add(Kind::Recv { pattern, into, total: 0, got: 0, packed: Vec::new(), posted: false, direct: None });
         if let Some(i) = self.unexpected.iter().position(|u| pattern.takes(u.ctx, u.src, u.tag)) {
             let u = self.unexpected.remove(i).expect("position is in range");
             self.deliver(id, u)?;
@@ -684,7 +707,8 @@ impl Engine {
     /// Receives a message a matched probe took (`MPI_Mrecv`).
     pub fn imrecv(&mut self, m: Matched, into: Into) -> Result<ReqId, EngineError> {
         let pattern = Pattern { ctx: m.0.ctx, src: Some(m.0.src), tag: Some(m.0.tag) };
-        let id = self.add(Kind::Recv { pattern, into, total: 0, got: 0, packed: Vec::new(), posted: false, direct: None });
+        let id =
+            self.add(Kind::Recv { pattern, into, total: 0, got: 0, packed: Vec::new(), posted: false, direct: None });
         self.deliver(id, m.0)?;
         Ok(id)
     }
@@ -1014,7 +1038,9 @@ impl Engine {
             }
             // Asked again after a zero-copy transfer the receiver could
             // not trust: the message goes as DATA.
-            Some(Req { kind: Kind::Send { dest, .. }, .. }) if *dest == from && resend.is_some() && landing.is_none() => {
+            Some(Req { kind: Kind::Send { dest, .. }, .. })
+                if *dest == from && resend.is_some() && landing.is_none() =>
+            {
                 if let Some(i) = resend {
                     self.direct_sends.remove(i);
                 }
@@ -1022,9 +1048,7 @@ impl Engine {
                 self.out[from as usize].push_back(Out::Stream { sreq, rreq, off: 0 });
                 return self.flush(from as usize);
             }
-            _ => {
-                return Err(EngineError::Protocol { from, what: format!("clear-to-send for unknown send {sreq}") })
-            }
+            _ => return Err(EngineError::Protocol { from, what: format!("clear-to-send for unknown send {sreq}") }),
         }
         if let (Some(off), Some(d)) = (landing, self.direct.as_deref_mut()) {
             if let Some(Req { kind: Kind::Send { data: From::Borrowed { ptr, len }, .. }, .. }) = self.reqs.get(&sreq) {
@@ -1868,7 +1892,8 @@ mod tests {
                     _ => None,
                 };
             }
-            let (zc, st, started) = (es[0].stats.zero_copy.0, es[0].stats.zero_copy_streamed, f.lock().unwrap().started);
+            let (zc, st, started) =
+                (es[0].stats.zero_copy.0, es[0].stats.zero_copy_streamed, f.lock().unwrap().started);
             let dst = base(1).wrapping_add(len / 2);
             let r = es[1].irecv(any(1), Into::Contig { ptr: dst, cap: len }).unwrap();
             let src = if registered { base(0).wrapping_add(len).cast_const() } else { outside.as_ptr() };

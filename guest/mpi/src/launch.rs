@@ -101,11 +101,26 @@ pub const MC_RING_MAX: usize = 1 << 20;
 /// The smallest (UMP's own default, the paper's 32 KiB).
 pub const MC_RING_MIN: usize = 32 << 10;
 
+/// Bytes of zero-copy memory a rank has for `MPI_Alloc_mem`
+/// (`MCMPI_ALLOC_MEM`, a multiple of 8 KiB up to 8 MiB; 0 turns zero copy
+/// off): what UMP keeps spare in its DMA source area.
+pub fn alloc_mem_bytes(var: impl Fn(&str) -> Option<String>) -> Result<usize, ump::ConfigError> {
+    let Some(s) = var("MCMPI_ALLOC_MEM") else { return Ok(crate::zcopy::ALLOC_MEM_DEFAULT) };
+    match ump::parse_size(&s) {
+        Some(n) if n <= ump::DMA_SPARE_MAX && n % 8192 == 0 => Ok(n),
+        _ => Err(ump::ConfigError(format!(
+            "MCMPI_ALLOC_MEM={s:?}: a size up to {}M in whole 8K pages, like 4M (0: no zero copy)",
+            ump::DMA_SPARE_MAX >> 20
+        ))),
+    }
+}
+
 /// The UMP configuration of a rank of a job of `size` ranks, from the
 /// variables `var` gives: UMP's own (`UMP_*`, which win), else MEMORY
 /// CHANNEL rings of `MCMPI_MC_RINGS` (default 4 MiB) shared among the
-/// other ranks, a power of two from 32 KiB to 1 MiB, and room for a
-/// channel to every other rank.
+/// other ranks, a power of two from 32 KiB to 1 MiB, room for a
+/// channel to every other rank, and [`alloc_mem_bytes`] of spare DMA
+/// memory.
 pub fn ump_config(size: u32, var: impl Fn(&str) -> Option<String>) -> Result<ump::Config, ump::ConfigError> {
     let mut c = ump::Config::from_vars(&var)?;
     let peers = (size as usize).saturating_sub(1).max(1);
@@ -122,6 +137,9 @@ pub fn ump_config(size: u32, var: impl Fn(&str) -> Option<String>) -> Result<ump
     }
     if var("UMP_MAX_CHANNELS").is_none() {
         c.max_channels = c.max_channels.max(peers + 8);
+    }
+    if var("UMP_DMA_SPARE").is_none() {
+        c.dma_spare = alloc_mem_bytes(&var)?;
     }
     c.check()?;
     Ok(c)
@@ -150,6 +168,17 @@ mod tests {
         assert_eq!(cfg(200, &[]).unwrap().max_channels, 207, "a channel to every other rank");
         assert_eq!(cfg(200, &[("UMP_MAX_CHANNELS", "300")]).unwrap().max_channels, 300);
         assert_eq!(cfg(4, &[]).unwrap().max_channels, ump::Config::default().max_channels);
+    }
+
+    #[test]
+    fn zero_copy_memory_is_ump_spare_unless_ump_says() {
+        assert_eq!(cfg(4, &[]).unwrap().dma_spare, crate::zcopy::ALLOC_MEM_DEFAULT);
+        assert_eq!(cfg(4, &[("MCMPI_ALLOC_MEM", "2M")]).unwrap().dma_spare, 2 << 20);
+        assert_eq!(cfg(4, &[("MCMPI_ALLOC_MEM", "0")]).unwrap().dma_spare, 0, "off");
+        assert_eq!(cfg(4, &[("MCMPI_ALLOC_MEM", "2M"), ("UMP_DMA_SPARE", "1M")]).unwrap().dma_spare, 1 << 20);
+        for bad in ["9M", "100", "much"] {
+            assert!(cfg(4, &[("MCMPI_ALLOC_MEM", bad)]).unwrap_err().0.contains("MCMPI_ALLOC_MEM"), "{bad}");
+        }
     }
 
     fn place(vars: &[(&str, &str)]) -> Result<Place, LaunchError> {

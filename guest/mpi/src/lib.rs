@@ -13,6 +13,8 @@
 //!   blocking the progress engine.
 //! - [`engine`]: matching (posted and unexpected queues), the eager and
 //!   rendezvous protocols, requests and progress.
+//! - [`zcopy`]: `MPI_Alloc_mem`'s memory across guests, which DMA both
+//!   comes from and lands in: rendezvous with no copy.
 //! - [`board`]: the job's billboard in MEMORY CHANNEL, where the small
 //!   collectives of `MPI_COMM_WORLD` take one round of stores.
 //! - [`ffi`]: the C entry points (`PMPI_*`, with weak `MPI_*` aliases).
@@ -27,3 +29,4 @@ pub mod ffi;
 pub mod launch;
 pub mod op;
 pub mod transport;
+pub mod zcopy;

@@ -62,6 +62,10 @@ pub trait Link: Send {
         let _ = (head, place);
         Ok(None)
     }
+    /// Whether the other rank is on another guest (MEMORY CHANNEL).
+    fn remote(&self) -> bool {
+        false
+    }
 }
 
 /// A link over one UMP channel.
@@ -110,6 +114,9 @@ impl Link for UmpLink {
     fn recv_split<'d>(&self, head: &mut [u8], place: &mut Place<'_, 'd>) -> Result<Option<usize>, TransportError> {
         let deadline = Some(Instant::now() + Duration::from_secs(60));
         self.ch.read_split(head, place, deadline).map_err(|e| gone(self.rank, e))
+    }
+    fn remote(&self) -> bool {
+        self.ch.transport == ump::Transport::Mc
     }
 }
 

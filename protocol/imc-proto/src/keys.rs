@@ -9,6 +9,7 @@
 //! | `0x58` | [`Namespace::UmpListen`]: a UMP endpoint's listen area | the handle's low 56 bits |
 //! | `0x60` | [`Namespace::UmpOutbuf`]: a process's multicast outbuf | node << 32 \| pid |
 //! | `0x68` | [`Namespace::MpiBoard`]: an MPI job's billboard | the job id |
+//! | `0x70` | [`Namespace::MpiLanding`]: an MPI rank's landing memory (zero copy) | job << 32 \| rank |
 //! | bit 63 | lock sets: imcd files `imc_lkalloc` keys under `key \| LOCK_KEY` | the user's key |
 //!
 //! imcd refuses user keys with bit 63 set. Keys from 2^56 up with bit 63
@@ -35,12 +36,21 @@ pub enum Namespace {
     UmpOutbuf,
     /// An MPI job's billboard (its small collectives).
     MpiBoard,
+    /// An MPI rank's landing memory: received into its DMA source area,
+    /// the target of other ranks' zero-copy transfers.
+    MpiLanding,
 }
 
 impl Namespace {
     /// Every namespace, for checks.
-    pub const ALL: [Namespace; 5] =
-        [Namespace::User, Namespace::UmpChannel, Namespace::UmpListen, Namespace::UmpOutbuf, Namespace::MpiBoard];
+    pub const ALL: [Namespace; 6] = [
+        Namespace::User,
+        Namespace::UmpChannel,
+        Namespace::UmpListen,
+        Namespace::UmpOutbuf,
+        Namespace::MpiBoard,
+        Namespace::MpiLanding,
+    ];
 
     /// The top byte of this namespace's keys.
     pub const fn tag(self) -> u8 {
@@ -50,6 +60,7 @@ impl Namespace {
             Namespace::UmpListen => 0x58,
             Namespace::UmpOutbuf => 0x60,
             Namespace::MpiBoard => 0x68,
+            Namespace::MpiLanding => 0x70,
         }
     }
 
@@ -89,6 +100,6 @@ mod tests {
         assert_eq!(Namespace::of(55), Some(Namespace::User));
         assert_eq!(Namespace::of(55 | LOCK_KEY), Some(Namespace::User));
         assert_eq!(Namespace::of(0x7AB1_E200), Some(Namespace::User));
-        assert_eq!(Namespace::of(0x7000_0000_0000_0000), None);
+        assert_eq!(Namespace::of(0x7800_0000_0000_0000), None);
     }
 }

@@ -62,6 +62,14 @@ fn init(level: c_int) -> R<c_int> {
         vec![None]
     };
     let mut eng = Engine::new(place.rank, links);
+    let remote = eng.remote_ranks();
+    if remote.iter().any(|&r| r) {
+        let bytes = crate::launch::alloc_mem_bytes(|v| std::env::var(v).ok())
+            .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?;
+        if bytes > 0 {
+            eng.set_direct(Box::new(crate::zcopy::Zcopy::new(place.job, remote, bytes)));
+        }
+    }
     if let Some(n) = std::env::var("MCMPI_EAGER_LIMIT").ok().and_then(|v| v.parse().ok()) {
         eng.set_eager_limit(n);
     }
@@ -148,10 +156,17 @@ fn print_stats(st: &State) {
     };
     // MB/s of a (bytes, time) pair.
     let rate = |(b, t): (u64, Duration)| if t.is_zero() { 0.0 } else { b as f64 / t.as_secs_f64() / 1e6 };
+    let zero_copy = match st.eng.direct_why_not() {
+        Some(why) => format!("no zero copy ({why})"),
+        None => format!(
+            "{} zero-copy sends, {} bytes sent by zero copy, {} zero-copy offers streamed as data, {} zero-copy receives",
+            s.zero_copy.0, s.zero_copy.1, s.zero_copy_streamed, s.zero_copy_in
+        ),
+    };
     eprintln!(
         "mcmpi stats: rank {}: {} eager, {} rendezvous, {} for want of credit, {} bytes sent, \
          {} unexpected bytes at most, {} bytes of credit per sender, {} data frames read straight into place, \
-         data written {} bytes at {:.0} MB/s, data read {} bytes at {:.0} MB/s, {board}",
+         data written {} bytes at {:.0} MB/s, data read {} bytes at {:.0} MB/s, {zero_copy}, {board}",
         st.place.rank,
         s.eager,
         s.rendezvous,

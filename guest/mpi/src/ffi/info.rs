@@ -160,8 +160,17 @@ entry!(MPI_Alloc_mem / PMPI_Alloc_mem(size: MPI_Aint, _info: MPI_Info, baseptr: 
     if size < 0 {
         return err(MPI_ERR_SIZE, format!("size {size} is negative"));
     }
-    // SAFETY: malloc of a positive size (1 for 0, so the pointer is unique).
-    let p = unsafe { libc::malloc((size as usize).max(1)) };
+    // Across guests: memory a DMA comes from and lands in (zero copy),
+    // while there is room; else the heap.
+    let direct = with(|st| {
+        let me = st.place.rank;
+        Ok(st.eng.direct_mut().and_then(|d| d.alloc(me, size as usize)))
+    })?;
+    let p = match direct {
+        Some(p) => p.cast::<c_void>(),
+        // SAFETY: malloc of a positive size (1 for 0, so the pointer is unique).
+        None => unsafe { libc::malloc((size as usize).max(1)) },
+    };
     if p.is_null() {
         return err(MPI_ERR_NO_MEM, format!("no memory for {size} bytes"));
     }
@@ -169,7 +178,11 @@ entry!(MPI_Alloc_mem / PMPI_Alloc_mem(size: MPI_Aint, _info: MPI_Info, baseptr: 
 });
 
 entry!(MPI_Free_mem / PMPI_Free_mem(base: *mut c_void) comm(MPI_COMM_WORLD) {
-    // SAFETY: memory MPI_Alloc_mem returned (or NULL), freed once.
-    unsafe { libc::free(base) };
+    let direct = with(|st| Ok(st.eng.direct_mut().is_some_and(|d| d.free(base.cast()))))?;
+    if !direct {
+        // SAFETY: memory MPI_Alloc_mem returned from the heap (or NULL),
+        // freed once.
+        unsafe { libc::free(base) };
+    }
     Ok(())
 });
