@@ -109,3 +109,44 @@ fn dma_into_region_not_attached_is_refused() {
     assert!(log.contains("nothing written"), "{log}");
     c.run(0, &["sh", "-c", "kill $(pidof mctool) 2>/dev/null; true"]);
 }
+
+/// Registered memory (imcd's `DmaLand`, what MPI's zero copy stands on): a
+/// region lands in a process's own DMA area, and a DMA from another node
+/// is written straight there. imcd refuses an offset that is not a whole
+/// page, an area too small, a region this node already receives into a
+/// buffer, and a region the process does not hold; and when the process
+/// leaves, the region is received the ordinary way again.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn a_region_lands_in_a_process_area() {
+    let c = up("t-dma-land", 2);
+    let size = "100000";
+    receiver(&c, 1, "land", &format!("mctool imc-dma-land --key 510 --size {size} --offset 16384 --timeout 60"));
+    c.background(0, "sender", &format!("mctool imc-dma --key 510 --size {size} --hold 120"));
+    let (rc, log) = c.background_result(1, "land", 90);
+    assert_eq!(rc, "0", "the bytes did not land in the area:\n{log}");
+    assert!(log.contains("IMC_SUCCESS all 100000 bytes landed"), "{log}");
+    c.poll_until(0, &["cat", "/tmp/sender.log"], 30, |o| o.contains("IMC_SUCCESS sent"));
+
+    let refused = |argv: &str, why: &str| {
+        let o = c.exec(1, &["sh", "-c", &format!("mctool imc-dma-land {argv} --timeout 1")]);
+        let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && !text.contains("IMC_SUCCESS"), "{argv}: allowed:\n{text}");
+        assert!(text.contains(why), "{argv}: not refused for {why:?}:\n{text}");
+    };
+    refused("--key 511 --size 8192 --offset 100", "whole pages");
+    refused("--key 512 --size 65536 --area 16384", "-byte area");
+    receiver(&c, 1, "rx513", "mctool imc-dma-check --key 513 --size 8192 --timeout 60");
+    refused("--key 513 --size 8192", "receives it into a buffer of its own");
+    refused("--key 513 --size 8192 --find-only", "has not allocated");
+
+    // The lander has left; the sender still holds region 510. A process of
+    // node 1 receives it into a buffer again, and a new DMA arrives there.
+    receiver(&c, 1, "again", &format!("mctool imc-dma-check --key 510 --size {size} --seed 2 --timeout 60"));
+    let sent = out(&c, 0, &["sh", "-c", &format!("mctool imc-dma --key 510 --size {size} --seed 2")]);
+    assert!(sent.contains("IMC_SUCCESS sent"), "{sent}");
+    let (rc, log) = c.background_result(1, "again", 60);
+    assert_eq!(rc, "0", "region 510 is not received again after its lander left:\n{log}");
+    c.run(0, &["sh", "-c", "kill $(pidof mctool) 2>/dev/null; true"]);
+    c.run(1, &["sh", "-c", "kill $(pidof mctool) 2>/dev/null; true"]);
+}

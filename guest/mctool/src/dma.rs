@@ -1,7 +1,8 @@
 //! Transmit DMA through imcd (`imc-client`'s [`imc_client::dma`], the
 //! extension calls of libimc): `imc-dma` sends a test pattern into a region
 //! by DMA, `imc-dma-check` checks it on a receiver, `imc-dma-bench`
-//! compares DMA with stores through the transmit window between two nodes.
+//! compares DMA with stores through the transmit window between two nodes,
+//! `imc-dma-land` receives a region into a process's own DMA area.
 //!
 //! Regions: the data is at the start of region KEY; the last page holds the
 //! flag word (`--flag`: stored through the transmit window right after the
@@ -81,6 +82,58 @@ fn hold(secs: u64) -> Result<()> {
     while t0.elapsed() < Duration::from_secs(secs) && !crate::signals::STOP.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(10));
     }
+    Ok(())
+}
+
+/// What `imc-dma-land` does.
+pub(crate) struct LandArgs {
+    pub key: u64,
+    pub size: u64,
+    pub offset: u64,
+    pub area: Option<u64>,
+    pub seed: u64,
+    pub find_only: bool,
+    pub timeout: u64,
+}
+
+/// `imc-dma-land`: region KEY lands at OFFSET of this process's DMA area;
+/// waits until SIZE bytes there read the pattern of SEED.
+pub(crate) fn land(a: LandArgs) -> Result<()> {
+    let imc = Imc::connect()?;
+    let rsize = region_size(0, a.size);
+    let id = if a.find_only {
+        imc.find(a.key).map_err(imc_status)?.with_context(|| format!("no region has key {}", a.key))?.0
+    } else {
+        imc.asalloc(a.key, rsize, 0o666, false).map_err(imc_status)?.0
+    };
+    let port = imc.dma_open(a.area.unwrap_or(a.offset + rsize)).map_err(imc_status)?;
+    imc.dma_land(id, a.offset).map_err(imc_status)?;
+    println!("region {id} (key {}) lands at byte {} of this process's DMA area: waiting", a.key, a.offset);
+    std::io::stdout().flush()?;
+    let want = pattern(a.seed, 0, a.size as usize);
+    let mut got = vec![0u8; a.size as usize];
+    let t0 = Instant::now();
+    loop {
+        port.buffer().read(a.offset as usize, &mut got)?;
+        if got == want {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(a.timeout) {
+            let i = got.iter().zip(&want).position(|(g, w)| g != w).unwrap_or(0);
+            bail!(
+                "after {} s, byte {i} of the area's {} bytes at {} is still not the pattern",
+                a.timeout,
+                a.size,
+                a.offset
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    println!(
+        "IMC_SUCCESS all {} bytes landed in the DMA area after {:.1} ms",
+        a.size,
+        t0.elapsed().as_secs_f64() * 1e3
+    );
     Ok(())
 }
 

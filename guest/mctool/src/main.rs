@@ -230,6 +230,33 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         hold: u64,
     },
+    /// Through imcd: allocate region KEY (SIZE bytes of data and a flag
+    /// page), open a DMA source area and land the region in it at OFFSET
+    /// (imcd's DmaLand), then wait until the SIZE bytes there read the
+    /// pattern of SEED, as another node sends them (`imc-dma`).
+    ImcDmaLand {
+        /// Region key.
+        #[arg(long)]
+        key: u64,
+        /// Bytes of data.
+        #[arg(long)]
+        size: u64,
+        /// Byte of the DMA area where the region lands.
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Bytes of DMA area (default: the offset plus the region).
+        #[arg(long)]
+        area: Option<u64>,
+        /// Pattern seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Find the region without allocating it (imcd must refuse).
+        #[arg(long)]
+        find_only: bool,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
     /// Through imcd: attach region KEY for receive and wait until SIZE
     /// bytes at OFFSET read the pattern of SEED (with --flag V: wait for
     /// the flag, then check the data once; with --expect-zero: wait
@@ -530,6 +557,9 @@ fn main() -> Result<()> {
         Cmd::ImcGet { key, size, value, timeout } => imc::get(key, size, value, timeout),
         Cmd::ImcDma { key, size, offset, region_size, seed, flag, no_attach, attach_only, hold } => {
             dma::send(dma::SendArgs { key, size, offset, region_size, seed, flag, no_attach, attach_only, hold })
+        }
+        Cmd::ImcDmaLand { key, size, offset, area, seed, find_only, timeout } => {
+            dma::land(dma::LandArgs { key, size, offset, area, seed, find_only, timeout })
         }
         Cmd::ImcDmaCheck { key, size, offset, seed, flag, expect_zero, timeout } => {
             dma::check(key, size, offset, seed, flag, expect_zero, timeout)
