@@ -17,7 +17,10 @@
 #      libraries: medians of 8-byte one-way times between guests 0 and 1
 #      (2 ranks, as NetPIPE), and of barriers and 8-byte allreduces with
 #      one rank on every guest (a noisy host moves averages far more than
-#      medians).
+#      medians);
+#   8. zero copy (tests/mpi/bench/bw.c): ping-pong bandwidth between
+#      guests 0 and 1 with buffers from MPI_Alloc_mem, on both libraries,
+#      and with heap buffers on ours (every byte of a last round checked).
 # Then one table (latency at 8 bytes, bandwidth at 1 MiB, ratios, the LAN
 # the figures used) and SVG plots (mpi-latency.svg, mpi-bandwidth.svg and
 # one per collective, drawn by target/release/mpi-bench-plot); the plots,
@@ -55,14 +58,15 @@ die() { echo "mpi-bench: $*" >&2; exit 1; }
 [ -x "$REPO/target/release/mpi-bench-plot" ] || die "no mpi-bench-plot: run scripts/setup.sh"
 mkdir -p "$OUT"
 
-say "building NPtcp, NPmpi, collbench and isort (host compiler, standard ABI)"
+say "building NPtcp, NPmpi, collbench, isort, latency and bw (host compiler, standard ABI)"
 BIN=$OUT/bin
 mkdir -p "$BIN"
 S=$NP/src
 cc -O2 -static -DTCP -I"$S" "$S/netpipe.c" "$S/tcp.c" -o "$BIN/NPtcp" 2>"$OUT/build.log" \
     || die "building NPtcp failed (see $OUT/build.log)"
 for p in "NPmpi:-DMPI -I$S $S/netpipe.c $S/mpi.c" "collbench:$REPO/tests/mpi/bench/collbench.c" \
-         "isort:$REPO/tests/mpi/bench/isort.c" "latency:$REPO/tests/mpi/bench/latency.c"; do
+         "isort:$REPO/tests/mpi/bench/isort.c" "latency:$REPO/tests/mpi/bench/latency.c" \
+         "bw:$REPO/tests/mpi/bench/bw.c"; do
     # shellcheck disable=SC2086
     "$REPO/guest/mpi/mpicc" -O2 ${p#*:} -o "$BIN/${p%%:*}" 2>>"$OUT/build.log" \
         || die "building ${p%%:*} failed (see $OUT/build.log)"
@@ -148,6 +152,17 @@ for l in ours mpich; do
     [ "$(grep -c '^latency ok' "$OUT/latency-$l.txt")" = 2 ] || die "latency on $l failed (see $OUT/latency-$l.txt)"
 done
 
+BW_SIZES=64K,256K,1M,2M,4M
+say "8. zero copy: ping-pong bandwidth between guests 0 and 1, sizes $BW_SIZES"
+ours 2 1 /share/bw -a -s $BW_SIZES | tee "$OUT/bw-ours-alloc.txt"
+ours 2 1 /share/bw -s $BW_SIZES | tee "$OUT/bw-ours-heap.txt"
+mpich 2 1 node0,node1 /share/bw -a -s $BW_SIZES | tee "$OUT/bw-mpich-alloc.txt"
+for f in ours-alloc ours-heap mpich-alloc; do
+    grep -q '^bw ok' "$OUT/bw-$f.txt" || die "bw ($f) failed (see $OUT/bw-$f.txt)"
+    # As NetPIPE writes it (bytes, Mbps, one-way seconds), for the plot.
+    awk '$1 == "bw" && $2 ~ /^[0-9]+$/ { print $2, $3 * 8, $4 / 1e6 }' "$OUT/bw-$f.txt" >"$OUT/bw-$f.np"
+done
+
 echo
 echo "MPI side by side, $NODES TCG guests, cluster ${CONFIG#"$REPO"/}, LAN: ${LAN:-unknown}, MPICH netmod: $NETMOD"
 cat "$OUT/summary.txt"
@@ -165,6 +180,11 @@ for l in ours mpich; do
 done
 awk -v a="$(p8 "$OUT/np-ours.out")" -v b="$(p8 "$OUT/np-mpich.out")" -v c="$(bw "$OUT/np-ours.out")" -v d="$(bw "$OUT/np-mpich.out")" \
     'BEGIN { printf "ratios across guests: 8-byte latency MPICH/ours %.2f (goal >= 25), bandwidth at the largest size ours/MPICH %.2f (goal >= 10)\n", b / a, c / d }'
+printf '%-9s %16s %16s %16s %12s\n' bytes "ours, Alloc_mem" "ours, heap" "MPICH, Alloc_mem" "ours/MPICH"
+join <(awk '$1 == "bw" && $2 ~ /^[0-9]+$/ { print $2, $3 }' "$OUT/bw-ours-alloc.txt") \
+     <(awk '$1 == "bw" && $2 ~ /^[0-9]+$/ { print $2, $3 }' "$OUT/bw-ours-heap.txt") \
+    | join - <(awk '$1 == "bw" && $2 ~ /^[0-9]+$/ { print $2, $3 }' "$OUT/bw-mpich-alloc.txt") \
+    | awk '{ printf "%-9s %11.1f MB/s %11.1f MB/s %11.1f MB/s %12.2f\n", $1, $2, $3, $4, $2 / $4 }'
 # med LIB WHAT: the median of a latency line.
 med() { awk -v w="$2" '$1 == "latency" && $2 == w { v = $3 } END { print v }' "$OUT/latency-$1.txt"; }
 printf '%-32s %12s %12s %10s\n' "median (us)" ours MPICH MPICH/ours
@@ -177,6 +197,7 @@ awk -v p="$(med ours pingpong8)" -v q="$(med mpich pingpong8)" -v b="$(med ours 
 PLOT=(--out "$OUT" --note "$NODES TCG guests, ${CONFIG##*/}, LAN $LAN"
       --np "ours, MEMORY CHANNEL=$OUT/np-ours.out" --np "MPICH over TCP=$OUT/np-mpich.out"
       --np "NPtcp=$OUT/np-tcp.out" --np "ours, one guest=$OUT/np-ours-shm.out"
+      --np "ours, MPI_Alloc_mem (bw)=$OUT/bw-ours-alloc.np" --np "MPICH, MPI_Alloc_mem (bw)=$OUT/bw-mpich-alloc.np"
       --coll "ours, $NODES guests=$OUT/coll-ours.txt" --coll "MPICH, $NODES guests=$OUT/coll-mpich.txt")
 [ "$NODES" -gt 2 ] && PLOT+=(--coll "ours, 2 guests=$OUT/coll-ours-2.txt" --coll "MPICH, 2 guests=$OUT/coll-mpich-2.txt")
 "$REPO/target/release/mpi-bench-plot" "${PLOT[@]}" || die "drawing the plots failed"
