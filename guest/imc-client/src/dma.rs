@@ -311,6 +311,25 @@ impl DmaPort {
         }
     }
 
+    /// As [`DmaPort::test`], and a transfer the engine stopped without
+    /// retiring (it is idle, and ours is not retired) is an error
+    /// ([`DmaError::Dropped`]) instead of in flight for ever. Reads a
+    /// register when the transfer is not retired: a trapped load.
+    pub fn check(&self, h: &DmaHandle) -> Result<Option<u32>, DmaError> {
+        if let Some(bytes) = self.test(h)? {
+            return Ok(Some(bytes));
+        }
+        let dma_status = self.reg(reg::DMA_STATUS);
+        if dma_status & dma::BUSY != 0 {
+            return Ok(None);
+        }
+        // Idle with ours not retired: dropped, or retired just now.
+        match self.test(h)? {
+            Some(bytes) => Ok(Some(bytes)),
+            None => Err(DmaError::Dropped { dma_status, name: status::name(dma_status & 0xFF) }),
+        }
+    }
+
     /// Waits until the transfer is retired (or `timeout` passes): the bytes
     /// sent, or why it failed.
     pub fn wait(&self, h: &DmaHandle, timeout: Duration) -> Result<u32, DmaError> {
@@ -322,15 +341,11 @@ impl DmaPort {
             }
             spins += 1;
             if spins % 64 == 0 {
-                let dma_status = self.reg(reg::DMA_STATUS);
-                if dma_status & dma::BUSY == 0 {
-                    // Idle with ours not retired: dropped, or retired just now.
-                    if let Some(bytes) = self.test(h)? {
-                        return Ok(bytes);
-                    }
-                    return Err(DmaError::Dropped { dma_status, name: status::name(dma_status & 0xFF) });
+                if let Some(bytes) = self.check(h)? {
+                    return Ok(bytes);
                 }
                 if t0.elapsed() >= timeout {
+                    let dma_status = self.reg(reg::DMA_STATUS);
                     return Err(DmaError::Timeout { waited: t0.elapsed(), dma_status });
                 }
                 std::thread::sleep(Duration::from_micros(20));
@@ -396,6 +411,20 @@ mod tests {
             Err(DmaError::Failed { name, .. }) => assert_eq!(name, "tx-disabled"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_transfer_the_engine_dropped_is_an_error_not_in_flight_for_ever() {
+        let d = tempfile::tempdir().unwrap();
+        let (p, ring, regs) = port(d.path(), 4);
+        let h = p.start(&DmaTarget::new(3, 16, 2), 0, 0, 100).unwrap();
+        regs.store::<u32>(reg::DMA_STATUS as usize, dma::BUSY).unwrap();
+        assert_eq!(p.check(&h).unwrap(), None, "busy: still in flight");
+        regs.store::<u32>(reg::DMA_STATUS as usize, status::ABORTED).unwrap();
+        assert!(matches!(p.check(&h), Err(DmaError::Dropped { .. })), "idle and not retired");
+        assert_eq!(p.test(&h).unwrap(), None, "test alone does not tell");
+        retire(&ring, &regs, 0, 4, status::OK);
+        assert_eq!(p.check(&h).unwrap(), Some(100), "retired after all");
     }
 
     #[test]

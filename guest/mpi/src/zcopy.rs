@@ -21,6 +21,7 @@
 //! Touched by the thread that calls MPI (under the C layer's lock).
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use imc_client::dma::{DmaHandle, DmaTarget};
 use imc_client::guest_mem::{Mapping, ReadWrite};
@@ -44,6 +45,10 @@ pub enum ZcopyError {
     #[error("every rank is on this guest")]
     AllLocal,
 }
+
+/// How long a transfer may be in flight before its poll also asks the
+/// engine whether it is still busy.
+const DROPPED_AFTER: Duration = Duration::from_millis(50);
 
 /// Alignment of what the pool hands out.
 const ALIGN: usize = 64;
@@ -125,7 +130,8 @@ pub struct Zcopy {
     pool: Option<Result<Pool, String>>,
     /// Other ranks' landing regions; `None` where attaching failed.
     targets: HashMap<u32, Option<Target>>,
-    flying: HashMap<u64, DmaHandle>,
+    /// Transfers in flight, and when each started.
+    flying: HashMap<u64, (DmaHandle, Instant)>,
     next: u64,
 }
 
@@ -186,14 +192,18 @@ impl Direct for Zcopy {
         let h = p.spare.start(&target, off, src, len as u64).ok()?;
         let token = self.next;
         self.next += 1;
-        self.flying.insert(token, h);
+        self.flying.insert(token, (h, Instant::now()));
         Some(token)
     }
 
     fn poll(&mut self, token: u64) -> Option<bool> {
         let Some(Ok(p)) = self.pool.as_ref() else { return Some(false) };
-        let h = self.flying.get(&token)?;
-        let done = match p.spare.test(h) {
+        let (h, since) = self.flying.get(&token)?;
+        // A transfer takes milliseconds; one still in flight after
+        // DROPPED_AFTER is checked against the engine (a register read),
+        // in case it stopped without retiring it (a reset).
+        let outcome = if since.elapsed() < DROPPED_AFTER { p.spare.test(h) } else { p.spare.check(h) };
+        let done = match outcome {
             Ok(None) => return None,
             Ok(Some(_)) => true,
             Err(_) => false,

@@ -204,6 +204,12 @@ impl DmaSpare {
     pub fn test(&self, h: &DmaHandle) -> Result<Option<u32>, DmaError> {
         self.area.port.test(h)
     }
+
+    /// As [`DmaSpare::test`], and a transfer the engine dropped without
+    /// retiring it is an error (`DmaPort::check`: reads a register).
+    pub fn check(&self, h: &DmaHandle) -> Result<Option<u32>, DmaError> {
+        self.area.port.check(h)
+    }
 }
 
 /// The spare of the process's DMA area, opening the area if no channel has.

@@ -4,14 +4,14 @@
  * registered memory does it with -a. The other ranks wait in a barrier.
  * For each size, rank 0 prints one line:
  *
- *   bw <bytes> <MB/s one way> <median µs one way>
+ *   bw <bytes> <MB/s one way at the median> <median µs one way> <MB/s mean>
  *
  * One way is half a round trip. Each size runs one round trip to warm up,
  * then ROUNDS timed ones, then one more with fresh bytes and a cleared
  * buffer on both sides, whose every byte is checked (a wrong one prints
- * FAILED and exits 1). Built once against the MPI standard ABI, it runs on
- * either library.
- * Usage: bw [-a] [-s SIZE,SIZE,...] [-r ROUNDS]
+ * FAILED and exits 1); with -c every round is such a round (timed too).
+ * Built once against the MPI standard ABI, it runs on either library.
+ * Usage: bw [-a] [-c] [-s SIZE,SIZE,...] [-r ROUNDS]
  *   (default sizes 256K,1M,4M with K/M suffixes allowed, 10 rounds) */
 #include <mpi.h>
 #include <stdio.h>
@@ -36,13 +36,14 @@ static unsigned char pattern(long i, int from, int round) {
 }
 
 int main(int argc, char **argv) {
-    int rounds = 10, alloc = 0, rank, size, bad = 0;
+    int rounds = 10, alloc = 0, every = 0, rank, size, bad = 0;
     long sizes[32], nsizes = 0, biggest = 0;
     const char *list = "256K,1M,4M";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-r") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) list = argv[++i];
         else if (!strcmp(argv[i], "-a")) alloc = 1;
+        else if (!strcmp(argv[i], "-c")) every = 1;
     }
     for (const char *p = list; *p && nsizes < 32;) {
         char *end;
@@ -71,7 +72,7 @@ int main(int argc, char **argv) {
         long n = sizes[k];
         for (long i = 0; i < n; i++) out[i] = pattern(i, rank, 0);
         for (int r = -1; r <= rounds; r++) {
-            int check = r == rounds;
+            int check = r == rounds || (every && r >= 0);
             if (check) {
                 for (long i = 0; i < n; i++) out[i] = pattern(i, rank, r);
                 memset(in, 0, n);
@@ -100,7 +101,8 @@ int main(int argc, char **argv) {
             double sum = 0;
             for (int r = 0; r < rounds; r++) sum += t[r];
             qsort(t, rounds, sizeof *t, cmp);
-            printf("bw %ld %.1f %.1f\n", n, n * rounds / sum / 1e6, t[rounds / 2] * 1e6);
+            double med = t[rounds / 2];
+            printf("bw %ld %.1f %.1f %.1f\n", n, n / med / 1e6, med * 1e6, n * rounds / sum / 1e6);
             fflush(stdout);
         }
     }
