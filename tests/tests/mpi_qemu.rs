@@ -38,8 +38,15 @@ fn mpirun_ppn(name: &str, n: usize, ppn: Option<u32>, prog: &str) -> (Option<i32
     mpirun_with(name, n, ppn, &[], prog)
 }
 
-/// Like [`mpirun_ppn`], with `--env K=V` for each of `env`.
+/// Like [`mpirun_ppn`], with `--env K=V` for each of `env`; `prog` may
+/// be followed by its arguments ("bw -a -r 3").
 fn mpirun_with(name: &str, n: usize, ppn: Option<u32>, env: &[&str], prog: &str) -> (Option<i32>, String) {
+    let o = mpirun_cmd(name, n, ppn, env, prog).output().unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+}
+
+/// The `mc-cluster mpirun` command of [`mpirun_with`].
+fn mpirun_cmd(name: &str, n: usize, ppn: Option<u32>, env: &[&str], prog: &str) -> Command {
     let mut cmd = Command::new("timeout");
     cmd.arg("300").arg(launcher()).args(["--name", name, "mpirun", "-n", &n.to_string()]);
     if let Some(k) = ppn {
@@ -48,8 +55,9 @@ fn mpirun_with(name: &str, n: usize, ppn: Option<u32>, env: &[&str], prog: &str)
     for kv in env {
         cmd.args(["--env", kv]);
     }
-    let o = cmd.arg(format!("/share/{prog}")).output().unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+    let mut words = prog.split_whitespace();
+    cmd.arg(format!("/share/{}", words.next().unwrap_or_default())).args(words);
+    cmd
 }
 
 /// The number before `what` in rank `r`'s `MCMPI_STATS` line of `out`.
@@ -322,17 +330,8 @@ fn mpi_same_binary_runs_on_mpich() {
     // per size, a warm-up, 3 timed and a checked round trip each way. With
     // heap buffers they went through the rings, straight into place.
     let bw = |env: &[&str], args: &str| {
-        let o = Command::new("timeout")
-            .arg("300")
-            .arg(launcher())
-            .args(["--name", name, "mpirun", "-n", "4"])
-            .args(env.iter().flat_map(|kv| ["--env", kv]))
-            .arg("/share/bw")
-            .args(args.split_whitespace())
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success() && out.contains("bw ok 4"), "bw {args}:\n{out}");
+        let (rc, out) = mpirun_with(name, 4, None, env, &format!("bw {args}"));
+        assert!(rc == Some(0) && out.contains("bw ok 4"), "bw {args}:\n{out}");
         out
     };
     let out = bw(&["MCMPI_STATS=1"], "-a -s 1M,3M -r 3");
@@ -373,11 +372,7 @@ fn mpi_zero_copy_survives_lost_frames() {
     let c = Cluster::up_mpi(name, 2);
     c.imcd_ready();
     build_src(&c, &root().join("tests/mpi/bench/bw.c"), "bw", &[]);
-    let mut job = Command::new("timeout")
-        .arg("300")
-        .arg(launcher())
-        .args(["--name", name, "mpirun", "-n", "2", "--env", "MCMPI_STATS=1", "--env", "MCMPI_BOARD=0"])
-        .args(["/share/bw", "-a", "-c", "-s", "1M,3M", "-r", "300"])
+    let mut job = mpirun_cmd(name, 2, None, &["MCMPI_STATS=1", "MCMPI_BOARD=0"], "bw -a -c -s 1M,3M -r 300")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
