@@ -8,10 +8,25 @@
 //! # Layout
 //! A slot is [`SLOT`] bytes: two halves of [`HALF`] bytes, used by
 //! alternate collectives (collective k uses half k mod 2). A half is a
-//! sequence word (the number of the collective that wrote it, from 1),
-//! then up to [`DATA_MAX`] bytes of data. The data is stored before the
-//! sequence word; one sender's stores arrive in order everywhere, so a
-//! reader that sees sequence k sees k's data.
+//! sequence word, then up to [`DATA_MAX`] bytes of data. The sequence word
+//! holds the number of the collective that wrote it (from 1) in its low 32
+//! bits, the data words it wrote in the next 4, and a 28-bit check of the
+//! rank, the number and those words in the top 28. The data is stored
+//! before the sequence word, and one sender's stores arrive in order
+//! everywhere.
+//!
+//! # Lost stores
+//! A store can be lost on the way (a corrupted frame, a link flap: the
+//! adapter counts an error, docs/faults.md). A reader takes collective k
+//! from rank r only when r's half for k holds k and its data checks, so a
+//! lost data store is never read as data, and a lost sequence store is
+//! waited for. Each rank keeps a copy of its own slot; a rank that has
+//! waited [`ASK_AFTER`] for others is told which ranks to ask
+//! ([`Board::overdue`], again every [`ASK_EVERY`]), asks them over their
+//! point-to-point channel (which repairs its own losses), and an asked
+//! rank stores its whole slot again ([`Board::repost`]). The half a
+//! waiting rank needs is still intact at the rank it waits for (see
+//! "Turns": nobody is ever two collectives ahead of anyone).
 //!
 //! # Turns
 //! Every rank numbers its board collectives 1, 2, ... in call order (MPI
@@ -29,6 +44,8 @@
 //! region is mapped twice, for transmit (with loopback, so a rank sees its
 //! own slot like everyone else's) and for receive.
 
+use std::time::{Duration, Instant};
+
 use thiserror::Error;
 
 /// Bytes of one rank's slot.
@@ -37,6 +54,25 @@ pub const SLOT: usize = 128;
 pub const HALF: usize = SLOT / 2;
 /// The most data one rank puts in one collective.
 pub const DATA_MAX: usize = HALF - 8;
+
+/// A rank waiting this long on the board asks the ranks it waits for to
+/// store their slots again (a store may have been lost).
+pub const ASK_AFTER: Duration = Duration::from_millis(200);
+/// And again this often while it still waits.
+pub const ASK_EVERY: Duration = Duration::from_secs(1);
+
+/// Words of a slot.
+const SLOT_WORDS: usize = SLOT / 8;
+
+/// The sequence word of collective `k` by rank `r` with data words `data`.
+fn seq_word(r: u32, k: u64, data: &[u64]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ u64::from(r) << 32 ^ k;
+    for w in data {
+        h = (h ^ w).wrapping_mul(0x100_0000_01b3);
+        h ^= h >> 29;
+    }
+    (k & 0xFFFF_FFFF) | (data.len() as u64) << 32 | (h >> 36) << 36
+}
 
 /// Setting up a board failed (the job then runs without one).
 #[derive(Debug, Error)]
@@ -117,12 +153,38 @@ pub struct Board {
     done: u64,
     /// Collectives run on the board (for `MCMPI_STATS`).
     pub count: u64,
+    /// This rank's slot as it stored it (for [`Board::repost`]).
+    mine: [u64; SLOT_WORDS],
+    /// The collective this rank waits in, since when, and when it last
+    /// asked others to store their slots again.
+    waiting: Option<(u64, Instant, Option<Instant>)>,
+    /// Times this rank stored its slot again, and asked others to.
+    pub reposts: (u64, u64),
+    /// [`ASK_AFTER`] and [`ASK_EVERY`] (shorter in tests).
+    ask: (Duration, Duration),
 }
 
 impl Board {
     /// Rank `rank` of `size` on board memory `mem` (all zero to start).
     pub fn new(mem: Box<dyn Mem>, rank: u32, size: u32) -> Board {
-        Board { mem, rank, size, next: 1, done: 0, count: 0 }
+        Board {
+            mem,
+            rank,
+            size,
+            next: 1,
+            done: 0,
+            count: 0,
+            mine: [0; SLOT_WORDS],
+            waiting: None,
+            reposts: (0, 0),
+            ask: (ASK_AFTER, ASK_EVERY),
+        }
+    }
+
+    /// Waits before asking others to store their slots again, and between
+    /// asks (tests make them short).
+    pub fn set_ask_times(&mut self, after: Duration, every: Duration) {
+        self.ask = (after, every);
     }
 
     /// Numbers a new collective (in call order).
@@ -136,10 +198,17 @@ impl Board {
         r as usize * SLOT + (k % 2) as usize * HALF
     }
 
-    /// The highest collective rank `r` has written.
+    /// The highest collective rank `r` has written, as far as this rank
+    /// has seen.
     pub fn seq(&self, r: u32) -> u64 {
-        let at = r as usize * SLOT;
-        self.mem.load(at).max(self.mem.load(at + HALF))
+        // Our own from our copy: what comes back by loopback may be lost too.
+        let (a, b) = if r == self.rank {
+            (self.mine[0], self.mine[HALF / 8])
+        } else {
+            let at = r as usize * SLOT;
+            (self.mem.load(at), self.mem.load(at + HALF))
+        };
+        (a & 0xFFFF_FFFF).max(b & 0xFFFF_FFFF)
     }
 
     /// Whether this rank may write collective `k` now (see "Turns").
@@ -151,19 +220,86 @@ impl Board {
     /// the sequence word. Only when [`Board::may_post`] said so.
     pub fn post(&mut self, k: u64, data: &[u8]) {
         debug_assert!(data.len() <= DATA_MAX, "{} bytes on the board", data.len());
-        let at = Self::half(self.rank, k);
-        for (i, w) in data.chunks(8).enumerate() {
+        let mut words = [0u64; DATA_MAX / 8];
+        let n = data.len().div_ceil(8);
+        for (w, bytes) in words.iter_mut().zip(data.chunks(8)) {
             let mut b = [0u8; 8];
-            b[..w.len()].copy_from_slice(w);
-            self.mem.store(at + 8 + i * 8, u64::from_ne_bytes(b));
+            b[..bytes.len()].copy_from_slice(bytes);
+            *w = u64::from_ne_bytes(b);
         }
-        self.mem.store(at, k);
+        let h = (k % 2) as usize * HALF / 8;
+        self.mine[h] = seq_word(self.rank, k, &words[..n]);
+        self.mine[h + 1..h + 1 + n].copy_from_slice(&words[..n]);
+        self.store_half(h, n);
         self.count += 1;
+        self.waiting = None;
     }
 
-    /// Whether rank `r` has written collective `k`.
+    /// Stores half `h` (its first word) of our slot from our copy: `n`
+    /// data words, then the sequence word.
+    fn store_half(&self, h: usize, n: usize) {
+        let at = self.rank as usize * SLOT + h * 8;
+        for i in 1..=n {
+            self.mem.store(at + i * 8, self.mine[h + i]);
+        }
+        self.mem.store(at, self.mine[h]);
+    }
+
+    /// Stores this rank's whole slot again (another rank asked: a store of
+    /// it may have been lost on the way there).
+    pub fn repost(&mut self) {
+        for h in [0, HALF / 8] {
+            if self.mine[h] != 0 {
+                self.store_half(h, (self.mine[h] >> 32 & 0xF) as usize);
+            }
+        }
+        self.reposts.0 += 1;
+    }
+
+    /// Whether rank `r` has written collective `k` (its half for `k` holds
+    /// `k`, and the data there checks).
     pub fn arrived(&self, r: u32, k: u64) -> bool {
-        self.seq(r) >= k
+        if r == self.rank {
+            return self.seq(r) >= k;
+        }
+        let at = Self::half(r, k);
+        let w = self.mem.load(at);
+        let n = (w >> 32 & 0xF) as usize;
+        if w & 0xFFFF_FFFF != k & 0xFFFF_FFFF || n > DATA_MAX / 8 {
+            return false;
+        }
+        let mut data = [0u64; DATA_MAX / 8];
+        for (i, d) in data[..n].iter_mut().enumerate() {
+            *d = self.mem.load(at + (i + 1) * 8);
+        }
+        seq_word(r, k, &data[..n]) == w
+    }
+
+    /// Notes that this rank waits in collective `k` (for its turn, or for
+    /// others' stores).
+    pub fn waits(&mut self, k: u64) {
+        if self.waiting.is_none_or(|(j, ..)| j != k) {
+            self.waiting = Some((k, Instant::now(), None));
+        }
+    }
+
+    /// The ranks to ask to store their slots again, when this rank has
+    /// waited long enough in its collective for them (see "Lost stores").
+    pub fn overdue(&mut self) -> Vec<u32> {
+        let Some((k, since, asked)) = self.waiting else { return Vec::new() };
+        if since.elapsed() < self.ask.0 || asked.is_some_and(|t| t.elapsed() < self.ask.1) {
+            return Vec::new();
+        }
+        // Whoever we wait for: their turn's store (to post, we need
+        // everyone at k-1), or their store of k.
+        let want = if self.seq(self.rank) >= k { k } else { k - 1 };
+        let late: Vec<u32> =
+            (0..self.size).filter(|&r| r != self.rank && !(want == 0 || self.arrived(r, want))).collect();
+        if !late.is_empty() {
+            self.waiting = Some((k, since, Some(Instant::now())));
+            self.reposts.1 += 1;
+        }
+        late
     }
 
     /// The ranks that have not yet written collective `k`.
@@ -174,7 +310,14 @@ impl Board {
     /// The `len` bytes rank `r` wrote with collective `k` (once arrived).
     pub fn data(&self, r: u32, k: u64, len: usize) -> Vec<u8> {
         let at = Self::half(r, k) + 8;
-        let mut out: Vec<u8> = (0..len.div_ceil(8)).flat_map(|i| self.mem.load(at + i * 8).to_ne_bytes()).collect();
+        let word = |i: usize| {
+            if r == self.rank {
+                self.mine[(at - r as usize * SLOT) / 8 + i]
+            } else {
+                self.mem.load(at + i * 8)
+            }
+        };
+        let mut out: Vec<u8> = (0..len.div_ceil(8)).flat_map(|i| word(i).to_ne_bytes()).collect();
         out.truncate(len);
         out
     }
@@ -182,6 +325,7 @@ impl Board {
     /// This rank has read all it needs of collective `k`.
     pub fn finish(&mut self, k: u64) {
         self.done = self.done.max(k);
+        self.waiting = None;
     }
 }
 
@@ -297,6 +441,117 @@ mod tests {
         for t in threads {
             t.join().expect("rank thread");
         }
+    }
+
+    /// Each rank's own copy of the board, as on a cluster: a store reaches
+    /// every copy (its writer's too, by loopback) unless it is lost on the
+    /// way, which happens to one store in `1 / lose_one_in`.
+    #[derive(Clone)]
+    struct Views {
+        copies: Arc<Vec<Vec<AtomicU64>>>,
+        me: usize,
+        lose_one_in: u64,
+        stores: Arc<AtomicU64>,
+        lost: Arc<AtomicU64>,
+    }
+
+    impl Mem for Views {
+        fn store(&self, off: usize, v: u64) {
+            for copy in self.copies.iter() {
+                let n = self.stores.fetch_add(1, Ordering::Relaxed);
+                // A fixed scramble of the store's number: the same losses every run.
+                if n.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) % self.lose_one_in == 0 {
+                    self.lost.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                copy[off / 8].store(v, Ordering::Release);
+            }
+        }
+        fn load(&self, off: usize) -> u64 {
+            self.copies[self.me][off / 8].load(Ordering::Acquire)
+        }
+    }
+
+    /// Stores are lost on the way, a data store or a sequence store, to
+    /// another rank or back to the writer: no rank reads a lost store as
+    /// data, and ranks that wait ask the ones they wait for to store their
+    /// slots again, so every allreduce sums right and every barrier holds.
+    #[test]
+    fn lost_stores_are_asked_for_again_never_read() {
+        let n = 4u32;
+        let rounds = 200u64;
+        let words = bytes(n) / 8;
+        let copies: Arc<Vec<Vec<AtomicU64>>> =
+            Arc::new((0..n).map(|_| (0..words).map(|_| AtomicU64::new(0)).collect()).collect());
+        let (stores, lost) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let asked = Arc::new((0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect::<Vec<_>>());
+        let entered = Arc::new((0..rounds).map(|_| AtomicUsize::new(0)).collect::<Vec<_>>());
+        let finished = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..n)
+            .map(|me| {
+                let mem = Views {
+                    copies: copies.clone(),
+                    me: me as usize,
+                    lose_one_in: 23,
+                    stores: stores.clone(),
+                    lost: lost.clone(),
+                };
+                let mut b = Board::new(Box::new(mem), me, n);
+                b.set_ask_times(std::time::Duration::from_millis(2), std::time::Duration::from_millis(2));
+                let (asked, entered, finished) = (asked.clone(), entered.clone(), finished.clone());
+                std::thread::spawn(move || {
+                    // What a waiting rank does besides looking: serve asks, make them.
+                    let wait = |b: &mut Board, k: u64, ready: &dyn Fn(&Board) -> bool| {
+                        let t0 = std::time::Instant::now();
+                        while !ready(b) {
+                            assert!(t0.elapsed().as_secs() < 20, "rank {me}: no progress in collective {k}");
+                            b.waits(k);
+                            if asked[me as usize].swap(false, Ordering::SeqCst) {
+                                b.repost();
+                            }
+                            for r in b.overdue() {
+                                asked[r as usize].store(true, Ordering::SeqCst);
+                            }
+                            std::thread::yield_now();
+                        }
+                    };
+                    for round in 0..rounds {
+                        let k = b.take();
+                        wait(&mut b, k, &|b| b.may_post(k));
+                        b.post(k, &(u64::from(me) * round + 1).to_ne_bytes());
+                        wait(&mut b, k, &|b| b.missing(k).is_empty());
+                        let sum: u64 =
+                            (0..n).map(|r| u64::from_ne_bytes(b.data(r, k, 8).try_into().expect("8 bytes"))).sum();
+                        assert_eq!(
+                            sum,
+                            round * u64::from(n * (n - 1) / 2) + u64::from(n),
+                            "round {round} on rank {me}"
+                        );
+                        b.finish(k);
+                        entered[round as usize].fetch_add(1, Ordering::SeqCst);
+                        let k = b.take();
+                        wait(&mut b, k, &|b| b.may_post(k));
+                        b.post(k, &[]);
+                        wait(&mut b, k, &|b| b.missing(k).is_empty());
+                        assert_eq!(entered[round as usize].load(Ordering::SeqCst), n as usize, "left early");
+                        b.finish(k);
+                    }
+                    // Others may still wait for our last stores.
+                    finished.fetch_add(1, Ordering::SeqCst);
+                    while finished.load(Ordering::SeqCst) < n as usize {
+                        if asked[me as usize].swap(false, Ordering::SeqCst) {
+                            b.repost();
+                        }
+                        std::thread::yield_now();
+                    }
+                    b.reposts
+                })
+            })
+            .collect();
+        let reposts: Vec<(u64, u64)> = threads.into_iter().map(|t| t.join().expect("rank thread")).collect();
+        let lost = lost.load(Ordering::Relaxed);
+        assert!(lost > 50, "the test lost only {lost} stores");
+        assert!(reposts.iter().map(|r| r.0).sum::<u64>() > 0, "nobody stored a slot again: {reposts:?}");
     }
 
     #[test]

@@ -99,6 +99,9 @@ const CREDIT: u8 = 9;
 const DONE: u8 = 10;
 /// Zero copy: the receiver took the message (the send is complete).
 const TAKEN: u8 = 11;
+/// Store your board slot again: a store of it may have been lost on the
+/// way here (`crate::board`, "Lost stores").
+const REPOST: u8 = 12;
 /// An eager message with the one-word envelope (see "A frame").
 const EAGER8: u8 = 8;
 /// Bytes of the short envelope.
@@ -407,6 +410,8 @@ pub struct Engine {
     direct: Option<Box<dyn Direct>>,
     /// Sends moving by zero copy, until the receiver took them.
     direct_sends: Vec<DirectSend>,
+    /// Another rank asked us to store our board slot again.
+    repost_asked: bool,
 }
 
 // SAFETY: the raw pointers an engine holds are the application's send and
@@ -530,9 +535,25 @@ impl Engine {
             unexpected_bytes: 0,
             direct: None,
             direct_sends: Vec::new(),
+            repost_asked: false,
         };
         e.reset_credit();
         e
+    }
+
+    /// Asks rank `to` to store its board slot again.
+    pub fn ask_repost(&mut self, to: u32) -> Result<(), EngineError> {
+        if to >= self.size() || to == self.me {
+            return Err(EngineError::NoRank(to));
+        }
+        self.out[to as usize].push_back(Out::Frame(header(REPOST, 0, 0, 0, 0, 0, 0).to_vec()));
+        self.flush(to as usize)
+    }
+
+    /// Whether a rank asked us to store our board slot again since the
+    /// last call.
+    pub fn take_repost_asked(&mut self) -> bool {
+        std::mem::take(&mut self.repost_asked)
     }
 
     /// Gives the engine zero-copy transfers ([`Direct`]).
@@ -1183,6 +1204,10 @@ impl Engine {
                 Ok(())
             }
             CREDIT => self.credit_back(from, a),
+            REPOST => {
+                self.repost_asked = true;
+                Ok(())
+            }
             k => Err(bad(format!("unknown frame kind {k}"))),
         }
     }

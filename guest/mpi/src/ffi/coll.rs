@@ -404,9 +404,17 @@ fn barrier(st: &mut State, comm: MPI_Comm) -> R<Sched> {
 
 collective!(MPI_Barrier / PMPI_Barrier, MPI_Ibarrier / PMPI_Ibarrier, MPI_Barrier_init / PMPI_Barrier_init, barrier(comm: MPI_Comm) comm(comm));
 
-/// A barrier, run to its end (`MPI_Finalize` uses it).
+/// A barrier by messages, run to its end (`MPI_Finalize` uses it). Not on
+/// the board: after the last collective a rank leaves, and a rank that
+/// lost one of its board stores could not ask it to store its slot again
+/// (`crate::board`, "Lost stores"); messages repair their own losses.
 pub fn barrier_now(st: &mut State, comm: MPI_Comm) -> R<()> {
-    let s = barrier(st, comm)?;
+    if is_inter(st, comm)? {
+        let s = inter::barrier(st, comm)?;
+        return sched::run(st, s);
+    }
+    let io = Io::new(st, comm)?;
+    let s = Sched::new(io.clone(), async move { barrier_alg(&io).await });
     sched::run(st, s)
 }
 

@@ -151,7 +151,13 @@ fn print_stats(st: &State) {
     }
     let s = &st.eng.stats;
     let board = match &st.board {
-        Ok(b) => format!("{} collectives on the board", b.lock().unwrap_or_else(|e| e.into_inner()).count),
+        Ok(b) => {
+            let b = b.lock().unwrap_or_else(|e| e.into_inner());
+            format!(
+                "{} collectives on the board, {} board slot stores again, {} asks for them",
+                b.count, b.reposts.0, b.reposts.1
+            )
+        }
         Err(why) => format!("no board ({why})"),
     };
     // MB/s of a (bytes, time) pair.

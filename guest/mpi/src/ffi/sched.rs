@@ -393,6 +393,22 @@ impl Turn {
                 b.post(self.k, data);
                 Poll::Ready(())
             } else {
+                b.waits(self.k);
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Waits until `ready` says so, noting the wait on the board (so that
+    /// a lost store is asked for again).
+    async fn until(&self, ready: impl Fn(&Board) -> bool) {
+        std::future::poll_fn(|_| {
+            let mut b = self.board();
+            if ready(&b) {
+                Poll::Ready(())
+            } else {
+                b.waits(self.k);
                 Poll::Pending
             }
         })
@@ -401,13 +417,12 @@ impl Turn {
 
     /// Waits until every rank has written this collective.
     pub async fn all(&self) {
-        std::future::poll_fn(|_| if self.board().missing(self.k).is_empty() { Poll::Ready(()) } else { Poll::Pending })
-            .await
+        self.until(|b| b.missing(self.k).is_empty()).await
     }
 
     /// Waits until rank `r` has written this collective.
     pub async fn from(&self, r: u32) {
-        std::future::poll_fn(|_| if self.board().arrived(r, self.k) { Poll::Ready(()) } else { Poll::Pending }).await
+        self.until(|b| b.arrived(r, self.k)).await
     }
 
     /// The `len` bytes rank `r` wrote (once it has).
@@ -449,6 +464,7 @@ pub fn run(st: &mut State, mut s: Sched) -> R<()> {
 /// moved.
 pub fn progress(st: &mut State) -> R<bool> {
     let mut moved = st.eng.progress()?;
+    board_repair(st)?;
     if st.scheds.is_empty() {
         return Ok(moved);
     }
@@ -469,6 +485,24 @@ pub fn progress(st: &mut State) -> R<bool> {
     });
     st.scheds.extend(scheds);
     Ok(moved)
+}
+
+/// The board's lost stores (`crate::board`, "Lost stores"): stores our
+/// slot again when another rank asked, and asks the ranks we have waited
+/// too long for.
+fn board_repair(st: &mut State) -> R<()> {
+    let Ok(board) = &st.board else { return Ok(()) };
+    let ask = {
+        let mut b = board.lock().unwrap_or_else(|e| e.into_inner());
+        if st.eng.take_repost_asked() {
+            b.repost();
+        }
+        b.overdue()
+    };
+    for r in ask {
+        st.eng.ask_repost(r)?;
+    }
+    Ok(())
 }
 
 /// Starts schedule `s` as request `h` (already in `st.reqs`, marked
