@@ -401,6 +401,13 @@ impl Regs {
         self.reg(regs::reg::ERR_COUNT as usize)
     }
 
+    /// The adapter's count of link and membership changes it saw,
+    /// LINK_EVENTS (a device read): it moves when another node leaves or
+    /// joins, as one whose link went down does.
+    pub fn link_events(&self) -> u32 {
+        self.reg(regs::reg::LINK_EVENTS as usize)
+    }
+
     /// `imc_ckerrcnt`: true when errors happened anywhere in the cluster
     /// since `*errors` was read, which becomes the count now (imcd's count
     /// plus the errors nodes report as not yet counted).

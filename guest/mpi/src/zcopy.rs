@@ -133,13 +133,24 @@ pub struct Zcopy {
     /// Transfers in flight, and when each started.
     flying: HashMap<u64, (DmaHandle, Instant)>,
     next: u64,
+    /// The adapter's loss stamp as last read (`Direct::losses`).
+    losses: Option<u64>,
 }
 
 impl Zcopy {
     /// For rank of job `job` whose peers on other guests are `remote`,
     /// with `bytes` of memory (nothing is set up yet).
     pub fn new(job: u32, remote: Vec<bool>, bytes: usize) -> Zcopy {
-        Zcopy { job, remote, bytes, pool: None, targets: HashMap::default(), flying: HashMap::default(), next: 1 }
+        Zcopy {
+            job,
+            remote,
+            bytes,
+            pool: None,
+            targets: HashMap::default(),
+            flying: HashMap::default(),
+            next: 1,
+            losses: None,
+        }
     }
 
     fn open(&self, me: u32) -> Result<Pool, ZcopyError> {
@@ -212,11 +223,13 @@ impl Direct for Zcopy {
         Some(done)
     }
 
-    fn errors(&self) -> u64 {
-        match self.pool.as_ref() {
-            Some(Ok(p)) => p.regs.hw_errcnt() as u64,
-            _ => 0,
+    fn losses(&mut self, fresh: bool) -> u64 {
+        let Some(Ok(p)) = self.pool.as_ref() else { return 0 };
+        if fresh || self.losses.is_none() {
+            // Two trapped loads.
+            self.losses = Some((p.regs.hw_errcnt() as u64) << 32 | p.regs.link_events() as u64);
         }
+        self.losses.unwrap_or(0)
     }
 
     /// `len` bytes of zero-copy memory, setting it up the first time;
