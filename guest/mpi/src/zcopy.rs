@@ -14,7 +14,8 @@
 //! Owns: the pool `MPI_Alloc_mem` carves (first fit, 64-byte aligned),
 //! the landing region, the other ranks' landing regions as DMA targets
 //! (attached the first time one is sent to), the transfers in flight, and
-//! the adapter's error count. Everything is set up at the first
+//! the adapter's loss stamp (its error count and link events, as
+//! `Direct::losses` reads them). Everything is set up at the first
 //! `MPI_Alloc_mem`; a rank that never calls it (or whose set-up failed:
 //! `why_not`) gets `malloc` memory and the usual protocol.
 //!
