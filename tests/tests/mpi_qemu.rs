@@ -397,10 +397,10 @@ fn under_faults(c: &Cluster, n: usize, env: &[&str], prog: &str) -> (bool, Strin
 /// guests ping-pong 1 MiB and 3 MiB messages between `MPI_Alloc_mem`
 /// buffers, the hub corrupts frames to either guest and takes guest 1's
 /// link down for a moment, again and again. Every byte of every message is
-/// checked (`bw.c -c`); transfers that an adapter's error
-/// count put in doubt were sent again as `DATA`, the others landed by
-/// DMA. The collectives go by messages (`MCMPI_BOARD=0`): the board's
-/// stores have no repair.
+/// checked (`bw.c -c`); transfers that the receiver's loss stamp put in
+/// doubt were sent again as `DATA`, the others landed by DMA. The
+/// collectives go by messages (`MCMPI_BOARD=0`), so that this tests zero
+/// copy alone: the board's repair has its own test below.
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn mpi_zero_copy_survives_lost_frames() {

@@ -64,6 +64,16 @@ pub const ASK_EVERY: Duration = Duration::from_secs(1);
 /// Words of a slot.
 const SLOT_WORDS: usize = SLOT / 8;
 
+/// The collective number a sequence word holds.
+fn seq_number(w: u64) -> u64 {
+    w & 0xFFFF_FFFF
+}
+
+/// The data words a sequence word says came with it.
+fn seq_words(w: u64) -> usize {
+    (w >> 32 & 0xF) as usize
+}
+
 /// The sequence word of collective `k` by rank `r` with data words `data`.
 fn seq_word(r: u32, k: u64, data: &[u64]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64 ^ u64::from(r) << 32 ^ k;
@@ -71,7 +81,7 @@ fn seq_word(r: u32, k: u64, data: &[u64]) -> u64 {
         h = (h ^ w).wrapping_mul(0x100_0000_01b3);
         h ^= h >> 29;
     }
-    (k & 0xFFFF_FFFF) | (data.len() as u64) << 32 | (h >> 36) << 36
+    seq_number(k) | (data.len() as u64) << 32 | (h >> 36) << 36
 }
 
 /// Setting up a board failed (the job then runs without one).
@@ -208,7 +218,7 @@ impl Board {
             let at = r as usize * SLOT;
             (self.mem.load(at), self.mem.load(at + HALF))
         };
-        (a & 0xFFFF_FFFF).max(b & 0xFFFF_FFFF)
+        seq_number(a).max(seq_number(b))
     }
 
     /// Whether this rank may write collective `k` now (see "Turns").
@@ -250,7 +260,7 @@ impl Board {
     pub fn repost(&mut self) {
         for h in [0, HALF / 8] {
             if self.mine[h] != 0 {
-                self.store_half(h, (self.mine[h] >> 32 & 0xF) as usize);
+                self.store_half(h, seq_words(self.mine[h]));
             }
         }
         self.reposts.0 += 1;
@@ -264,8 +274,8 @@ impl Board {
         }
         let at = Self::half(r, k);
         let w = self.mem.load(at);
-        let n = (w >> 32 & 0xF) as usize;
-        if w & 0xFFFF_FFFF != k & 0xFFFF_FFFF || n > DATA_MAX / 8 {
+        let n = seq_words(w);
+        if seq_number(w) != seq_number(k) || n > DATA_MAX / 8 {
             return false;
         }
         let mut data = [0u64; DATA_MAX / 8];

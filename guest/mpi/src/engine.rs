@@ -1042,14 +1042,21 @@ impl Engine {
                 self.stats.zero_copy.0 += 1;
                 self.stats.zero_copy.1 += len as u64;
                 self.stats.bytes_out += len as u64;
+                self.flush(to as usize)?;
             } else {
                 self.direct_sends.remove(i);
-                self.stats.zero_copy_streamed += 1;
-                self.out[to as usize].push_back(Out::Stream { sreq, rreq, off: 0 });
+                self.stream_instead(to, sreq, rreq)?;
             }
-            self.flush(to as usize)?;
         }
         Ok(!ended.is_empty())
+    }
+
+    /// A zero-copy offer for send `sreq` that ends as `DATA` frames to
+    /// `to`'s receive `rreq`, from the first byte.
+    fn stream_instead(&mut self, to: u32, sreq: ReqId, rreq: u64) -> Result<(), EngineError> {
+        self.stats.zero_copy_streamed += 1;
+        self.out[to as usize].push_back(Out::Stream { sreq, rreq, off: 0 });
+        self.flush(to as usize)
     }
 
     /// A `CTS` for send `sreq` of ours, to `from`'s receive `rreq`; with
@@ -1062,15 +1069,12 @@ impl Engine {
             }
             // Asked again after a zero-copy transfer the receiver could
             // not trust: the message goes as DATA.
-            Some(Req { kind: Kind::Send { dest, .. }, .. })
-                if *dest == from && resend.is_some() && landing.is_none() =>
-            {
-                if let Some(i) = resend {
-                    self.direct_sends.remove(i);
-                }
-                self.stats.zero_copy_streamed += 1;
-                self.out[from as usize].push_back(Out::Stream { sreq, rreq, off: 0 });
-                return self.flush(from as usize);
+            Some(Req { kind: Kind::Send { dest, .. }, .. }) if *dest == from && landing.is_none() => {
+                let Some(i) = resend else {
+                    return Err(EngineError::Protocol { from, what: format!("clear-to-send for unknown send {sreq}") });
+                };
+                self.direct_sends.remove(i);
+                return self.stream_instead(from, sreq, rreq);
             }
             _ => return Err(EngineError::Protocol { from, what: format!("clear-to-send for unknown send {sreq}") }),
         }
@@ -1081,7 +1085,7 @@ impl Engine {
                     return Ok(());
                 }
             }
-            self.stats.zero_copy_streamed += 1;
+            return self.stream_instead(from, sreq, rreq);
         }
         self.out[from as usize].push_back(Out::Stream { sreq, rreq, off: 0 });
         self.flush(from as usize)

@@ -109,7 +109,7 @@ impl Blocks {
 }
 
 /// The set-up that works: the spare, this rank's landing region, and the
-/// adapter's registers (for its error count).
+/// adapter's registers (for its loss stamp).
 struct Pool {
     spare: ump::mc::DmaSpare,
     blocks: Blocks,

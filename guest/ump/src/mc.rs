@@ -181,12 +181,6 @@ impl DmaSpare {
         self.imc().dma_land(id, self.area.spare.0 as u64)
     }
 
-    /// Region `id` as a DMA destination (this process attached it for
-    /// transmit).
-    pub fn target(&self, id: u32) -> Result<DmaTarget, ImcError> {
-        self.imc().dma_target(id)
-    }
-
     /// Starts sending `len` bytes at `src` (inside the spare) to byte
     /// `offset` of `target`. The bytes must stay unchanged until
     /// [`DmaSpare::test`] says the transfer is done; stores made after
