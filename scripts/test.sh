@@ -33,7 +33,7 @@ t0=$(date +%s)
 cargo test --workspace --release
 # The in-process adapter suites ran on local ports of the hub (the default,
 # what mc-cluster uses); run them again with per-guest adapters on link ports.
-MC_TEST_PORTS=link cargo test --release -p tests --test adapter_in_process --test vfio_user_fuzz
+MC_TEST_PORTS=link cargo test --release -p tests --test adapter_in_process --test adapter_fds --test vfio_user_fuzz
 echo "fast tier: $(( $(date +%s) - t0 )) s"
 
 if [ "$FAST_ONLY" = 0 ]; then
