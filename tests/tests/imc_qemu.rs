@@ -230,6 +230,16 @@ fn imc_kill_signals_remote_process() {
     assert!(log.contains("got signal 12"), "{log}");
 }
 
+/// What the latest imcd started by `/etc/keep-imcd` logged (its log holds
+/// every start, each after a "keep-imcd: start N" line); "" before the
+/// second start.
+fn latest_imcd(log: &str) -> &str {
+    match log.rsplit_once("keep-imcd: start ") {
+        Some((_, last)) if !last.starts_with("1 ") => last,
+        _ => "",
+    }
+}
+
 /// Issue 5: a node fails in the middle of a directory update, holding the
 /// directory lock. The lowest surviving imcd repairs the directory (the
 /// two-copy toggle), clears the dead node's lock slot and its host bits,
@@ -243,12 +253,12 @@ fn node_failure_repairs_descriptors() {
     let c = up("t-fail", 3);
     hold_ok(&c, 0, "h70", "mctool imc-alloc --key 70 --mode 666 --hold 600");
     // mpid (the MPI launch daemon) holds mappings from the old imcd, which
-    // keep the adapter busy: it lets them go when imcd goes away.
-    c.run(2, &["sh", "-c", "kill $(pidof imcd)"]);
+    // keep the adapter busy: it lets them go when imcd goes away. imcd's
+    // keeper (/etc/keep-imcd) starts it again, with the failure-drill hook.
+    c.run(2, &["sh", "-c", "echo --test-hooks > /run/imcd.args; kill $(pidof imcd)"]);
     c.poll_until(2, &["cat", "/var/log/mpid.log"], 30, |o| o.contains("MEMORY CHANNEL released"));
-    c.run(2, &["sh", "-c", "imcd --test-hooks > /tmp/imcd2.log 2>&1 &"]);
-    let log2 = c.poll_until(2, &["cat", "/tmp/imcd2.log"], 30, |o| o.contains("listening"));
-    assert!(log2.contains("sent the directory by a running node"), "{log2}");
+    let log2 = c.poll_until(2, &["cat", "/var/log/imcd.log"], 30, |o| latest_imcd(o).contains("listening"));
+    assert!(latest_imcd(&log2).contains("sent the directory by a running node"), "{log2}");
     // ...and listens again once the new imcd answers.
     c.poll_until(2, &["cat", "/var/log/mpid.log"], 60, |o| o.matches("listening on handle").count() == 2);
     // The newcomer sees node 0's region, and holds two of its own.
@@ -257,7 +267,7 @@ fn node_failure_repairs_descriptors() {
     hold_ok(&c, 2, "h71", "mctool imc-alloc --key 71 --mode 666 --hold 600");
     // Node 2 stops dead mid-update of entry 0 with the lock held...
     c.background(2, "drill", "mctool imc-drill --id 0");
-    c.poll_until(2, &["cat", "/tmp/imcd2.log"], 30, |o| o.contains("abandoned an update"));
+    c.poll_until(2, &["cat", "/var/log/imcd.log"], 30, |o| latest_imcd(o).contains("abandoned an update"));
     // ...and leaves the cluster.
     c.hub(&["link-down", "2"]);
     let log0 = c.poll_until(0, &["cat", "/var/log/imcd.log"], 30, |o| o.contains("node 2 failed"));

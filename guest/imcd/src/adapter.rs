@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use guest_driver::guest_mem::{Mapping, ReadWrite};
 use guest_driver::txdma::{DmaRing, DMA_RING_IOVA};
 use guest_driver::{rx_buffer, Adapter, Interrupt, RX_IOVA_BASE};
-use imc_proto::layout::{ACK_Q_PAGE, DIR_PAGE, MAX_NODES, META_PAGES, RELAY_PAGE};
+use imc_proto::layout::{ACK_Q_PAGE, DIR_PAGE, DIR_PAGES, MAX_NODES, META_PAGES, RELAY_PAGE};
 use imc_proto::{ACK_FILE, ERRCOUNT_FILE};
 use regs::{int, pct, reg, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
 
@@ -204,7 +204,7 @@ impl Hw for AdapterHw {
             buf: self.meta.clone(),
             page: DIR_PAGE,
             node: self.me,
-            slots: (PAGE_SIZE / 8) as usize,
+            slots: (DIR_PAGES * PAGE_SIZE / 8) as usize,
         }
     }
     fn errors(&self) -> (u32, u64) {

@@ -72,7 +72,7 @@ pub fn refusal(e: &RegionError) -> Reply {
         RegionError::NoSpace { .. } => Status::NoSpace,
         RegionError::TableFull(_) => Status::TableFull,
         RegionError::NotFound(_) => Status::NotFound,
-        RegionError::Empty => Status::Invalid,
+        RegionError::Empty | RegionError::AddressSpaceTooSmall { .. } => Status::Invalid,
         RegionError::Lock(_) | RegionError::Toggle(_) | RegionError::Unanswered { .. } => Status::Cluster,
     };
     Reply::error(code, e)
@@ -132,7 +132,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
     }
 
     fn region(&self, id: u32) -> Result<RegionDesc, RegionError> {
-        self.dir.list().into_iter().find(|r| r.id == id).ok_or(RegionError::NotFound(id as u64))
+        self.dir.get(id).ok_or(RegionError::NotFound(id as u64))
     }
 
     /// Client `client` holds region `id` (after a successful allocation).

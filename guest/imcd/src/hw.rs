@@ -16,8 +16,8 @@ use crate::regions::RegionDesc;
 
 /// What the node logic needs from the adapter.
 pub trait Hw: Sync {
-    /// The ordered bus the region directory lives on (page 0, every node
-    /// receives it, loopback on).
+    /// The ordered bus the region directory lives on (its pages from
+    /// `DIR_PAGE`; every node receives them, loopback on).
     type Bus: OrderedBus + Clone + Send + Sync;
 
     /// This node's id.

@@ -35,11 +35,12 @@ use thiserror::Error;
 
 use crate::toggled::{ToggleError, Toggled};
 use imc_client::cluster_lock::{ClusterLock, LockError, OrderedBus, Window};
+use imc_proto::layout::ENTRY_WORDS;
 
 /// Words per entry record.
 const W: usize = 8;
-/// Bus words one entry takes (toggle and two copies).
-const ENTRY_WORDS: usize = 1 + 2 * W;
+// Bus words one entry takes: imc_proto::layout::ENTRY_WORDS.
+const _: () = assert!(ENTRY_WORDS == 1 + 2 * W, "an entry is a toggle and two copies of a record");
 
 /// Who is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,8 +162,16 @@ pub enum RegionError {
         largest: u64,
     },
     /// Every directory entry is in use.
-    #[error("the region directory is full ({0} entries)")]
+    #[error("the region directory is full: all {0} entries are in use (docs/imc.md, \"Limits\")")]
     TableFull(usize),
+    /// The address space ends before the first page regions may have.
+    #[error("the MEMORY CHANNEL address space has {pages} pages; imcd keeps the first {first} for itself (give the hub a larger address space)")]
+    AddressSpaceTooSmall {
+        /// Pages the hub offers.
+        pages: u64,
+        /// The first page handed out to regions.
+        first: u64,
+    },
     /// No such region.
     #[error("no region {0}")]
     NotFound(u64),
@@ -208,6 +217,9 @@ impl<B: OrderedBus + Clone> Regions<B> {
         data: Range<u64>,
         timeout: Duration,
     ) -> Result<Self, RegionError> {
+        if data.is_empty() {
+            return Err(RegionError::AddressSpaceTooSmall { pages: data.end, first: data.start });
+        }
         let lock = ClusterLock::new(Window::new(bus.clone(), 0, lock_slots));
         let entries = (0..entries)
             .map(|i| Toggled::new(Window::new(bus.clone(), lock_slots + i * ENTRY_WORDS, ENTRY_WORDS), W))
@@ -218,6 +230,12 @@ impl<B: OrderedBus + Clone> Regions<B> {
     /// Every region, as this node sees it now.
     pub fn list(&self) -> Vec<RegionDesc> {
         self.entries.iter().enumerate().filter_map(|(i, e)| RegionDesc::from_words(i as u32, &e.read())).collect()
+    }
+
+    /// The region in entry `id`, as this node sees it now (one entry read,
+    /// not the whole directory).
+    pub fn get(&self, id: u32) -> Option<RegionDesc> {
+        RegionDesc::from_words(id, &self.entries.get(id as usize)?.read())
     }
 
     /// The region with `key`, as this node sees it now.
@@ -535,6 +553,43 @@ mod tests {
             d.alloc(k, 1, 0o600, ME, 0, true).unwrap();
         }
         assert_eq!(d.alloc(99, 1, 0o600, ME, 0, true), Err(RegionError::TableFull(ENTRIES)));
+    }
+
+    /// The real directory (imc_proto's layout: eight pages, entries
+    /// straddling page boundaries) fills to its last entry from one node,
+    /// every other node reads every entry the same, the full directory
+    /// names its size, and a freed entry is taken again.
+    #[test]
+    fn the_multi_page_directory_fills_and_every_node_reads_it() {
+        use imc_proto::layout::{DIR_PAGES, ENTRIES as DIR_ENTRIES, LOCK_SLOTS};
+        let words = Regions::<SimNode>::words_needed(LOCK_SLOTS, DIR_ENTRIES);
+        assert!(words <= DIR_PAGES as usize * 1024, "{words} words fit the directory's pages");
+        let c = Arc::new(SimCluster::with_slots(3, words, Duration::from_micros(5), 9));
+        let data = 48..48 + 2 * DIR_ENTRIES as u64;
+        let d: Vec<_> = (0..3)
+            .map(|n| Regions::new(c.node(n), LOCK_SLOTS, DIR_ENTRIES, data.clone(), Duration::from_secs(20)).unwrap())
+            .collect();
+        for k in 0..DIR_ENTRIES as u64 {
+            let (r, created) = d[0].alloc(1000 + k, 2, 0o600, ME, 0, true).unwrap();
+            assert!(created && r.id as u64 == k, "entry {k}");
+        }
+        assert_eq!(d[0].alloc(1, 1, 0o600, ME, 0, true), Err(RegionError::TableFull(DIR_ENTRIES)));
+        let t0 = Instant::now();
+        while d[2].list().len() < DIR_ENTRIES {
+            assert!(t0.elapsed() < Duration::from_secs(20), "node 2 sees {} entries", d[2].list().len());
+            thread::sleep(Duration::from_millis(5));
+        }
+        let (a, b) = (d[1].list(), d[2].list());
+        assert_eq!(a, b);
+        for (i, r) in a.iter().enumerate() {
+            assert_eq!((r.key, r.first_page, r.pages), (1000 + i as u64, 48 + 2 * i as u64, 2), "entry {i}");
+        }
+        // Entry 56 straddles pages 0 and 1 (words 1016..1033).
+        const _: () = assert!(LOCK_SLOTS + 56 * ENTRY_WORDS < 1024 && LOCK_SLOTS + 57 * ENTRY_WORDS > 1024);
+        assert_eq!(d[2].get(56).map(|r| r.key), Some(1056));
+        assert!(d[0].release(56).unwrap(), "node 0 was the last holder");
+        let (r, _) = d[1].alloc(7, 1, 0o600, ME, 0, true).unwrap();
+        assert_eq!(r.id, 56, "the freed entry is taken again");
     }
 
     #[test]

@@ -2,43 +2,61 @@
 //! each word of them means, and the geometry of lock sets. imcd writes these
 //! pages; client libraries read some of them (lock slots, error counts).
 //!
-//! | page | contents |
+//! | pages | contents |
 //! |---|---|
-//! | [`DIR_PAGE`] 0 | the region directory: its cluster lock ([`LOCK_SLOTS`] slots) and [`ENTRIES`] cluster region descriptors |
-//! | [`ACK_PAGE`] 1–4 | coherency acks: word `entry * MAX_NODES + node` = the entry's ctime once `node` receives it |
-//! | [`HOST_PAGE`] 5 | host table: row `n` ([`host::ROW`] words) = imcd token, host name, join request, join served, ready |
-//! | [`RELAY_PAGE`] 6 | command relay: request mailbox of node `n` at word `n * relay::ROW`, its response at `relay::RESPONSES + n * relay::ROW` |
-//! | [`ERRCNT_PAGE`] 7 | error counts: word `n` = node `n`'s adapter error count, as its imcd last published it |
-//! | [`ACK_Q_PAGE`] 8 | the ACK page `imc_ckerrcnt` stores to |
+//! | [`DIR_PAGE`] 0–7 ([`DIR_PAGES`]) | the region directory: its cluster lock ([`LOCK_SLOTS`] words), then [`ENTRIES`] cluster region descriptors of [`ENTRY_WORDS`] words each, one after the other (an entry may straddle two pages) |
+//! | [`ACK_PAGE`] 8–37 ([`ACK_PAGES`]) | coherency acks: word `entry * MAX_NODES + node` = the entry's ctime once `node` receives it |
+//! | [`HOST_PAGE`] 38 | host table: row `n` ([`host::ROW`] words) = imcd token, host name, join request, join served, ready |
+//! | [`RELAY_PAGE`] 39 | command relay: request mailbox of node `n` at word `n * relay::ROW`, its response at `relay::RESPONSES + n * relay::ROW` |
+//! | [`ERRCNT_PAGE`] 40 | error counts: word `n` = node `n`'s adapter error count, as its imcd last published it |
+//! | [`ACK_Q_PAGE`] 41 | the ACK page `imc_ckerrcnt` stores to |
 //!
-//! Pages 0–7 ([`META_PAGES`]) are transmitted with loopback and received by
-//! every imcd; page 6 raises a notification interrupt. Regions get pages
-//! from [`DATA_FIRST`] up.
+//! Pages 0–40 ([`META_PAGES`]) are transmitted with loopback and received
+//! by every imcd into one buffer; the relay page raises a notification
+//! interrupt. Every page of the directory is received with loopback and
+//! the hub orders all writes, so a record that straddles two pages is
+//! read and written like one in a single page. Regions get pages from
+//! [`DATA_FIRST`] up.
+//!
+//! The directory's size: a UMP channel between two guests takes two
+//! entries, so a job whose every rank talks to every rank on other guests
+//! takes about R² (1 − 1/N) entries for R ranks on N guests (`docs/imc.md`,
+//! "Limits"): 16 ranks on 4 guests take about 220 with MPI's other
+//! regions, within [`ENTRIES`] (478); one page held 56.
 
-/// The region directory.
+/// First page of the region directory.
 pub const DIR_PAGE: u64 = 0;
-/// First of the four coherency-ack pages.
-pub const ACK_PAGE: u64 = 1;
+/// Pages of the region directory.
+pub const DIR_PAGES: u64 = 8;
+/// First of the coherency-ack pages.
+pub const ACK_PAGE: u64 = DIR_PAGE + DIR_PAGES;
+/// Pages of coherency acks: a word per entry and node.
+pub const ACK_PAGES: u64 = ((ENTRIES * MAX_NODES) as u64).div_ceil(PAGE_WORDS as u64);
 /// The host table.
-pub const HOST_PAGE: u64 = 5;
+pub const HOST_PAGE: u64 = ACK_PAGE + ACK_PAGES;
 /// The command relay's mailboxes.
-pub const RELAY_PAGE: u64 = 6;
+pub const RELAY_PAGE: u64 = HOST_PAGE + 1;
 /// Every node's published error count.
-pub const ERRCNT_PAGE: u64 = 7;
+pub const ERRCNT_PAGE: u64 = RELAY_PAGE + 1;
 /// imcd's own pages received by every node (the ACK page is apart).
-pub const META_PAGES: u64 = 8;
+pub const META_PAGES: u64 = ERRCNT_PAGE + 1;
 /// The ACK page of `imc_ckerrcnt`.
-pub const ACK_Q_PAGE: u64 = 8;
+pub const ACK_Q_PAGE: u64 = META_PAGES;
 /// First page handed out to regions.
-pub const DATA_FIRST: u64 = 16;
+pub const DATA_FIRST: u64 = 48;
 /// Nodes imcd keeps rows for (the hub's ports beyond this get no imcd).
 pub const MAX_NODES: usize = 64;
 /// Slots of a cluster lock (the directory's, and each lock of a set): one
 /// per possible node.
 pub const LOCK_SLOTS: usize = MAX_NODES;
-/// Directory entries (regions in the cluster): as many as fit in page 0
-/// beside the lock (64 + 56 * 17 = 1016 of 1024 words).
-pub const ENTRIES: usize = 56;
+/// Words of one directory entry: a toggle word and two copies of an
+/// 8-word record (key, first page, pages, mode and flags, uid, gid, ctime,
+/// hosts).
+pub const ENTRY_WORDS: usize = 1 + 2 * 8;
+/// Directory entries (regions and lock sets in the cluster): as many as
+/// fit in the directory's pages beside the lock
+/// (64 + 478 * 17 = 8190 of 8192 words).
+pub const ENTRIES: usize = (DIR_PAGES as usize * PAGE_WORDS - LOCK_SLOTS) / ENTRY_WORDS;
 /// Key bit that puts spinlock sets in the region directory beside regions
 /// (see [`crate::keys`]).
 pub const LOCK_KEY: u64 = 1 << 63;
@@ -100,14 +118,18 @@ pub mod relay {
     pub const SIGNAL: u64 = 1;
 }
 
-// The rows fit their pages, checked when the crate compiles.
+/// 64-bit words in a MEMORY CHANNEL page (8 KiB).
 const PAGE_WORDS: usize = 1024;
-const _: () = assert!(MAX_NODES * host::ROW <= PAGE_WORDS, "host table fits page 5");
+
+// The rows fit their pages, checked when the crate compiles.
+const _: () = assert!(MAX_NODES * host::ROW <= PAGE_WORDS, "host table fits its page");
 const _: () = assert!(MAX_NODES * relay::ROW <= relay::RESPONSES, "requests stay below the responses");
-const _: () = assert!(relay::RESPONSES + MAX_NODES * relay::ROW <= PAGE_WORDS, "relay fits page 6");
-const _: () = assert!(ENTRIES * MAX_NODES <= 4 * PAGE_WORDS, "acks fit pages 1-4");
-const _: () = assert!(LOCK_SLOTS + ENTRIES * 17 <= PAGE_WORDS, "directory fits page 0");
+const _: () = assert!(relay::RESPONSES + MAX_NODES * relay::ROW <= PAGE_WORDS, "relay fits its page");
+const _: () = assert!(ENTRIES * MAX_NODES <= ACK_PAGES as usize * PAGE_WORDS, "acks fit their pages");
+const _: () =
+    assert!(LOCK_SLOTS + ENTRIES * ENTRY_WORDS <= DIR_PAGES as usize * PAGE_WORDS, "directory fits its pages");
 const _: () = assert!(ACK_Q_PAGE >= META_PAGES && ACK_Q_PAGE < DATA_FIRST, "ACK page between imcd's and regions");
+const _: () = assert!(ENTRIES == 478 && META_PAGES == 41, "the table in the module header");
 
 #[cfg(test)]
 mod tests {
