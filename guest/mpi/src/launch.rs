@@ -7,12 +7,15 @@
 //! | `MCMPI_JOB`   | job id, decimal, 1 to 2^32-1, unique per launch |
 //! | `MCMPI_RANK`  | this process's rank in `MPI_COMM_WORLD`         |
 //! | `MCMPI_SIZE`  | the number of ranks                             |
+//! | `MCMPI_LOCAL_SIZE` | ranks of the job on this guest (optional, default 1) |
 //!
 //! A program started without them is a singleton: rank 0 of 1.
 //!
 //! Also how big the rank's UMP rings are ([`ump_config`]): MEMORY
 //! CHANNEL rings are sized from the job, since a rendezvous streams one
-//! ring-full per round trip of the reader's index.
+//! ring-full per round trip of the reader's index, and everything a rank
+//! takes (rings, DMA slots, zero-copy memory) fits a share of the guest's
+//! memory ([`Guest`]), or `MPI_Init` says which limit it meets.
 
 use thiserror::Error;
 
@@ -115,15 +118,81 @@ pub fn alloc_mem_bytes(var: impl Fn(&str) -> Option<String>) -> Result<usize, um
     }
 }
 
-/// The UMP configuration of a rank of a job of `size` ranks, from the
-/// variables `var` gives: UMP's own (`UMP_*`, which win), else MEMORY
-/// CHANNEL rings of `MCMPI_MC_RINGS` (default 4 MiB) shared among the
-/// other ranks, a power of two from 32 KiB to 1 MiB, room for a
-/// channel to every other rank, and [`alloc_mem_bytes`] of spare DMA
-/// memory.
-pub fn ump_config(size: u32, var: impl Fn(&str) -> Option<String>) -> Result<ump::Config, ump::ConfigError> {
+/// The guest a rank runs on, as far as its memory goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guest {
+    /// The guest's memory, bytes (`MemTotal`).
+    pub memory: usize,
+    /// Ranks of the job on this guest, this one included.
+    pub ranks: u32,
+}
+
+impl Guest {
+    /// This guest: `MemTotal` from `/proc/meminfo` and `MCMPI_LOCAL_SIZE`
+    /// (which `mpid` sets; 1 when unset).
+    pub fn from_system(var: impl Fn(&str) -> Option<String>) -> Result<Guest, ump::ConfigError> {
+        let ranks =
+            match var("MCMPI_LOCAL_SIZE") {
+                None => 1,
+                Some(s) => s.parse::<u32>().ok().filter(|&n| n >= 1).ok_or_else(|| {
+                    ump::ConfigError(format!("MCMPI_LOCAL_SIZE={s:?}: a number of ranks, at least 1"))
+                })?,
+            };
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let kib = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<usize>().ok());
+        // Without /proc (never in our guests), assume 1 GiB.
+        Ok(Guest { memory: kib.map_or(1 << 30, |k| k << 10), ranks })
+    }
+}
+
+/// The share of a guest's memory that the MPI buffers of all the ranks on
+/// it may take by default (`MCMPI_MEM` sets a rank's own budget): 3/8,
+/// which leaves the kernel, the image (about 50 MB of a 256 MiB guest),
+/// imcd, mpid and the programs' own data the rest.
+pub const MEMORY_SHARE: (usize, usize) = (3, 8);
+
+/// The smallest shared-memory ring MPI shrinks to by itself.
+pub const SHM_RING_MIN: usize = 32 << 10;
+
+/// Zero-copy memory below this is not worth keeping: it is given up
+/// before the rings shrink further.
+const ALLOC_MEM_MIN: usize = 256 << 10;
+
+/// Bytes of a rank's budget its buffers take: per rank on another guest,
+/// the receive buffer of the other side's half (whole 8 KiB pages) and
+/// the writer's copy of our ring; per rank on this guest, one
+/// shared-memory half (each pair's file holds two, one per side); the
+/// zero-copy memory when any rank is on another guest.
+pub fn memory_needed(c: &ump::Config, remote: usize, local_peers: usize) -> usize {
+    let spare = if remote > 0 { c.dma_spare } else { 0 };
+    let mc_half = ump::ring::half_len(c.mc_buffer).next_multiple_of(8192);
+    remote * (mc_half + c.mc_buffer) + local_peers * ump::ring::half_len(c.shm_buffer) + spare
+}
+
+/// The UMP configuration of a rank of a job of `size` ranks on `guest`,
+/// from the variables `var` gives: UMP's own (`UMP_*`, which win), else
+/// MEMORY CHANNEL rings of `MCMPI_MC_RINGS` (default 4 MiB) shared among
+/// the other ranks, a power of two from 32 KiB to 1 MiB, room for a
+/// channel to every other rank, a DMA slot for each rank on another
+/// guest, and [`alloc_mem_bytes`] of spare DMA memory. Then all of it is
+/// fitted to the rank's memory budget (`MCMPI_MEM`, else
+/// [`MEMORY_SHARE`] of the guest's memory over its ranks): the zero-copy
+/// memory halves first (and goes below 256 KiB), then the MEMORY CHANNEL
+/// rings, then the shared-memory rings, each only where no variable set
+/// it. A budget that the smallest sizes do not fit is an error that names
+/// it and the ways out.
+pub fn ump_config(
+    size: u32,
+    guest: Guest,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<ump::Config, ump::ConfigError> {
     let mut c = ump::Config::from_vars(&var)?;
     let peers = (size as usize).saturating_sub(1).max(1);
+    let local = guest.ranks.clamp(1, size.max(1)) as usize;
+    let remote = size as usize - local;
+    let local_peers = local - 1;
     if var("UMP_MC_BUFFER").is_none() {
         let budget = match var("MCMPI_MC_RINGS") {
             Some(s) => {
@@ -141,6 +210,53 @@ pub fn ump_config(size: u32, var: impl Fn(&str) -> Option<String>) -> Result<ump
     if var("UMP_DMA_SPARE").is_none() {
         c.dma_spare = alloc_mem_bytes(&var)?;
     }
+    if var("UMP_DMA_SLOTS").is_none() {
+        c.dma_slots = Some(remote);
+    }
+    let budget = match var("MCMPI_MEM") {
+        Some(s) => {
+            ump::parse_size(&s).ok_or_else(|| ump::ConfigError(format!("MCMPI_MEM={s:?}: bytes per rank, like 16M")))?
+        }
+        None => guest.memory / MEMORY_SHARE.1 * MEMORY_SHARE.0 / local,
+    };
+    let (spare_set, ring_set, shm_set) = (
+        var("UMP_DMA_SPARE").is_some() || var("MCMPI_ALLOC_MEM").is_some(),
+        var("UMP_MC_BUFFER").is_some(),
+        var("UMP_SHM_BUFFER").is_some(),
+    );
+    while memory_needed(&c, remote, local_peers) > budget {
+        if !spare_set && remote > 0 && c.dma_spare > 0 {
+            let half = c.dma_spare / 2 / 8192 * 8192;
+            c.dma_spare = if half < ALLOC_MEM_MIN { 0 } else { half };
+        } else if !ring_set && remote > 0 && c.mc_buffer > MC_RING_MIN {
+            c.mc_buffer /= 2;
+        } else if !shm_set && local_peers > 0 && c.shm_buffer > SHM_RING_MIN {
+            c.shm_buffer /= 2;
+        } else {
+            let mib = |b: usize| format!("{:.1} MiB", b as f64 / f64::from(1 << 20));
+            let given = match var("MCMPI_MEM") {
+                Some(s) => format!("MCMPI_MEM={s} gives it {}", mib(budget)),
+                None => format!(
+                    "the guest has {} for {local} ranks of this job, and MPI's buffers may take {}/{} of it: {} per rank",
+                    mib(guest.memory),
+                    MEMORY_SHARE.0,
+                    MEMORY_SHARE.1,
+                    mib(budget)
+                ),
+            };
+            return Err(ump::ConfigError(format!(
+                "not enough memory for MPI's buffers: this rank needs {} at the least (rings of {} bytes to {remote} \
+                 ranks on other guests, of {} bytes to {local_peers} on this one, {} of zero-copy memory), and \
+                 {given}. Put fewer \
+                 ranks on each guest, give the guests more memory ([guest] memory_mib in the cluster's config), \
+                 or set MCMPI_MEM to the bytes a rank may take",
+                mib(memory_needed(&c, remote, local_peers)),
+                c.mc_buffer,
+                c.shm_buffer,
+                mib(if remote > 0 { c.dma_spare } else { 0 }),
+            )));
+        }
+    }
     c.check()?;
     Ok(c)
 }
@@ -149,8 +265,76 @@ pub fn ump_config(size: u32, var: impl Fn(&str) -> Option<String>) -> Result<ump
 mod tests {
     use super::*;
 
+    /// A guest as large as the old fixed sizes ever needed, all ranks but
+    /// this one elsewhere.
+    const ROOMY: Guest = Guest { memory: 4 << 30, ranks: 1 };
+
     fn cfg(size: u32, vars: &[(&str, &str)]) -> Result<ump::Config, ump::ConfigError> {
-        ump_config(size, |n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()))
+        cfg_on(size, ROOMY, vars)
+    }
+
+    fn cfg_on(size: u32, guest: Guest, vars: &[(&str, &str)]) -> Result<ump::Config, ump::ConfigError> {
+        ump_config(size, guest, |n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()))
+    }
+
+    /// What a rank of `size` with `local` on a guest of `mib` MiB gets,
+    /// and what that takes.
+    fn fitted(size: u32, local: u32, mib: usize, vars: &[(&str, &str)]) -> (ump::Config, usize) {
+        let c = cfg_on(size, Guest { memory: mib << 20, ranks: local }, vars).unwrap();
+        let need = memory_needed(&c, (size - local) as usize, local as usize - 1);
+        (c, need)
+    }
+
+    #[test]
+    fn a_rank_fits_its_share_of_the_guest() {
+        // 8 ranks on a 256 MiB guest (16 on 2 guests): 12 MiB each.
+        let (c, need) = fitted(16, 8, 256, &[]);
+        assert!(need <= (256 << 20) * 3 / 8 / 8, "{need}");
+        assert_eq!(c.dma_slots, Some(8), "a DMA slot per rank on another guest");
+        assert!(c.dma_spare >= 1 << 20 && c.mc_buffer >= 128 << 10, "{c:?}");
+        // All 8 on one guest: no MEMORY CHANNEL rings, no zero copy.
+        let (c, need) = fitted(8, 8, 256, &[]);
+        assert_eq!(c.dma_slots, Some(0));
+        assert!(need <= (256 << 20) * 3 / 8 / 8 && c.shm_buffer == 256 << 10, "{need} {c:?}");
+        // 2 ranks on a 256 MiB guest keep every default size.
+        let (c, _) = fitted(4, 2, 256, &[]);
+        assert_eq!((c.dma_spare, c.mc_buffer, c.shm_buffer), (crate::zcopy::ALLOC_MEM_DEFAULT, 1 << 20, 256 << 10));
+        // 8 ranks of 32 on a 64 MiB guest shrink to the smallest rings.
+        let (c, need) = fitted(32, 8, 64, &[]);
+        assert!(need <= (64 << 20) * 3 / 8 / 8, "{need}");
+        assert_eq!((c.dma_spare, c.mc_buffer), (0, MC_RING_MIN), "{c:?}");
+        assert!(c.shm_buffer < 256 << 10, "{c:?}");
+    }
+
+    #[test]
+    fn too_little_memory_is_an_error_that_names_the_limit_and_the_ways_out() {
+        let e = cfg_on(512, Guest { memory: 64 << 20, ranks: 32 }, &[]).unwrap_err().0;
+        for want in [
+            "not enough memory",
+            "32 ranks of this job",
+            "[guest] memory_mib",
+            "MCMPI_MEM",
+            "480 ranks on other guests",
+        ] {
+            assert!(e.contains(want), "{want}: {e}");
+        }
+        // A budget of one's own, and sizes one set, are kept as given.
+        let e = cfg_on(4, Guest { memory: 4 << 30, ranks: 1 }, &[("MCMPI_MEM", "1M"), ("MCMPI_ALLOC_MEM", "4M")])
+            .unwrap_err()
+            .0;
+        assert!(e.contains("MCMPI_MEM=1M gives it 1.0 MiB"), "{e}");
+        let c = cfg_on(4, Guest { memory: 4 << 30, ranks: 1 }, &[("MCMPI_MEM", "2M")]).unwrap();
+        assert!(memory_needed(&c, 3, 0) <= 2 << 20, "{c:?}");
+        assert!(cfg_on(4, ROOMY, &[("MCMPI_MEM", "lots")]).unwrap_err().0.contains("MCMPI_MEM"));
+    }
+
+    #[test]
+    fn the_guest_is_read_from_the_system() {
+        let g = Guest::from_system(|n| (n == "MCMPI_LOCAL_SIZE").then(|| "3".to_string())).unwrap();
+        assert_eq!(g.ranks, 3);
+        assert!(g.memory > 16 << 20, "MemTotal of this machine: {}", g.memory);
+        assert_eq!(Guest::from_system(|_| None).unwrap().ranks, 1);
+        assert!(Guest::from_system(|_| Some("none".into())).unwrap_err().0.contains("MCMPI_LOCAL_SIZE"));
     }
 
     #[test]

@@ -125,6 +125,27 @@ struct Daemon {
     jobs: HashMap<i32, Job>,
     events: Sender<RankEvent>,
     buf: Vec<u8>,
+    /// The guest kernel's count of OOM kills when we last looked.
+    oom_kills: u64,
+}
+
+/// The guest kernel's count of processes its OOM killer ended
+/// (`oom_kill` in `/proc/vmstat`, Linux 4.13 and later).
+fn oom_kills() -> u64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .ok()
+        .and_then(|v| v.lines().find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+/// The guest's memory in MiB (`MemTotal`), for messages.
+fn guest_mib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().find_map(|l| l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+        })
+        .map_or(0, |k| k >> 10)
 }
 
 fn log(msg: &str) {
@@ -213,7 +234,13 @@ fn serve(opts: &Options, handle: u64, wait: Duration, stop: &AtomicBool) -> Resu
         if mc { "shared memory and MEMORY CHANNEL" } else { "shared memory only: no imcd" }
     ));
     let (tx, rx) = mpsc::channel();
-    let mut d = Daemon { node: opts.node, jobs: HashMap::new(), events: tx, buf: vec![0u8; MAX_MESSAGE] };
+    let mut d = Daemon {
+        node: opts.node,
+        jobs: HashMap::new(),
+        events: tx,
+        buf: vec![0u8; MAX_MESSAGE],
+        oom_kills: oom_kills(),
+    };
     let mut checked = Instant::now();
     let mut imcd_lost = false;
     while !stop.load(Ordering::Relaxed) {
@@ -406,7 +433,8 @@ impl Daemon {
         }
         log(&format!("job {}: starting ranks {:?} of {}: {:?}", s.job, s.ranks, s.size, s.argv));
         for &rank in &s.ranks {
-            let l = Launch { key: id, job: s.job, rank, size: s.size, argv: &s.argv, env: &s.env, cwd: &cwd };
+            let local = s.ranks.len() as u32;
+            let l = Launch { key: id, job: s.job, rank, size: s.size, local, argv: &s.argv, env: &s.env, cwd: &cwd };
             match ranks::spawn(&l, &self.events) {
                 Ok(pid) => {
                     if let Some(j) = self.jobs.get_mut(&id) {
@@ -437,6 +465,20 @@ impl Daemon {
                 if let Some(j) = self.jobs.get_mut(&key) {
                     j.ranks.insert(rank, RankState::Done);
                 }
+                // A rank the guest's OOM killer took dies of SIGKILL; say so
+                // (on its standard error), with the knob that helps.
+                let kills = oom_kills();
+                if signal == Some(libc::SIGKILL) && kills > self.oom_kills {
+                    let data = format!(
+                        "mpid: rank {rank} was killed by node{}'s out-of-memory killer: the guest has {} MiB \
+                         (more with [guest] memory_mib in the cluster's config, or fewer ranks per guest)\n",
+                        self.node,
+                        guest_mib()
+                    );
+                    log(data.trim_end());
+                    self.reply(key, &Reply::Output { rank, fd: 2, data });
+                }
+                self.oom_kills = kills;
                 self.reply(key, &Reply::Exited { rank, code, signal });
             }
         }

@@ -74,6 +74,8 @@ pub struct Launch<'a> {
     pub rank: u32,
     /// Ranks in the job.
     pub size: u32,
+    /// Ranks of the job this daemon starts (on this guest).
+    pub local: u32,
     /// Program and arguments.
     pub argv: &'a [String],
     /// Variables on top of ours.
@@ -93,6 +95,7 @@ pub fn spawn(l: &Launch<'_>, events: &Sender<RankEvent>) -> Result<u32, RankErro
         .env("MCMPI_JOB", l.job.to_string())
         .env("MCMPI_RANK", l.rank.to_string())
         .env("MCMPI_SIZE", l.size.to_string())
+        .env("MCMPI_LOCAL_SIZE", l.local.to_string())
         .current_dir(l.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -31,6 +31,12 @@ pub struct Config {
     /// (MPI's `MPI_Alloc_mem`). A multiple of 8 KiB, at most
     /// [`DMA_SPARE_MAX`]; 0: none.
     pub dma_spare: usize,
+    /// MEMORY CHANNEL with DMA: channels whose writer keeps its copy of
+    /// the ring in the DMA source area, and so may send by DMA (a slot of
+    /// [`Config::mc_buffer`] bytes each; later channels keep their copy in
+    /// plain memory and send by stores). `None`: [`Config::max_channels`].
+    /// MPI sets it to the ranks on other guests.
+    pub dma_slots: Option<usize>,
 }
 
 /// Largest [`Config::dma_spare`]: half of the biggest source area imcd
@@ -58,6 +64,7 @@ impl Default for Config {
             outbuf: OUTBUF_DEFAULT,
             dma_threshold: DMA_THRESHOLD_DEFAULT,
             dma_spare: 0,
+            dma_slots: None,
         }
     }
 }
@@ -65,7 +72,7 @@ impl Default for Config {
 impl Config {
     /// From the environment: `UMP_SHM_BUFFER`, `UMP_MC_BUFFER`,
     /// `UMP_OUTBUF`, `UMP_DMA_THRESHOLD`, `UMP_DMA_SPARE` (bytes, or with a K/M suffix),
-    /// `UMP_MAX_CHANNELS`.
+    /// `UMP_MAX_CHANNELS`, `UMP_DMA_SLOTS`.
     pub fn from_env() -> Result<Config, ConfigError> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -86,6 +93,10 @@ impl Config {
         size("UMP_DMA_SPARE", &mut c.dma_spare)?;
         if let Some(s) = var("UMP_MAX_CHANNELS") {
             c.max_channels = s.parse().map_err(|_| ConfigError(format!("UMP_MAX_CHANNELS={s:?}")))?;
+        }
+        if let Some(s) = var("UMP_DMA_SLOTS") {
+            c.dma_slots =
+                Some(s.parse().map_err(|_| ConfigError(format!("UMP_DMA_SLOTS={s:?}: a number of channels")))?);
         }
         c.check()?;
         Ok(c)
@@ -155,6 +166,9 @@ mod tests {
         assert!(Config::from_vars(vars(&[("UMP_OUTBUF", "12K")])).is_err(), "not whole 8 KiB");
         assert!(Config::from_vars(vars(&[("UMP_MAX_CHANNELS", "0")])).is_err());
         assert_eq!(Config::from_vars(vars(&[("UMP_DMA_SPARE", "4M")])).unwrap().dma_spare, 4 << 20);
+        assert_eq!(Config::default().dma_slots, None);
+        assert_eq!(Config::from_vars(vars(&[("UMP_DMA_SLOTS", "3")])).unwrap().dma_slots, Some(3));
+        assert!(Config::from_vars(vars(&[("UMP_DMA_SLOTS", "x")])).unwrap_err().0.contains("UMP_DMA_SLOTS"));
         assert!(Config::from_vars(vars(&[("UMP_DMA_SPARE", "9M")])).unwrap_err().0.contains("UMP_DMA_SPARE"));
         assert!(Config::from_vars(vars(&[("UMP_DMA_SPARE", "12K")])).is_err(), "not whole 8 KiB");
         assert!(Config::from_vars(vars(&[("UMP_SHM_BUFFER", "99999999999999999999K")])).is_err(), "overflow");

@@ -71,9 +71,12 @@ const DMA_AREA_MAX: usize = 16 << 20;
 
 impl DmaArea {
     /// Opens the engine for this process: slots of `ring` bytes for up to
-    /// `channels` channels, within [`DMA_AREA_MAX`].
+    /// `channels` channels (none: only the spare), within [`DMA_AREA_MAX`].
     fn open(imc: &Imc, ring: usize, channels: usize, spare: usize) -> Result<DmaArea, String> {
-        let slots = channels.min(DMA_AREA_MAX.saturating_sub(spare) / ring).max(1);
+        let slots = channels.min(DMA_AREA_MAX.saturating_sub(spare) / ring);
+        if slots == 0 && spare == 0 {
+            return Err("no DMA slots and no spare were asked for".into());
+        }
         let port = imc.dma_open((slots * ring + spare) as u64).map_err(|e| format!("imcd: {e}"))?;
         let len = port.buffer().len();
         if len < slots * ring + spare {
@@ -138,7 +141,7 @@ impl Drop for DmaShadow {
 /// The process's DMA area, opened the first time (by a channel, or by
 /// [`crate::dma_spare`]).
 fn dma_area<'s>(st: &'s mut State, imc: &Imc) -> &'s Result<Arc<DmaArea>, String> {
-    let (ring, channels, spare) = (st.cfg.mc_buffer, st.cfg.max_channels, st.cfg.dma_spare);
+    let (ring, channels, spare) = (st.cfg.mc_buffer, st.cfg.dma_slots.unwrap_or(st.cfg.max_channels), st.cfg.dma_spare);
     st.dma.get_or_insert_with(|| DmaArea::open(imc, ring, channels, spare).map(Arc::new))
 }
 

@@ -50,12 +50,14 @@ fn init(level: c_int) -> R<c_int> {
     }
     T0.get_or_init(Instant::now);
     let place = Place::from_env().map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?;
+    let mut zcopy_bytes = 0;
     let links = if place.size > 1 {
-        ump::init(
-            crate::launch::ump_config(place.size, |v| std::env::var(v).ok())
-                .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?,
-        )
-        .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: format!("UMP: {e}") })?;
+        let var = |v: &str| std::env::var(v).ok();
+        let cfg = crate::launch::Guest::from_system(var)
+            .and_then(|guest| crate::launch::ump_config(place.size, guest, var))
+            .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?;
+        zcopy_bytes = cfg.dma_spare;
+        ump::init(cfg).map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: format!("UMP: {e}") })?;
         connect_all(place.rank, place.size, |r| place.handle(r), CONNECT_TIMEOUT)
             .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?
     } else {
@@ -63,12 +65,9 @@ fn init(level: c_int) -> R<c_int> {
     };
     let mut eng = Engine::new(place.rank, links);
     let remote = eng.remote_ranks();
-    if remote.iter().any(|&r| r) {
-        let bytes = crate::launch::alloc_mem_bytes(|v| std::env::var(v).ok())
-            .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?;
-        if bytes > 0 {
-            eng.set_direct(Box::new(crate::zcopy::Zcopy::new(place.job, remote, bytes)));
-        }
+    // The zero-copy memory is UMP's DMA spare, as fitted to the guest.
+    if zcopy_bytes > 0 && remote.iter().any(|&r| r) {
+        eng.set_direct(Box::new(crate::zcopy::Zcopy::new(place.job, remote, zcopy_bytes)));
     }
     if let Some(n) = std::env::var("MCMPI_EAGER_LIMIT").ok().and_then(|v| v.parse().ok()) {
         eng.set_eager_limit(n);
