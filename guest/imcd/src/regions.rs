@@ -229,7 +229,14 @@ impl<B: OrderedBus + Clone> Regions<B> {
 
     /// Every region, as this node sees it now.
     pub fn list(&self) -> Vec<RegionDesc> {
-        self.entries.iter().enumerate().filter_map(|(i, e)| RegionDesc::from_words(i as u32, &e.read())).collect()
+        // An entry never written (generation 0) is empty: one load instead
+        // of a record's (the mapper lists the directory every tick).
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.generation() != 0)
+            .filter_map(|(i, e)| RegionDesc::from_words(i as u32, &e.read()))
+            .collect()
     }
 
     /// The region in entry `id`, as this node sees it now (one entry read,
@@ -393,7 +400,9 @@ impl<B: OrderedBus + Clone> Regions<B> {
         self.locked(|| {
             let bus = self.lock.bus();
             bus.store(bus.node(), bus.load(bus.node()));
-            for e in &self.entries {
+            // An entry never written anywhere is zero in every copy, the
+            // newcomer's fresh one included.
+            for e in self.entries.iter().filter(|e| e.generation() != 0) {
                 e.write(&e.read(), self.timeout)?;
             }
             then();
