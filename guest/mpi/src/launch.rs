@@ -193,7 +193,11 @@ pub fn ump_config(
     let local = guest.ranks.clamp(1, size.max(1)) as usize;
     let remote = size as usize - local;
     let local_peers = local - 1;
-    if var("UMP_MC_BUFFER").is_none() {
+    // Sizes a variable set are kept as given, here and when fitting.
+    let (ring_set, ump_spare_set, shm_set) =
+        (var("UMP_MC_BUFFER").is_some(), var("UMP_DMA_SPARE").is_some(), var("UMP_SHM_BUFFER").is_some());
+    let spare_set = ump_spare_set || var("MCMPI_ALLOC_MEM").is_some();
+    if !ring_set {
         let budget = match var("MCMPI_MC_RINGS") {
             Some(s) => {
                 ump::parse_size(&s).ok_or_else(|| ump::ConfigError(format!("MCMPI_MC_RINGS={s:?}: a size like 4M")))?
@@ -207,7 +211,7 @@ pub fn ump_config(
     if var("UMP_MAX_CHANNELS").is_none() {
         c.max_channels = c.max_channels.max(peers + 8);
     }
-    if var("UMP_DMA_SPARE").is_none() {
+    if !ump_spare_set {
         c.dma_spare = alloc_mem_bytes(&var)?;
     }
     if var("UMP_DMA_SLOTS").is_none() {
@@ -219,11 +223,6 @@ pub fn ump_config(
         }
         None => guest.memory / MEMORY_SHARE.1 * MEMORY_SHARE.0 / local,
     };
-    let (spare_set, ring_set, shm_set) = (
-        var("UMP_DMA_SPARE").is_some() || var("MCMPI_ALLOC_MEM").is_some(),
-        var("UMP_MC_BUFFER").is_some(),
-        var("UMP_SHM_BUFFER").is_some(),
-    );
     while memory_needed(&c, remote, local_peers) > budget {
         if !spare_set && remote > 0 && c.dma_spare > 0 {
             let half = c.dma_spare / 2 / 8192 * 8192;
