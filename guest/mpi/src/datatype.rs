@@ -1459,6 +1459,20 @@ impl Datatype {
         Some((self.true_lb as i128 + reach.min(0), self.true_ub as i128 + reach.max(0)))
     }
 
+    /// The pieces of memory (displacement, bytes) holding packed bytes
+    /// `offset..offset + len` of `count` elements, in packed order, with
+    /// pieces that continue each other merged (one-sided communication
+    /// sends these to the target, which knows no datatype of the origin's).
+    pub fn pieces(&self, count: u64, offset: u64, len: u64) -> Vec<(i64, u64)> {
+        let len = self.size.saturating_mul(count).saturating_sub(offset).min(len);
+        let mut out: Vec<(i64, u64)> = Vec::new();
+        self.segments(count, offset, len, |disp, _, n| match out.last_mut() {
+            Some(last) if last.0 + last.1 as i64 == disp => last.1 += n,
+            _ => out.push((disp, n)),
+        });
+        out
+    }
+
     /// Calls `f(displacement, packed_position, bytes)` for each piece of
     /// memory holding packed bytes `offset..offset + len` of `count`
     /// elements, in packed order (`len` already clipped to the data).

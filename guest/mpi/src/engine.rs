@@ -82,6 +82,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap as HashMap;
 use thiserror::Error;
 
+use crate::rma::{Rma, RmaError};
 use crate::transport::{Link, TransportError};
 
 /// Bytes of a frame header.
@@ -105,6 +106,9 @@ const TAKEN: u8 = 11;
 const REPOST: u8 = 12;
 /// An eager message with the one-word envelope (see "A frame").
 const EAGER8: u8 = 8;
+/// One-sided communication: `ctx` is the window, `tag` the operation
+/// ([`crate::rma`], "A frame").
+const RMA: u8 = 13;
 /// Bytes of the short envelope.
 const HDR8: usize = 8;
 /// Contexts the short envelope can carry.
@@ -209,6 +213,9 @@ pub enum EngineError {
     /// A rank outside the job.
     #[error("rank {0} is not in the job")]
     NoRank(u32),
+    /// One-sided communication failed.
+    #[error(transparent)]
+    Rma(#[from] RmaError),
 }
 
 /// A request id.
@@ -415,6 +422,9 @@ pub struct Engine {
     direct_sends: Vec<DirectSend>,
     /// Another rank asked us to store our board slot again.
     repost_asked: bool,
+    /// Windows and one-sided operations ([`Engine::rma`] sends what
+    /// they queue).
+    rma: Rma,
 }
 
 // SAFETY: the raw pointers an engine holds are the application's send and
@@ -539,9 +549,51 @@ impl Engine {
             direct: None,
             direct_sends: Vec::new(),
             repost_asked: false,
+            rma: Rma::new(),
         };
         e.reset_credit();
         e
+    }
+
+    /// Runs `f` on this rank's windows, then sends the frames it queued
+    /// (those to this rank itself are applied at once).
+    pub fn rma<T>(&mut self, f: impl FnOnce(&mut Rma) -> Result<T, RmaError>) -> Result<T, EngineError> {
+        let r = f(&mut self.rma)?;
+        self.send_rma()?;
+        Ok(r)
+    }
+
+    /// The one-sided state, read only.
+    pub fn rma_ref(&self) -> &Rma {
+        &self.rma
+    }
+
+    /// The most payload one frame of one-sided communication carries.
+    pub fn rma_frame(&self) -> usize {
+        self.eager_limit
+    }
+
+    fn send_rma(&mut self) -> Result<(), EngineError> {
+        loop {
+            let out = self.rma.take_out();
+            if out.is_empty() {
+                return Ok(());
+            }
+            for m in out {
+                if m.to == self.me {
+                    self.rma.arrive(self.me, m.op, m.win, m.a, m.b, &m.payload)?;
+                    continue;
+                }
+                if m.to >= self.size() {
+                    return Err(EngineError::NoRank(m.to));
+                }
+                let mut f = header(RMA, 0, m.win, m.op as i32, m.payload.len() as u64, m.a, m.b).to_vec();
+                f.extend_from_slice(&m.payload);
+                self.stats.bytes_out += m.payload.len() as u64;
+                self.out[m.to as usize].push_back(Out::Frame(f));
+                self.flush(m.to as usize)?;
+            }
+        }
     }
 
     /// Asks rank `to` to store its board slot again.
@@ -1215,6 +1267,13 @@ impl Engine {
                 self.repost_asked = true;
                 Ok(())
             }
+            RMA => {
+                if payload.len() as u64 != len {
+                    return Err(bad(format!("one-sided frame says {len} bytes, carries {}", payload.len())));
+                }
+                self.rma.arrive(from, tag as u8, ctx, a, b, payload)?;
+                self.send_rma()
+            }
             k => Err(bad(format!("unknown frame kind {k}"))),
         }
     }
@@ -1467,14 +1526,16 @@ fn nap(n: u32) -> std::time::Duration {
 /// Naps between two doublings of a waiting rank's sleep ([`nap`]).
 const NAPS_PER_STEP: u32 = 64;
 
+/// Engines joined in-process, for the unit tests of the engine and of
+/// the layers on it.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testkit {
     use super::*;
     use crate::transport::pipe;
 
     /// `n` engines joined by pipes of `cap` bytes.
     #[allow(clippy::needless_range_loop)]
-    fn engines(n: usize, cap: usize) -> Vec<Engine> {
+    pub(crate) fn engines(n: usize, cap: usize) -> Vec<Engine> {
         let mut links: Vec<Vec<Option<Box<dyn Link>>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
         for i in 0..n {
             for j in i + 1..n {
@@ -1487,7 +1548,7 @@ mod tests {
     }
 
     /// Progress on every engine until `done` or 100,000 rounds.
-    fn run(es: &mut [Engine], mut done: impl FnMut(&mut [Engine]) -> bool) {
+    pub(crate) fn run(es: &mut [Engine], mut done: impl FnMut(&mut [Engine]) -> bool) {
         for _ in 0..100_000 {
             if done(es) {
                 return;
@@ -1498,6 +1559,12 @@ mod tests {
         }
         panic!("no completion after 100,000 rounds");
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testkit::{engines, run};
+    use super::*;
 
     fn any(ctx: u32) -> Pattern {
         Pattern { ctx, src: None, tag: None }

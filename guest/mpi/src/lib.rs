@@ -15,6 +15,8 @@
 //!   rendezvous protocols, requests and progress.
 //! - [`zcopy`]: `MPI_Alloc_mem`'s memory across guests, which DMA both
 //!   comes from and lands in: rendezvous with no copy.
+//! - [`rma`]: one-sided communication: windows, and the frames that
+//!   carry puts, gets, accumulates and their synchronisation.
 //! - [`board`]: the job's billboard in MEMORY CHANNEL, where the small
 //!   collectives of `MPI_COMM_WORLD` take one round of stores.
 //! - [`ffi`]: the C entry points (`PMPI_*`, with weak `MPI_*` aliases).
@@ -28,5 +30,6 @@ pub mod engine;
 pub mod ffi;
 pub mod launch;
 pub mod op;
+pub mod rma;
 pub mod transport;
 pub mod zcopy;
