@@ -11,6 +11,8 @@
 //! - [`types`]: datatype and operation handles;
 //! - [`attr`]: attribute caching; [`topo`]: Cartesian and graph
 //!   topologies; [`info`]: info objects and `MPI_Alloc_mem`;
+//! - [`win`]: one-sided communication (windows, put, get, accumulates
+//!   and their synchronisation);
 //! - [`handles`]: handles as ints, address arithmetic;
 //! - [`missing`]: what is not implemented yet (each fails with
 //!   `MPI_ERR_UNSUPPORTED_OPERATION`).
@@ -31,6 +33,7 @@ pub mod p2p;
 pub mod sched;
 pub mod topo;
 pub mod types;
+pub mod win;
 
 use rustc_hash::FxHashMap as HashMap;
 use std::ffi::c_int;
@@ -137,13 +140,27 @@ pub struct Pending {
     /// Another request that completes with this one (the send half of
     /// `MPI_Isendrecv`; this one is the receive, whose status counts).
     pub linked: Option<MPI_Request>,
+    /// A one-sided operation whose data comes back (`MPI_Rget`,
+    /// `MPI_Rget_accumulate`): its reply id ([`crate::rma`]).
+    pub rma: Option<u64>,
 }
 
 impl Pending {
     /// A request of the engine's (`id`), or one already complete (`None`
     /// with a status).
     pub fn new(id: Option<ReqId>, comm: MPI_Comm, unpack: Option<Unpack>, status: Option<MPI_Status>) -> Pending {
-        Pending { id, comm, unpack, detached: false, persistent: None, status, coll: false, failed: None, linked: None }
+        Pending {
+            id,
+            comm,
+            unpack,
+            detached: false,
+            persistent: None,
+            status,
+            coll: false,
+            failed: None,
+            linked: None,
+            rma: None,
+        }
     }
 
     /// A non-blocking collective's request.
@@ -199,6 +216,8 @@ pub struct State {
     /// Collective tags a persistent collective's init records or its start
     /// replays.
     pub tags: sched::TagLog,
+    /// Windows by handle.
+    pub wins: HashMap<MPI_Win, win::Window>,
     /// The job's billboard, when every rank has one ([`crate::board`]),
     /// else why not (for `MCMPI_STATS`).
     pub board: Result<Arc<Mutex<crate::board::Board>>, String>,
@@ -288,13 +307,19 @@ fn handler_of(c: MPI_Comm) -> MPI_Errhandler {
 /// returns the class, a user handler is called first.
 pub fn ret(func: &str, c: MPI_Comm, r: R<()>) -> c_int {
     let Err(e) = r else { return MPI_SUCCESS };
-    let h = handler_of(c);
+    handle_error(func, handler_of(c), c, e)
+}
+
+/// Applies error handler `h` of object `obj` (a communicator or a
+/// window) to error `e` of `func`: returns the class, after calling a
+/// user handler, or ends the job for the fatal ones.
+pub fn handle_error(func: &str, h: MPI_Errhandler, obj: usize, e: MpiErr) -> c_int {
     if h == MPI_ERRORS_RETURN {
         return e.class;
     }
     if h != MPI_ERRORS_ARE_FATAL && h != MPI_ERRORS_ABORT {
         if let Some(f) = comm::user_handler(h) {
-            let mut comm = c;
+            let mut comm = obj;
             let mut code = e.class;
             // SAFETY: a handler the user registered with
             // MPI_Comm_create_errhandler, called as the standard says.

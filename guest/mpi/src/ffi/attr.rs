@@ -152,6 +152,9 @@ fn set_attr(obj: usize, key: c_int, value: usize) -> R<()> {
 
 fn get_attr(obj: usize, key: c_int, value: *mut c_void, flag: *mut c_int) -> R<()> {
     let found = with(|st| {
+        if let Some(p) = super::win::predefined(st, obj, key) {
+            return Ok(Some(p));
+        }
         if obj == MPI_COMM_WORLD || obj == MPI_COMM_SELF || st.comms.contains_key(&obj) {
             if let Some(p) = predefined(key, st.place.size) {
                 return Ok(Some(p));

@@ -24,7 +24,7 @@ entry!(MPI_Comm_size / PMPI_Comm_size(comm: MPI_Comm, size: *mut c_int) comm(com
 });
 
 /// Registers communicator `c` under a fresh handle.
-fn add_comm(st: &mut State, c: Comm) -> MPI_Comm {
+pub(crate) fn add_comm(st: &mut State, c: Comm) -> MPI_Comm {
     let h = st.handle();
     st.comms.insert(h, c);
     h
@@ -596,7 +596,7 @@ entry!(MPI_Comm_split_type / PMPI_Comm_split_type(comm: MPI_Comm, split_type: c_
 });
 
 /// This guest's node id (0 without imcd), the unit of shared memory.
-fn node_id() -> u32 {
+pub(crate) fn node_id() -> u32 {
     ump::info().map(|i| i.node).unwrap_or(0)
 }
 

@@ -108,6 +108,7 @@ fn init(level: c_int) -> R<c_int> {
         coll_recipes: HashMap::default(),
         tags: Default::default(),
         comm_infos: HashMap::default(),
+        wins: HashMap::default(),
         board: Err("a job of one rank".into()),
     });
     if let Some(st) = g.as_mut() {

@@ -13,6 +13,9 @@ use crate::entry;
 pub enum Recipe {
     /// A send: buffer, count, type, dest, tag, comm, synchronous.
     Send(usize, c_int, MPI_Datatype, c_int, c_int, MPI_Comm, bool),
+    /// A buffered send (`MPI_Bsend_init`): buffer, count, type, dest,
+    /// tag, comm.
+    Bsend(usize, c_int, MPI_Datatype, c_int, c_int, MPI_Comm),
     /// A receive: buffer, count, type, source, tag, comm.
     Recv(usize, c_int, MPI_Datatype, c_int, c_int, MPI_Comm),
     /// A collective: its recipe is in [`State::coll_recipes`].
@@ -138,6 +141,9 @@ fn done(st: &State, h: MPI_Request) -> R<bool> {
         if !done(st, l)? {
             return Ok(false);
         }
+    }
+    if let Some(r) = p.rma {
+        return Ok(st.eng.rma_ref().reply_done(r));
     }
     match (p.status, p.id) {
         _ if p.coll => Ok(false),
@@ -759,7 +765,9 @@ fn persistent(req: *mut MPI_Request, r: Recipe) -> R<()> {
     let h = with(|st| {
         let h = st.handle();
         let (t, comm) = match r {
-            Recipe::Send(_, _, t, _, _, c, _) | Recipe::Recv(_, _, t, _, _, c) => (t, c),
+            Recipe::Send(_, _, t, _, _, c, _) | Recipe::Bsend(_, _, t, _, _, c) | Recipe::Recv(_, _, t, _, _, c) => {
+                (t, c)
+            }
             Recipe::Coll => return err(MPI_ERR_INTERN, "a collective's recipe is not a point-to-point one"),
         };
         st.comm(comm)?;
@@ -779,6 +787,10 @@ entry!(MPI_Ssend_init / PMPI_Ssend_init(buf: *const c_void, count: c_int, t: MPI
     persistent(req, Recipe::Send(buf as usize, count, t, dest, tag, comm, true))
 });
 
+entry!(MPI_Bsend_init / PMPI_Bsend_init(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
+    persistent(req, Recipe::Bsend(buf as usize, count, t, dest, tag, comm))
+});
+
 entry!(MPI_Recv_init / PMPI_Recv_init(buf: *mut c_void, count: c_int, t: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
     persistent(req, Recipe::Recv(buf as usize, count, t, source, tag, comm))
 });
@@ -791,13 +803,16 @@ fn start(st: &mut State, h: MPI_Request) -> R<()> {
         .ok_or_else(|| MpiErr { class: MPI_ERR_REQUEST, msg: format!("{h:#x} is not a persistent request") })?;
     // The request keeps its datatype even if the user freed the handle
     // meanwhile (handles are never reused, so it is put back for the start).
-    let (Recipe::Send(_, _, t, ..) | Recipe::Recv(_, _, t, ..)) = r else { return start_coll(st, h) };
+    let (Recipe::Send(_, _, t, ..) | Recipe::Bsend(_, _, t, ..) | Recipe::Recv(_, _, t, ..)) = r else {
+        return start_coll(st, h);
+    };
     let restored = match st.kept_types.get(&h).cloned() {
         Some(dt) if !st.types.contains_key(&t) => st.types.insert(t, dt).is_none(),
         _ => false,
     };
     let tmp = match r {
         Recipe::Send(..) => start_send(st, r),
+        Recipe::Bsend(buf, count, t, dest, tag, comm) => bsend(st, buf, count, t, dest, tag, comm),
         Recipe::Recv(..) | Recipe::Coll => start_recv(st, r),
     };
     if restored {

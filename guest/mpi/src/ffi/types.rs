@@ -18,7 +18,7 @@ pub struct UserOp {
     pub commute: bool,
 }
 
-fn builtin(h: MPI_Op) -> Option<Builtin> {
+pub(crate) fn builtin(h: MPI_Op) -> Option<Builtin> {
     let name = OPS.iter().find(|e| e.1 == h)?.0;
     Builtin::ALL.iter().copied().find(|b| b.name() == name)
 }
