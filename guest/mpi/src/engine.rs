@@ -568,6 +568,11 @@ impl Engine {
         &self.rma
     }
 
+    /// Frames waiting for room on the link to rank `p`.
+    pub fn queued_frames(&self, p: u32) -> usize {
+        self.out.get(p as usize).map_or(0, |q| q.len())
+    }
+
     /// The most payload one frame of one-sided communication carries.
     pub fn rma_frame(&self) -> usize {
         self.eager_limit

@@ -220,15 +220,22 @@ pub struct Target {
     pub dt: Arc<Datatype>,
 }
 
-/// A reply being gathered.
+/// A reply being received: each frame of it is unpacked straight into
+/// the origin buffer at its offset.
 #[derive(Debug)]
 struct Reply {
     win: u32,
     target: u32,
-    buf: Vec<u8>,
+    total: usize,
     got: usize,
     dest: Dest,
 }
+
+/// Reply bytes an origin lets be outstanding from one target before it
+/// holds back further operations to it (in order), so that a target never
+/// queues more answers than this for one origin however many gets the
+/// origin issues (MPICH's `rma/manyget` issues 100,000 of 128 KiB).
+pub const REPLY_WINDOW: usize = 4 << 20;
 
 /// One window's state at this rank.
 #[derive(Debug)]
@@ -250,8 +257,12 @@ struct Win {
     grants: Vec<(u64, u64)>,
     /// Per rank: `UNLOCKED` and `FLUSHED` answers received and used.
     acks: Vec<(u64, u64)>,
-    /// Per rank: replies still expected from it.
+    /// Per rank: replies still expected from it, and their bytes.
     replies: Vec<u32>,
+    reply_bytes: Vec<usize>,
+    /// Per rank: frames held back until its replies shrink below
+    /// [`REPLY_WINDOW`] (each with the reply bytes it will bring).
+    held: Vec<VecDeque<(Msg, usize)>>,
     /// Locks held on our window: shared holders, the exclusive holder.
     shared: u32,
     exclusive: Option<u32>,
@@ -350,6 +361,10 @@ fn parse(p: &[u8]) -> std::result::Result<Parsed<'_>, String> {
     Ok(Parsed { offset: le64(p, 0), pieces, kind: u16::from_le_bytes([p[12], p[13]]), op: p[14], data: &p[end..] })
 }
 
+/// A frame's share of an operation: its packed offset, its length and
+/// its pieces at the target.
+type Chunk = (u64, u64, Vec<(i64, u64)>);
+
 /// Splits `total` packed bytes into ranges that fit a frame of `max`
 /// payload bytes with their pieces, each a whole number of `elem`-byte
 /// elements: `pieces(start, len)` gives a range's pieces.
@@ -358,7 +373,7 @@ fn split(
     elem: u64,
     max: usize,
     mut pieces: impl FnMut(u64, u64) -> Vec<(i64, u64)>,
-) -> Vec<(u64, u64, Vec<(i64, u64)>)> {
+) -> Vec<Chunk> {
     let elem = elem.max(1);
     let room = max.saturating_sub(SUB).max(PIECE + elem as usize) as u64;
     let first = ((room / 2) / elem).max(1) * elem;
@@ -394,6 +409,8 @@ impl Win {
             grants: vec![(0, 0); n],
             acks: vec![(0, 0); n],
             replies: vec![0; n],
+            reply_bytes: vec![0; n],
+            held: (0..n).map(|_| VecDeque::new()).collect(),
             shared: 0,
             exclusive: None,
             queue: VecDeque::new(),
@@ -543,7 +560,7 @@ impl Rma {
         if w.spec.dynamic || len == 0 {
             return Ok(());
         }
-        let (lo, hi) = t.dt.span(t.count).map(|(l, h)| (l, h)).unwrap_or((0, i128::MAX / 4));
+        let (lo, hi) = t.dt.span(t.count).unwrap_or((0, i128::MAX / 4));
         let size = w.spec.sizes[t.rank as usize];
         let (at, end) = (t.addr as i128 + lo, t.addr as i128 + hi);
         if at < 0 || end > size as i128 {
@@ -573,14 +590,47 @@ impl Rma {
         let count = t.count;
         let chunks = split(total, elem, max, |s, l| dt.pieces(count, s, l));
         self.stats.ops += 1;
+        let replies = reply != 0;
         for (at, len, pieces) in chunks {
             let body: &[u8] = if data.is_empty() { &[] } else { &data[at as usize..(at + len) as usize] };
             self.stats.frames += 1;
             self.stats.bytes += body.len() as u64;
             let payload = payload(at, &pieces, kind, code, &[body]);
-            self.out.push(Msg { to, op, win: id, a: t.addr, b: reply, payload });
+            let back = if replies { len as usize } else { 0 };
+            self.send(id, t.rank, Msg { to, op, win: id, a: t.addr, b: reply, payload }, back)?;
         }
         Ok(())
+    }
+
+    /// Sends `m` to rank `target` of window `id`, or holds it back behind
+    /// others while too many reply bytes are outstanding from there;
+    /// `back`: the reply bytes it will bring.
+    fn send(&mut self, id: u32, target: u32, m: Msg, back: usize) -> Result<()> {
+        let w = self.win_mut(id)?;
+        w.rank_ok(target)?;
+        let t = target as usize;
+        let busy = w.reply_bytes[t] > 0 && w.reply_bytes[t] + back > REPLY_WINDOW;
+        if busy || !w.held[t].is_empty() {
+            w.held[t].push_back((m, back));
+            return Ok(());
+        }
+        w.reply_bytes[t] += back;
+        self.out.push(m);
+        Ok(())
+    }
+
+    /// Sends what was held back for `target` while there is room.
+    fn release(&mut self, id: u32, target: u32) {
+        let Some(w) = self.wins.get_mut(&id) else { return };
+        let t = target as usize;
+        while let Some((_, back)) = w.held[t].front() {
+            if w.reply_bytes[t] > 0 && w.reply_bytes[t] + back > REPLY_WINDOW {
+                break;
+            }
+            let (m, back) = w.held[t].pop_front().expect("front exists");
+            w.reply_bytes[t] += back;
+            self.out.push(m);
+        }
     }
 
     /// A reply id for data coming back into `dest` (`total` packed bytes).
@@ -588,7 +638,7 @@ impl Rma {
         self.win_mut(id)?.replies[target as usize] += 1;
         self.next_reply += 1;
         let r = self.next_reply;
-        self.replies.insert(r, Reply { win: id, target, buf: vec![0; total as usize], got: 0, dest });
+        self.replies.insert(r, Reply { win: id, target, total: total as usize, got: 0, dest });
         Ok(r)
     }
 
@@ -663,7 +713,7 @@ impl Rma {
         self.stats.ops += 1;
         self.stats.frames += 1;
         let payload = payload(0, &pieces, kind_code(kind), 0, &[compare, swap]);
-        self.out.push(Msg { to, op: CAS, win: id, a: t.addr, b: r, payload });
+        self.send(id, t.rank, Msg { to, op: CAS, win: id, a: t.addr, b: r, payload }, total as usize)?;
         Ok(r)
     }
 
@@ -682,27 +732,25 @@ impl Rma {
         Ok((!w.errors.is_empty()).then(|| w.errors.remove(0)))
     }
 
-    fn to_all_others(&mut self, id: u32, op: u8, a: u64) -> Result<()> {
+    fn send_all_others(&mut self, id: u32, op: u8, a: u64) -> Result<()> {
         let w = self.win(id)?;
-        let me = w.spec.me as usize;
-        let msgs: Vec<Msg> = (w.spec.ranks.iter().enumerate())
-            .filter(|&(i, _)| i != me)
-            .map(|(_, &to)| Msg { to, op, win: id, a, b: 0, payload: Vec::new() })
-            .collect();
-        self.out.extend(msgs);
-        Ok(())
+        let me = w.spec.me;
+        let others: Vec<u32> = (0..w.size()).filter(|&r| r != me).collect();
+        self.send_group(id, op, a, &others)
     }
 
-    fn to_group(&mut self, id: u32, op: u8, a: u64, group: &[u32]) -> Result<()> {
+    fn send_group(&mut self, id: u32, op: u8, a: u64, group: &[u32]) -> Result<()> {
         let w = self.win(id)?;
         for &r in group {
             w.rank_ok(r)?;
         }
-        let msgs: Vec<Msg> = group
+        let msgs: Vec<(u32, Msg)> = group
             .iter()
-            .map(|&r| Msg { to: w.spec.ranks[r as usize], op, win: id, a, b: 0, payload: Vec::new() })
+            .map(|&r| (r, Msg { to: w.spec.ranks[r as usize], op, win: id, a, b: 0, payload: Vec::new() }))
             .collect();
-        self.out.extend(msgs);
+        for (r, m) in msgs {
+            self.send(id, r, m, 0)?;
+        }
         Ok(())
     }
 
@@ -712,7 +760,7 @@ impl Rma {
         let w = self.win_mut(id)?;
         w.epoch += 1;
         let e = w.epoch;
-        self.to_all_others(id, MARK, e)?;
+        self.send_all_others(id, MARK, e)?;
         Ok(e)
     }
 
@@ -731,7 +779,7 @@ impl Rma {
 
     /// `MPI_Win_post`: tells each origin of `group` (window ranks).
     pub fn post(&mut self, id: u32, group: &[u32]) -> Result<()> {
-        self.to_group(id, POST, 0, group)
+        self.send_group(id, POST, 0, group)
     }
 
     /// `MPI_Win_start`'s wait: true (and uses them) once a `POST` came
@@ -743,7 +791,7 @@ impl Rma {
     /// `MPI_Win_complete`: a `COMPLETE` to each target of `group` after
     /// the operations.
     pub fn complete(&mut self, id: u32, group: &[u32]) -> Result<()> {
-        self.to_group(id, COMPLETE, 0, group)
+        self.send_group(id, COMPLETE, 0, group)
     }
 
     /// `MPI_Win_wait`/`MPI_Win_test`: true (and uses them) once a
@@ -754,7 +802,7 @@ impl Rma {
 
     /// Asks `target` for a lock.
     pub fn lock(&mut self, id: u32, target: u32, exclusive: bool) -> Result<()> {
-        self.to_group(id, LOCK, if exclusive { 2 } else { 1 }, &[target])
+        self.send_group(id, LOCK, if exclusive { 2 } else { 1 }, &[target])
     }
 
     /// True (and uses it) once `target` granted a lock.
@@ -764,12 +812,12 @@ impl Rma {
 
     /// Releases the lock on `target` after the operations sent so far.
     pub fn unlock(&mut self, id: u32, target: u32) -> Result<()> {
-        self.to_group(id, UNLOCK, 0, &[target])
+        self.send_group(id, UNLOCK, 0, &[target])
     }
 
     /// Asks `target` to answer once the operations sent so far are applied.
     pub fn flush(&mut self, id: u32, target: u32) -> Result<()> {
-        self.to_group(id, FLUSH, 0, &[target])
+        self.send_group(id, FLUSH, 0, &[target])
     }
 
     /// True (and uses it) once `target` answered an `UNLOCK` or `FLUSH`.
@@ -779,10 +827,6 @@ impl Rma {
 
     fn complete_reply(&mut self, r: u64) {
         let Some(rep) = self.replies.remove(&r) else { return };
-        // SAFETY: the origin buffer holds `count` elements of its type
-        // (MPI's rule) and stays valid until the operation completes,
-        // which is now; `buf` is our own.
-        unsafe { rep.dest.dt.unpack(rep.dest.count, rep.dest.ptr as *mut u8, &rep.buf) };
         if let Some(w) = self.wins.get_mut(&rep.win) {
             w.replies[rep.target as usize] = w.replies[rep.target as usize].saturating_sub(1);
         }
@@ -796,14 +840,23 @@ impl Rma {
                 return Err(bad(format!("a reply for operation {a}, which expects none")));
             };
             let at = b as usize;
-            if at.checked_add(p.len()).is_none_or(|e| e > rep.buf.len()) {
-                return Err(bad(format!("{} reply bytes at {at} of a {}-byte reply", p.len(), rep.buf.len())));
+            if at.checked_add(p.len()).is_none_or(|e| e > rep.total) || rep.got + p.len() > rep.total {
+                return Err(bad(format!("{} reply bytes at {at} of a {}-byte reply", p.len(), rep.total)));
             }
-            rep.buf[at..at + p.len()].copy_from_slice(p);
+            // SAFETY: the origin buffer holds `count` elements of its type
+            // (MPI's rule) and stays valid until the operation completes;
+            // these are packed bytes at..at + len of them, within the total.
+            unsafe { rep.dest.dt.unpack_at(rep.dest.count, rep.dest.ptr as *mut u8, at as u64, p) };
             rep.got += p.len();
-            if rep.got >= rep.buf.len() {
+            let (win, target, whole) = (rep.win, rep.target, rep.got == rep.total);
+            if whole {
                 self.complete_reply(a);
             }
+            if let Some(w) = self.wins.get_mut(&win) {
+                let t = target as usize;
+                w.reply_bytes[t] = w.reply_bytes[t].saturating_sub(p.len());
+            }
+            self.release(win, target);
             return Ok(());
         }
         let Some(w) = self.wins.get_mut(&id) else {

@@ -206,6 +206,7 @@ const CONF_H: &str = "\
 #define SIZEOF_MPI_OFFSET 8
 #define POINTERINT_t long
 #define THREAD_PACKAGE_NAME THREAD_PACKAGE_POSIX
+#define HAVE_MPI_WIN_CREATE 1
 #endif
 ";
 
@@ -233,8 +234,14 @@ impl Paths {
     /// Compiles `src` into object `obj` with our mpicc; on failure, the
     /// compiler's first error.
     fn compile_object(&self, src: &Path, obj: &Path) -> std::result::Result<(), String> {
+        self.compile_with(src, obj, &[])
+    }
+
+    /// As [`Paths::compile_object`], with extra preprocessor flags.
+    fn compile_with(&self, src: &Path, obj: &Path, extra: &[String]) -> std::result::Result<(), String> {
         let out = Command::new(&self.mpicc)
             .args(self.cflags())
+            .args(extra)
             .arg("-c")
             .arg(src)
             .arg("-o")
@@ -388,39 +395,49 @@ fn build_test(
     missing: &std::collections::BTreeSet<String>,
     e: &Entry,
 ) -> std::result::Result<Built, String> {
-    let src = p.suite.join(format!("{}.c", e.name));
-    if !src.exists() {
-        return Err(format!("no source {}", src.display()));
-    }
+    let (dir, prog) = e.name.rsplit_once('/').unwrap_or(("", e.name.as_str()));
+    let (sources, flags) = variant(&p.suite.join(dir), prog);
     let exe = p.build.join("bin").join(&e.name);
-    let obj = p.build.join("obj").join(format!("{}.o", e.name));
-    for f in [&exe, &obj] {
-        if let Some(dir) = f.parent() {
-            fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let mut objs = Vec::new();
+    let mut undefined = String::new();
+    for (i, name) in sources.iter().enumerate() {
+        let src = p.suite.join(dir).join(name);
+        if !src.exists() {
+            return Err(format!("no source {}", src.display()));
         }
+        let tail = if i == 0 { String::new() } else { format!(".{i}") };
+        let obj = p.build.join("obj").join(format!("{}{tail}.o", e.name));
+        for f in [&exe, &obj] {
+            if let Some(dir) = f.parent() {
+                fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+            }
+        }
+        if newer(&src, &obj) {
+            if let Err(e) = p.compile_with(&src, &obj, &flags) {
+                let _ = fs::remove_file(&obj);
+                return Err(e);
+            }
+        }
+        if i == 0 {
+            undefined = Command::new("nm")
+                .arg("-u")
+                .arg(&obj)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+        }
+        objs.push(obj);
     }
     let sh = p.build.join("missing/libmpi_missing.so");
-    if newer(&src, &obj) {
-        if let Err(e) = p.compile_object(&src, &obj) {
-            let _ = fs::remove_file(&obj);
-            return Err(e);
-        }
-    }
-    let undefined = Command::new("nm")
-        .arg("-u")
-        .arg(&obj)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
     let own_missing = undefined
         .lines()
         .filter_map(|l| l.split_whitespace().last())
         .filter(|n| missing.contains(*n))
         .map(str::to_string)
         .collect();
-    if newer(&obj, &exe) || newer(helpers, &exe) || newer(&sh, &exe) {
+    if objs.iter().any(|o| newer(o, &exe)) || newer(helpers, &exe) || newer(&sh, &exe) {
         let out = Command::new(&p.mpicc)
-            .arg(&obj)
+            .args(&objs)
             .arg(helpers)
             .arg(format!("-L{}", p.build.join("missing").display()))
             .args(["-Wl,--no-as-needed", "-lmpi_missing", "-lm", "-o"])
@@ -433,6 +450,26 @@ fn build_test(
         }
     }
     Ok(Built { exe, own_missing })
+}
+
+/// The C sources and extra preprocessor flags of program `prog` of the
+/// suite folder `dir`, as its `Makefile.am` gives them
+/// (`prog_SOURCES`, `prog_CPPFLAGS`: one source built several ways, or a
+/// program of several sources); `prog.c` and no flags otherwise.
+fn variant(dir: &Path, prog: &str) -> (Vec<String>, Vec<String>) {
+    let text = fs::read_to_string(dir.join("Makefile.am")).unwrap_or_default().replace("\\\n", " ");
+    let field = |what: &str| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == format!("{prog}_{what}")).then(|| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        })
+    };
+    let sources: Vec<String> = field("SOURCES")
+        .map(|v| v.into_iter().filter(|f| f.ends_with(".c")).collect())
+        .filter(|v: &Vec<String>| !v.is_empty())
+        .unwrap_or_else(|| vec![format!("{prog}.c")]);
+    let flags = field("CPPFLAGS").unwrap_or_default().into_iter().filter(|f| !f.starts_with("$(")).collect();
+    (sources, flags)
 }
 
 /// A job id for the launch environment: nonzero, unique per run.

@@ -138,8 +138,12 @@ fn rma_err(e: EngineError) -> MpiErr {
 }
 
 /// Progress until `ready` says so; fails if a rank of `w` it may need
-/// is gone.
+/// is gone. One round of progress comes first whatever `ready` says: a
+/// rank that only ever locks and reads its own window (served without a
+/// link) must still read the other ranks' lock requests, or they would
+/// wait for it for ever (MPICH's `rma/linked_list` does this).
 fn wait_for(st: &mut State, w: MPI_Win, mut ready: impl FnMut(&mut State) -> R<bool>) -> R<()> {
+    sched::progress(st)?;
     let mut idle = 0;
     loop {
         if ready(st)? {
@@ -178,6 +182,36 @@ struct Make {
     unit: i64,
     flavor: c_int,
     info: MPI_Info,
+}
+
+/// The window hints MPI defines (MPI 4.0, 12.2.1), with their defaults
+/// where the standard gives one; others are ignored, as it allows.
+const HINTS: &[(&str, Option<&str>)] = &[
+    ("no_locks", None),
+    ("accumulate_ordering", Some("rar,raw,war,waw")),
+    ("accumulate_ops", Some("same_op_no_op")),
+    ("mpi_accumulate_granularity", None),
+    ("same_size", None),
+    ("same_disp_unit", None),
+    ("alloc_shared_noncontig", None),
+];
+
+/// The hints in force: the defaults, then `given`.
+fn hints(given: &[(String, String)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> =
+        HINTS.iter().filter_map(|(k, d)| d.map(|d| (k.to_string(), d.to_string()))).collect();
+    set_hints(&mut v, given);
+    v
+}
+
+/// Sets the known hints of `given` in `info`.
+fn set_hints(info: &mut Vec<(String, String)>, given: &[(String, String)]) {
+    for (k, val) in given {
+        if HINTS.iter().any(|h| h.0 == k) {
+            info.retain(|e| &e.0 != k);
+            info.push((k.clone(), val.clone()));
+        }
+    }
 }
 
 /// Creates a window over `comm` (collective): agrees its id, exchanges
@@ -241,7 +275,8 @@ fn create(st: &mut State, comm: MPI_Comm, m: Make, shared: bool) -> R<MPI_Win> {
         .map_err(rma_err)?;
     // Nobody sends to the window before every rank knows it.
     coll::barrier_now(st, hidden)?;
-    let info = st.infos.get(&m.info).cloned().unwrap_or_default();
+    let mut info = hints(&[]);
+    set_hints(&mut info, st.infos.get(&m.info).map(|v| v.as_slice()).unwrap_or(&[]));
     let h = st.handle();
     let model = MPI_WIN_UNIFIED;
     st.wins.insert(
@@ -370,14 +405,15 @@ fn shared_query(w: MPI_Win, rank: c_int) -> R<(u64, u64, usize)> {
         }
         let pick = if rank == MPI_PROC_NULL {
             // The first rank with memory.
-            x.shared.iter().find(|s| s.1 > 0).or(x.shared.first())
+            x.shared.iter().find(|s| s.1 > 0).or_else(|| x.shared.first())
         } else {
             x.shared.get(usize::try_from(rank).unwrap_or(usize::MAX))
         };
         let Some(&(base, size, unit)) = pick else {
             return err(MPI_ERR_RANK, format!("rank {rank} is not in the window"));
         };
-        Ok((size, unit, base))
+        // A rank with no memory has no base (NULL), as in MPICH.
+        Ok((size, unit, if size == 0 { 0 } else { base }))
     })
 }
 
@@ -512,7 +548,8 @@ fn pack(st: &State, buf: usize, count: u64, t: MPI_Datatype) -> R<Vec<u8>> {
     let n = dt.size().saturating_mul(count) as usize;
     let mut v = vec![0u8; n];
     if n > 0 {
-        nonnull(buf as *const u8, "origin_addr")?;
+        // (A null address is MPI_BOTTOM: the type's displacements are
+        // absolute addresses.)
         // SAFETY: the origin buffer holds `count` elements of its type
         // (MPI's rule for origin buffers).
         unsafe { dt.pack(count, buf as *const u8, &mut v) };
@@ -529,6 +566,10 @@ fn issue(st: &mut State, w: MPI_Win, o: Op, what: What) -> R<Option<u64>> {
     let max = st.eng.rma_frame();
     let tbytes = t.dt.size().saturating_mul(t.count);
     let ocount = count_of(o.ocount)?;
+    if tbytes == 0 {
+        // Nothing moves (MPI allows zero counts and empty types).
+        return Ok(None);
+    }
     let mismatch = |have: u64| MpiErr {
         class: MPI_ERR_TYPE,
         msg: format!("the origin has {have} bytes of data and the target {tbytes} (the type signatures must match)"),
@@ -591,9 +632,20 @@ fn request(st: &mut State, w: MPI_Win, reply: Option<u64>) -> R<MPI_Request> {
     Ok(h)
 }
 
+/// Frames an origin lets wait for room on one link before an operation
+/// waits for them to drain (MPI lets a put block for local resources):
+/// what queues for a slow target stays bounded.
+const QUEUE_LIMIT: usize = 256;
+
 fn op_put(o: Op, w: MPI_Win, req: Option<*mut MPI_Request>, what: What) -> R<()> {
     let h = with(|st| {
+        let to = (o.rank >= 0).then(|| win(st, w).ok().and_then(|x| x.ranks.get(o.rank as usize).copied())).flatten();
         let r = issue(st, w, o, what)?;
+        if let Some(to) = to {
+            if st.eng.queued_frames(to) > QUEUE_LIMIT {
+                wait_for(st, w, |st| Ok(st.eng.queued_frames(to) <= QUEUE_LIMIT / 2))?;
+            }
+        }
         match req {
             Some(_) => request(st, w, r).map(Some),
             None => Ok(None),
@@ -855,6 +907,8 @@ fn lock_many(st: &mut State, w: MPI_Win, targets: &[u32], exclusive: bool, noche
         }
         return Ok(());
     }
+    // Requests already here are queued before ours.
+    sched::progress(st)?;
     for &t in targets {
         st.eng.rma(|r| r.lock(id, t, exclusive)).map_err(rma_err)?;
     }
@@ -1018,11 +1072,7 @@ win_entry!(MPI_Win_get_name / PMPI_Win_get_name(w: MPI_Win, name: *mut c_char, l
 win_entry!(MPI_Win_set_info / PMPI_Win_set_info(w: MPI_Win, info: MPI_Info) win(w) {
     with(|st| {
         let v = st.infos.get(&info).cloned().ok_or_else(|| MpiErr { class: MPI_ERR_INFO, msg: format!("{info:#x} is not an info object") })?;
-        let x = win_mut(st, w)?;
-        for (k, val) in v {
-            x.info.retain(|e| e.0 != k);
-            x.info.push((k, val));
-        }
+        set_hints(&mut win_mut(st, w)?.info, &v);
         Ok(())
     })
 });

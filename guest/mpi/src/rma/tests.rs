@@ -2,6 +2,8 @@
 //! pipes (so that operations split into many frames): every
 //! synchronisation mode, atomics under contention, and bad input.
 
+#![allow(clippy::needless_range_loop)]
+
 use std::sync::Arc;
 
 use super::*;
@@ -325,7 +327,7 @@ fn split_keeps_elements_whole_and_frames_in_bounds() {
     let dt = Arc::new(Datatype::vector(1000, 3, 5, &Datatype::shared_basic(Basic::Int)).unwrap());
     for max in [64usize, 100, 1000, 4096] {
         for elem in [1u64, 4, 12] {
-            let total = dt.size() * 1;
+            let total = dt.size();
             let chunks = split(total, elem, max, |s, l| dt.pieces(1, s, l));
             let mut at = 0;
             for (s, l, p) in &chunks {
