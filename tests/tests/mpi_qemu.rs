@@ -553,3 +553,28 @@ fn imcd_killed_during_a_job_is_restarted_and_the_node_serves_again() {
     assert!(back.as_secs() < 30, "node 2 served again only after {back:?}");
     eprintln!("node 2 served again {:.1} s after imcd was killed", back.as_secs_f64());
 }
+
+/// Issue 28: one-sided communication across guests (tests/mpi/onesided.c):
+/// 8 ranks on 4 guests, two a guest, so that every window has ranks on
+/// other guests (MEMORY CHANNEL) and on the same one (shared memory).
+/// Fence, post/start/complete/wait and passive target (fetch-and-op
+/// tickets under contention, exclusive read-modify-write, a
+/// compare-and-swap election), dynamic windows with request-based
+/// operations, and shared windows inside each guest, all checked.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn mpi_one_sided_across_guests() {
+    let name = "t-mpi-rma";
+    let c = Cluster::up_mpi(name, 4);
+    c.imcd_ready();
+    build(&c, "onesided");
+    let (rc, out) = mpirun_with(name, 8, Some(2), &["MCMPI_STATS=1"], "onesided 30");
+    assert_eq!(rc, Some(0), "{out}");
+    assert!(out.contains(" No Errors"), "{out}");
+    for r in 0..8 {
+        let host = format!("node{}", r / 2);
+        assert!(out.contains(&format!("rank {r} of 8 on {host}")), "rank {r} not on {host}:\n{out}");
+        assert!(stat(&out, r, "one-sided operations") >= 30, "rank {r} issued too few operations:\n{out}");
+        assert!(stat(&out, r, "one-sided operations applied here") >= 1, "rank {r} was never a target:\n{out}");
+    }
+}

@@ -14,7 +14,7 @@ use std::process::Command;
 use tests::{launcher, root, Cluster};
 
 /// Fewest tests the list must pass.
-const AT_LEAST: usize = 60;
+const AT_LEAST: usize = 70;
 
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]

@@ -368,12 +368,7 @@ type Chunk = (u64, u64, Vec<(i64, u64)>);
 /// Splits `total` packed bytes into ranges that fit a frame of `max`
 /// payload bytes with their pieces, each a whole number of `elem`-byte
 /// elements: `pieces(start, len)` gives a range's pieces.
-fn split(
-    total: u64,
-    elem: u64,
-    max: usize,
-    mut pieces: impl FnMut(u64, u64) -> Vec<(i64, u64)>,
-) -> Vec<Chunk> {
+fn split(total: u64, elem: u64, max: usize, mut pieces: impl FnMut(u64, u64) -> Vec<(i64, u64)>) -> Vec<Chunk> {
     let elem = elem.max(1);
     let room = max.saturating_sub(SUB).max(PIECE + elem as usize) as u64;
     let first = ((room / 2) / elem).max(1) * elem;

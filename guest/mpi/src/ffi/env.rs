@@ -172,7 +172,8 @@ fn print_stats(st: &State) {
     eprintln!(
         "mcmpi stats: rank {}: {} eager, {} rendezvous, {} for want of credit, {} bytes sent, \
          {} unexpected bytes at most, {} bytes of credit per sender, {} data frames read straight into place, \
-         data written {} bytes at {:.0} MB/s, data read {} bytes at {:.0} MB/s, {zero_copy}, {board}",
+         data written {} bytes at {:.0} MB/s, data read {} bytes at {:.0} MB/s, {zero_copy}, {board}, \
+         {} one-sided operations, {} one-sided frames, {} one-sided operations applied here",
         st.place.rank,
         s.eager,
         s.rendezvous,
@@ -184,7 +185,10 @@ fn print_stats(st: &State) {
         s.data_out.0,
         rate(s.data_out),
         s.data_in.0,
-        rate(s.data_in)
+        rate(s.data_in),
+        st.eng.rma_ref().stats.ops,
+        st.eng.rma_ref().stats.frames,
+        st.eng.rma_ref().stats.applied
     );
 }
 
