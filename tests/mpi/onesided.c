@@ -212,7 +212,7 @@ int main(int argc, char **argv)
     MPI_Comm_free(&node);
 
     int total;
-    MPI_Reduce(&errs, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Allreduce(&errs, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) {
         if (total == 0)
             printf(" No Errors\n");

@@ -74,9 +74,18 @@ fn text(o: &Output) -> String {
 #[test]
 fn c_programs_run_over_shared_memory_on_the_host() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, ranks) in
-        [("ring", 4), ("ring", 3), ("comms", 4), ("comms", 5), ("nbc", 4), ("nbc", 5), ("inter", 2), ("inter", 5)]
-    {
+    for (name, ranks) in [
+        ("ring", 4),
+        ("ring", 3),
+        ("comms", 4),
+        ("comms", 5),
+        ("nbc", 4),
+        ("nbc", 5),
+        ("inter", 2),
+        ("inter", 5),
+        ("onesided", 8),
+        ("onesided", 3),
+    ] {
         let prog = build(dir.path(), name);
         let outs = run_ours(&prog, ranks);
         for (r, o) in outs.iter().enumerate() {
@@ -123,7 +132,7 @@ fn the_same_binary_runs_on_mpich() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    for name in ["ring", "comms", "nbc", "inter"] {
+    for name in ["ring", "comms", "nbc", "inter", "onesided"] {
         let prog = build(dir.path(), name);
         let ours = run_ours(&prog, 4);
         assert!(text(&ours[0]).contains(" No Errors"), "{name} on ours:\n{}", text(&ours[0]));
