@@ -50,6 +50,7 @@ fn init(level: c_int) -> R<c_int> {
     }
     T0.get_or_init(Instant::now);
     let place = Place::from_env().map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?;
+    let mut trace = InitTrace::new(place.rank);
     let mut zcopy_bytes = 0;
     let links = if place.size > 1 {
         let var = |v: &str| std::env::var(v).ok();
@@ -58,8 +59,11 @@ fn init(level: c_int) -> R<c_int> {
             .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?;
         zcopy_bytes = cfg.dma_spare;
         ump::init(cfg).map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: format!("UMP: {e}") })?;
-        connect_all(place.rank, place.size, |r| place.handle(r), CONNECT_TIMEOUT)
-            .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?
+        trace.mark("UMP started");
+        let links = connect_all(place.rank, place.size, |r| place.handle(r), CONNECT_TIMEOUT)
+            .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?;
+        trace.mark("channels to every rank open");
+        links
     } else {
         vec![None]
     };
@@ -114,7 +118,58 @@ fn init(level: c_int) -> R<c_int> {
     if let Some(st) = g.as_mut() {
         open_board(st)?;
     }
+    trace.mark("board agreed");
+    trace.done();
     Ok(granted)
+}
+
+/// `MCMPI_TRACE=1` (or `MPIEXEC_TRACE=1`): where `MPI_Init`'s time goes, one line a rank on
+/// stderr at its end (milliseconds since the process started, and each
+/// phase's share).
+struct InitTrace {
+    rank: u32,
+    on: bool,
+    last: Instant,
+    parts: Vec<(&'static str, Duration)>,
+}
+
+impl InitTrace {
+    fn new(rank: u32) -> InitTrace {
+        let on = ["MCMPI_TRACE", "MPIEXEC_TRACE"].iter().any(|k| std::env::var(k).is_ok_and(|v| v.trim() == "1"));
+        InitTrace { rank, on, last: Instant::now(), parts: Vec::new() }
+    }
+
+    fn mark(&mut self, what: &'static str) {
+        self.parts.push((what, self.last.elapsed()));
+        self.last = Instant::now();
+    }
+
+    fn done(&self) {
+        if !self.on {
+            return;
+        }
+        // The process's age, from /proc/self/stat's start time (clock ticks
+        // since boot) and the uptime.
+        let age = process_age_ms().map_or_else(|| "?".to_string(), |ms| format!("{ms:.0}"));
+        let parts: Vec<String> =
+            self.parts.iter().map(|(w, d)| format!("{w} +{:.0} ms", d.as_secs_f64() * 1e3)).collect();
+        eprintln!(
+            "mcmpi init: rank {}: MPI_Init returns {age} ms after the process started: {}",
+            self.rank,
+            parts.join(", ")
+        );
+    }
+}
+
+/// Milliseconds since this process started.
+fn process_age_ms() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    let start: f64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    let up: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf with a valid name has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some((up - start / hz) * 1e3)
 }
 
 /// Opens the job's billboard (`crate::board`) when every rank can: the
