@@ -227,8 +227,8 @@ fn print_stats(st: &State) {
     eprintln!(
         "mcmpi stats: rank {}: {} eager, {} rendezvous, {} for want of credit, {} bytes sent, \
          {} unexpected bytes at most, {} bytes of credit per sender, {} data frames read straight into place, \
-         data written {} bytes at {:.0} MB/s, data read {} bytes at {:.0} MB/s, {zero_copy}, {board}, \
-         {} one-sided operations, {} one-sided frames, {} one-sided operations applied here",
+         data written {} bytes at {:.0} MB/s, data read {} bytes at {:.0} MB/s, \
+         {} one-sided operations, {} one-sided frames, {} one-sided operations applied here, {zero_copy}, {board}",
         st.place.rank,
         s.eager,
         s.rendezvous,
