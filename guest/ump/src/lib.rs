@@ -231,7 +231,7 @@ pub fn open(local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
         if st.chans.values().any(|e| e.ch.local == local && e.ch.remote == remote && !e.ch.is_closed()) {
             return Err(UmpError::Busy(format!("channel {local:#x}->{remote:#x} is open in this process")));
         }
-        let _ = std::fs::write(marker(local), format!("{}\n", std::process::id()));
+        listen::announce(local);
         let ch = match choose(st, local, remote, want) {
             Transport::Shm => open_shm(st, local, remote)?,
             Transport::Mc => open_mc(st, local, remote)?,

@@ -40,6 +40,25 @@ pub(crate) fn marker(h: u64) -> PathBuf {
     PathBuf::from(format!("/dev/shm/ump-ep-{h:016x}"))
 }
 
+/// Announces that handle `h` lives in this process on this guest. The
+/// marker is replaced whole (written aside, then renamed), and only when
+/// it does not already name us: a process opening its channels rewrote it
+/// in place at every open, and a peer on the same guest choosing its
+/// transport at that moment read an empty file, took the handle for one
+/// on another guest and chose MEMORY CHANNEL; when both sides did, the
+/// channel never completed (`ump_mixed_transports`, 1 QEMU-tier run in
+/// 2; MPI's "rank N's channel did not open" between ranks of one guest).
+pub(crate) fn announce(h: u64) {
+    let me = format!("{}\n", std::process::id());
+    if std::fs::read_to_string(marker(h)).is_ok_and(|s| s == me) {
+        return;
+    }
+    let tmp = PathBuf::from(format!("/dev/shm/.ump-ep-{h:016x}.{}", std::process::id()));
+    if std::fs::write(&tmp, &me).is_ok() && std::fs::rename(&tmp, marker(h)).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
 /// Whether a live process on this guest has announced handle `h` (a
 /// marker left by a process that died does not count).
 pub(crate) fn marker_alive(h: u64) -> bool {
@@ -111,7 +130,7 @@ pub fn listen(local: u64, want: Want) -> Result<(), UmpError> {
     with(|st| {
         if want != Want::Mc {
             std::fs::create_dir_all(listen_dir(local)).map_err(|e| UmpError::Os(e.to_string()))?;
-            let _ = std::fs::write(marker(local), format!("{}\n", std::process::id()));
+            announce(local);
         }
         if want != Want::Shm {
             match st.imc.clone() {
@@ -180,4 +199,49 @@ pub(crate) fn accept(st: &mut State) -> Vec<i32> {
         }
     }
     new
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer choosing its transport while this process announces the
+    /// same handle again and again (as each open does) always finds the
+    /// marker alive: it is never empty or missing mid-write.
+    #[test]
+    fn a_marker_being_announced_again_always_reads_alive() {
+        let h = 0x7e57_0000_0000_0000 | u64::from(std::process::id());
+        announce(h);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // Alternate contents, so that every call replaces it.
+                    if n % 2 == 0 {
+                        let _ = std::fs::write(marker(h).with_extension("x"), "");
+                        let tmp = PathBuf::from(format!("/dev/shm/.ump-ep-{h:016x}.{}", std::process::id()));
+                        let _ = std::fs::write(&tmp, "1\n");
+                        let _ = std::fs::rename(&tmp, marker(h));
+                    }
+                    announce(h);
+                    n += 1;
+                }
+            })
+        };
+        let mut dead = 0;
+        for _ in 0..20_000 {
+            let s = std::fs::read_to_string(marker(h)).unwrap_or_default();
+            if s.is_empty() {
+                dead += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap();
+        let _ = std::fs::remove_file(marker(h));
+        let _ = std::fs::remove_file(marker(h).with_extension("x"));
+        assert_eq!(dead, 0, "the marker read empty {dead} times in 20,000");
+        assert!(!marker_alive(h), "gone once removed");
+    }
 }
