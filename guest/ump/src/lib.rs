@@ -253,15 +253,17 @@ pub fn open(local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
 }
 
 /// UMP_ANY, both sides first at once: one may have chosen MEMORY CHANNEL
-/// before the other's marker appeared while the other chose shared memory.
-/// Until a channel is complete, shared memory wins: a side on MEMORY
-/// CHANNEL that sees the shared-memory channel appear moves there.
+/// before the other's marker appeared while the other chose shared memory
+/// (or both may have). Until a channel is complete, shared memory wins: a
+/// side on MEMORY CHANNEL that sees the shared-memory channel appear, or
+/// the other handle announced on this guest, moves there (and its
+/// shared-memory half then draws the other side too).
 fn converge(st: &State, e: &mut Entry) {
     if e.want != Want::Any || e.ch.transport != Transport::Mc || e.ch.is_complete() {
         return;
     }
     let (lo, hi) = (e.ch.local.min(e.ch.remote), e.ch.local.max(e.ch.remote));
-    if shm_path(lo, hi).exists() {
+    if shm_path(lo, hi).exists() || marker_alive(e.ch.remote) {
         if let Ok(ch) = open_shm(st, e.ch.local, e.ch.remote) {
             e.ch.close();
             e.ch = ch;
