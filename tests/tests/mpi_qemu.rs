@@ -449,6 +449,7 @@ fn mpi_board_survives_lost_frames() {
 #[test]
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn mpi_sixteen_ranks_on_four_guests() {
+    // Then one-sided communication on the same cluster ([`one_sided_on`]).
     let name = "t-mpi-16";
     let c = Cluster::up_mpi(name, 4);
     c.imcd_ready();
@@ -463,6 +464,28 @@ fn mpi_sixteen_ranks_on_four_guests() {
     }
     let (rc, out) = mpirun(name, 16, "comms");
     assert_eq!((rc, out.contains(" No Errors")), (Some(0), true), "{out}");
+    one_sided_on(&c, name);
+}
+
+/// One-sided communication across guests (tests/mpi/onesided.c), on the
+/// 4-guest cluster of [`mpi_sixteen_ranks_on_four_guests`] (one boot for
+/// both, for CI's time): 8 ranks, two a guest, so that every window has
+/// ranks on other guests (MEMORY CHANNEL) and on the same one (shared
+/// memory). Fence, post/start/complete/wait and passive target
+/// (fetch-and-op tickets under contention, exclusive read-modify-write, a
+/// compare-and-swap election), dynamic windows with request-based
+/// operations, and shared windows inside each guest, all checked.
+fn one_sided_on(c: &Cluster, name: &str) {
+    build(c, "onesided");
+    let (rc, out) = mpirun_with(name, 8, Some(2), &["MCMPI_STATS=1"], "onesided 30");
+    assert_eq!(rc, Some(0), "{out}");
+    assert!(out.contains(" No Errors"), "{out}");
+    for r in 0..8 {
+        let host = format!("node{}", r / 2);
+        assert!(out.contains(&format!("rank {r} of 8 on {host}")), "rank {r} not on {host}:\n{out}");
+        assert!(stat(&out, r, "one-sided operations") >= 30, "rank {r} issued too few operations:\n{out}");
+        assert!(stat(&out, r, "one-sided operations applied here") >= 1, "rank {r} was never a target:\n{out}");
+    }
 }
 
 /// Whether any of the cluster's guests had its OOM killer run, and imcd's
@@ -552,29 +575,4 @@ fn imcd_killed_during_a_job_is_restarted_and_the_node_serves_again() {
     assert!(o.status.success() && text.contains("collbench ok 2"), "the job on nodes 0 and 1:\n{text}");
     assert!(back.as_secs() < 30, "node 2 served again only after {back:?}");
     eprintln!("node 2 served again {:.1} s after imcd was killed", back.as_secs_f64());
-}
-
-/// Issue 28: one-sided communication across guests (tests/mpi/onesided.c):
-/// 8 ranks on 4 guests, two a guest, so that every window has ranks on
-/// other guests (MEMORY CHANNEL) and on the same one (shared memory).
-/// Fence, post/start/complete/wait and passive target (fetch-and-op
-/// tickets under contention, exclusive read-modify-write, a
-/// compare-and-swap election), dynamic windows with request-based
-/// operations, and shared windows inside each guest, all checked.
-#[test]
-#[ignore = "QEMU tier: run scripts/test.sh"]
-fn mpi_one_sided_across_guests() {
-    let name = "t-mpi-rma";
-    let c = Cluster::up_mpi(name, 4);
-    c.imcd_ready();
-    build(&c, "onesided");
-    let (rc, out) = mpirun_with(name, 8, Some(2), &["MCMPI_STATS=1"], "onesided 30");
-    assert_eq!(rc, Some(0), "{out}");
-    assert!(out.contains(" No Errors"), "{out}");
-    for r in 0..8 {
-        let host = format!("node{}", r / 2);
-        assert!(out.contains(&format!("rank {r} of 8 on {host}")), "rank {r} not on {host}:\n{out}");
-        assert!(stat(&out, r, "one-sided operations") >= 30, "rank {r} issued too few operations:\n{out}");
-        assert!(stat(&out, r, "one-sided operations applied here") >= 1, "rank {r} was never a target:\n{out}");
-    }
 }
