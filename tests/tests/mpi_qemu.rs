@@ -363,14 +363,38 @@ fn mpi_same_binary_runs_on_mpich() {
 /// start until the job ends (45 s of faults at most). Returns whether the
 /// job succeeded, its output, and the corrupt bursts made.
 fn under_faults(c: &Cluster, n: usize, env: &[&str], prog: &str) -> (bool, String, u32) {
-    let env: Vec<&str> = ["MCMPI_STATS=1"].into_iter().chain(env.iter().copied()).collect();
+    use std::io::BufRead;
+    let env: Vec<&str> = ["MCMPI_STATS=1", "MCMPI_TRACE=1"].into_iter().chain(env.iter().copied()).collect();
     let mut job = mpirun_cmd(&c.name, n, None, &env, prog)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Let the job start and its first messages go clean.
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    // Let every rank finish MPI_Init (its `MCMPI_TRACE` line) before the
+    // faults start: a fixed 3 s was not always enough, and a store lost
+    // while a rank still opened the board made it run without one.
+    let err = job.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if line.starts_with("mcmpi init: rank ") {
+                let _ = tx.send(());
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    let started = std::time::Instant::now();
+    let mut ready = 0;
+    while ready < n && started.elapsed() < std::time::Duration::from_secs(120) {
+        if rx.recv_timeout(std::time::Duration::from_secs(1)).is_ok() {
+            ready += 1;
+        }
+    }
+    // Then its first messages go clean.
+    std::thread::sleep(std::time::Duration::from_secs(1));
     let t0 = std::time::Instant::now();
     let (mut corrupted, mut flaps) = (0, 0);
     // A burst every quarter of a second and a flap every 2.5 s: flaps a
@@ -388,7 +412,7 @@ fn under_faults(c: &Cluster, n: usize, env: &[&str], prog: &str) -> (bool, Strin
         }
     }
     let o = job.wait_with_output().unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &reader.join().unwrap_or_default();
     eprintln!("{prog}: {corrupted} corrupt bursts, {flaps} flaps\n{out}");
     (o.status.success(), out, corrupted)
 }
