@@ -367,10 +367,11 @@ pub(crate) fn array<T: Copy>(p: *const T, n: usize, what: &str) -> R<Vec<T>> {
 }
 
 /// Declares `PMPI_X` with the body given (a closure returning [`R`]), its
-/// error handling through communicator `comm`, and its weak alias `MPI_X`.
+/// error handling through communicator `comm` (`comm(c)`) or window `w`
+/// (`win(w)`), and its weak alias `MPI_X`.
 #[macro_export]
 macro_rules! entry {
-    ($mpi:ident / $pmpi:ident ( $($a:ident : $t:ty),* $(,)? ) comm($c:expr) $body:block) => {
+    ($mpi:ident / $pmpi:ident ( $($a:ident : $t:ty),* $(,)? ) $how:ident($c:expr) $body:block) => {
         #[doc = concat!("`", stringify!($mpi), "` (see the MPI standard).")]
         ///
         /// # Safety
@@ -379,8 +380,20 @@ macro_rules! entry {
         pub unsafe extern "C" fn $pmpi($($a: $t),*) -> ::std::ffi::c_int {
             #[allow(clippy::redundant_closure_call)]
             let r: $crate::ffi::R<()> = (|| $body)();
-            $crate::ffi::ret(stringify!($mpi), $c, r)
+            $crate::ret_through!($how, stringify!($mpi), $c, r)
         }
         $crate::weak_alias!($mpi, $pmpi);
+    };
+}
+
+/// The C return code of a result, through the error handler of the
+/// communicator (`comm`) or window (`win`) an [`entry!`] names.
+#[macro_export]
+macro_rules! ret_through {
+    (comm, $func:expr, $c:expr, $r:expr) => {
+        $crate::ffi::ret($func, $c, $r)
+    };
+    (win, $func:expr, $w:expr, $r:expr) => {
+        $crate::ffi::win::ret_win($func, $w, $r)
     };
 }

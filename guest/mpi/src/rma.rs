@@ -564,7 +564,9 @@ impl Rma {
         Ok(())
     }
 
-    /// Sends a data operation as frames of at most `max` payload bytes.
+    /// Sends a data operation as frames of at most `max` payload bytes,
+    /// after checking its range; with `back`, its data comes back there:
+    /// returns the reply id (0 without).
     #[allow(clippy::too_many_arguments)]
     fn issue(
         &mut self,
@@ -573,11 +575,19 @@ impl Rma {
         op: u8,
         acc: Option<Accum>,
         data: &[u8],
-        reply: u64,
+        back: Option<Dest>,
         max: usize,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let total = t.dt.size().saturating_mul(t.count);
         self.check_range(id, t, total)?;
+        let reply = match back {
+            Some(dest) => self.expect(id, t.rank, total, dest)?,
+            None => 0,
+        };
+        if reply != 0 && total == 0 {
+            self.complete_reply(reply);
+            return Ok(reply);
+        }
         let to = self.win(id)?.spec.ranks[t.rank as usize];
         let (kind, code) = acc.map_or((0, 0), |a| (kind_code(a.kind), op_code(a.op)));
         let elem = acc.map_or(1, |a| a.kind.packed_size() as u64);
@@ -585,16 +595,15 @@ impl Rma {
         let count = t.count;
         let chunks = split(total, elem, max, |s, l| dt.pieces(count, s, l));
         self.stats.ops += 1;
-        let replies = reply != 0;
         for (at, len, pieces) in chunks {
             let body: &[u8] = if data.is_empty() { &[] } else { &data[at as usize..(at + len) as usize] };
             self.stats.frames += 1;
             self.stats.bytes += body.len() as u64;
             let payload = payload(at, &pieces, kind, code, &[body]);
-            let back = if replies { len as usize } else { 0 };
-            self.send(id, t.rank, Msg { to, op, win: id, a: t.addr, b: reply, payload }, back)?;
+            let returns = if reply != 0 { len as usize } else { 0 };
+            self.send(id, t.rank, Msg { to, op, win: id, a: t.addr, b: reply, payload }, returns)?;
         }
-        Ok(())
+        Ok(reply)
     }
 
     /// Sends `m` to rank `target` of window `id`, or holds it back behind
@@ -644,26 +653,18 @@ impl Rma {
 
     /// `MPI_Put`: `data` (packed) into target `t`.
     pub fn put(&mut self, id: u32, t: &Target, data: &[u8], max: usize) -> Result<()> {
-        self.issue(id, t, PUT, None, data, 0, max)
+        self.issue(id, t, PUT, None, data, None, max).map(|_| ())
     }
 
     /// `MPI_Accumulate`.
     pub fn accumulate(&mut self, id: u32, t: &Target, data: &[u8], acc: Accum, max: usize) -> Result<()> {
         op::check(acc.op, acc.kind)?;
-        self.issue(id, t, ACC, Some(acc), data, 0, max)
+        self.issue(id, t, ACC, Some(acc), data, None, max).map(|_| ())
     }
 
     /// `MPI_Get`: target `t` into `dest`; returns the reply id.
     pub fn get(&mut self, id: u32, t: &Target, dest: Dest, max: usize) -> Result<u64> {
-        let total = t.dt.size().saturating_mul(t.count);
-        self.check_range(id, t, total)?;
-        let r = self.expect(id, t.rank, total, dest)?;
-        if total == 0 {
-            self.complete_reply(r);
-            return Ok(r);
-        }
-        self.issue(id, t, GET, None, &[], r, max)?;
-        Ok(r)
+        self.issue(id, t, GET, None, &[], Some(dest), max)
     }
 
     /// `MPI_Get_accumulate` (and `MPI_Fetch_and_op`): the old data into
@@ -678,15 +679,7 @@ impl Rma {
         max: usize,
     ) -> Result<u64> {
         op::check(acc.op, acc.kind)?;
-        let total = t.dt.size().saturating_mul(t.count);
-        self.check_range(id, t, total)?;
-        let r = self.expect(id, t.rank, total, dest)?;
-        if total == 0 {
-            self.complete_reply(r);
-            return Ok(r);
-        }
-        self.issue(id, t, GET_ACC, Some(acc), data, r, max)?;
-        Ok(r)
+        self.issue(id, t, GET_ACC, Some(acc), data, Some(dest), max)
     }
 
     /// `MPI_Compare_and_swap`: one element of `kind`.

@@ -364,12 +364,33 @@ entry!(MPI_Group_translate_ranks / PMPI_Group_translate_ranks(g1: MPI_Group, n: 
     Ok(())
 });
 
+/// Checks that `h` is a predefined or user error handler (of
+/// communicators and windows alike).
+pub(crate) fn errhandler_known(st: &State, h: MPI_Errhandler) -> R<()> {
+    let known =
+        [MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&h) || st.errhandlers.contains_key(&h);
+    if !known {
+        return err(MPI_ERR_ARG, format!("{h:#x} is not an error handler"));
+    }
+    Ok(())
+}
+
+/// Registers user error handler `f` and stores its handle in `h`
+/// (`MPI_Comm_create_errhandler`, `MPI_Win_create_errhandler`: the two
+/// function types have the same shape).
+pub(crate) fn create_errhandler(f: Option<MPI_Comm_errhandler_function>, h: *mut MPI_Errhandler) -> R<()> {
+    let Some(f) = f else { return err(MPI_ERR_ARG, "the handler function is NULL") };
+    let e = with(|st| {
+        let e = st.handle();
+        st.errhandlers.insert(e, f);
+        Ok(e)
+    })?;
+    put(h, e, "errhandler")
+}
+
 entry!(MPI_Comm_set_errhandler / PMPI_Comm_set_errhandler(comm: MPI_Comm, h: MPI_Errhandler) comm(comm) {
     with(|st| {
-        let known = [MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&h) || st.errhandlers.contains_key(&h);
-        if !known {
-            return err(MPI_ERR_ARG, format!("{h:#x} is not an error handler"));
-        }
+        errhandler_known(st, h)?;
         st.comm(comm)?;
         if let Some(c) = st.comms.get_mut(&comm) {
             c.errhandler = h;
@@ -384,13 +405,7 @@ entry!(MPI_Comm_get_errhandler / PMPI_Comm_get_errhandler(comm: MPI_Comm, h: *mu
 });
 
 entry!(MPI_Comm_create_errhandler / PMPI_Comm_create_errhandler(f: Option<MPI_Comm_errhandler_function>, h: *mut MPI_Errhandler) comm(MPI_COMM_WORLD) {
-    let Some(f) = f else { return err(MPI_ERR_ARG, "the handler function is NULL") };
-    let e = with(|st| {
-        let e = st.handle();
-        st.errhandlers.insert(e, f);
-        Ok(e)
-    })?;
-    put(h, e, "errhandler")
+    create_errhandler(f, h)
 });
 
 entry!(MPI_Errhandler_free / PMPI_Errhandler_free(h: *mut MPI_Errhandler) comm(MPI_COMM_WORLD) {

@@ -107,23 +107,6 @@ pub fn ret_win(func: &str, w: MPI_Win, r: R<()>) -> c_int {
     }
 }
 
-/// Declares `PMPI_X` with its errors going to window `w`'s handler.
-macro_rules! win_entry {
-    ($mpi:ident / $pmpi:ident ( $($a:ident : $t:ty),* $(,)? ) win($w:expr) $body:block) => {
-        #[doc = concat!("`", stringify!($mpi), "` (see the MPI standard).")]
-        ///
-        /// # Safety
-        /// Pointer arguments must be what the MPI standard requires.
-        #[no_mangle]
-        pub unsafe extern "C" fn $pmpi($($a: $t),*) -> ::std::ffi::c_int {
-            #[allow(clippy::redundant_closure_call)]
-            let r: $crate::ffi::R<()> = (|| $body)();
-            ret_win(stringify!($mpi), $w, r)
-        }
-        $crate::weak_alias!($mpi, $pmpi);
-    };
-}
-
 fn rma_err(e: EngineError) -> MpiErr {
     use crate::rma::RmaError as E;
     let class = match &e {
@@ -417,21 +400,21 @@ fn shared_query(w: MPI_Win, rank: c_int) -> R<(u64, u64, usize)> {
     })
 }
 
-win_entry!(MPI_Win_shared_query / PMPI_Win_shared_query(w: MPI_Win, rank: c_int, size: *mut MPI_Aint, unit: *mut c_int, baseptr: *mut c_void) win(w) {
+entry!(MPI_Win_shared_query / PMPI_Win_shared_query(w: MPI_Win, rank: c_int, size: *mut MPI_Aint, unit: *mut c_int, baseptr: *mut c_void) win(w) {
     let (s, u, b) = shared_query(w, rank)?;
     put(size, s as MPI_Aint, "size")?;
     put(unit, u as c_int, "disp_unit")?;
     store_base(baseptr, b)
 });
 
-win_entry!(MPI_Win_shared_query_c / PMPI_Win_shared_query_c(w: MPI_Win, rank: c_int, size: *mut MPI_Aint, unit: *mut MPI_Aint, baseptr: *mut c_void) win(w) {
+entry!(MPI_Win_shared_query_c / PMPI_Win_shared_query_c(w: MPI_Win, rank: c_int, size: *mut MPI_Aint, unit: *mut MPI_Aint, baseptr: *mut c_void) win(w) {
     let (s, u, b) = shared_query(w, rank)?;
     put(size, s as MPI_Aint, "size")?;
     put(unit, u as MPI_Aint, "disp_unit")?;
     store_base(baseptr, b)
 });
 
-win_entry!(MPI_Win_attach / PMPI_Win_attach(w: MPI_Win, base: *mut c_void, size: MPI_Aint) win(w) {
+entry!(MPI_Win_attach / PMPI_Win_attach(w: MPI_Win, base: *mut c_void, size: MPI_Aint) win(w) {
     with(|st| {
         let x = win(st, w)?;
         if x.flavor != MPI_WIN_FLAVOR_DYNAMIC {
@@ -445,7 +428,7 @@ win_entry!(MPI_Win_attach / PMPI_Win_attach(w: MPI_Win, base: *mut c_void, size:
     })
 });
 
-win_entry!(MPI_Win_detach / PMPI_Win_detach(w: MPI_Win, base: *const c_void) win(w) {
+entry!(MPI_Win_detach / PMPI_Win_detach(w: MPI_Win, base: *const c_void) win(w) {
     with(|st| {
         let id = win(st, w)?.id;
         if !st.eng.rma(|r| r.detach(id, base as usize)).map_err(rma_err)? {
@@ -455,7 +438,7 @@ win_entry!(MPI_Win_detach / PMPI_Win_detach(w: MPI_Win, base: *const c_void) win
     })
 });
 
-win_entry!(MPI_Win_free / PMPI_Win_free(w: *mut MPI_Win) win(array(w as *const MPI_Win, 1, "win").map(|v| v[0]).unwrap_or(MPI_WIN_NULL)) {
+entry!(MPI_Win_free / PMPI_Win_free(w: *mut MPI_Win) win(array(w as *const MPI_Win, 1, "win").map(|v| v[0]).unwrap_or(MPI_WIN_NULL)) {
     let h = array(w as *const MPI_Win, 1, "win")?[0];
     with(|st| {
         let x = win(st, h)?;
@@ -672,7 +655,7 @@ fn simple(
 
 macro_rules! put_get {
     ($($mpi:ident / $pmpi:ident, $cnt:ty, $what:ident;)*) => {$(
-        win_entry!($mpi / $pmpi(origin: *const c_void, ocount: $cnt, otype: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: $cnt, ttype: MPI_Datatype, w: MPI_Win) win(w) {
+        entry!($mpi / $pmpi(origin: *const c_void, ocount: $cnt, otype: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: $cnt, ttype: MPI_Datatype, w: MPI_Win) win(w) {
             op_put(simple(origin as usize, ocount as i64, otype, rank, disp, tcount as i64, ttype, MPI_OP_NULL), w, None, What::$what)
         });
     )*};
@@ -680,7 +663,7 @@ macro_rules! put_get {
 
 macro_rules! rput_get {
     ($($mpi:ident / $pmpi:ident, $cnt:ty, $what:ident;)*) => {$(
-        win_entry!($mpi / $pmpi(origin: *const c_void, ocount: $cnt, otype: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: $cnt, ttype: MPI_Datatype, w: MPI_Win, req: *mut MPI_Request) win(w) {
+        entry!($mpi / $pmpi(origin: *const c_void, ocount: $cnt, otype: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: $cnt, ttype: MPI_Datatype, w: MPI_Win, req: *mut MPI_Request) win(w) {
             nonnull(req, "request")?;
             op_put(simple(origin as usize, ocount as i64, otype, rank, disp, tcount as i64, ttype, MPI_OP_NULL), w, Some(req), What::$what)
         });
@@ -703,7 +686,7 @@ rput_get! {
 
 macro_rules! accumulate {
     ($($mpi:ident / $pmpi:ident, $cnt:ty;)*) => {$(
-        win_entry!($mpi / $pmpi(origin: *const c_void, ocount: $cnt, otype: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: $cnt, ttype: MPI_Datatype, op: MPI_Op, w: MPI_Win) win(w) {
+        entry!($mpi / $pmpi(origin: *const c_void, ocount: $cnt, otype: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: $cnt, ttype: MPI_Datatype, op: MPI_Op, w: MPI_Win) win(w) {
             op_put(simple(origin as usize, ocount as i64, otype, rank, disp, tcount as i64, ttype, op), w, None, What::Acc)
         });
     )*};
@@ -711,7 +694,7 @@ macro_rules! accumulate {
 
 macro_rules! raccumulate {
     ($($mpi:ident / $pmpi:ident, $cnt:ty;)*) => {$(
-        win_entry!($mpi / $pmpi(origin: *const c_void, ocount: $cnt, otype: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: $cnt, ttype: MPI_Datatype, op: MPI_Op, w: MPI_Win, req: *mut MPI_Request) win(w) {
+        entry!($mpi / $pmpi(origin: *const c_void, ocount: $cnt, otype: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: $cnt, ttype: MPI_Datatype, op: MPI_Op, w: MPI_Win, req: *mut MPI_Request) win(w) {
             nonnull(req, "request")?;
             op_put(simple(origin as usize, ocount as i64, otype, rank, disp, tcount as i64, ttype, op), w, Some(req), What::Acc)
         });
@@ -730,7 +713,7 @@ raccumulate! {
 
 macro_rules! get_accumulate {
     ($($mpi:ident / $pmpi:ident, $cnt:ty, $($req:ident)?;)*) => {$(
-        win_entry!($mpi / $pmpi(origin: *const c_void, ocount: $cnt, otype: MPI_Datatype, result: *mut c_void, rcount: $cnt, rtype: MPI_Datatype,
+        entry!($mpi / $pmpi(origin: *const c_void, ocount: $cnt, otype: MPI_Datatype, result: *mut c_void, rcount: $cnt, rtype: MPI_Datatype,
                 rank: c_int, disp: MPI_Aint, tcount: $cnt, ttype: MPI_Datatype, op: MPI_Op, w: MPI_Win $(, $req: *mut MPI_Request)?) win(w) {
             let o = Op { origin: origin as usize, ocount: ocount as i64, otype, result: result as usize, rcount: rcount as i64, rtype, rank, disp, tcount: tcount as i64, ttype, op };
             #[allow(unused_mut, unused_assignments)]
@@ -748,12 +731,12 @@ get_accumulate! {
     MPI_Rget_accumulate_c / PMPI_Rget_accumulate_c, MPI_Count, request;
 }
 
-win_entry!(MPI_Fetch_and_op / PMPI_Fetch_and_op(origin: *const c_void, result: *mut c_void, t: MPI_Datatype, rank: c_int, disp: MPI_Aint, op: MPI_Op, w: MPI_Win) win(w) {
+entry!(MPI_Fetch_and_op / PMPI_Fetch_and_op(origin: *const c_void, result: *mut c_void, t: MPI_Datatype, rank: c_int, disp: MPI_Aint, op: MPI_Op, w: MPI_Win) win(w) {
     let o = Op { origin: origin as usize, ocount: 1, otype: t, result: result as usize, rcount: 1, rtype: t, rank, disp, tcount: 1, ttype: t, op };
     op_put(o, w, None, What::GetAcc)
 });
 
-win_entry!(MPI_Compare_and_swap / PMPI_Compare_and_swap(origin: *const c_void, compare: *const c_void, result: *mut c_void, t: MPI_Datatype, rank: c_int, disp: MPI_Aint, w: MPI_Win) win(w) {
+entry!(MPI_Compare_and_swap / PMPI_Compare_and_swap(origin: *const c_void, compare: *const c_void, result: *mut c_void, t: MPI_Datatype, rank: c_int, disp: MPI_Aint, w: MPI_Win) win(w) {
     with(|st| {
         let o = simple(origin as usize, 1, t, rank, disp, 1, t, MPI_OP_NULL);
         let x = win(st, w)?;
@@ -771,7 +754,7 @@ win_entry!(MPI_Compare_and_swap / PMPI_Compare_and_swap(origin: *const c_void, c
 // Synchronisation
 // ---------------------------------------------------------------------
 
-win_entry!(MPI_Win_fence / PMPI_Win_fence(_assert: c_int, w: MPI_Win) win(w) {
+entry!(MPI_Win_fence / PMPI_Win_fence(_assert: c_int, w: MPI_Win) win(w) {
     with(|st| {
         let id = win(st, w)?.id;
         let e = st.eng.rma(|r| r.fence_begin(id)).map_err(rma_err)?;
@@ -802,7 +785,7 @@ fn win_group(st: &State, x: &Window, g: MPI_Group) -> R<Vec<u32>> {
         .collect()
 }
 
-win_entry!(MPI_Win_post / PMPI_Win_post(g: MPI_Group, assert: c_int, w: MPI_Win) win(w) {
+entry!(MPI_Win_post / PMPI_Win_post(g: MPI_Group, assert: c_int, w: MPI_Win) win(w) {
     with(|st| {
         let x = win(st, w)?;
         if x.post_group.is_some() {
@@ -818,7 +801,7 @@ win_entry!(MPI_Win_post / PMPI_Win_post(g: MPI_Group, assert: c_int, w: MPI_Win)
     })
 });
 
-win_entry!(MPI_Win_start / PMPI_Win_start(g: MPI_Group, assert: c_int, w: MPI_Win) win(w) {
+entry!(MPI_Win_start / PMPI_Win_start(g: MPI_Group, assert: c_int, w: MPI_Win) win(w) {
     with(|st| {
         let x = win(st, w)?;
         if x.start_group.is_some() {
@@ -833,7 +816,7 @@ win_entry!(MPI_Win_start / PMPI_Win_start(g: MPI_Group, assert: c_int, w: MPI_Wi
     })
 });
 
-win_entry!(MPI_Win_complete / PMPI_Win_complete(w: MPI_Win) win(w) {
+entry!(MPI_Win_complete / PMPI_Win_complete(w: MPI_Win) win(w) {
     with(|st| {
         let x = win_mut(st, w)?;
         let Some(grp) = x.start_group.take() else {
@@ -860,7 +843,7 @@ fn exposure_done(st: &mut State, w: MPI_Win) -> R<bool> {
     Ok(done)
 }
 
-win_entry!(MPI_Win_wait / PMPI_Win_wait(w: MPI_Win) win(w) {
+entry!(MPI_Win_wait / PMPI_Win_wait(w: MPI_Win) win(w) {
     with(|st| {
         win(st, w)?;
         let mut first = Some(exposure_done(st, w)?);
@@ -871,7 +854,7 @@ win_entry!(MPI_Win_wait / PMPI_Win_wait(w: MPI_Win) win(w) {
     })
 });
 
-win_entry!(MPI_Win_test / PMPI_Win_test(w: MPI_Win, flag: *mut c_int) win(w) {
+entry!(MPI_Win_test / PMPI_Win_test(w: MPI_Win, flag: *mut c_int) win(w) {
     let done = with(|st| {
         if exposure_done(st, w)? {
             return Ok(true);
@@ -969,7 +952,7 @@ fn settle(st: &mut State, w: MPI_Win, targets: &[u32], release: bool) -> R<()> {
     check_refused(st, w)
 }
 
-win_entry!(MPI_Win_lock / PMPI_Win_lock(kind: c_int, rank: c_int, assert: c_int, w: MPI_Win) win(w) {
+entry!(MPI_Win_lock / PMPI_Win_lock(kind: c_int, rank: c_int, assert: c_int, w: MPI_Win) win(w) {
     if kind != MPI_LOCK_SHARED && kind != MPI_LOCK_EXCLUSIVE {
         return err(MPI_ERR_LOCKTYPE, format!("lock type {kind} (MPI_LOCK_SHARED or MPI_LOCK_EXCLUSIVE)"));
     }
@@ -979,35 +962,35 @@ win_entry!(MPI_Win_lock / PMPI_Win_lock(kind: c_int, rank: c_int, assert: c_int,
     })
 });
 
-win_entry!(MPI_Win_unlock / PMPI_Win_unlock(rank: c_int, w: MPI_Win) win(w) {
+entry!(MPI_Win_unlock / PMPI_Win_unlock(rank: c_int, w: MPI_Win) win(w) {
     with(|st| match lock_target(win(st, w)?, rank)? {
         Some(t) => settle(st, w, &[t], true),
         None => Ok(()),
     })
 });
 
-win_entry!(MPI_Win_lock_all / PMPI_Win_lock_all(assert: c_int, w: MPI_Win) win(w) {
+entry!(MPI_Win_lock_all / PMPI_Win_lock_all(assert: c_int, w: MPI_Win) win(w) {
     with(|st| {
         let all: Vec<u32> = (0..win(st, w)?.ranks.len() as u32).collect();
         lock_many(st, w, &all, false, assert & MPI_MODE_NOCHECK != 0)
     })
 });
 
-win_entry!(MPI_Win_unlock_all / PMPI_Win_unlock_all(w: MPI_Win) win(w) {
+entry!(MPI_Win_unlock_all / PMPI_Win_unlock_all(w: MPI_Win) win(w) {
     with(|st| {
         let all: Vec<u32> = (0..win(st, w)?.ranks.len() as u32).collect();
         settle(st, w, &all, true)
     })
 });
 
-win_entry!(MPI_Win_flush / PMPI_Win_flush(rank: c_int, w: MPI_Win) win(w) {
+entry!(MPI_Win_flush / PMPI_Win_flush(rank: c_int, w: MPI_Win) win(w) {
     with(|st| match lock_target(win(st, w)?, rank)? {
         Some(t) => settle(st, w, &[t], false),
         None => Ok(()),
     })
 });
 
-win_entry!(MPI_Win_flush_all / PMPI_Win_flush_all(w: MPI_Win) win(w) {
+entry!(MPI_Win_flush_all / PMPI_Win_flush_all(w: MPI_Win) win(w) {
     with(|st| {
         let all: Vec<u32> = (0..win(st, w)?.ranks.len() as u32).collect();
         settle(st, w, &all, false)
@@ -1021,18 +1004,18 @@ fn flush_local(st: &mut State, w: MPI_Win, target: Option<u32>) -> R<()> {
     wait_for(st, w, |st| Ok(!st.eng.rma_ref().replies_pending(id, target).map_err(|e| rma_err(e.into()))?))
 }
 
-win_entry!(MPI_Win_flush_local / PMPI_Win_flush_local(rank: c_int, w: MPI_Win) win(w) {
+entry!(MPI_Win_flush_local / PMPI_Win_flush_local(rank: c_int, w: MPI_Win) win(w) {
     with(|st| match lock_target(win(st, w)?, rank)? {
         Some(t) => flush_local(st, w, Some(t)),
         None => Ok(()),
     })
 });
 
-win_entry!(MPI_Win_flush_local_all / PMPI_Win_flush_local_all(w: MPI_Win) win(w) {
+entry!(MPI_Win_flush_local_all / PMPI_Win_flush_local_all(w: MPI_Win) win(w) {
     with(|st| flush_local(st, w, None))
 });
 
-win_entry!(MPI_Win_sync / PMPI_Win_sync(w: MPI_Win) win(w) {
+entry!(MPI_Win_sync / PMPI_Win_sync(w: MPI_Win) win(w) {
     with(|st| {
         win(st, w)?;
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
@@ -1044,7 +1027,7 @@ win_entry!(MPI_Win_sync / PMPI_Win_sync(w: MPI_Win) win(w) {
 // Groups, names, hints, error handlers, attributes
 // ---------------------------------------------------------------------
 
-win_entry!(MPI_Win_get_group / PMPI_Win_get_group(w: MPI_Win, g: *mut MPI_Group) win(w) {
+entry!(MPI_Win_get_group / PMPI_Win_get_group(w: MPI_Win, g: *mut MPI_Group) win(w) {
     let h = with(|st| {
         let ranks = win(st, w)?.ranks.clone();
         let h = st.handle();
@@ -1054,7 +1037,7 @@ win_entry!(MPI_Win_get_group / PMPI_Win_get_group(w: MPI_Win, g: *mut MPI_Group)
     put(g, h, "group")
 });
 
-win_entry!(MPI_Win_set_name / PMPI_Win_set_name(w: MPI_Win, name: *const c_char) win(w) {
+entry!(MPI_Win_set_name / PMPI_Win_set_name(w: MPI_Win, name: *const c_char) win(w) {
     nonnull(name, "name")?;
     // SAFETY: the caller passes a NUL-terminated string.
     let s = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned();
@@ -1064,12 +1047,12 @@ win_entry!(MPI_Win_set_name / PMPI_Win_set_name(w: MPI_Win, name: *const c_char)
     })
 });
 
-win_entry!(MPI_Win_get_name / PMPI_Win_get_name(w: MPI_Win, name: *mut c_char, len: *mut c_int) win(w) {
+entry!(MPI_Win_get_name / PMPI_Win_get_name(w: MPI_Win, name: *mut c_char, len: *mut c_int) win(w) {
     let s = with(|st| Ok(win(st, w)?.name.clone()))?;
     super::env::put_str(name, MPI_MAX_OBJECT_NAME as usize, &s, len)
 });
 
-win_entry!(MPI_Win_set_info / PMPI_Win_set_info(w: MPI_Win, info: MPI_Info) win(w) {
+entry!(MPI_Win_set_info / PMPI_Win_set_info(w: MPI_Win, info: MPI_Info) win(w) {
     with(|st| {
         let v = st.infos.get(&info).cloned().ok_or_else(|| MpiErr { class: MPI_ERR_INFO, msg: format!("{info:#x} is not an info object") })?;
         set_hints(&mut win_mut(st, w)?.info, &v);
@@ -1077,7 +1060,7 @@ win_entry!(MPI_Win_set_info / PMPI_Win_set_info(w: MPI_Win, info: MPI_Info) win(
     })
 });
 
-win_entry!(MPI_Win_get_info / PMPI_Win_get_info(w: MPI_Win, info: *mut MPI_Info) win(w) {
+entry!(MPI_Win_get_info / PMPI_Win_get_info(w: MPI_Win, info: *mut MPI_Info) win(w) {
     let h = with(|st| {
         let v = win(st, w)?.info.clone();
         let h = st.handle();
@@ -1088,27 +1071,18 @@ win_entry!(MPI_Win_get_info / PMPI_Win_get_info(w: MPI_Win, info: *mut MPI_Info)
 });
 
 entry!(MPI_Win_create_errhandler / PMPI_Win_create_errhandler(f: Option<MPI_Comm_errhandler_function>, h: *mut MPI_Errhandler) comm(MPI_COMM_WORLD) {
-    let Some(f) = f else { return err(MPI_ERR_ARG, "the error handler function is NULL") };
-    let e = with(|st| {
-        let e = st.handle();
-        st.errhandlers.insert(e, f);
-        Ok(e)
-    })?;
-    put(h, e, "errhandler")
+    comm::create_errhandler(f, h)
 });
 
-win_entry!(MPI_Win_set_errhandler / PMPI_Win_set_errhandler(w: MPI_Win, h: MPI_Errhandler) win(w) {
+entry!(MPI_Win_set_errhandler / PMPI_Win_set_errhandler(w: MPI_Win, h: MPI_Errhandler) win(w) {
     with(|st| {
-        let known = [MPI_ERRORS_ARE_FATAL, MPI_ERRORS_RETURN, MPI_ERRORS_ABORT].contains(&h) || st.errhandlers.contains_key(&h);
-        if !known {
-            return err(MPI_ERR_ARG, format!("{h:#x} is not an error handler"));
-        }
+        comm::errhandler_known(st, h)?;
         win_mut(st, w)?.errhandler = h;
         Ok(())
     })
 });
 
-win_entry!(MPI_Win_get_errhandler / PMPI_Win_get_errhandler(w: MPI_Win, h: *mut MPI_Errhandler) win(w) {
+entry!(MPI_Win_get_errhandler / PMPI_Win_get_errhandler(w: MPI_Win, h: *mut MPI_Errhandler) win(w) {
     let e = with(|st| Ok(win(st, w)?.errhandler))?;
     put(h, e, "errhandler")
 });
