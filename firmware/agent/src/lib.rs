@@ -11,7 +11,10 @@
 //!   `Exited` (or `Error` if it could not start). With `stdin: true` the host
 //!   streams `Stdin` chunks and then `StdinEnd` (the command's end of file)
 //!   while it reads the answers; chunks the command no longer wants are
-//!   dropped, and those still arriving after `Exited` are ignored.
+//!   dropped, and those still arriving after `Exited` are ignored. The
+//!   stream ends early when the host goes away: the port reads as hung up
+//!   for 2 s ([`server`]: a hang-up that clears sooner is an earlier
+//!   client's, seen late), or a frame of another operation arrives.
 //! - `Put` → `Ready` (the file is open), then the host sends the bytes as
 //!   `Stdin` chunks and `StdinEnd` → `Done` (or `Error` at either step).
 //! - `Get` → `Data` chunks, then `Done` (or `Error`).

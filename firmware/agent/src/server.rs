@@ -36,6 +36,12 @@ const TICK: Duration = Duration::from_millis(5);
 const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// Stdin chunks queued for the command beyond what its pipe holds.
 const STDIN_QUEUE: usize = 8;
+/// How long the port must go on reading as hung up before a stream counts
+/// its host as gone. On virtio-serial a client leaving and the next one
+/// connecting reach the guest as port-closed and port-open control events,
+/// which the kernel handles after the data queue: the next client's request
+/// can be read while the port still reads as closed from the one before.
+const HANGUP_GRACE: Duration = Duration::from_secs(2);
 
 /// Answers requests from `port` until it reads as end of file (no host
 /// connected: `mc-agent` calls it again; a closed socket: the test is over).
@@ -88,28 +94,60 @@ fn readable<P: AsFd>(port: &P, wait: Duration) -> io::Result<bool> {
 enum Incoming {
     Chunk(Vec<u8>),
     End,
-    /// The host went away (end of file) or sent something that is not a
-    /// chunk (answered with an error): the stream is over.
+    /// Nothing: the port read as end of file, but a host is connected
+    /// again (the end of file was an earlier client's leaving, seen late).
+    Nothing,
+    /// The host went away (the port stays hung up) or sent something that
+    /// is not a chunk of this stream (answered with an error): the stream
+    /// is over.
     Gone,
 }
 
-fn next_chunk<P: Read + Write>(port: &mut P) -> io::Result<Incoming> {
+/// The next frame of operation `op`'s stream.
+fn next_chunk<P: Read + Write + AsFd>(port: &mut P, op: u64) -> io::Result<Incoming> {
     match read_frame::<_, Envelope<Request>>(port) {
-        Ok(Some(Envelope { body: Request::Stdin { data }, .. })) => match b64_decode(&data) {
+        Ok(Some(Envelope { id, body: Request::Stdin { data } })) if id == op => match b64_decode(&data) {
             Ok(b) => Ok(Incoming::Chunk(b)),
             Err(e) => {
-                send(port, 0, Response::Error { message: format!("stdin chunk is not base64: {e}") })?;
+                send(port, op, Response::Error { message: format!("stdin chunk is not base64: {e}") })?;
                 Ok(Incoming::Gone)
             }
         },
-        Ok(Some(Envelope { body: Request::StdinEnd, .. })) => Ok(Incoming::End),
+        Ok(Some(Envelope { id, body: Request::StdinEnd })) if id == op => Ok(Incoming::End),
         Ok(Some(Envelope { id, .. })) => {
             send(port, id, Response::Error { message: "the agent is busy with another operation".into() })?;
             Ok(Incoming::Gone)
         }
+        Ok(None) if !hung_up(port)? => Ok(Incoming::Nothing),
         Ok(None) => Ok(Incoming::Gone),
         Err(e) if matches!(e.kind(), ErrorKind::InvalidData | ErrorKind::UnexpectedEof) => Ok(Incoming::Gone),
         Err(e) => Err(e),
+    }
+}
+
+/// After the port read as end of file: true when it still reads as hung up
+/// after [`HANGUP_GRACE`] (the host is gone), false as soon as it does not
+/// (a host is connected).
+fn hung_up<P: AsFd>(port: &P) -> io::Result<bool> {
+    let until = Instant::now() + HANGUP_GRACE;
+    loop {
+        // A virtio-serial port without a host reads as POLLHUP; a socket
+        // (tests) whose peer stopped writing as POLLRDHUP, which nix has no
+        // name for: its `revents` is then `None`.
+        let rdhup = PollFlags::from_bits_retain(libc::POLLRDHUP);
+        let mut fds = [PollFd::new(port.as_fd(), PollFlags::POLLIN | rdhup)];
+        match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        if fds[0].revents().is_some_and(|r| !r.contains(PollFlags::POLLHUP)) {
+            return Ok(false);
+        }
+        if Instant::now() >= until {
+            return Ok(true);
+        }
+        thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -205,8 +243,9 @@ fn exec<P: Read + Write + AsFd>(port: &mut P, id: u64, argv: &[String], stdin: b
                 }
             }
             if pending.is_none() && readable(port, Duration::ZERO)? {
-                match next_chunk(port)? {
+                match next_chunk(port, id)? {
                     Incoming::Chunk(c) => pending = Some(c),
+                    Incoming::Nothing => {}
                     Incoming::End | Incoming::Gone => feed = None,
                 }
                 progress = true;
@@ -309,7 +348,7 @@ fn put<P: Read + Write + AsFd>(port: &mut P, id: u64, path: &str, mode: u32, nam
     let mut bytes = 0u64;
     let mut failed: Option<String> = None;
     loop {
-        match next_chunk(port)? {
+        match next_chunk(port, id)? {
             Incoming::Chunk(c) => {
                 if failed.is_none() {
                     match file.write_all(&c) {
@@ -319,6 +358,7 @@ fn put<P: Read + Write + AsFd>(port: &mut P, id: u64, path: &str, mode: u32, nam
                 }
             }
             Incoming::End => break,
+            Incoming::Nothing => {}
             Incoming::Gone => {
                 let _ = fs::remove_file(&tmp);
                 return Ok(());
@@ -371,4 +411,120 @@ fn get<P: Write>(port: &mut P, id: u64, path: &str) -> io::Result<()> {
         }
     }
     send(port, id, Response::Done { path: path.to_string(), bytes, mode: meta.permissions().mode() & 0o7777 })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::BorrowedFd;
+    use std::os::unix::net::UnixStream;
+
+    use super::*;
+
+    /// A port that reads as end of file once, when a frame starts after
+    /// `frames` whole frames were read: what virtio-serial does when the
+    /// port-closed event of the client before is handled late.
+    struct LateHangup {
+        s: UnixStream,
+        frames: usize,
+        body: bool,
+    }
+
+    impl Read for LateHangup {
+        fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+            if self.frames == 0 && !self.body {
+                self.frames = usize::MAX;
+                return Ok(0);
+            }
+            let n = self.s.read(b)?;
+            // Frames go length (4 bytes) then body, read in two steps.
+            if n > 0 && self.frames != usize::MAX {
+                if self.body {
+                    self.frames -= 1;
+                }
+                self.body = !self.body;
+            }
+            Ok(n)
+        }
+    }
+
+    impl Write for LateHangup {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.s.write(b)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.s.flush()
+        }
+    }
+
+    impl AsFd for LateHangup {
+        fn as_fd(&self) -> BorrowedFd<'_> {
+            self.s.as_fd()
+        }
+    }
+
+    fn req(s: &mut UnixStream, id: u64, body: Request) {
+        write_frame(s, &Envelope { id, body }).unwrap();
+    }
+
+    /// Output and the exit of operation `id`, until `Exited`.
+    fn answers(s: &mut UnixStream, id: u64) -> (Vec<u8>, i32) {
+        let mut out = Vec::new();
+        loop {
+            let r: Envelope<Response> = read_frame(s).unwrap().expect("agent closed");
+            assert_eq!(r.id, id, "{r:?}");
+            match r.body {
+                Response::Output { data, .. } => out.extend(b64_decode(&data).unwrap()),
+                Response::Exited { code, .. } => return (out, code),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// The end of file of a client that left is seen after the next
+    /// client's `Exec` was read: the command's stdin stays open while a
+    /// host is connected, and its input arrives whole.
+    #[test]
+    fn a_late_hangup_of_the_client_before_does_not_end_stdin() {
+        let (mut host, guest) = UnixStream::pair().unwrap();
+        let t = thread::spawn(move || serve(&mut LateHangup { s: guest, frames: 1, body: false }));
+        req(&mut host, 7, Request::Exec { argv: vec!["cat".into()], stdin: true, timeout_s: 30 });
+        thread::sleep(Duration::from_millis(200));
+        req(&mut host, 7, Request::Stdin { data: b64_encode(b"all of it") });
+        req(&mut host, 7, Request::StdinEnd);
+        assert_eq!(answers(&mut host, 7), (b"all of it".to_vec(), 0));
+        drop(host);
+        t.join().unwrap().unwrap();
+    }
+
+    /// A host that leaves mid-stream ends the command's stdin (after the
+    /// grace), and a stdin chunk of another operation is not fed to it.
+    #[test]
+    fn a_host_that_leaves_ends_stdin_and_other_streams_are_refused() {
+        let (mut host, mut guest) = UnixStream::pair().unwrap();
+        let t = thread::spawn(move || serve(&mut guest));
+        req(&mut host, 8, Request::Exec { argv: vec!["cat".into()], stdin: true, timeout_s: 30 });
+        req(&mut host, 8, Request::Stdin { data: b64_encode(b"mine ") });
+        req(&mut host, 9, Request::Stdin { data: b64_encode(b"not mine") });
+        let r: Envelope<Response> = read_frame(&mut host).unwrap().unwrap();
+        assert!(matches!((r.id, &r.body), (9, Response::Error { .. })), "{r:?}");
+        assert_eq!(answers(&mut host, 8), (b"mine ".to_vec(), 0));
+        drop(host);
+        t.join().unwrap().unwrap();
+
+        let (mut host, mut guest) = UnixStream::pair().unwrap();
+        let t = thread::spawn(move || serve(&mut guest));
+        req(
+            &mut host,
+            10,
+            Request::Exec { argv: vec!["sh".into(), "-c".into(), "cat; echo end".into()], stdin: true, timeout_s: 30 },
+        );
+        host.shutdown(std::net::Shutdown::Write).unwrap();
+        let t0 = Instant::now();
+        // Nothing to read back once gone: the command ran to its end.
+        let (out, code) = answers(&mut host, 10);
+        assert_eq!((out, code), (b"end\n".to_vec(), 0));
+        assert!(t0.elapsed() >= HANGUP_GRACE, "{:?}", t0.elapsed());
+        drop(host);
+        t.join().unwrap().unwrap();
+    }
 }

@@ -402,6 +402,9 @@ pub struct Engine {
     /// Ranks that closed their end (finished, or died): an error only for
     /// a request that still needs them.
     gone: Vec<Option<TransportError>>,
+    /// Past the job's last barrier ([`Engine::leave`]): a rank that closed
+    /// its end needs nothing more from this one.
+    leaving: bool,
     /// Frames and bytes moved (for `MCMPI_STATS`).
     pub stats: Stats,
     /// Per rank: short eager messages sent to it, and received from it.
@@ -539,6 +542,7 @@ impl Engine {
             scratch: Vec::new(),
             eager_limit,
             gone,
+            leaving: false,
             stats: Stats::default(),
             short_sent: vec![0; n],
             short_seen: vec![0; n],
@@ -1026,7 +1030,13 @@ impl Engine {
                 continue;
             }
             let before = self.out[p].len();
-            self.flush(p)?;
+            match self.flush(p) {
+                Err(EngineError::Link(e @ TransportError::PeerGone(..))) if self.leaving => {
+                    self.left(p, e);
+                    continue;
+                }
+                r => r?,
+            }
             moved |= self.out[p].len() != before;
             // A bounded number of frames per link and round, for fairness.
             for _ in 0..64 {
@@ -1034,11 +1044,10 @@ impl Engine {
                 let n = match link.next_len() {
                     Ok(Some(n)) => n,
                     Ok(None) => break,
-                    Err(e) if self.out[p].is_empty() => {
+                    Err(e) if self.out[p].is_empty() || self.leaving => {
                         // Everything it sent has been read: it finished (or
                         // died); only a request that needs it fails.
-                        self.links[p] = None;
-                        self.gone[p] = Some(e);
+                        self.left(p, e);
                         break;
                     }
                     Err(e) => return Err(e.into()),
@@ -1070,6 +1079,27 @@ impl Engine {
             }
         }
         Ok(moved)
+    }
+
+    /// Rank `p` closed its end (`e`): only a request that needs it fails
+    /// from now on. While leaving, what was still queued for it goes too.
+    fn left(&mut self, p: usize, e: TransportError) {
+        self.links[p] = None;
+        self.gone[p] = Some(e);
+        if self.leaving {
+            self.out[p].clear();
+        }
+    }
+
+    /// The job's last barrier is behind this rank (`MPI_Finalize`): every
+    /// rank has entered it, so all the job's messages were sent, and one
+    /// that has left it and closed its channels needs nothing more from
+    /// this one. From now on such a rank is not an error, and what was
+    /// still queued for it (credits, reposts, the barrier's own frames to
+    /// a rank that finished without them) is dropped. Under faults a rank
+    /// can leave while a frame for it still waits for a repair.
+    pub fn leave(&mut self) {
+        self.leaving = true;
     }
 
     /// Moves zero-copy sends whose DMA finished: `DONE` when it was sent
@@ -1440,7 +1470,9 @@ impl Engine {
     /// Sends whatever is still queued, waiting for room (before finalize).
     pub fn drain(&mut self) -> Result<(), EngineError> {
         let mut idle = 0u32;
-        while self.out.iter().any(|q| !q.is_empty()) || self.direct_sends.iter().any(|z| z.token.is_some()) {
+        while self.out.iter().zip(&self.links).any(|(q, l)| l.is_some() && !q.is_empty())
+            || self.direct_sends.iter().any(|z| z.token.is_some())
+        {
             if self.progress()? {
                 idle = 0;
             } else {
@@ -1902,6 +1934,29 @@ mod tests {
         let dead = es.pop().unwrap();
         drop(dead);
         assert!(matches!(es[0].wait(r), Err(EngineError::Link(_))));
+    }
+
+    /// Frames still queued for a rank that has closed its end: an error
+    /// while the job runs, dropped once this rank is leaving (past the
+    /// last barrier), where waiting for them would hang and failing would
+    /// fail a finished job.
+    #[test]
+    fn frames_for_a_rank_that_left_are_dropped_only_when_leaving() {
+        for leaving in [false, true] {
+            let mut es = engines(2, 4096);
+            for _ in 0..10 {
+                es[0].isend(1, 1, 5, From::Owned(vec![7; 1000]), false).unwrap();
+            }
+            assert!(!es[0].out[1].is_empty(), "the pipe is full and frames wait");
+            drop(es.pop());
+            if leaving {
+                es[0].leave();
+            }
+            match es[0].drain() {
+                Ok(()) => assert!(leaving && es[0].out[1].is_empty() && es[0].gone[1].is_some()),
+                Err(e) => assert!(!leaving && matches!(e, EngineError::Link(TransportError::PeerGone(..))), "{e}"),
+            }
+        }
     }
 
     /// Landing memory and a DMA engine shared by the engines of a test:

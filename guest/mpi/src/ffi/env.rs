@@ -266,6 +266,7 @@ entry!(MPI_Finalize / PMPI_Finalize() comm(MPI_COMM_WORLD) {
     with(|st| {
         st.eng.drain()?;
         coll::barrier_now(st, MPI_COMM_WORLD)?;
+        st.eng.leave();
         st.eng.drain()?;
         print_stats(st);
         Ok(())

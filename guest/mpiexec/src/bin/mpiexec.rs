@@ -81,7 +81,15 @@ fn main() {
         std::thread::spawn(move || {
             let mut sink = [0u8; 4096];
             let mut si = std::io::stdin();
-            while matches!(si.read(&mut sink), Ok(n) if n > 0) {}
+            loop {
+                match si.read(&mut sink) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    // Unreadable standard input ends like an empty one.
+                    Err(_) => break,
+                }
+            }
             eof.store(true, Ordering::Relaxed);
         });
     }
