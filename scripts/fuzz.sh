@@ -11,7 +11,7 @@
 # Each target runs N seconds; seeds come from the encoders (written into the
 # corpus at start). Prints per target: runs, runs/s, coverage (edges),
 # features, corpus size, crashes. Exits 1 when a target crashed; the input
-# is in fuzz/artifacts/<target>/ (reproduce: scripts/fuzz.sh --repro FILE).
+# is in fuzz/artifacts/<target>/ (reproduce: scripts/fuzz.sh --repro TARGET FILE).
 #
 # Needs cargo-fuzz: scripts/setup.sh --only fuzz (into $MC_CACHE/cargo-fuzz).
 # Default build: no sanitizer (stable Rust as is; the code under test is

@@ -210,6 +210,7 @@ setup_kernel() {
     local kdir=$MC_CACHE/kernel
     if [ -f "$kdir/.done" ] && [ -f "$kdir/vmlinuz" ]; then
         step "kernel: cached $(cat "$kdir/.done")"
+        unpack_vmlinux "$kdir"
         return
     fi
     local pkg
@@ -228,6 +229,32 @@ setup_kernel() {
     cp "$vmlinuz" "$kdir/vmlinuz"
     basename "$vmlinuz" | sed 's/^vmlinuz-//' >"$kdir/version"
     echo "$pkg" >"$kdir/.done"
+    unpack_vmlinux "$kdir"
+}
+
+# The kernel uncompressed ($kdir/vmlinux), which QEMU boots through its PVH
+# entry point: under TCG the bzImage's own XZ decompression took 5-6 s of
+# every guest's boot (a guest's init ran at 5.9-7.9 s instead of 11.3-13.8 s
+# from QEMU's start). mc-cluster uses it when it is there; without the PVH
+# note (or on any failure here) it boots vmlinuz as before.
+unpack_vmlinux() {
+    local kdir=$1 off
+    [ -f "$kdir/vmlinux" ] && return
+    off=$(LC_ALL=C grep -obUaP -m1 '\xfd7zXZ\x00' "$kdir/vmlinuz" | head -1 | cut -d: -f1)
+    if [ -z "$off" ]; then
+        step "kernel: vmlinuz is not XZ-compressed; booting it as it is"
+        return
+    fi
+    tail -c +$((off + 1)) "$kdir/vmlinuz" | xz -dc --single-stream >"$kdir/vmlinux.tmp" 2>/dev/null || true
+    # ELF, with the Xen ELF note 18 (XEN_ELFNOTE_PHYS32_ENTRY): QEMU's PVH boot.
+    if [ "$(head -c 4 "$kdir/vmlinux.tmp" | od -An -c | tr -d ' ')" = '177ELF' ] \
+        && readelf -n "$kdir/vmlinux.tmp" 2>/dev/null | grep -qiE '0x00000012|PHYS32_ENTRY'; then
+        mv "$kdir/vmlinux.tmp" "$kdir/vmlinux"
+        step "kernel: unpacked vmlinux ($(( $(stat -c %s "$kdir/vmlinux") >> 20 )) MiB, PVH entry) for a faster boot"
+    else
+        rm -f "$kdir/vmlinux.tmp"
+        step "kernel: no PVH entry in the unpacked kernel; booting vmlinuz"
+    fi
 }
 
 # ---------------------------------------------------------------- rust ------

@@ -11,6 +11,49 @@ use launcher::config::GUEST_SHARE;
 use launcher::supervisor::{self, State, Status};
 use launcher::{agent, cp, down_dir, exec, hub_ctl, mpirun, pid_alive as alive, restart, up, MpirunOptions, UpOptions};
 
+/// `println!` that ends the program quietly with 141 (as a shell reports
+/// SIGPIPE) when standard output is a closed pipe (`status | head -1`).
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let r = writeln!(std::io::stdout(), $($t)*);
+        quiet_on_broken_pipe(r);
+    }};
+}
+
+/// `print!`, as [`outln!`].
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let r = write!(std::io::stdout(), $($t)*).and_then(|()| std::io::stdout().flush());
+        quiet_on_broken_pipe(r);
+    }};
+}
+
+/// Ctrl-C (SIGINT), SIGTERM or SIGHUP end this process, and with it the
+/// agent connection, which ends the job in the guests. Handled explicitly:
+/// a process started in the background by a shell inherits SIGINT
+/// ignored, and `mpirun` must end on it all the same.
+fn end_on_signals() -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            eprintln!("mc-cluster: signal {sig}: ending the job");
+            std::process::exit(128 + sig);
+        }
+    });
+    Ok(())
+}
+
+fn quiet_on_broken_pipe(r: std::io::Result<()>) {
+    if let Err(e) = r {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+    }
+}
+
 #[derive(Parser)]
 #[command(version, about = "Run a virtual MEMORY CHANNEL cluster of QEMU guests")]
 struct Cli {
@@ -97,13 +140,12 @@ enum Cmd {
     /// Show the cluster's processes and whether each guest answers.
     Status,
     /// Talk to the hub: `hub -- stats`, `hub -- link-down NODE`, `link-up
-    /// NODE`, `corrupt NODE [COUNT]`; or `hub restart`: a new hub with the
-    /// same arguments (in-hub mode, the default, restarts every guest too:
-    /// their vfio-user clients never reconnect; per-guest, the adapters
-    /// rejoin).
+    /// NODE`, `corrupt NODE [COUNT]`, `delay NODE MICROS`; or `hub restart`:
+    /// a new hub with the same arguments (in-hub mode, the default, restarts
+    /// every guest too: their vfio-user clients never reconnect; per-guest,
+    /// the adapters rejoin).
     Hub {
         /// `restart`, or nothing (then a request after --).
-        #[arg(value_parser = ["restart"])]
         action: Option<String>,
         /// The request and its arguments (after --), as for `mc-hub ctl`.
         #[arg(last = true)]
@@ -129,11 +171,11 @@ enum Cmd {
 fn status(paths: &Paths, name: &str) -> Result<i32> {
     let rd = paths.run_dir(name);
     let Ok(st) = State::load(&rd) else {
-        println!("cluster '{name}': not running");
+        outln!("cluster '{name}': not running");
         return Ok(3);
     };
     let up = st.status == Status::Up && alive(st.supervisor_pid);
-    println!(
+    outln!(
         "cluster '{name}': {} ({} nodes, {}, supervisor pid {})",
         if up { "up".to_string() } else { format!("{:?}", st.status).to_lowercase() },
         st.nodes.len(),
@@ -149,8 +191,8 @@ fn status(paths: &Paths, name: &str) -> Result<i32> {
         (None, false) => "gone".to_string(),
     };
     let restarts = if st.hub_restarts > 0 { format!(", restarted {} time(s)", st.hub_restarts) } else { String::new() };
-    println!("  hub      pid {:<8} {hub}{restarts}", st.hub_pid);
-    println!("  share    {} is {GUEST_SHARE} in every guest", st.share.display());
+    outln!("  hub      pid {:<8} {hub}{restarts}", st.hub_pid);
+    outln!("  share    {} is {GUEST_SHARE} in every guest", st.share.display());
     let mut all = true;
     for (n, ns) in st.nodes.iter().enumerate() {
         let agent = match agent::ping(&supervisor::agent_sock(&rd, n), Duration::from_secs(2)) {
@@ -171,7 +213,7 @@ fn status(paths: &Paths, name: &str) -> Result<i32> {
             None => format!("adapter pid {} gone", ns.adapter_pid),
         };
         let r = if ns.restarts > 0 { format!(", restarted {} time(s)", ns.restarts) } else { String::new() };
-        println!("  node {n:<3} {q}, {a}, {agent}{r}");
+        outln!("  node {n:<3} {q}, {a}, {agent}{r}");
     }
     Ok(if all { 0 } else { 1 })
 }
@@ -186,7 +228,7 @@ fn run() -> Result<i32> {
     match cli.cmd {
         Cmd::Up { nodes, config, adapters, share } => {
             let st = up(&paths, &UpOptions { name: cli.name.clone(), nodes, config, adapters, share })?;
-            println!("cluster '{}' is up: {} nodes ({})", cli.name, st.nodes.len(), st.accel);
+            outln!("cluster '{}' is up: {} nodes ({})", cli.name, st.nodes.len(), st.accel);
             Ok(0)
         }
         Cmd::Exec { node, timeout, no_stdin, argv } => {
@@ -202,6 +244,7 @@ fn run() -> Result<i32> {
             Ok(r.code)
         }
         Cmd::Mpirun { n, ppn, env, timeout, argv } => {
+            end_on_signals()?;
             let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
             let r = mpirun(&paths, &cli.name, &MpirunOptions { n, ppn, env, argv }, &mut out, &mut err, timeout)?;
             out.flush()?;
@@ -211,26 +254,31 @@ fn run() -> Result<i32> {
             Ok(r.code)
         }
         Cmd::Cp { src, dst } => {
-            println!("{}", cp(&paths, &cli.name, &src, &dst)?);
+            outln!("{}", cp(&paths, &cli.name, &src, &dst)?);
             Ok(0)
         }
         Cmd::Status => status(&paths, &cli.name),
+        Cmd::Hub { action: Some(a), .. } if a != "restart" => {
+            anyhow::bail!(
+                "hub {a}: a request to the hub goes after --: mc-cluster hub -- {a} (or: mc-cluster hub restart)"
+            )
+        }
         Cmd::Hub { action: Some(_), args } if !args.is_empty() => {
             anyhow::bail!("hub restart takes no request after --")
         }
         Cmd::Hub { action: Some(_), .. } => {
-            println!("{}", restart(&paths, &cli.name, "restart-hub")?);
+            outln!("{}", restart(&paths, &cli.name, "restart-hub")?);
             Ok(0)
         }
         Cmd::Hub { action: None, args } if args.is_empty() => {
             anyhow::bail!("give a request after -- (mc-cluster hub -- stats) or restart")
         }
         Cmd::Hub { action: None, args } => {
-            print!("{}", hub_ctl(&paths, &cli.name, &args)?);
+            out!("{}", hub_ctl(&paths, &cli.name, &args)?);
             Ok(0)
         }
         Cmd::Restart { node } => {
-            println!("{}", restart(&paths, &cli.name, &format!("restart-node {node}"))?);
+            outln!("{}", restart(&paths, &cli.name, &format!("restart-node {node}"))?);
             Ok(0)
         }
         Cmd::Down => {
@@ -247,9 +295,9 @@ fn run() -> Result<i32> {
                 what.push(format!("removed {} stale socket(s)", rep.removed_sockets));
             }
             if what.is_empty() {
-                println!("cluster '{}': nothing was running", cli.name);
+                outln!("cluster '{}': nothing was running", cli.name);
             } else {
-                println!("cluster '{}' is down ({})", cli.name, what.join(", "));
+                outln!("cluster '{}' is down ({})", cli.name, what.join(", "));
             }
             Ok(0)
         }

@@ -131,7 +131,11 @@ fn mpirun_starts_ranks_on_both_guests_and_ends_failing_jobs() {
     }
     // SAFETY: kill on our child's pid.
     unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
+    // (The ranks sleep 300 s: an mpirun that ignored the signal would end
+    // only with them, and nothing would be left to find.)
+    let t0 = Instant::now();
     let _ = run.wait();
+    assert!(t0.elapsed() < Duration::from_secs(20), "mpirun took {:?} to end on SIGINT", t0.elapsed());
     no_ranks_left(&c, 20);
 
     // mpiexec killed outright in guest 0: both daemons find out (node 1's
