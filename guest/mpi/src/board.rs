@@ -312,6 +312,24 @@ impl Board {
         late
     }
 
+    /// What this rank waits for on the board, in words, for a report of a
+    /// wait that lasts.
+    pub fn describe(&self) -> String {
+        let seqs: Vec<u64> = (0..self.size).map(|r| self.seq(r)).collect();
+        match self.waiting {
+            Some((k, since, asked)) => format!(
+                "board: collective {k}, waiting {:.1} s, last ask {:?} ago; missing {:?}; sequences {seqs:?}; \
+                 stored again {} times, asked {} times",
+                since.elapsed().as_secs_f64(),
+                asked.map(|t| t.elapsed()),
+                self.missing(k),
+                self.reposts.0,
+                self.reposts.1
+            ),
+            None => format!("board: not waiting; sequences {seqs:?}"),
+        }
+    }
+
     /// The ranks that have not yet written collective `k`.
     pub fn missing(&self, k: u64) -> Vec<u32> {
         (0..self.size).filter(|&r| !self.arrived(r, k)).collect()
@@ -587,5 +605,22 @@ mod tests {
         assert_eq!(b[2].seq(0), 2);
         assert_eq!(b[2].data(0, 1, DATA_MAX), data, "collective 1's half is intact");
         assert_eq!(b[0].count, 2);
+    }
+
+    /// The report of a wait names the collective, the ranks it waits for
+    /// and everyone's sequence.
+    #[test]
+    fn a_wait_is_described_with_whom_it_waits_for() {
+        let mut b = boards(3);
+        assert!(b[1].describe().starts_with("board: not waiting"), "{}", b[1].describe());
+        for x in b.iter_mut() {
+            let k = x.take();
+            assert!(x.may_post(k));
+        }
+        b[0].post(1, &[]);
+        b[1].post(1, &[]);
+        b[1].waits(1);
+        let d = b[1].describe();
+        assert!(d.contains("collective 1") && d.contains("missing [2]") && d.contains("sequences [1, 1, 0]"), "{d}");
     }
 }

@@ -605,6 +605,21 @@ impl Engine {
         }
     }
 
+    /// Every link's state and what waits to be written into it, a line
+    /// each, for a report of a wait that lasts.
+    pub fn describe_links(&self) -> String {
+        let mut s = String::new();
+        for (p, l) in self.links.iter().enumerate() {
+            let state = match (l, &self.gone[p]) {
+                (Some(l), _) => l.describe(),
+                (None, Some(e)) => format!("gone: {e}"),
+                (None, None) => continue,
+            };
+            s.push_str(&format!("  to rank {p}: {} frames queued; {state}\n", self.out[p].len()));
+        }
+        s
+    }
+
     /// Asks rank `to` to store its board slot again.
     pub fn ask_repost(&mut self, to: u32) -> Result<(), EngineError> {
         if to >= self.size() || to == self.me {

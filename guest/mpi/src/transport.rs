@@ -66,6 +66,10 @@ pub trait Link: Send {
     fn remote(&self) -> bool {
         false
     }
+    /// The link's state in words, for a report of a wait that lasts.
+    fn describe(&self) -> String {
+        String::new()
+    }
 }
 
 /// A link over one UMP channel.
@@ -117,6 +121,9 @@ impl Link for UmpLink {
     }
     fn remote(&self) -> bool {
         self.ch.transport == ump::Transport::Mc
+    }
+    fn describe(&self) -> String {
+        format!("{:?}: {}", self.ch.transport, self.ch.state())
     }
 }
 

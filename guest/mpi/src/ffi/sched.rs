@@ -439,12 +439,22 @@ impl Turn {
 /// How a persistent collective builds its schedule at each `MPI_Start`.
 pub type Recipe = dyn Fn(&mut State) -> R<Sched> + Send;
 
+/// A blocking collective that has run this long prints what it waits
+/// for (once): the board's state and every link's.
+const STALL_REPORT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Runs a collective to its end (the blocking collectives).
 pub fn run(st: &mut State, mut s: Sched) -> R<()> {
     let mut idle = 0;
+    let t0 = std::time::Instant::now();
+    let mut reported = false;
     loop {
         if let Some(r) = s.poll(st) {
             return r;
+        }
+        if !reported && t0.elapsed() > STALL_REPORT {
+            reported = true;
+            report_stall(st, t0.elapsed());
         }
         if progress(st)? {
             idle = 0;
@@ -457,6 +467,20 @@ pub fn run(st: &mut State, mut s: Sched) -> R<()> {
             }
         }
     }
+}
+
+/// Says on stderr what a collective that has run for `took` waits for.
+fn report_stall(st: &State, took: std::time::Duration) {
+    let board = match &st.board {
+        Ok(b) => b.lock().unwrap_or_else(|e| e.into_inner()).describe(),
+        Err(e) => format!("no board: {e}"),
+    };
+    eprintln!(
+        "mcmpi: rank {}: a collective has waited {:.0} s; {board}\n{}",
+        st.place.rank,
+        took.as_secs_f64(),
+        st.eng.describe_links()
+    );
 }
 
 /// One round of progress: the engine, then every non-blocking collective
