@@ -1,0 +1,268 @@
+//! The README and docs/*.md kept true: every repository path they write in
+//! backticks exists, every `mc-cluster`, `mc-hub` and `mc-adapter` command
+//! line they show names a subcommand and flags that binary has, and every
+//! `IMC_*`, `UMP_*` and `MPI_*` name they use is in our headers (or is a
+//! setting the code reads). A doc that names something removed fails here.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use tests::root;
+
+/// The README and every doc, as (name, text).
+fn docs() -> Vec<(String, String)> {
+    let r = root();
+    let mut v = vec![("README.md".to_string(), std::fs::read_to_string(r.join("README.md")).unwrap())];
+    let mut names: Vec<_> = std::fs::read_dir(r.join("docs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .collect();
+    names.sort();
+    for n in names {
+        v.push((format!("docs/{n}"), std::fs::read_to_string(r.join("docs").join(&n)).unwrap()));
+    }
+    v
+}
+
+/// The text between backticks on each line (inline code spans).
+fn spans(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split('`').collect();
+        for (i, p) in parts.iter().enumerate() {
+            if i % 2 == 1 && i + 1 < parts.len() {
+                out.push(p.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Top-level folders of the repository: a span starting with one of them
+/// and a slash is a repository path.
+const TOP: &[&str] = &[
+    "device/",
+    "guest/",
+    "guest-driver/",
+    "hub/",
+    "firmware/",
+    "tests/",
+    "qemu-configs/",
+    "protocol/",
+    "scripts/",
+    "docs/",
+    "launcher/",
+    "fuzz/",
+];
+
+/// The repository path a span names, if it names one: `guest/ump/src/mc.rs`,
+/// `scripts/test.sh --fast` (the first word), `docs/mpi.md, "Zero copy"`.
+/// Placeholders (`<name>`, `{a,b}`, `*`) are skipped.
+fn repo_path(span: &str) -> Option<String> {
+    let word = span.split_whitespace().next()?;
+    let word = word.trim_end_matches([',', '.', ':', ';', ')']);
+    let word = word.split("::").next()?;
+    if !TOP.iter().any(|t| word.starts_with(t)) || word.contains(['<', '{', '*', '$', '[']) {
+        return None;
+    }
+    Some(word.to_string())
+}
+
+/// Whether `p` is something the tools make (ignored by git: `fuzz/corpus/`).
+fn generated(p: &str) -> bool {
+    Command::new("git").arg("-C").arg(root()).args(["check-ignore", "-q", p]).status().is_ok_and(|s| s.success())
+}
+
+#[test]
+fn every_backticked_repository_path_exists() {
+    let r = root();
+    let mut checked = 0;
+    let mut missing = BTreeSet::new();
+    for (doc, text) in docs() {
+        for s in spans(&text) {
+            if let Some(p) = repo_path(&s) {
+                checked += 1;
+                if !r.join(&p).exists() && !generated(&p) {
+                    missing.insert(format!("{doc}: `{p}`"));
+                }
+            }
+        }
+    }
+    assert!(checked >= 100, "only {checked} paths found: the extraction broke");
+    assert!(missing.is_empty(), "paths named in the docs that do not exist:\n{}", Vec::from_iter(missing).join("\n"));
+}
+
+/// The host binaries whose command lines the docs show.
+const BINS: &[&str] = &["mc-cluster", "mc-hub", "mc-adapter"];
+
+/// `BIN [SUB] [SUB]` and the `--flags` of each command line in the docs
+/// (code blocks and spans) that runs one of [`BINS`].
+fn command_lines() -> Vec<(String, String, Vec<String>, Vec<String>)> {
+    let mut out = Vec::new();
+    for (doc, text) in docs() {
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        lines.extend(spans(&text));
+        for line in lines {
+            let line = line.split(" # ").next().unwrap_or_default();
+            let words: Vec<&str> = line.split_whitespace().collect();
+            for (i, w) in words.iter().enumerate() {
+                let name = w.rsplit('/').next().unwrap_or(w);
+                if !BINS.contains(&name) || !(w == &name || w.ends_with(&format!("target/release/{name}"))) {
+                    continue;
+                }
+                // Global options before the subcommand (--name N).
+                let mut j = i + 1;
+                let mut flags = Vec::new();
+                while j < words.len() && words[j].starts_with("--") {
+                    flags.push(words[j].split('=').next().unwrap_or_default().to_string());
+                    j += 2;
+                }
+                let mut subs = Vec::new();
+                // Subcommands: lowercase words (mc-hub ctl stats); a node
+                // number, a path or `--` ends them. A closing quote ends
+                // the whole command: it was an argument of another
+                // (--mpiexec "mc-cluster mpirun").
+                let mut quoted_end = false;
+                while j < words.len()
+                    && subs.len() < 2
+                    && !words[j].starts_with('-')
+                    && words[j].trim_end_matches('"').chars().all(|c| c.is_ascii_lowercase() || c == '-')
+                {
+                    subs.push(words[j].trim_end_matches('"').to_string());
+                    quoted_end = words[j].ends_with('"');
+                    j += 1;
+                    if quoted_end {
+                        break;
+                    }
+                }
+                let rest = if quoted_end { &[][..] } else { &words[j.min(words.len())..] };
+                let sub_flags: Vec<String> = rest
+                    .iter()
+                    .take_while(|w| **w != "--" && !w.contains(['`', '"', '\'']))
+                    .filter(|w| w.starts_with("--") && w.len() > 2)
+                    .map(|w| w.split('=').next().unwrap_or_default().trim_end_matches([',', '.', ')']).to_string())
+                    .collect();
+                flags.extend(sub_flags);
+                out.push((doc.clone(), name.to_string(), subs, flags));
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// `BIN SUBS... --help`, or `None` when that is not a command of BIN.
+fn help(bin: &Path, subs: &[String]) -> Option<String> {
+    let o = Command::new(bin).args(subs).arg("--help").output().ok()?;
+    o.status.success().then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+#[test]
+fn every_documented_command_line_has_its_subcommand_and_flags() {
+    let dir =
+        std::env::var_os("MC_BIN_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| root().join("target/release"));
+    let mut checked = 0;
+    let mut wrong = BTreeSet::new();
+    for (doc, bin, subs, flags) in command_lines() {
+        let exe = dir.join(&bin);
+        assert!(exe.exists(), "{} missing: build it first (cargo build --release)", exe.display());
+        // The longest prefix of the words that is a command (the rest were
+        // arguments: `mc-cluster exec 0`, `mc-hub ctl --control S stats`).
+        let mut k = subs.len();
+        let text = loop {
+            if let Some(t) = help(&exe, &subs[..k]) {
+                break t;
+            }
+            if k == 0 {
+                wrong.insert(format!("{doc}: `{bin}` does not answer --help"));
+                break String::new();
+            }
+            k -= 1;
+        };
+        let top = help(&exe, &[]).unwrap_or_default();
+        checked += 1;
+        for f in flags {
+            if !text.contains(&f) && !top.contains(&f) {
+                wrong.insert(format!("{doc}: `{bin} {}` has no {f}", subs[..k].join(" ")));
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} command lines found: the extraction broke");
+    assert!(
+        wrong.is_empty(),
+        "command lines in the docs that the binaries refuse:\n{}",
+        Vec::from_iter(wrong).join("\n")
+    );
+}
+
+/// Every identifier of our C headers and of the settings the code reads.
+fn known_names() -> BTreeSet<String> {
+    let r = root();
+    let mut text = String::new();
+    for h in ["guest/libimc/include/sys/imc.h", "guest/ump/include/ump.h", "guest/mpi/include/mpi.h"] {
+        text += &std::fs::read_to_string(r.join(h)).unwrap();
+    }
+    // Settings (environment variables) are read in the Rust sources.
+    let mut stack = vec![r.join("guest")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.ends_with("target") {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                text += &std::fs::read_to_string(&p).unwrap_or_default();
+            }
+        }
+    }
+    idents(&text).into_iter().collect()
+}
+
+/// The `IMC_*`, `UMP_*` and `MPI_*` (and `PMPI_*`) identifiers in `text`.
+fn idents(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let start = i;
+        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+            i += 1;
+        }
+        if i > start {
+            let w = &text[start..i];
+            let prefixed = ["IMC_", "UMP_", "MPI_", "PMPI_"].iter().any(|p| w.starts_with(p) && w.len() > p.len());
+            if prefixed && (start == 0 || !(b[start - 1] == b'_' || b[start - 1].is_ascii_alphanumeric())) {
+                out.push(w.to_string());
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn every_imc_ump_and_mpi_name_in_the_docs_is_ours() {
+    let known = known_names();
+    let mut checked = 0;
+    let mut unknown = BTreeSet::new();
+    for (doc, text) in docs() {
+        for s in spans(&text) {
+            for w in idents(&s) {
+                checked += 1;
+                // `MPI_Win_*`, `MPI_T_*`: families, not names.
+                if !known.contains(&w) && !w.ends_with('_') {
+                    unknown.insert(format!("{doc}: {w}"));
+                }
+            }
+        }
+    }
+    assert!(checked >= 100, "only {checked} names found: the extraction broke");
+    assert!(
+        unknown.is_empty(),
+        "names in the docs that no header or setting has:\n{}",
+        Vec::from_iter(unknown).join("\n")
+    );
+}
