@@ -9,6 +9,7 @@
 #   A_DIR:  where cargo left libimc.a and libump.a (the guest build, +crt-static)
 #   SO_DIR: where cargo left libimc.so and libump.so (a host build: crt-static has no cdylib)
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "" -- "$@"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USAGE="usage: build-c.sh A_DIR SO_DIR PREFIX BIN_DIR"
 A_DIR=${1:?$USAGE}

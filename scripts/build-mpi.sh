@@ -10,6 +10,7 @@
 #
 # Usage: build-mpi.sh [OUT_DIR]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "" -- "$@"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$REPO/target}
 OUT=${1:-$TARGET/release}

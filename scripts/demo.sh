@@ -5,7 +5,10 @@
 #     receive memory (the adapter, driven directly);
 #  2. a 3-node cluster running the paper's Figure 6 program in C over the
 #     TruCluster MEMORY CHANNEL API (libimc and imcd), two copies per node.
+#
+# Usage: scripts/demo.sh   (no options; as root on a fresh Debian bookworm machine)
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "" -- "$@"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 scripts/setup.sh

@@ -21,6 +21,7 @@
 # 32K, the paper's), SECS (seconds per size of the raw engine series, 2).
 # CONFIG: a cluster definition other than qemu-configs/default.toml.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "" -- "$@"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${1:-$REPO/bench-out}
 SIZES=${SIZES:-4K,64K,256K,1M,4M}

@@ -38,6 +38,7 @@
 # vCPU thread and QEMU's I/O threads real-time, docs/mpi.md "The cluster
 # for MPI"; CONFIG=qemu-configs/default.toml for the plain cluster).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "" -- "$@"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${1:-$REPO/bench-out/mpi}
 NODES=${NODES:-4}

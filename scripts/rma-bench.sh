@@ -12,6 +12,7 @@
 # 1048576), ROUNDS (default 200), NETMOD (ofi or ucx), CONFIG (default
 # qemu-configs/mpi.toml).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "" -- "$@"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${1:-$REPO/bench-out/rma}
 NODES=2

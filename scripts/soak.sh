@@ -12,6 +12,7 @@
 #        [--fault-every SECONDS] [--rate RECORDS_PER_S] [--keep]
 #        (defaults: 4 nodes, 10 minutes, seed 1; run scripts/setup.sh first)
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "--nodes --minutes --seed --fault-every --rate --keep" -- "$@"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 cargo build --release --quiet -p tests --bin mc-soak

@@ -9,6 +9,7 @@
 #                subset again with per-guest adapter processes
 # Usage: scripts/test.sh [--fast]   (--fast: skip the QEMU tier)
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "--fast" -- "$@"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 FAST_ONLY=0

@@ -14,6 +14,7 @@
 # (after scripts/setup.sh; ump-tool is the crate guest/ump-tool, built into
 # the guest image)
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_if_asked "$@"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${1:-$REPO/bench-out}
 [ $# -gt 0 ] && shift
