@@ -55,7 +55,23 @@ fn quiet_on_broken_pipe(r: std::io::Result<()>) {
 }
 
 #[derive(Parser)]
-#[command(version, about = "Run a virtual MEMORY CHANNEL cluster of QEMU guests")]
+#[command(
+    name = "mc-cluster",
+    version,
+    about = "Run a virtual MEMORY CHANNEL cluster of QEMU guests",
+    after_help = "Examples:
+  mc-cluster up --nodes 4                      boot 4 guests (qemu-configs/default.toml)
+  mc-cluster exec 0 -- mctool info             run a command in guest 0
+  mc-cluster cp a.out 1:/tmp/                  copy a file into guest 1
+  mc-cluster --name m up --config qemu-configs/mpi.toml
+  mc-cluster --name m mpirun -n 4 /share/prog  an MPI job on every guest
+  mc-cluster down
+
+Exit codes: 0 success; 1 an error (the message starts with \"mc-cluster:\");
+2 a usage error; exec and mpirun return the command's own code; status
+returns 3 when the cluster is not running; 141 when standard output is a
+closed pipe."
+)]
 struct Cli {
     /// Cluster name: several clusters can run side by side.
     #[arg(long, global = true, default_value = "default")]
@@ -73,10 +89,10 @@ enum Cmd {
     /// the run folder's share/ (.run/NAME/share, kept from one `up` to the
     /// next). Files the guests write there are plain files of the host.
     Up {
-        /// Number of nodes (default: from the config).
+        /// Number of nodes [default: from the config].
         #[arg(long)]
         nodes: Option<usize>,
-        /// Cluster definition (default: qemu-configs/default.toml).
+        /// Cluster definition [default: qemu-configs/default.toml].
         #[arg(long)]
         config: Option<PathBuf>,
         /// Where the adapters run, overriding the config: in-hub (local
@@ -88,9 +104,10 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         share: Option<PathBuf>,
     },
-    /// Run a command in a guest: its output is printed as it comes, this
-    /// command's standard input is its standard input, and the exit code is
-    /// its exit code.
+    /// Run a command in a guest.
+    ///
+    /// Its output is printed as it comes, this command's standard input is
+    /// its standard input, and the exit code is its exit code.
     Exec {
         /// Node id.
         node: usize,
@@ -105,26 +122,29 @@ enum Cmd {
         #[arg(last = true, required = true)]
         argv: Vec<String>,
     },
-    /// Copy a file between the host and a guest, byte for byte and with its
-    /// permission bits: `cp FILE NODE:/PATH` or `cp NODE:/PATH FILE`. A
-    /// folder as the destination keeps the file's name.
+    /// Copy a file between the host and a guest.
+    ///
+    /// Byte for byte and with its permission bits: `cp FILE NODE:/PATH` or
+    /// `cp NODE:/PATH FILE`. A folder as the destination keeps the file's
+    /// name.
     Cp {
         /// Source: a host file or NODE:/PATH.
         src: String,
         /// Destination: NODE:/PATH or a host path.
         dst: String,
     },
-    /// Run an MPI program on the cluster: `mpiexec` in guest 0 with every
-    /// node as a host (node0,node1,...), its output streamed here, its exit
-    /// code ours (0, or the first failing rank's). PROG is a path inside the
-    /// guests: put programs in the shared folder (the host's
-    /// .run/NAME/share is /share in every guest). Ending this command
-    /// (Ctrl-C) ends the job.
+    /// Run an MPI program on every guest.
+    ///
+    /// `mpiexec` runs in guest 0 with every node as a host (node0,node1,...),
+    /// its output streamed here, its exit code ours (0, or the first failing
+    /// rank's). PROG is a path inside the guests: put programs in the shared
+    /// folder (the host's .run/NAME/share is /share in every guest). Ending
+    /// this command (Ctrl-C) ends the job.
     Mpirun {
         /// Number of ranks.
         #[arg(short = 'n', long = "np", value_parser = clap::value_parser!(u32).range(1..=65536))]
         n: u32,
-        /// Ranks per node, block-wise (default: spread evenly, in blocks).
+        /// Ranks per node, block-wise [default: spread evenly, in blocks].
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         ppn: Option<u32>,
         /// Set NAME=VALUE for every rank (repeatable).
@@ -139,11 +159,13 @@ enum Cmd {
     },
     /// Show the cluster's processes and whether each guest answers.
     Status,
-    /// Talk to the hub: `hub -- stats`, `hub -- link-down NODE`, `link-up
-    /// NODE`, `corrupt NODE [COUNT]`, `delay NODE MICROS`; or `hub restart`:
-    /// a new hub with the same arguments (in-hub mode, the default, restarts
-    /// every guest too: their vfio-user clients never reconnect; per-guest,
-    /// the adapters rejoin).
+    /// Talk to the hub: counters, faults, or a restart.
+    ///
+    /// `hub -- stats`, `hub -- link-down NODE`, `link-up NODE`, `corrupt
+    /// NODE [COUNT]`, `delay NODE MICROS`; or `hub restart`: a new hub with
+    /// the same arguments (in-hub mode, the default, restarts every guest
+    /// too: their vfio-user clients never reconnect; per-guest, the adapters
+    /// rejoin).
     Hub {
         /// `restart`, or nothing (then a request after --).
         action: Option<String>,
@@ -151,9 +173,10 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Restart node NODE: its QEMU (and, per-guest, its adapter) are stopped
-    /// and started again; returns when its agent answers. Its guest reboots
-    /// and imcd joins the running cluster.
+    /// Restart one node (its guest reboots).
+    ///
+    /// Its QEMU (and, per-guest, its adapter) are stopped and started again;
+    /// returns when its agent answers. imcd joins the running cluster.
     Restart {
         /// Node id.
         node: usize,

@@ -1,6 +1,7 @@
 //! Every script in scripts/ answers -h/--help with its usage and exit 0
 //! before doing anything, and refuses an option it does not know with
-//! exit 2 (the convention of the field's tools).
+//! exit 2 (the convention of the field's tools). The host binaries name
+//! themselves in `-V` and end quietly on a closed pipe.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -36,4 +37,31 @@ fn every_script_answers_help_and_refuses_unknown_options() {
         let o = Command::new(&path).arg("--no-such-option").output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{s} --no-such-option: {}", String::from_utf8_lossy(&o.stderr));
     }
+}
+
+#[test]
+fn the_host_binaries_name_themselves_in_their_version() {
+    for b in ["mc-cluster", "mc-hub", "mc-adapter"] {
+        let o = Command::new(root().join("target/release").join(b)).arg("-V").output().unwrap();
+        let v = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success() && v.starts_with(&format!("{b} ")), "{b} -V: {v}");
+    }
+}
+
+/// `mc-cluster status | head -1` with the reader gone: exit 141 as a
+/// shell reports SIGPIPE, and no panic.
+#[test]
+fn a_closed_pipe_ends_mc_cluster_quietly() {
+    // The reader is closed before the child starts: its first write fails.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = Command::new(tests::launcher())
+        .args(["--name", "no-such-cluster-here", "status"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }

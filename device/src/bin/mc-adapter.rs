@@ -12,7 +12,7 @@ use link::ANY_NODE;
 
 /// A MEMORY CHANNEL for PCI adapter for one QEMU guest.
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(name = "mc-adapter", version)]
 struct Args {
     /// vfio-user socket QEMU connects to (created; a stale one is replaced).
     #[arg(long)]

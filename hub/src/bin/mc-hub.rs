@@ -14,7 +14,7 @@ use link::{self as link, Msg, MAX_NODES};
 
 /// The MEMORY CHANNEL hub: one global order for every write of every node.
 #[derive(Parser, Debug)]
-#[command(version, args_conflicts_with_subcommands = true)]
+#[command(name = "mc-hub", version, args_conflicts_with_subcommands = true)]
 struct Args {
     /// Unix socket adapters connect to (created; a stale socket is replaced).
     #[arg(long, required = true)]
