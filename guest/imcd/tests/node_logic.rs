@@ -41,11 +41,23 @@ fn alloc(r: &Running, key: u64, coherent: bool) -> (u32, u64) {
     }
 }
 
-/// Polls `f` for up to 20 s.
+/// Polls `f` for up to 20 s (the failure says how many polls it made and
+/// how long the slowest took: a daemon that stops answering shows there).
 fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "timed out waiting until {what}");
+    let (mut polls, mut slowest) = (0u32, Duration::ZERO);
+    loop {
+        let t = Instant::now();
+        let done = f();
+        polls += 1;
+        slowest = slowest.max(t.elapsed());
+        if done {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "timed out waiting until {what} ({polls} polls, the slowest {slowest:?})"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -370,7 +382,16 @@ fn rebooting_node_is_not_waited_for_until_its_new_imcd_joins() {
     let mut nodes = nodes;
     let old = nodes.pop().unwrap();
     net.fail(2, old);
-    eventually("node 0 sees node 2 leave", || hosts(&nodes[0]).len() == 2);
+    // (Each different answer on the way is printed: shown if it fails.)
+    let (mut seen, mut answers) = (Vec::new(), std::collections::HashSet::new());
+    eventually("node 0 sees node 2 leave", || {
+        seen = hosts(&nodes[0]);
+        if answers.insert(seen.clone()) {
+            println!("node 0's hosts: {seen:?}");
+        }
+        seen.len() == 2
+    });
+    assert_eq!(seen.iter().map(|h| h.0).collect::<Vec<_>>(), [0, 1], "{seen:?}");
     // A new adapter: node 2 is a member again, its old host row still
     // reads ready, but no imcd there acks anything yet.
     net.adapter_back(2);
