@@ -14,11 +14,9 @@ use launcher::{agent, cp, down_dir, exec, hub_ctl, mpirun, pid_alive as alive, r
 /// `println!` that ends the program quietly with 141 (as a shell reports
 /// SIGPIPE) when standard output is a closed pipe (`status | head -1`).
 macro_rules! outln {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let r = writeln!(std::io::stdout(), $($t)*);
-        quiet_on_broken_pipe(r);
-    }};
+    ($($t:tt)*) => {
+        out!("{}\n", format_args!($($t)*))
+    };
 }
 
 /// `print!`, as [`outln!`].

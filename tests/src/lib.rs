@@ -27,12 +27,18 @@ pub fn cache() -> PathBuf {
     std::env::var_os("MC_CACHE").map(PathBuf::from).unwrap_or_else(|| root().join(".cache"))
 }
 
-/// The `mc-cluster` binary.
-pub fn launcher() -> PathBuf {
+/// Host binary `name` (`mc-cluster`, `mc-hub`, `mc-adapter`): in
+/// `$MC_BIN_DIR`, else `target/release`.
+pub fn host_bin(name: &str) -> PathBuf {
     let dir = std::env::var_os("MC_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target/release"));
-    let p = dir.join("mc-cluster");
+    let p = dir.join(name);
     assert!(p.exists(), "{} missing: run scripts/setup.sh (or scripts/test.sh)", p.display());
     p
+}
+
+/// The `mc-cluster` binary.
+pub fn launcher() -> PathBuf {
+    host_bin("mc-cluster")
 }
 
 /// A cluster that is up; `down` runs on drop.

@@ -4,11 +4,10 @@
 //! `IMC_*`, `UMP_*` and `MPI_*` name they use is in our headers (or is a
 //! setting the code reads). A doc that names something removed fails here.
 
-use std::collections::BTreeSet;
-use std::path::Path;
+use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
 
-use tests::root;
+use tests::{host_bin, root};
 
 /// The README and every doc, as (name, text).
 fn docs() -> Vec<(String, String)> {
@@ -91,8 +90,14 @@ fn every_backticked_repository_path_exists() {
             }
         }
     }
-    assert!(checked >= 100, "only {checked} paths found: the extraction broke");
-    assert!(missing.is_empty(), "paths named in the docs that do not exist:\n{}", Vec::from_iter(missing).join("\n"));
+    verdict(checked, 100, "paths", missing, "paths named in the docs that do not exist");
+}
+
+/// Each test's end: it found at least `least` things to check (else its
+/// extraction broke), and no `problems`.
+fn verdict(checked: usize, least: usize, what: &str, problems: BTreeSet<String>, heading: &str) {
+    assert!(checked >= least, "only {checked} {what} found: the extraction broke");
+    assert!(problems.is_empty(), "{heading}:\n{}", Vec::from_iter(problems).join("\n"));
 }
 
 /// The host binaries whose command lines the docs show.
@@ -154,26 +159,28 @@ fn command_lines() -> Vec<(String, String, Vec<String>, Vec<String>)> {
     out
 }
 
-/// `BIN SUBS... --help`, or `None` when that is not a command of BIN.
-fn help(bin: &Path, subs: &[String]) -> Option<String> {
-    let o = Command::new(bin).args(subs).arg("--help").output().ok()?;
-    o.status.success().then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+/// `BIN SUBS... --help`, or `None` when that is not a command of BIN;
+/// each asked once (`seen` keeps the answers).
+fn help(seen: &mut HashMap<(String, Vec<String>), Option<String>>, bin: &str, subs: &[String]) -> Option<String> {
+    seen.entry((bin.to_string(), subs.to_vec()))
+        .or_insert_with(|| {
+            let o = Command::new(host_bin(bin)).args(subs).arg("--help").output().ok()?;
+            o.status.success().then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+        })
+        .clone()
 }
 
 #[test]
 fn every_documented_command_line_has_its_subcommand_and_flags() {
-    let dir =
-        std::env::var_os("MC_BIN_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| root().join("target/release"));
+    let mut seen = HashMap::new();
     let mut checked = 0;
     let mut wrong = BTreeSet::new();
     for (doc, bin, subs, flags) in command_lines() {
-        let exe = dir.join(&bin);
-        assert!(exe.exists(), "{} missing: build it first (cargo build --release)", exe.display());
         // The longest prefix of the words that is a command (the rest were
         // arguments: `mc-cluster exec 0`, `mc-hub ctl --control S stats`).
         let mut k = subs.len();
         let text = loop {
-            if let Some(t) = help(&exe, &subs[..k]) {
+            if let Some(t) = help(&mut seen, &bin, &subs[..k]) {
                 break t;
             }
             if k == 0 {
@@ -182,7 +189,7 @@ fn every_documented_command_line_has_its_subcommand_and_flags() {
             }
             k -= 1;
         };
-        let top = help(&exe, &[]).unwrap_or_default();
+        let top = help(&mut seen, &bin, &[]).unwrap_or_default();
         checked += 1;
         for f in flags {
             if !text.contains(&f) && !top.contains(&f) {
@@ -190,12 +197,7 @@ fn every_documented_command_line_has_its_subcommand_and_flags() {
             }
         }
     }
-    assert!(checked >= 20, "only {checked} command lines found: the extraction broke");
-    assert!(
-        wrong.is_empty(),
-        "command lines in the docs that the binaries refuse:\n{}",
-        Vec::from_iter(wrong).join("\n")
-    );
+    verdict(checked, 20, "command lines", wrong, "command lines in the docs that the binaries refuse");
 }
 
 /// Every identifier of our C headers and of the settings the code reads.
@@ -259,10 +261,5 @@ fn every_imc_ump_and_mpi_name_in_the_docs_is_ours() {
             }
         }
     }
-    assert!(checked >= 100, "only {checked} names found: the extraction broke");
-    assert!(
-        unknown.is_empty(),
-        "names in the docs that no header or setting has:\n{}",
-        Vec::from_iter(unknown).join("\n")
-    );
+    verdict(checked, 100, "names", unknown, "names in the docs that no header or setting has");
 }

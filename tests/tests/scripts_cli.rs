@@ -42,7 +42,7 @@ fn every_script_answers_help_and_refuses_unknown_options() {
 #[test]
 fn the_host_binaries_name_themselves_in_their_version() {
     for b in ["mc-cluster", "mc-hub", "mc-adapter"] {
-        let o = Command::new(root().join("target/release").join(b)).arg("-V").output().unwrap();
+        let o = Command::new(tests::host_bin(b)).arg("-V").output().unwrap();
         let v = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success() && v.starts_with(&format!("{b} ")), "{b} -V: {v}");
     }
