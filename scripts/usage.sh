@@ -4,18 +4,21 @@
 # exits 0 before the script does anything; an argument that starts with
 # '-' and is not one of OPTS (space-separated, e.g. "--fast") is refused
 # with that usage and exit 2. Other arguments are the script's to read.
+# The calling script's header comment, without its '# '.
+usage_text() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; }
+
 usage_or_refuse() {
     local known=$1 a
     shift 2
     for a in "$@"; do
         case "$a" in
             -h|--help)
-                sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+                usage_text
                 exit 0 ;;
             -*)
                 if [[ " $known " != *" ${a%%=*} "* ]]; then
                     echo "$(basename "$0"): unknown option '$a'" >&2
-                    sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0" | grep -i -A3 '^usage' >&2 || true
+                    usage_text | grep -i -A3 '^usage' >&2 || true
                     exit 2
                 fi ;;
         esac
