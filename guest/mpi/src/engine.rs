@@ -109,6 +109,9 @@ const EAGER8: u8 = 8;
 /// One-sided communication: `ctx` is the window, `tag` the operation
 /// ([`crate::rma`], "A frame").
 const RMA: u8 = 13;
+/// This rank has passed the job's last barrier and will close its end
+/// once everyone has its goodbye ([`Engine::leave`]).
+const BYE: u8 = 14;
 /// Bytes of the short envelope.
 const HDR8: usize = 8;
 /// Contexts the short envelope can carry.
@@ -405,6 +408,8 @@ pub struct Engine {
     /// Past the job's last barrier ([`Engine::leave`]): a rank that closed
     /// its end needs nothing more from this one.
     leaving: bool,
+    /// Per rank: it said goodbye (it is past the job's last barrier).
+    bye: Vec<bool>,
     /// Frames and bytes moved (for `MCMPI_STATS`).
     pub stats: Stats,
     /// Per rank: short eager messages sent to it, and received from it.
@@ -543,6 +548,7 @@ impl Engine {
             eager_limit,
             gone,
             leaving: false,
+            bye: vec![false; n],
             stats: Stats::default(),
             short_sent: vec![0; n],
             short_seen: vec![0; n],
@@ -1107,14 +1113,48 @@ impl Engine {
     }
 
     /// The job's last barrier is behind this rank (`MPI_Finalize`): every
-    /// rank has entered it, so all the job's messages were sent, and one
-    /// that has left it and closed its channels needs nothing more from
-    /// this one. From now on such a rank is not an error, and what was
-    /// still queued for it (credits, reposts, the barrier's own frames to
-    /// a rank that finished without them) is dropped. Under faults a rank
-    /// can leave while a frame for it still waits for a repair.
-    pub fn leave(&mut self) {
+    /// rank has entered it, so all the job's messages were sent. Says
+    /// goodbye to every rank still there; [`Engine::parted`] says when
+    /// this rank may close its channels.
+    ///
+    /// # Goodbyes
+    /// A rank that closes its end can no longer serve anything: a repair
+    /// of a frame lost on the way, or a board slot a rank still in the
+    /// barrier asks to be stored again (under faults a rank can finish
+    /// the barrier while another still waits for a lost store). So a rank
+    /// closes only once every other rank has said goodbye, which each says
+    /// only past the barrier, and has taken everything sent to it
+    /// (goodbye included). Until then it keeps serving. From `leave` on,
+    /// a rank that closed is not an error, and what was still queued for
+    /// it (credits, reposts) is dropped: it needed nothing more.
+    pub fn leave(&mut self) -> Result<(), EngineError> {
         self.leaving = true;
+        for p in 0..self.links.len() {
+            if self.links[p].is_some() {
+                self.out[p].push_back(Out::Frame(header(BYE, 0, 0, 0, 0, 0, 0).to_vec()));
+                match self.flush(p) {
+                    Err(EngineError::Link(e @ TransportError::PeerGone(..))) => self.left(p, e),
+                    r => r?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this rank, leaving, may close its channels: every other
+    /// rank has gone, or has said goodbye and taken everything we sent.
+    pub fn parted(&self) -> bool {
+        self.leaving && self.parting_from().is_empty()
+    }
+
+    /// The ranks still there that a leaving rank waits for (see
+    /// [`Engine::parted`]).
+    pub fn parting_from(&self) -> Vec<u32> {
+        let waits = |p: usize, l: &Box<dyn Link>| !(self.bye[p] && self.out[p].is_empty() && l.delivered());
+        (0..self.links.len())
+            .filter(|&p| self.links[p].as_ref().is_some_and(|l| waits(p, l)))
+            .map(|p| p as u32)
+            .collect()
     }
 
     /// Moves zero-copy sends whose DMA finished: `DONE` when it was sent
@@ -1315,6 +1355,10 @@ impl Engine {
             CREDIT => self.credit_back(from, a),
             REPOST => {
                 self.repost_asked = true;
+                Ok(())
+            }
+            BYE => {
+                self.bye[from as usize] = true;
                 Ok(())
             }
             RMA => {
@@ -1965,13 +2009,45 @@ mod tests {
             assert!(!es[0].out[1].is_empty(), "the pipe is full and frames wait");
             drop(es.pop());
             if leaving {
-                es[0].leave();
+                es[0].leave().unwrap();
             }
             match es[0].drain() {
                 Ok(()) => assert!(leaving && es[0].out[1].is_empty() && es[0].gone[1].is_some()),
                 Err(e) => assert!(!leaving && matches!(e, EngineError::Link(TransportError::PeerGone(..))), "{e}"),
             }
         }
+    }
+
+    /// A rank past the last barrier says goodbye and stays, serving, until
+    /// every rank has said goodbye and taken what it sent: a rank still in
+    /// the barrier can ask it for its board slot again, and nobody sees a
+    /// closed channel before it is leaving too.
+    #[test]
+    fn a_leaving_rank_stays_until_everyone_said_goodbye() {
+        let mut es = engines(3, 4096);
+        let rounds = |es: &mut [Engine]| {
+            for _ in 0..100 {
+                for e in es.iter_mut() {
+                    e.progress().unwrap();
+                }
+            }
+        };
+        es[0].leave().unwrap();
+        rounds(&mut es);
+        assert!(!es[0].parted());
+        assert_eq!(es[0].parting_from(), vec![1, 2]);
+        es[1].ask_repost(0).unwrap();
+        run(&mut es, |es| es[0].take_repost_asked());
+        es[1].leave().unwrap();
+        rounds(&mut es);
+        assert_eq!(es[0].parting_from(), vec![2]);
+        assert!(!es[1].parted() && !es[2].parted());
+        es[2].leave().unwrap();
+        run(&mut es, |es| es.iter().all(|e| e.parted()));
+        // The first to close is no error for the others.
+        drop(es.remove(0));
+        rounds(&mut es);
+        assert!(es.iter().all(|e| e.parted()));
     }
 
     /// Landing memory and a DMA engine shared by the engines of a test:

@@ -70,6 +70,8 @@ pub trait Link: Send {
     fn describe(&self) -> String {
         String::new()
     }
+    /// Whether the other side has taken everything sent into the link.
+    fn delivered(&self) -> bool;
 }
 
 /// A link over one UMP channel.
@@ -124,6 +126,11 @@ impl Link for UmpLink {
     }
     fn describe(&self) -> String {
         format!("{:?}: {}", self.ch.transport, self.ch.state())
+    }
+    fn delivered(&self) -> bool {
+        // The reader publishes how far it has read while it polls (again
+        // and again over MEMORY CHANNEL, where a store of it can be lost).
+        self.ch.consumed() >= self.ch.produced()
     }
 }
 
@@ -251,6 +258,9 @@ impl Link for PipeEnd {
     }
     fn max_frame(&self) -> usize {
         self.cap - 16
+    }
+    fn delivered(&self) -> bool {
+        Self::lock(&self.out).frames.is_empty()
     }
     fn recv_split<'d>(&self, head: &mut [u8], place: &mut Place<'_, 'd>) -> Result<Option<usize>, TransportError> {
         let mut q = Self::lock(&self.inb);

@@ -16,6 +16,9 @@ use crate::transport::connect_all;
 /// How long `MPI_Init` waits for the channels to the other ranks.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How long `MPI_Finalize` waits for the other ranks' goodbyes.
+const GOODBYE_LIMIT: Duration = Duration::from_secs(60);
+
 static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
 /// Ends this process with `code` after flushing C's stdio (the launcher
@@ -247,6 +250,34 @@ fn print_stats(st: &State) {
     );
 }
 
+/// Leaves the job past its last barrier (`crate::engine`'s `leave`,
+/// "Goodbyes"): says goodbye, then serves the other ranks (their repairs,
+/// their asks for our board slot) until every one has said goodbye too and
+/// taken all we sent, or [`GOODBYE_LIMIT`] passed.
+fn goodbye(st: &mut State) -> R<()> {
+    st.eng.leave()?;
+    let t0 = Instant::now();
+    let mut idle = 0;
+    while !st.eng.parted() {
+        if t0.elapsed() > GOODBYE_LIMIT {
+            eprintln!(
+                "mcmpi: rank {}: leaves after waiting {} s for the goodbyes of ranks {:?}\n{}",
+                st.place.rank,
+                GOODBYE_LIMIT.as_secs(),
+                st.eng.parting_from(),
+                st.eng.describe_links()
+            );
+            break;
+        }
+        if sched::progress(st)? {
+            idle = 0;
+        } else {
+            crate::engine::backoff(&mut idle);
+        }
+    }
+    Ok(())
+}
+
 entry!(MPI_Init / PMPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) comm(MPI_COMM_WORLD) {
     init(MPI_THREAD_SINGLE).map(|_| ())
 });
@@ -261,13 +292,12 @@ entry!(MPI_Finalize / PMPI_Finalize() comm(MPI_COMM_WORLD) {
     // callbacks run (a way for libraries to clean up), then the world's.
     super::attr::drop_all(MPI_COMM_SELF)?;
     super::attr::drop_all(MPI_COMM_WORLD)?;
-    // Everything sent is delivered before anyone leaves: no rank closes
-    // its channels while another still reads from them.
+    // Everything sent is delivered before anyone leaves, and no rank
+    // closes its channels while another may still need it.
     with(|st| {
         st.eng.drain()?;
         coll::barrier_now(st, MPI_COMM_WORLD)?;
-        st.eng.leave();
-        st.eng.drain()?;
+        goodbye(st)?;
         print_stats(st);
         Ok(())
     })?;
