@@ -1150,9 +1150,9 @@ impl Engine {
     /// The ranks still there that a leaving rank waits for (see
     /// [`Engine::parted`]).
     pub fn parting_from(&self) -> Vec<u32> {
-        let waits = |p: usize, l: &Box<dyn Link>| !(self.bye[p] && self.out[p].is_empty() && l.delivered());
+        let waits = |p: usize, l: &dyn Link| !(self.bye[p] && self.out[p].is_empty() && l.delivered());
         (0..self.links.len())
-            .filter(|&p| self.links[p].as_ref().is_some_and(|l| waits(p, l)))
+            .filter(|&p| self.links[p].as_deref().is_some_and(|l| waits(p, l)))
             .map(|p| p as u32)
             .collect()
     }
