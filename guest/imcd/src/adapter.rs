@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use guest_driver::guest_mem::{Mapping, ReadWrite};
 use guest_driver::txdma::{DmaRing, DMA_RING_IOVA};
 use guest_driver::{rx_buffer, Adapter, Interrupt, RX_IOVA_BASE};
-use imc_proto::layout::{ACK_Q_PAGE, DIR_PAGE, DIR_PAGES, MAX_NODES, META_PAGES, RELAY_PAGE};
+use imc_proto::layout::{ACK_Q_PAGE, DIR_PAGE, DIR_PAGES, ERRCNT_PAGE, MAX_NODES, META_PAGES, RELAY_PAGE};
 use imc_proto::{ACK_FILE, ERRCOUNT_FILE};
 use regs::{int, pct, reg, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
 
@@ -108,11 +108,13 @@ impl AdapterHw {
         let meta = rx_buffer(Path::new("/dev/shm/imcd-meta"), META_PAGES).map_err(mem("imcd-meta"))?;
         a.dev.map_dma(&meta, iova(0)).map_err(|e| HwError::Device(e.to_string()))?;
         for p in 0..META_PAGES {
-            // The relay wakes the mapper (mapper::TICK). The directory does
-            // not: woken by its own node's allocation, the mapper would read
-            // the entry before its loopback copy is complete and drop the
-            // receive buffer the allocation has just made.
-            let intr = if p == RELAY_PAGE { pct::INT } else { 0 };
+            // The relay (requests, kicks) and the error counts wake the
+            // mapper (docs/imc.md, "Threads"). The directory does not:
+            // woken by its own node's allocation, the mapper would read the
+            // entry before its loopback copy is complete and drop the
+            // receive buffer the allocation has just made. An allocation
+            // kicks on the relay page after its entry instead.
+            let intr = if p == RELAY_PAGE || p == ERRCNT_PAGE { pct::INT } else { 0 };
             a.set_page(p, pct::TX | pct::RX | pct::LOOPBACK | intr, iova(p));
         }
         let irq = match Interrupt::msix(&a.dev) {
@@ -217,16 +219,22 @@ impl Hw for AdapterHw {
         // Word 0 of a one-page buffer: cannot fail.
         let _ = self.errcount.store::<u64>(0, sum);
     }
-    fn wait_event(&self, timeout: Duration) {
+    fn wait_event(&self, timeout: Duration) -> bool {
         match &self.irq {
             Some(irq) => {
                 if irq.wait(timeout).unwrap_or(0) > 0 {
                     let cause = self.a.reg(reg::INT_CAUSE);
                     self.a.set_reg(reg::INT_CAUSE, cause);
                     while self.a.reg(reg::NOTIFY_FIFO) != NOTIFY_EMPTY {}
+                    return true;
                 }
+                false
             }
-            None => std::thread::sleep(timeout),
+            // Without interrupts the mapper must look often.
+            None => {
+                std::thread::sleep(timeout.min(crate::mapper::POLL_WITHOUT_IRQ));
+                true
+            }
         }
     }
     fn receive(&self, r: &RegionDesc) -> Result<(), HwError> {

@@ -48,6 +48,10 @@ pub struct Settings {
 
 /// Default [`Settings::flap_grace`].
 pub const FLAP_GRACE: Duration = Duration::from_secs(2);
+/// The main thread's tick when nothing is due ([`Daemon::next_tick`]).
+pub const IDLE_TICK: Duration = Duration::from_secs(1);
+/// Its tick while an outage of our own link is unsettled.
+const UNSETTLED_TICK: Duration = Duration::from_millis(50);
 /// Default margin of [`Settings::repair_after`] over the grace.
 pub const REPAIR_MARGIN: Duration = Duration::from_secs(1);
 
@@ -258,6 +262,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
                 let flags = if coherent { FLAG_COHERENT } else { 0 };
                 let r = self.dir.alloc_with(key, pages, mode & 0o777, flags, cred, now_ns(), exclusive, |r| {
                     if coherent {
+                        self.n.kick();
                         self.wait_coherent(r)?;
                     }
                     Ok(())
@@ -520,6 +525,19 @@ impl<'a, H: Hw> Daemon<'a, H> {
             eprintln!("imcd: rejoined as a new member: {joined}");
         }
         n.settled(upto);
+    }
+
+    /// How long the main thread may wait for a client or the mapper's
+    /// wake-up before its next [`Daemon::tick`]: until the next repair is
+    /// due, a short while as long as an outage of our own link is
+    /// unsettled, else [`IDLE_TICK`] (a guard against a lost kick: the
+    /// events themselves wake it).
+    pub fn next_tick(&self) -> Duration {
+        if self.n.unsettled().is_some() {
+            return UNSETTLED_TICK;
+        }
+        let repair = self.away.iter().flatten().map(|t| self.settings.repair_after.saturating_sub(t.elapsed())).min();
+        repair.map_or(IDLE_TICK, |r| r.clamp(Duration::from_millis(5), IDLE_TICK))
     }
 
     /// Once per tick: settling our own outages, then failure repair and

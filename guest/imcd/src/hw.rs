@@ -38,9 +38,10 @@ pub trait Hw: Sync {
     fn clear_errors(&self, bits: u32);
     /// Publishes the clusterwide error count processes read.
     fn set_error_sum(&self, sum: u64);
-    /// Waits up to `timeout` for a notification (the relay page's
-    /// interrupt), acknowledging it.
-    fn wait_event(&self, timeout: Duration);
+    /// Waits up to `timeout` for an interrupt (a write to the relay or
+    /// error-count page, a link change, an error), acknowledging it; true
+    /// when one came.
+    fn wait_event(&self, timeout: Duration) -> bool;
     /// Makes sure this node receives region `r` (a buffer mapped for DMA,
     /// RX on its pages).
     fn receive(&self, r: &RegionDesc) -> Result<(), HwError>;
@@ -195,7 +196,7 @@ impl<T: Hw + Send> Hw for std::sync::Arc<T> {
     fn set_error_sum(&self, sum: u64) {
         (**self).set_error_sum(sum)
     }
-    fn wait_event(&self, timeout: Duration) {
+    fn wait_event(&self, timeout: Duration) -> bool {
         (**self).wait_event(timeout)
     }
     fn receive(&self, r: &RegionDesc) -> Result<(), HwError> {

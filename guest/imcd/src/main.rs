@@ -24,9 +24,6 @@ use imcd::mapper::Mapper;
 use imcd::node::{now_ns, Node};
 use imcd::regions::Cred;
 
-/// How often the main thread looks at membership and join requests.
-const TICK_MS: libc::c_int = 20;
-
 fn peer_cred(s: &UnixStream) -> Cred {
     let mut c = libc::ucred { pid: 0, uid: u32::MAX, gid: u32::MAX };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
@@ -72,9 +69,19 @@ fn run(settings: Settings) -> Result<()> {
     // Announce ourselves; a node already serving sends us the directory.
     let joined = node.join(now_ns(), name.trim(), settings.join_wait);
     let stop = AtomicBool::new(false);
+    // The mapper wakes the main thread after every interrupt: a link
+    // change, a join request or an outage to settle is the main thread's
+    // work too.
+    let (wake_rx, wake_tx) = UnixStream::pair()?;
+    wake_tx.set_nonblocking(true)?;
+    wake_rx.set_nonblocking(true)?;
+    let woken = || {
+        // Full means a wake-up is already pending.
+        let _ = (&wake_tx).write(&[1]);
+    };
     std::thread::scope(|s| -> Result<()> {
         let mapper = Mapper::new(&node, settings.flap_grace)?;
-        let mapper_thread = s.spawn(|| mapper.run(&stop));
+        let mapper_thread = s.spawn(|| mapper.run(&stop, &woken));
         // On an error here the mapper must be stopped too, or the scope
         // would wait for it for ever and the error never be seen.
         let mut d = match Daemon::new(&node, settings) {
@@ -86,23 +93,32 @@ fn run(settings: Settings) -> Result<()> {
             }
         };
         eprintln!("imcd: node {}, {} pages, {joined}; listening on {IMCD_SOCKET}", node.me, node.hw.pages());
-        let r = serve(&mut d, &listener);
+        let r = serve(&mut d, &listener, &wake_rx);
         stop.store(true, Ordering::Relaxed);
         let _ = mapper_thread.join();
         r
     })
 }
 
-fn serve<H: Hw>(d: &mut Daemon<H>, listener: &UnixListener) -> Result<()> {
+/// Serves clients; ticks ([`Daemon::tick`]) when the mapper wakes it
+/// (`wake`) and when [`Daemon::next_tick`] says.
+fn serve<H: Hw>(d: &mut Daemon<H>, listener: &UnixListener, mut wake: &UnixStream) -> Result<()> {
     let mut clients: Vec<(UnixStream, u64)> = Vec::new();
     let mut next_client = 0u64;
+    // Clients come first in the poll set, after the listener and `wake`.
+    const FIRST_CLIENT: usize = 2;
     loop {
-        let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
+        let mut fds: Vec<libc::pollfd> = [listener.as_raw_fd(), wake.as_raw_fd()]
+            .into_iter()
             .chain(clients.iter().map(|c| c.0.as_raw_fd()))
             .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
             .collect();
+        let ms = d.next_tick().as_millis().clamp(1, 60_000) as libc::c_int;
         // SAFETY: a valid array of pollfds.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, TICK_MS) };
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if fds[1].revents != 0 {
+            while matches!(wake.read(&mut [0u8; 64]), Ok(n) if n > 0) {}
+        }
         d.tick();
         if ready <= 0 {
             continue;
@@ -114,14 +130,14 @@ fn serve<H: Hw>(d: &mut Daemon<H>, listener: &UnixListener) -> Result<()> {
             }
         }
         let mut gone = Vec::new();
-        for (i, pfd) in fds.iter().enumerate().skip(1) {
+        for (i, pfd) in fds.iter().enumerate().skip(FIRST_CLIENT) {
             if pfd.revents == 0 {
                 continue;
             }
-            let (c, id) = &mut clients[i - 1];
+            let (c, id) = &mut clients[i - FIRST_CLIENT];
             let reply = match read_line(c) {
                 Ok(None) | Err(_) => {
-                    gone.push(i - 1);
+                    gone.push(i - FIRST_CLIENT);
                     continue;
                 }
                 Ok(Some(line)) => match decode_request(&line) {
@@ -131,7 +147,7 @@ fn serve<H: Hw>(d: &mut Daemon<H>, listener: &UnixListener) -> Result<()> {
             };
             let out = encode_line(&reply.0);
             if send_with_fd(c, &out, reply.1.as_ref().map(|f| f.as_raw_fd())).is_err() {
-                gone.push(i - 1);
+                gone.push(i - FIRST_CLIENT);
             }
             let _ = c.flush();
         }

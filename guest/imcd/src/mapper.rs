@@ -1,7 +1,9 @@
 //! The mapper thread (the paper's mapper process): receives every coherent
 //! region and acknowledges it, drops receive buffers of freed regions,
 //! serves the command relay, publishes error counts and re-announces this
-//! node's host row about once a second. It also watches this node's own
+//! node's host row about once a second. It runs when the adapter
+//! interrupts (and tells the main thread, which may have work from the
+//! same event), else once a [`TICK`]. It also watches this node's own
 //! link ([`Node::watch_link`]): while it is down the mapper does nothing
 //! else (what it would store is dropped), and it never re-announces a node
 //! whose outage the main thread has not settled yet.
@@ -20,16 +22,22 @@ use crate::regions::{RegionError, Regions};
 use crate::relay;
 
 /// How often the mapper looks at the directory, the relay and the link
-/// when nothing wakes it earlier. Writes to the relay page, link changes
-/// and errors interrupt it at once (with MSI-X); a new coherent region is
-/// seen at the next tick, so a coherent allocation waits up to one tick
-/// for the acks. Each tick costs the guest's one vCPU a timer wake-up and
-/// a few register reads (several hundred µs under TCG): at 2 ms that was
-/// over a third of an idle guest's CPU, taken from every process that
-/// waits for a message.
-pub const TICK: Duration = Duration::from_millis(20);
-/// Ticks between re-announcements (about a second).
-const REANNOUNCE_TICKS: u64 = 50;
+/// when no interrupt wakes it earlier. Everything it serves interrupts:
+/// writes to the relay page (relay requests, and the kick a node sends
+/// after a new coherent region's entry or a join request), to the error
+/// counts page, link changes and errors. So the tick is only a guard
+/// against a lost store. Each wake-up costs the guest's one vCPU a timer
+/// interrupt and several register reads (several hundred µs under TCG):
+/// ticking every 20 ms (with the main thread's) was 16% of an idle
+/// guest's CPU.
+pub const TICK: Duration = Duration::from_secs(1);
+/// The tick while our own link is down (an outage longer than the grace
+/// revokes every attachment: that is timed here).
+const DOWN_TICK: Duration = Duration::from_millis(50);
+/// The tick of an adapter without MSI-X (nothing interrupts).
+pub const POLL_WITHOUT_IRQ: Duration = Duration::from_millis(20);
+/// How often the host row is announced again.
+const REANNOUNCE_EVERY: Duration = Duration::from_secs(1);
 
 /// The mapper's state between ticks.
 pub struct Mapper<'a, H: Hw> {
@@ -37,7 +45,7 @@ pub struct Mapper<'a, H: Hw> {
     reader: Regions<H::Bus>,
     served: [u64; MAX_NODES],
     published: Option<u64>,
-    ticks: u64,
+    announced: std::time::Instant,
     grace: Duration,
 }
 
@@ -46,20 +54,20 @@ impl<'a, H: Hw> Mapper<'a, H> {
     /// revokes every attachment here.
     pub fn new(n: &'a Node<H>, grace: Duration) -> Result<Self, RegionError> {
         let reader = Regions::new(n.hw.dir_bus(), LOCK_SLOTS, ENTRIES, DATA_FIRST..n.hw.pages(), Duration::ZERO)?;
-        Ok(Mapper { n, reader, served: [0; MAX_NODES], published: None, ticks: 0, grace })
+        Ok(Mapper { n, reader, served: [0; MAX_NODES], published: None, announced: std::time::Instant::now(), grace })
     }
 
-    /// One round of the mapper's work.
-    pub fn tick(&mut self) {
+    /// One round of the mapper's work; false while our link is down.
+    pub fn tick(&mut self) -> bool {
         let n = self.n;
-        self.ticks += 1;
         match n.watch_link(self.grace) {
-            Link::Down => return,
+            Link::Down => return false,
             // What we published while down was dropped: publish again.
             Link::Back => self.published = None,
             Link::Up => {}
         }
-        if self.ticks % REANNOUNCE_TICKS == 0 && n.unsettled().is_none() {
+        if self.announced.elapsed() >= REANNOUNCE_EVERY && n.unsettled().is_none() {
+            self.announced = std::time::Instant::now();
             n.reannounce();
         }
         n.publish_errcount(&mut self.published);
@@ -81,13 +89,19 @@ impl<'a, H: Hw> Mapper<'a, H> {
             }
         }
         relay::serve(n, &mut self.served);
+        true
     }
 
-    /// Runs until `stop`, waking on notifications or every [`TICK`].
-    pub fn run(mut self, stop: &AtomicBool) {
+    /// Runs until `stop`, waking on interrupts or every [`TICK`]; after
+    /// each interrupt it calls `woken` (the main thread's wake-up).
+    pub fn run(mut self, stop: &AtomicBool, woken: &dyn Fn()) {
+        let mut up = true;
         while !stop.load(Ordering::Relaxed) {
-            self.n.hw.wait_event(TICK);
-            self.tick();
+            let event = self.n.hw.wait_event(if up { TICK } else { DOWN_TICK });
+            up = self.tick();
+            if event {
+                woken();
+            }
         }
     }
 }

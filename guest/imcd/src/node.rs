@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-use imc_proto::layout::{host, ACK_PAGE, ERRCNT_PAGE, HOST_PAGE, MAX_NODES};
+use imc_proto::layout::{host, relay, ACK_PAGE, ERRCNT_PAGE, HOST_PAGE, MAX_NODES, RELAY_PAGE};
 use regs::{err, PAGE_SIZE};
 
 use crate::hw::Hw;
@@ -32,6 +32,8 @@ pub struct Node<H: Hw> {
     link: LinkState,
     /// Our imcd token and host name, as [`Node::join`] announced them.
     ident: Mutex<(u64, String)>,
+    /// Kicks sent ([`Node::kick`]).
+    kicks: AtomicU64,
 }
 
 /// What the mapper saw of our own link, for the main thread.
@@ -93,7 +95,17 @@ impl<H: Hw> Node<H> {
     /// The node on `hw`.
     pub fn new(hw: H) -> Node<H> {
         let me = hw.me();
-        Node { hw, me, link: LinkState::default(), ident: Mutex::new((0, String::new())) }
+        Node { hw, me, link: LinkState::default(), ident: Mutex::new((0, String::new())), kicks: AtomicU64::new(0) }
+    }
+
+    /// Wakes every node's mapper now (a store to our kick word on the
+    /// relay page, which interrupts): after a coherent region's entry (so
+    /// the others receive and ack it at once, not at their next tick) and
+    /// after a join request. MEMORY CHANNEL keeps our stores in order, so
+    /// whatever we wrote before is there when the kick is.
+    pub fn kick(&self) {
+        let k = self.kicks.fetch_add(1, Ordering::Relaxed) + 1;
+        self.put(RELAY_PAGE, self.me * relay::ROW + relay::KICK, k);
     }
 
     /// Looks at our own link (the mapper does, every tick): an outage is
@@ -248,6 +260,7 @@ impl<H: Hw> Node<H> {
         let me = self.me;
         self.put_host(me, host::JOIN_SERVED, 0);
         self.put_host(me, host::JOIN_REQ, req);
+        self.kick();
         let t0 = Instant::now();
         let joined = loop {
             if self.host(me, host::JOIN_SERVED) == req {

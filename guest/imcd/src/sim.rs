@@ -7,6 +7,11 @@
 //! good, MEMBERS reading 0 on the node itself, one error counted and
 //! LINK_DOWN latched), and a recorded signal service.
 //!
+//! Interrupts are simulated for what the adapter interrupts on: a store to
+//! the relay or error-count page, a membership or link change, an error.
+//! Each wakes every node's mapper after [`IRQ_LATENCY`], past the bus's
+//! lags, so the store that raised it has arrived.
+//!
 //! Every node receives every page (a superset of what the adapter's page
 //! control table would let through), which the node logic does not rely
 //! on either way.
@@ -15,12 +20,13 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use imc_client::cluster_lock::sim::{SimCluster, SimNode};
 use imc_client::cluster_lock::OrderedBus;
+use imc_proto::layout::{ERRCNT_PAGE, RELAY_PAGE};
 use imc_proto::{Reply, Request};
 use regs::{err, PAGE_SIZE};
 
@@ -32,6 +38,9 @@ use crate::regions::{Cred, RegionDesc};
 
 /// Words per page.
 const PAGE_WORDS: usize = (PAGE_SIZE / 8) as usize;
+
+/// From an event to the interrupt it raises on every node.
+const IRQ_LATENCY: Duration = Duration::from_millis(2);
 
 /// A signal the simulated service was asked to deliver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +69,17 @@ struct Shared {
     /// Nodes whose adapter refuses to set up receive buffers (a node that
     /// is up but cannot take a region: its mapper never acks).
     deaf: AtomicU64,
+    /// Interrupts raised so far, and their waiters.
+    irqs: Mutex<u64>,
+    irq: Condvar,
+}
+
+impl Shared {
+    /// Raises an interrupt on every node.
+    fn interrupt(&self) {
+        *self.irqs.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.irq.notify_all();
+    }
 }
 
 /// The simulated cluster.
@@ -77,6 +97,8 @@ pub struct SimHw {
     /// Regions with transmit enabled: id -> (first page, pages).
     transmitted: Mutex<HashMap<u32, (u64, u64)>>,
     error_sum: AtomicU64,
+    /// The interrupts this node has taken.
+    irqs_seen: AtomicU64,
 }
 
 /// A request to a simulated imcd: (request, credentials, client, where the reply goes).
@@ -86,7 +108,7 @@ type Call = (Request, Cred, u64, mpsc::Sender<Reply>);
 pub struct Running {
     hw: Arc<SimHw>,
     stop: Arc<AtomicBool>,
-    requests: Option<mpsc::Sender<Call>>,
+    requests: Option<mpsc::Sender<Option<Call>>>,
     joined: mpsc::Receiver<Joined>,
     thread: Option<JoinHandle<()>>,
 }
@@ -106,6 +128,8 @@ impl SimNet {
                 signals: Mutex::new(Vec::new()),
                 absent: Mutex::new(Vec::new()),
                 deaf: AtomicU64::new(0),
+                irqs: Mutex::new(0),
+                irq: Condvar::new(),
             }),
         }
     }
@@ -119,6 +143,7 @@ impl SimNet {
             received: Mutex::new(HashMap::new()),
             transmitted: Mutex::new(HashMap::new()),
             error_sum: AtomicU64::new(0),
+            irqs_seen: AtomicU64::new(*self.shared.irqs.lock().unwrap_or_else(|e| e.into_inner())),
         })
     }
 
@@ -127,8 +152,12 @@ impl SimNet {
     pub fn start(&self, n: usize, name: &str, settings: Settings) -> Running {
         self.shared.members.fetch_or(1 << n, Ordering::SeqCst);
         let hw = self.hw(n);
+        self.shared.interrupt();
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel::<Call>();
+        // `None` wakes the main thread (the mapper after an interrupt, or
+        // a stop).
+        let (tx, rx) = mpsc::channel::<Option<Call>>();
+        let wake = tx.clone();
         let (jtx, jrx) = mpsc::channel();
         let (hw2, stop2, name) = (hw.clone(), stop.clone(), name.to_string());
         let thread = std::thread::Builder::new()
@@ -138,16 +167,19 @@ impl SimNet {
                 let joined = node.join(now_ns(), &name, settings.join_wait);
                 let mut d = Daemon::new(&node, settings).expect("directory on the simulated bus");
                 let _ = jtx.send(joined);
+                let woken = || {
+                    let _ = wake.send(None);
+                };
                 std::thread::scope(|s| {
                     let mapper = Mapper::new(&node, settings.flap_grace).expect("directory on the simulated bus");
-                    s.spawn(|| mapper.run(&stop2));
+                    s.spawn(|| mapper.run(&stop2, &woken));
                     while !stop2.load(Ordering::Relaxed) {
                         d.tick();
-                        match rx.recv_timeout(Duration::from_millis(2)) {
-                            Ok((req, cred, client, reply)) => {
+                        match rx.recv_timeout(d.next_tick()) {
+                            Ok(Some((req, cred, client, reply))) => {
                                 let _ = reply.send(d.handle(req, cred, client).0);
                             }
-                            Err(mpsc::RecvTimeoutError::Timeout) => {}
+                            Ok(None) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                             Err(mpsc::RecvTimeoutError::Disconnected) => stop2.store(true, Ordering::Relaxed),
                         }
                     }
@@ -162,6 +194,7 @@ impl SimNet {
     pub fn fail(&self, n: usize, r: Running) {
         self.shared.members.fetch_and(!(1 << n), Ordering::SeqCst);
         drop(r);
+        self.shared.interrupt();
     }
 
     /// A new adapter for failed node `n` joins (its guest rebooting): the
@@ -170,6 +203,7 @@ impl SimNet {
     pub fn adapter_back(&self, n: usize) {
         self.shared.bus.wipe(n);
         self.shared.members.fetch_or(1 << n, Ordering::SeqCst);
+        self.shared.interrupt();
     }
 
     /// Node `n`'s link goes down (its imcd keeps running): its stores are
@@ -182,6 +216,7 @@ impl SimNet {
             count.fetch_add(1, Ordering::SeqCst);
             bits.fetch_or(err::LINK_DOWN as u64, Ordering::SeqCst);
         }
+        self.shared.interrupt();
     }
 
     /// Node `n`'s link is back (same node id): it receives again, and the
@@ -189,6 +224,7 @@ impl SimNet {
     pub fn link_up(&self, n: usize) {
         self.shared.bus.link_up(n);
         self.shared.down.fetch_and(!(1 << n), Ordering::SeqCst);
+        self.shared.interrupt();
     }
 
     /// Node `n`'s link goes down for `outage`, then comes back.
@@ -233,7 +269,7 @@ impl Running {
     /// Sends request `req` as client `client` with `cred`; the reply.
     pub fn call(&self, req: Request, cred: Cred, client: u64) -> Option<Reply> {
         let (tx, rx) = mpsc::channel();
-        self.requests.as_ref()?.send((req, cred, client, tx)).ok()?;
+        self.requests.as_ref()?.send(Some((req, cred, client, tx))).ok()?;
         rx.recv_timeout(Duration::from_secs(60)).ok()
     }
 
@@ -246,7 +282,10 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        self.requests.take();
+        if let Some(r) = self.requests.take() {
+            let _ = r.send(None);
+        }
+        self.hw.shared.interrupt();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -282,7 +321,10 @@ impl Hw for SimHw {
         self.shared.members.load(Ordering::SeqCst) & !down
     }
     fn store64(&self, addr: u64, v: u64) {
-        self.bus.store((addr / 8) as usize, v)
+        self.bus.store((addr / 8) as usize, v);
+        if [RELAY_PAGE, ERRCNT_PAGE].contains(&(addr / PAGE_SIZE)) && self.members() & (1 << self.me) != 0 {
+            self.shared.interrupt();
+        }
     }
     fn meta(&self, page: u64, idx: usize) -> u64 {
         self.bus.load(page as usize * PAGE_WORDS + idx)
@@ -303,8 +345,19 @@ impl Hw for SimHw {
     fn set_error_sum(&self, sum: u64) {
         self.error_sum.store(sum, Ordering::SeqCst)
     }
-    fn wait_event(&self, timeout: Duration) {
-        std::thread::sleep(timeout)
+    fn wait_event(&self, timeout: Duration) -> bool {
+        let seen = self.irqs_seen.load(Ordering::SeqCst);
+        let irqs = self.shared.irqs.lock().unwrap_or_else(|e| e.into_inner());
+        let (irqs, _) =
+            self.shared.irq.wait_timeout_while(irqs, timeout, |n| *n == seen).unwrap_or_else(|e| e.into_inner());
+        let now = *irqs;
+        drop(irqs);
+        if now == seen {
+            return false;
+        }
+        self.irqs_seen.store(now, Ordering::SeqCst);
+        std::thread::sleep(IRQ_LATENCY);
+        true
     }
     fn receive(&self, r: &RegionDesc) -> Result<(), HwError> {
         if self.shared.deaf.load(Ordering::SeqCst) & (1 << self.me) != 0 {

@@ -108,6 +108,9 @@ pub mod relay {
     pub const SIG: usize = 4;
     /// The sender's uid.
     pub const UID: usize = 5;
+    /// A counter a node bumps to wake every node's mapper at once (the
+    /// relay page interrupts): a new coherent region, a join request.
+    pub const KICK: usize = 7;
     /// Response: the errno (0 = done).
     pub const STATUS: usize = 1;
     /// Words per mailbox row.
