@@ -84,6 +84,22 @@ pub struct AdapterHw {
 }
 
 impl AdapterHw {
+    /// Drops region `id`'s receive buffer, if this node has one: receive
+    /// (and transmit) off on its pages, the DMA mapping and the file gone.
+    /// Pages in `keep` (a new region's, about to receive) keep transmit.
+    fn drop_receive(&self, rx: &mut HashMap<u32, Rx>, id: u32, keep: std::ops::Range<u64>) {
+        let Some(r) = rx.remove(&id) else { return };
+        let a = &self.a;
+        let pages = r.buf.len() as u64 / PAGE_SIZE;
+        for p in r.first..r.first + pages {
+            let off = if keep.contains(&p) { pct::RX } else { pct::RX | pct::TX | pct::LOOPBACK };
+            a.update_page(p, |bits, iova| (bits & !off, iova));
+        }
+        let _ = a.dev.unmap_dma(iova(r.first), pages * PAGE_SIZE);
+        drop(r.buf);
+        let _ = std::fs::remove_file(r.path);
+    }
+
     /// Opens the adapter (waiting up to 30 s for its link), and sets up
     /// imcd's pages, the interrupt and the files processes map.
     pub fn open() -> Result<AdapterHw, HwError> {
@@ -239,8 +255,13 @@ impl Hw for AdapterHw {
     }
     fn receive(&self, r: &RegionDesc) -> Result<(), HwError> {
         let mut rx = self.rx();
-        if rx.contains_key(&r.id) {
-            return Ok(());
+        match rx.get(&r.id) {
+            Some(x) if x.first == r.first_page && x.buf.len() as u64 == r.pages * PAGE_SIZE => return Ok(()),
+            // The buffer of a freed region whose entry now describes
+            // another one (the mapper drops those, but only at its next
+            // look): handing it out would receive nothing of the new one.
+            Some(_) => self.drop_receive(&mut rx, r.id, r.first_page..r.first_page + r.pages),
+            None => {}
         }
         if self.dma().landed.contains_key(&r.id) {
             // Its pages point into a process's area: a buffer of its own
@@ -278,15 +299,7 @@ impl Hw for AdapterHw {
         // `receive` of the same id in between would make a new file under
         // the same name, and this one's removal would take it away.
         let mut rx = self.rx();
-        let Some(r) = rx.remove(&id) else { return };
-        let a = &self.a;
-        let pages = r.buf.len() as u64 / PAGE_SIZE;
-        for p in r.first..r.first + pages {
-            a.update_page(p, |bits, iova| (bits & !(pct::RX | pct::TX | pct::LOOPBACK), iova));
-        }
-        let _ = a.dev.unmap_dma(iova(r.first), pages * PAGE_SIZE);
-        drop(r.buf);
-        let _ = std::fs::remove_file(r.path);
+        self.drop_receive(&mut rx, id, 0..0);
         drop(rx);
     }
     fn forget_all(&self) {

@@ -162,6 +162,11 @@ impl<'a, H: Hw> Daemon<'a, H> {
             if freed || !coherent {
                 self.n.hw.forget(id);
             }
+            if freed {
+                // The other nodes drop their buffers of it now, not at
+                // their next tick.
+                self.n.kick();
+            }
         }
         Ok(())
     }
@@ -181,6 +186,8 @@ impl<'a, H: Hw> Daemon<'a, H> {
     /// Waits until every ready imcd of the cluster acked coherent region
     /// `r` (nodes that fail meanwhile drop out).
     fn wait_coherent(&self, r: &RegionDesc) -> Result<(), RegionError> {
+        // Every mapper looks at the directory now, not at its next tick.
+        self.n.kick();
         let n = self.n;
         let want = self.coherent_peers();
         let t0 = Instant::now();
@@ -262,7 +269,6 @@ impl<'a, H: Hw> Daemon<'a, H> {
                 let flags = if coherent { FLAG_COHERENT } else { 0 };
                 let r = self.dir.alloc_with(key, pages, mode & 0o777, flags, cred, now_ns(), exclusive, |r| {
                     if coherent {
-                        self.n.kick();
                         self.wait_coherent(r)?;
                     }
                     Ok(())
