@@ -1051,12 +1051,9 @@ impl Engine {
                 continue;
             }
             let before = self.out[p].len();
-            match self.flush(p) {
-                Err(EngineError::Link(e @ TransportError::PeerGone(..))) if self.leaving => {
-                    self.left(p, e);
-                    continue;
-                }
-                r => r?,
+            self.flush_or_part(p)?;
+            if self.links[p].is_none() {
+                continue;
             }
             moved |= self.out[p].len() != before;
             // A bounded number of frames per link and round, for fairness.
@@ -1132,29 +1129,40 @@ impl Engine {
         for p in 0..self.links.len() {
             if self.links[p].is_some() {
                 self.out[p].push_back(Out::Frame(header(BYE, 0, 0, 0, 0, 0, 0).to_vec()));
-                match self.flush(p) {
-                    Err(EngineError::Link(e @ TransportError::PeerGone(..))) => self.left(p, e),
-                    r => r?,
-                }
+                self.flush_or_part(p)?;
             }
         }
         Ok(())
     }
 
+    /// [`Engine::flush`]; once leaving, a rank that has gone is marked
+    /// left ([`Engine::left`]) instead of failing the flush.
+    fn flush_or_part(&mut self, p: usize) -> Result<(), EngineError> {
+        match self.flush(p) {
+            Err(EngineError::Link(e @ TransportError::PeerGone(..))) if self.leaving => {
+                self.left(p, e);
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
+    /// Whether a leaving rank still waits for rank `p`: it is there and
+    /// has not said goodbye or not taken everything we sent.
+    fn waits_for(&self, p: usize) -> bool {
+        self.links[p].as_deref().is_some_and(|l| !(self.bye[p] && self.out[p].is_empty() && l.delivered()))
+    }
+
     /// Whether this rank, leaving, may close its channels: every other
     /// rank has gone, or has said goodbye and taken everything we sent.
     pub fn parted(&self) -> bool {
-        self.leaving && self.parting_from().is_empty()
+        self.leaving && !(0..self.links.len()).any(|p| self.waits_for(p))
     }
 
     /// The ranks still there that a leaving rank waits for (see
     /// [`Engine::parted`]).
     pub fn parting_from(&self) -> Vec<u32> {
-        let waits = |p: usize, l: &dyn Link| !(self.bye[p] && self.out[p].is_empty() && l.delivered());
-        (0..self.links.len())
-            .filter(|&p| self.links[p].as_deref().is_some_and(|l| waits(p, l)))
-            .map(|p| p as u32)
-            .collect()
+        (0..self.links.len()).filter(|&p| self.waits_for(p)).map(|p| p as u32).collect()
     }
 
     /// Moves zero-copy sends whose DMA finished: `DONE` when it was sent
