@@ -35,7 +35,7 @@ HUB_NODES=2,8
 QUICK=0
 OUT=$REPO/bench-out
 ADAPTERS=in-hub
-WRITE_MULTIPLE=on
+WRITE_MULTIPLE=auto
 
 usage() {
     cat <<EOF
@@ -47,7 +47,8 @@ usage: scripts/latency-bench.sh [options]
   --quick           skip the 8-node part (it boots 8 guests: minutes)
   --adapters MODE   in-hub (default: local ports of the hub) or per-guest
                     (one mc-adapter process per guest on a link port)
-  --write-multiple W  on (default) or off: vfio-user write_multiple
+  --write-multiple W  auto (default), on or off: vfio-user write_multiple,
+                    the store path through QEMU (docs/adapter.md)
   --out DIR         where raw samples go (default bench-out/)
   -h, --help        this text
 EOF
@@ -77,7 +78,7 @@ while [ $# -gt 0 ]; do
             ADAPTERS=$2; shift 2 ;;
         --write-multiple)
             need_value "$@"
-            [[ $2 == on || $2 == off ]] || die_usage "--write-multiple is on or off, not '$2'"
+            [[ $2 == on || $2 == off || $2 == auto ]] || die_usage "--write-multiple is auto, on or off, not '$2'"
             WRITE_MULTIPLE=$2; shift 2 ;;
         --out) need_value "$@"; OUT=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -288,7 +289,9 @@ echo
 echo "== latency-bench: $(date -u '+%Y-%m-%d %H:%M UTC'), ${ACCEL:-?} guests ($CPUS vCPU, clocksource $CLOCK), $(nproc) host cores =="
 echo "host load average (1, 5 min): $LOAD_START at the start, $LOAD_2NODE after the 2-node part, $(load) at the end"
 echo "one way = RTT / 2 of 8-byte values, $ROUNDS round trips after $WARMUP warm-up, nearest-rank percentiles (raw RTTs: $OUT/latency-rtt-*.txt)"
-echo "MEMORY CHANNEL: adapters $ADAPTERS, vfio-user write_multiple $WRITE_MULTIPLE (offered: $(sed -n 's/.*"write_multiple": *\(true\|false\).*/\1/p' "$REPO/.run/$NAME/plan.json" 2>/dev/null || echo '?'))"
+# The path the adapters chose ("store path: direct ..." or "... queued ...").
+STORE_PATH=$(cat "$REPO/.run/$NAME"/hub.log "$REPO/.run/$NAME"/node*/adapter.log 2>/dev/null | grep -o 'store path: [a-z]*' | sort | uniq -c | sed 's/^ *//' | paste -sd, -)
+echo "MEMORY CHANNEL: adapters $ADAPTERS, vfio-user write_multiple $WRITE_MULTIPLE (${STORE_PATH:-store path not logged})"
 echo "TCP: $LAN"
 echo
 printf '%-44s %10s %10s %10s\n' "guest -> guest, one way" "p50 us" "p99 us" "p99.9 us"

@@ -16,9 +16,12 @@
 //! - [`link_client`]: a blocking client of the hub's link protocol (joining, streams).
 //! - [`pci`]: PCI configuration space.
 //! - [`vfio_user`]: the vfio-user protocol server (socket, framing, dispatch).
+//! - [`client_socket`]: enlarging the connected QEMU's send buffer, which
+//!   makes the direct store path safe against floods.
 #![warn(missing_docs)]
 
 pub mod adapter;
+pub mod client_socket;
 pub mod dma;
 pub mod link_client;
 pub mod pci;

@@ -301,31 +301,67 @@ fn le64(b: &[u8], o: usize) -> u64 {
 }
 
 /// How the server presents itself to the client.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ConnectionConfig {
-    /// Advertise `write_multiple` (QEMU then may pack posted writes into
-    /// `REGION_WRITE_MULTI`). QEMU 10.1 and 10.2 also route every message
-    /// through their vfio-user iothread once it is advertised (their
-    /// `VFIO_PROXY_USE_MULTI` includes `VFIO_PROXY_FORCE_QUEUED`): one more
-    /// thread wake-up per store. `docs/adapter.md` has the measurements.
-    pub write_multiple: bool,
+    /// Whether to advertise `write_multiple`, which decides the path a
+    /// guest's stores take through QEMU.
+    pub write_multiple: WriteMultiple,
 }
 
-impl Default for ConnectionConfig {
-    fn default() -> Self {
-        ConnectionConfig { write_multiple: true }
+/// Advertising vfio-user `write_multiple`: the store path through QEMU.
+///
+/// QEMU 10.1 and 10.2 route every message through their vfio-user
+/// iothread once `write_multiple` is advertised (their `VFIO_PROXY_USE_MULTI`
+/// includes `VFIO_PROXY_FORCE_QUEUED`): one more thread wake-up per store,
+/// but floods are packed 200 stores to a message. Without it the vCPU
+/// thread sends each store itself (the direct path), which is safe only
+/// while QEMU's socket never fills ([`crate::client_socket`]).
+/// `docs/adapter.md`, "The store path", has the measurements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMultiple {
+    /// Advertise it: the queued path.
+    On,
+    /// Do not: the direct path, whether or not QEMU's send buffer could be
+    /// enlarged.
+    Off,
+    /// The direct path when QEMU's send buffer could be enlarged, else the
+    /// queued path.
+    #[default]
+    Auto,
+}
+
+impl std::str::FromStr for WriteMultiple {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "on" | "true" => Ok(WriteMultiple::On),
+            "off" | "false" => Ok(WriteMultiple::Off),
+            "auto" => Ok(WriteMultiple::Auto),
+            _ => Err(format!("write_multiple is on, off or auto, not '{s}'")),
+        }
     }
 }
 
-/// The capabilities we answer `VERSION` with.
-pub fn capabilities_json(cfg: &ConnectionConfig) -> String {
+impl std::fmt::Display for WriteMultiple {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WriteMultiple::On => "on",
+            WriteMultiple::Off => "off",
+            WriteMultiple::Auto => "auto",
+        })
+    }
+}
+
+/// The capabilities we answer `VERSION` with; `multi`: advertise
+/// `write_multiple`.
+pub fn capabilities_json(multi: bool) -> String {
     let mut caps = serde_json::json!({
         "max_msg_fds": MAX_FDS,
         "max_data_xfer_size": MAX_XFER,
         "pgsizes": 4096,
         "max_dma_maps": crate::dma::MAX_DMA_MAPS,
     });
-    if cfg.write_multiple {
+    if multi {
         caps["write_multiple"] = serde_json::Value::Bool(true);
     }
     serde_json::json!({ "capabilities": caps }).to_string()
@@ -361,7 +397,8 @@ pub struct Connection<'d, D: Device> {
     out: Vec<u8>,
     idle_pending: bool,
     since_idle: u32,
-    cfg: ConnectionConfig,
+    /// Advertise `write_multiple` (decided when the client connected).
+    multi: bool,
 }
 
 /// Receive buffer: the largest accepted message plus room for the next ones.
@@ -373,10 +410,29 @@ impl<'d, D: Device> Connection<'d, D> {
         Self::with_config(stream, dev, ConnectionConfig::default())
     }
 
-    /// Wraps an accepted stream.
+    /// Wraps an accepted stream. For the direct store path, enlarges the
+    /// client's send buffer first; `Auto` takes the direct path only if that
+    /// worked.
     pub fn with_config(stream: UnixStream, dev: &'d mut D, cfg: ConnectionConfig) -> Self {
+        let multi = match cfg.write_multiple {
+            WriteMultiple::On => true,
+            mode => match crate::client_socket::widen_client_sndbuf(&stream, crate::client_socket::CLIENT_SNDBUF) {
+                Ok(n) => {
+                    info!("store path: direct (the client's send buffer is now {} MiB)", n >> 20);
+                    false
+                }
+                Err(e) if mode == WriteMultiple::Auto => {
+                    info!("store path: queued (write_multiple offered): {e}");
+                    true
+                }
+                Err(e) => {
+                    warn!("store path: direct as configured, but a flood of stores can overrun it: {e}");
+                    false
+                }
+            },
+        };
         Connection {
-            cfg,
+            multi,
             stream,
             dev,
             rx: vec![0; RX_BUF],
@@ -623,7 +679,7 @@ impl<'d, D: Device> Connection<'d, D> {
                     return Err(Errno(libc::ENOTSUP));
                 }
                 let mut out = vec![0u8; 4];
-                out.extend_from_slice(capabilities_json(&self.cfg).as_bytes());
+                out.extend_from_slice(capabilities_json(self.multi).as_bytes());
                 out.push(0);
                 Ok(out)
             }

@@ -171,11 +171,12 @@ pub struct QemuSection {
     pub extra_args: Vec<String>,
     /// Seconds to wait for every guest agent to answer.
     pub boot_timeout_s: u64,
-    /// Offer vfio-user `write_multiple` to QEMU: `on` (the default) or
-    /// `off`. Off takes QEMU 10.x's vfio-user thread out of every store's
-    /// path (a quarter of the latency), but then QEMU queues posted stores
-    /// without bound while a guest stores faster than it can send them, and
-    /// register reads behind such a queue time out. docs/adapter.md has the
+    /// Offer vfio-user `write_multiple` to QEMU: `auto` (the default), `on`
+    /// or `off`. Off takes QEMU 10.x's vfio-user thread out of every store's
+    /// path (the direct path: a sixth of the latency), which is safe against
+    /// floods only once the adapter has enlarged QEMU's socket send buffer
+    /// (device/src/client_socket.rs; needs root). `auto` is off when that
+    /// worked and on otherwise. docs/adapter.md, "The store path", has the
     /// measurements.
     pub write_multiple: String,
     /// The guests' CPU model (`-cpu`); empty: [`TCG_CPU`] under TCG,
@@ -210,7 +211,7 @@ impl Default for QemuSection {
             firmware_dirs: vec!["/usr/share/qemu".into(), "/usr/share/seabios".into()],
             extra_args: Vec::new(),
             boot_timeout_s: 180,
-            write_multiple: "on".into(),
+            write_multiple: "auto".into(),
             cpu: String::new(),
             io_realtime: true,
             qemu_realtime: false,
@@ -256,8 +257,8 @@ impl Config {
         if c.in_hub() && self.hub.transport == "tcp" {
             bail!("hub.transport = \"tcp\" is for per-guest adapters: set cluster.adapters = \"per-guest\"");
         }
-        if !["on", "off"].contains(&self.qemu.write_multiple.as_str()) {
-            bail!("qemu.write_multiple must be on or off, not '{}'", self.qemu.write_multiple);
+        if !["on", "off", "auto"].contains(&self.qemu.write_multiple.as_str()) {
+            bail!("qemu.write_multiple must be on, off or auto, not '{}'", self.qemu.write_multiple);
         }
         if self.hub.queue_depth < 2 {
             bail!("hub.queue_depth must be at least 2, not {}", self.hub.queue_depth);
@@ -408,7 +409,7 @@ mod tests {
         let mpi = Config::load(&dir.join("mpi.toml")).unwrap();
         let default = Config::load(&dir.join("default.toml")).unwrap();
         assert_eq!((mpi.qemu.write_multiple.as_str(), mpi.qemu.qemu_realtime), ("off", true));
-        assert_eq!((default.qemu.write_multiple.as_str(), default.qemu.qemu_realtime), ("on", false));
+        assert_eq!((default.qemu.write_multiple.as_str(), default.qemu.qemu_realtime), ("auto", false));
         assert!(mpi.guest.imcd && mpi.guest.lan == "auto");
     }
 

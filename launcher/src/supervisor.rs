@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::agent;
+use crate::agent::{self, Streams};
 use crate::config::{Config, IVSHMEM_MIB, SHARE_TAG};
 use crate::lan::Lan;
 
@@ -68,8 +68,8 @@ pub struct Plan {
     pub accel: String,
     /// The cluster definition.
     pub config: Config,
-    /// Offer vfio-user `write_multiple` to QEMU (`qemu.write_multiple`).
-    pub write_multiple: bool,
+    /// vfio-user `write_multiple`: on, off or auto (`qemu.write_multiple`).
+    pub write_multiple: String,
     /// The host's CPUs (0: unknown). With fewer than the guests' vCPUs
     /// together, the guests learn it (`mc.oversubscribed=1`).
     #[serde(default)]
@@ -410,6 +410,10 @@ pub fn qemu_argv(plan: &Plan, n: usize, lan: &Lan) -> Vec<String> {
 /// again is not fixed by restarting it.
 pub const MAX_AUTO_RESTARTS: u32 = 3;
 
+/// Run in a guest until it succeeds: prints `mpid`'s "listening" line, or
+/// nothing for an image without `mpid`.
+const MPID_PROBE: &str = "[ -x /bin/mpid ] || exit 0; grep -m1 'listening on handle' /var/log/mpid.log";
+
 /// A process of the cluster that exited on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exited {
@@ -608,12 +612,11 @@ impl Sup {
         }
         if c.cluster.in_hub() {
             // The hub serves every guest's adapter: one local port per node.
-            let wm = if plan.write_multiple { "true" } else { "false" };
             argv.extend([
                 "--aspace-mib".into(),
                 c.cluster.aspace_mib.to_string(),
                 "--write-multiple".into(),
-                wm.into(),
+                plan.write_multiple.clone(),
             ]);
             for n in 0..plan.nodes {
                 let sock = node_dir(rd, n).join("adapter.sock");
@@ -723,7 +726,7 @@ impl Sup {
             "--aspace-mib".into(),
             c.cluster.aspace_mib.to_string(),
             "--write-multiple".into(),
-            if plan.write_multiple { "true" } else { "false" }.into(),
+            plan.write_multiple.clone(),
         ]);
         let mut ad = spawn(&argv, &log, None, self.plan.config.qemu.io_realtime)?;
         let pid = ad.id();
@@ -757,8 +760,64 @@ impl Sup {
         }
     }
 
-    /// Waits until the agents of `nodes` answer (QEMUs started at `t0`).
+    /// Waits until the agents of `nodes` answer (QEMUs started at `t0`),
+    /// then until their `mpid` listens: a job started right after `up`
+    /// finds every node's launch daemon.
     fn wait_ready(&mut self, nodes: &[usize], t0: Instant) -> Result<()> {
+        self.wait_agents(nodes, t0)?;
+        self.wait_mpid(nodes, t0)
+    }
+
+    /// Waits until every `mpid` of `nodes` has logged that it listens
+    /// (`guest/mpiexec/src/daemon.rs`, `serve`). A guest image without
+    /// `mpid` counts as ready. With imcd, an `mpid` that gave up waiting for
+    /// it (listening on shared memory only) is reported.
+    fn wait_mpid(&mut self, nodes: &[usize], t0: Instant) -> Result<()> {
+        let rd = self.plan.run_dir.clone();
+        let deadline = t0 + Duration::from_secs(self.plan.config.qemu.boot_timeout_s);
+        let probe: Vec<String> = ["sh", "-c", MPID_PROBE].iter().map(|s| s.to_string()).collect();
+        let mut pending: Vec<usize> = nodes.to_vec();
+        while !pending.is_empty() {
+            if self.stop.load(Ordering::SeqCst) {
+                bail!("interrupted while waiting for mpid");
+            }
+            let mut still = Vec::new();
+            for n in pending {
+                let mut out = Vec::new();
+                let io = Streams { stdin: None, out: &mut out, err: &mut std::io::sink() };
+                match agent::exec(&agent_sock(&rd, n), &probe, io, 5) {
+                    Ok(e) if e.code == 0 => {
+                        let line = String::from_utf8_lossy(&out).trim().to_string();
+                        if self.plan.config.guest.imcd && line.contains("shared memory only") {
+                            self.ev
+                                .say(&format!("node {n}: mpid serves this guest only (imcd did not answer): {line}"));
+                        }
+                        let s = t0.elapsed().as_secs_f64();
+                        self.state.nodes[n].ready_s = Some(s);
+                        self.ev.say(&format!("node {n} ready after {s:.1} s (mpid listening)"));
+                    }
+                    _ => still.push(n),
+                }
+            }
+            pending = still;
+            if pending.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let late: Vec<String> = pending.iter().map(|n| n.to_string()).collect();
+                bail!(
+                    "mpid of node(s) {} not listening within {} s (in the guest: /var/log/mpid.log)",
+                    late.join(","),
+                    self.plan.config.qemu.boot_timeout_s
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        self.save()
+    }
+
+    /// Waits until the agents of `nodes` answer (QEMUs started at `t0`).
+    fn wait_agents(&mut self, nodes: &[usize], t0: Instant) -> Result<()> {
         let rd = self.plan.run_dir.clone();
         let timeout = self.plan.config.qemu.boot_timeout_s;
         let deadline = t0 + Duration::from_secs(timeout);
@@ -780,10 +839,7 @@ impl Sup {
                 if agent::ping(&agent_sock(&rd, n), Duration::from_millis(500)).is_ok() {
                     ready.push(n);
                     self.realtime_io(n);
-                    let s = t0.elapsed().as_secs_f64();
-                    self.state.nodes[n].ready_s = Some(s);
-                    self.save()?;
-                    self.ev.say(&format!("node {n} ready after {s:.1} s"));
+                    self.ev.say(&format!("node {n}: agent answers after {:.1} s", t0.elapsed().as_secs_f64()));
                 }
             }
             if Instant::now() > deadline {
@@ -1068,7 +1124,7 @@ mod tests {
             initrd: PathBuf::from("i"),
             accel: "tcg".into(),
             config: Config::parse(config).unwrap(),
-            write_multiple: false,
+            write_multiple: "auto".into(),
             host_cpus: 2,
         }
     }
@@ -1149,8 +1205,9 @@ mod tests {
         let e = Config::parse("[hub]\ntransport = \"tcp\"").unwrap_err().to_string();
         assert!(e.contains("per-guest"), "{e}");
         let e = Config::parse("[qemu]\nwrite_multiple = \"yes\"").unwrap_err().to_string();
-        assert!(e.contains("on or off"), "{e}");
-        assert!(!Config::parse("[qemu]\nwrite_multiple = \"off\"").unwrap().qemu.write_multiple.contains("on"));
+        assert!(e.contains("on, off or auto"), "{e}");
+        assert_eq!(Config::parse("[qemu]\nwrite_multiple = \"off\"").unwrap().qemu.write_multiple, "off");
+        assert_eq!(Config::parse("").unwrap().qemu.write_multiple, "auto");
     }
 
     fn state(nodes: usize) -> State {

@@ -1560,3 +1560,35 @@ fn adapter_applies_whole_per_delivery_not_per_page() {
         &[(ram_at(0, PAGE_SIZE - 8) as usize, 8), (off(0x10) as usize, 8), fences],
     );
 }
+
+/// The default store path (`write_multiple` auto): run as root, the server
+/// enlarges the connecting client's socket send buffer and then does not
+/// offer `write_multiple`, so QEMU sends each store from its vCPU thread.
+/// Not root: the buffer cannot be enlarged and the server offers it.
+#[test]
+fn default_store_path_enlarges_the_clients_send_buffer() {
+    use nix::sys::socket::{getsockopt, sockopt};
+    let hub = Hub::start();
+    let a = AdapterHandle::start(&hub, "sndbuf");
+    let mut c = VfioClient::connect_raw(&a.sock);
+    let before = getsockopt(&c.stream, sockopt::SndBuf).unwrap();
+    let caps = c.version();
+    let after = getsockopt(&c.stream, sockopt::SndBuf).unwrap();
+    let offered = caps["capabilities"]["write_multiple"].as_bool().unwrap_or(false);
+    if euid() == 0 {
+        assert!(after >= device::client_socket::CLIENT_SNDBUF, "send buffer {before} -> {after}");
+        assert!(!offered, "write_multiple offered although the direct path is safe: {caps}");
+    } else {
+        assert_eq!(after, before);
+        assert!(offered, "the direct path without an enlarged buffer: {caps}");
+    }
+    assert_eq!(c.reg(reg::ID), regs::ID_VALUE);
+    a.assert_alive();
+}
+
+/// The effective uid of this process.
+fn euid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(2).unwrap().parse().unwrap()
+}

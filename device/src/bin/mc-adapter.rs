@@ -35,10 +35,12 @@ struct Args {
     /// Seconds to keep trying to reach the hub at start.
     #[arg(long, default_value_t = 10)]
     hub_wait: u64,
-    /// Advertise vfio-user `write_multiple` to QEMU (docs/adapter.md has
-    /// the measurements behind the default).
-    #[arg(long, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), default_value = "true")]
-    write_multiple: bool,
+    /// vfio-user `write_multiple`: `on` (QEMU's queued store path), `off`
+    /// (the direct path) or `auto` (direct when QEMU's send buffer could be
+    /// enlarged, which needs root). docs/adapter.md, "The store path", has
+    /// the measurements.
+    #[arg(long, default_value = "auto", value_name = "on|off|auto")]
+    write_multiple: device::vfio_user::WriteMultiple,
 }
 
 fn main() {

@@ -66,10 +66,12 @@ struct Args {
     /// MEMORY CHANNEL address space of local adapters, in MiB (power of two, 1 to 4096).
     #[arg(long, default_value_t = 512)]
     aspace_mib: u64,
-    /// Advertise vfio-user `write_multiple` to QEMU on local ports
-    /// (docs/adapter.md has the measurements behind the default).
-    #[arg(long, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(), default_value = "true")]
-    write_multiple: bool,
+    /// vfio-user `write_multiple` on local ports: `on` (QEMU's queued store
+    /// path), `off` (the direct path) or `auto` (direct when QEMU's send
+    /// buffer could be enlarged, which needs root). docs/adapter.md, "The
+    /// store path", has the measurements.
+    #[arg(long, default_value = "auto", value_name = "on|off|auto")]
+    write_multiple: device::vfio_user::WriteMultiple,
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
