@@ -794,7 +794,8 @@ impl Sup {
                         }
                         let s = t0.elapsed().as_secs_f64();
                         self.state.nodes[n].ready_s = Some(s);
-                        self.ev.say(&format!("node {n} ready after {s:.1} s (mpid listening)"));
+                        let what = if line.is_empty() { "" } else { " (mpid listening)" };
+                        self.ev.say(&format!("node {n} ready after {s:.1} s{what}"));
                     }
                     _ => still.push(n),
                 }

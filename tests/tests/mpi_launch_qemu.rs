@@ -64,9 +64,14 @@ fn no_ranks_left(c: &Cluster, secs: u64) {
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn mpirun_starts_ranks_on_both_guests_and_ends_failing_jobs() {
     let c = Cluster::up("t-mpi-launch", 2);
-    c.imcd_ready();
+    // `up` returns once every mpid listens, over MEMORY CHANNEL: a job can
+    // start at once, with no waiting here.
     for n in 0..c.nodes {
-        c.poll_until(n, &["cat", "/var/log/mpid.log"], 60, |o| o.contains("MEMORY CHANNEL"));
+        let said =
+            c.up_output.lines().any(|l| l.contains(&format!("node {n} ready after")) && l.contains("(mpid listening)"));
+        assert!(said, "{}", c.up_output);
+        let log = String::from_utf8(c.run(n, &["cat", "/var/log/mpid.log"])).unwrap();
+        assert!(log.contains("listening on handle") && log.contains("MEMORY CHANNEL"), "node {n}:\n{log}");
     }
     let prog = c.run_dir().join("share/rank.sh");
     std::fs::write(&prog, STAND_IN).unwrap();
