@@ -12,7 +12,17 @@ use link::ANY_NODE;
 
 /// A MEMORY CHANNEL for PCI adapter for one QEMU guest.
 #[derive(Parser, Debug)]
-#[command(name = "mc-adapter", version)]
+#[command(
+    name = "mc-adapter",
+    version,
+    after_help = "Examples:
+  mc-adapter --socket /run/mc/node0-adapter.sock --hub /run/mc/hub.sock --name node0
+                       then QEMU: -device '{\"driver\":\"vfio-user-pci\",
+                       \"socket\":{\"type\":\"unix\",\"path\":\"/run/mc/node0-adapter.sock\"}}'
+  mc-adapter --socket /run/mc/a.sock --hub tcp:10.0.0.1:7400 --secret-file /etc/mc/secret
+
+mc-cluster starts one per guest with [cluster] adapters = \"per-guest\" (docs/adapter.md)."
+)]
 struct Args {
     /// vfio-user socket QEMU connects to (created; a stale one is replaced).
     #[arg(long)]

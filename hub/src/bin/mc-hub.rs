@@ -14,7 +14,22 @@ use link::{self as link, Msg, MAX_NODES};
 
 /// The MEMORY CHANNEL hub: one global order for every write of every node.
 #[derive(Parser, Debug)]
-#[command(name = "mc-hub", version, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "mc-hub",
+    version,
+    args_conflicts_with_subcommands = true,
+    after_help = "Examples:
+  mc-hub --socket /run/mc/hub.sock --control /run/mc/hub.ctl
+                       a hub for mc-adapter processes (link ports)
+  mc-hub --socket /run/mc/hub.sock --control /run/mc/hub.ctl \\
+         --local 0:node0:/run/mc/node0.sock --local 1:node1:/run/mc/node1.sock
+                       two guests' adapters in the hub: QEMU connects to nodeN.sock
+  mc-hub ctl --control /run/mc/hub.ctl stats
+  mc-hub ctl --control /run/mc/hub.ctl link-down 1
+  mc-hub pcap trace.pcap
+
+mc-cluster starts a hub for each cluster (docs/hub.md)."
+)]
 struct Args {
     /// Unix socket adapters connect to (created; a stale socket is replaced).
     #[arg(long, required = true)]
