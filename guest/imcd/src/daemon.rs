@@ -605,9 +605,17 @@ impl<'a, H: Hw> Daemon<'a, H> {
                         n.put_host(h, w, n.host(h, w));
                     }
                 }
-                // Its own ready word as we see it: 0 tells a node back from
-                // an outage that it was repaired out.
-                n.put_host(m, host::READY, n.host(m, host::READY));
+                // A node back from an outage (asking again with a fresh
+                // request, not its token) gets its own ready word as we see
+                // it: 0 tells it that it was repaired out. A newcomer's is
+                // left alone: it writes it itself once served, or once it
+                // gave up waiting, and a copy of ours landing after that
+                // (we decided to serve before its give-up reached us) unset
+                // it for good: every node, itself included, then left it
+                // out of the host list.
+                if req != n.host(m, host::TOKEN) {
+                    n.put_host(m, host::READY, n.host(m, host::READY));
+                }
                 n.put_host(m, host::JOIN_SERVED, req);
             });
             match r {
