@@ -290,7 +290,8 @@ echo "== latency-bench: $(date -u '+%Y-%m-%d %H:%M UTC'), ${ACCEL:-?} guests ($C
 echo "host load average (1, 5 min): $LOAD_START at the start, $LOAD_2NODE after the 2-node part, $(load) at the end"
 echo "one way = RTT / 2 of 8-byte values, $ROUNDS round trips after $WARMUP warm-up, nearest-rank percentiles (raw RTTs: $OUT/latency-rtt-*.txt)"
 # The path the adapters chose ("store path: direct ..." or "... queued ...").
-STORE_PATH=$(cat "$REPO/.run/$NAME"/hub.log "$REPO/.run/$NAME"/node*/adapter.log 2>/dev/null | grep -o 'store path: [a-z]*' | sort | uniq -c | sed 's/^ *//' | paste -sd, -)
+STORE_PATH=$(cat "$REPO/.run/$NAME"/hub.log "$REPO/.run/$NAME"/node*/adapter.log 2>/dev/null \
+    | grep -o 'store path: [a-z]*' | sort | uniq -c | sed 's/^ *//' | paste -sd, - || true)
 echo "MEMORY CHANNEL: adapters $ADAPTERS, vfio-user write_multiple $WRITE_MULTIPLE (${STORE_PATH:-store path not logged})"
 echo "TCP: $LAN"
 echo

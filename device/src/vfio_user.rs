@@ -415,7 +415,10 @@ impl<'d, D: Device> Connection<'d, D> {
     /// worked.
     pub fn with_config(stream: UnixStream, dev: &'d mut D, cfg: ConnectionConfig) -> Self {
         let multi = match cfg.write_multiple {
-            WriteMultiple::On => true,
+            WriteMultiple::On => {
+                info!("store path: queued (write_multiple on)");
+                true
+            }
             mode => match crate::client_socket::widen_client_sndbuf(&stream, crate::client_socket::CLIENT_SNDBUF) {
                 Ok(n) => {
                     info!("store path: direct (the client's send buffer is now {} MiB)", n >> 20);
