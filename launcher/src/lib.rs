@@ -275,7 +275,6 @@ pub fn plan(paths: &Paths, opts: &UpOptions) -> Result<Plan> {
         );
     }
     Ok(Plan {
-        write_multiple: cfg.qemu.write_multiple.clone(),
         name: opts.name.clone(),
         nodes,
         run_dir,

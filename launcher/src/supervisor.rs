@@ -68,8 +68,6 @@ pub struct Plan {
     pub accel: String,
     /// The cluster definition.
     pub config: Config,
-    /// vfio-user `write_multiple`: on, off or auto (`qemu.write_multiple`).
-    pub write_multiple: String,
     /// The host's CPUs (0: unknown). With fewer than the guests' vCPUs
     /// together, the guests learn it (`mc.oversubscribed=1`).
     #[serde(default)]
@@ -616,7 +614,7 @@ impl Sup {
                 "--aspace-mib".into(),
                 c.cluster.aspace_mib.to_string(),
                 "--write-multiple".into(),
-                plan.write_multiple.clone(),
+                c.qemu.write_multiple.clone(),
             ]);
             for n in 0..plan.nodes {
                 let sock = node_dir(rd, n).join("adapter.sock");
@@ -726,7 +724,7 @@ impl Sup {
             "--aspace-mib".into(),
             c.cluster.aspace_mib.to_string(),
             "--write-multiple".into(),
-            plan.write_multiple.clone(),
+            c.qemu.write_multiple.clone(),
         ]);
         let mut ad = spawn(&argv, &log, None, self.plan.config.qemu.io_realtime)?;
         let pid = ad.id();
@@ -1125,7 +1123,6 @@ mod tests {
             initrd: PathBuf::from("i"),
             accel: "tcg".into(),
             config: Config::parse(config).unwrap(),
-            write_multiple: "auto".into(),
             host_cpus: 2,
         }
     }
