@@ -108,7 +108,7 @@ pub fn widen_client_sndbuf(stream: &UnixStream, bytes: usize) -> Result<usize, C
             continue;
         }
         setsockopt(&theirs, sockopt::SndBufForce, &bytes).map_err(ClientSocketError::Set)?;
-        size = getsockopt(&theirs, sockopt::SndBuf).ok().or(size).or(Some(bytes));
+        size = Some(getsockopt(&theirs, sockopt::SndBuf).unwrap_or(bytes));
     }
     size.ok_or_else(|| ClientSocketError::NotFound { pid, path: ours.display().to_string(), last })
 }
