@@ -23,6 +23,9 @@ use regs::{err, PAGE_SIZE};
 
 use crate::hw::Hw;
 
+/// How often a waiting join stores its request again.
+const JOIN_RESEND: Duration = Duration::from_millis(200);
+
 /// One node's imcd state in MEMORY CHANNEL space.
 pub struct Node<H: Hw> {
     /// The adapter.
@@ -73,6 +76,10 @@ pub enum Joined {
     /// Other nodes are up but none answered within the wait: we are the
     /// first imcd of the cluster.
     Unanswered,
+    /// Every other node up runs an imcd that is joining as a newcomer too
+    /// (the cluster is booting), and ours is the lowest-numbered: we go
+    /// first at once and serve the others.
+    Together,
 }
 
 impl std::fmt::Display for Joined {
@@ -81,6 +88,7 @@ impl std::fmt::Display for Joined {
             Joined::Served => "sent the directory by a running node",
             Joined::First => "the first node of the cluster",
             Joined::Unanswered => "the first imcd of the cluster (nobody answered the join)",
+            Joined::Together => "the first of the imcds starting together (it serves the others)",
         })
     }
 }
@@ -247,7 +255,7 @@ impl<H: Hw> Node<H> {
             word.copy_from_slice(w);
             self.put_host(me, host::NAME + i, u64::from_le_bytes(word));
         }
-        let joined = self.ask_directory(token, wait);
+        let joined = self.wait_served(token, wait, true);
         self.put_host(me, host::READY, token);
         joined
     }
@@ -257,20 +265,49 @@ impl<H: Hw> Node<H> {
     /// or `wait` passed. Unserved, it marks the request served itself, so
     /// the others do not take this node for a newcomer for ever.
     pub fn ask_directory(&self, req: u64, wait: Duration) -> Joined {
+        self.wait_served(req, wait, false)
+    }
+
+    /// [`Node::ask_directory`]; a `newcomer` (its request is its token)
+    /// also stops waiting when it is the lowest-numbered of the nodes up
+    /// and every other one is a newcomer waiting too ([`Joined::Together`]:
+    /// nobody has a directory to send, and the others wait for us). The
+    /// request, token and name are stored again every [`JOIN_RESEND`]: an
+    /// imcd that set up its receive side after our first stores (all start
+    /// together at boot) sees them then.
+    fn wait_served(&self, req: u64, wait: Duration, newcomer: bool) -> Joined {
         let me = self.me;
         self.put_host(me, host::JOIN_SERVED, 0);
         self.put_host(me, host::JOIN_REQ, req);
         self.kick();
         let t0 = Instant::now();
+        let mut sent = t0;
         let joined = loop {
             if self.host(me, host::JOIN_SERVED) == req {
                 break Joined::Served;
             }
-            if self.members() & !(1 << me) == 0 {
+            let others = self.members() & !(1 << me);
+            if others == 0 {
                 break Joined::First;
+            }
+            if newcomer && self.all_newcomers_above(others) {
+                break Joined::Together;
             }
             if t0.elapsed() > wait {
                 break Joined::Unanswered;
+            }
+            if sent.elapsed() >= JOIN_RESEND {
+                sent = Instant::now();
+                // Our own copies come back by loopback; one not back yet
+                // reads 0 and is left for the next round.
+                for w in host::TOKEN..host::NAME + host::NAME_WORDS {
+                    let v = self.host(me, w);
+                    if v != 0 {
+                        self.put_host(me, w, v);
+                    }
+                }
+                self.put_host(me, host::JOIN_REQ, req);
+                self.kick();
             }
             std::thread::sleep(Duration::from_millis(5));
         };
@@ -278,6 +315,15 @@ impl<H: Hw> Node<H> {
             self.put_host(me, host::JOIN_SERVED, req);
         }
         joined
+    }
+
+    /// Whether every node in `others` is numbered above us and is joining
+    /// as a newcomer (its request is its token and not yet served).
+    fn all_newcomers_above(&self, others: u64) -> bool {
+        (0..MAX_NODES).filter(|&m| others & (1 << m) != 0).all(|m| {
+            let req = self.host(m, host::JOIN_REQ);
+            m > self.me && self.pending(m) && req == self.host(m, host::TOKEN)
+        })
     }
 
     /// Stores our host row (token, name, ready) and our error count again,

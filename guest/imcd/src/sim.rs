@@ -239,6 +239,15 @@ impl SimNet {
         self.shared.errors[n].0.load(Ordering::SeqCst)
     }
 
+    /// Puts `nodes` in MEMBERS without starting their imcds: adapters up,
+    /// guests still booting, as when a whole cluster starts.
+    pub fn power_on(&self, nodes: impl IntoIterator<Item = usize>) {
+        for n in nodes {
+            self.shared.members.fetch_or(1 << n, Ordering::SeqCst);
+        }
+        self.shared.interrupt();
+    }
+
     /// Zeroes node `n`'s copy of the bus: a node that has seen nothing.
     pub fn wipe(&self, n: usize) {
         self.shared.bus.wipe(n);

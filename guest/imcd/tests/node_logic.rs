@@ -140,6 +140,28 @@ fn late_joiner_is_sent_the_directory_and_the_host_table() {
 }
 
 #[test]
+fn imcds_starting_together_do_not_wait_out_the_join() {
+    let net = net(3, 11);
+    net.power_on(0..3);
+    // A join that waited this out would say Unanswered.
+    let s = Settings { join_wait: Duration::from_secs(25), ..settings() };
+    // The lowest-numbered starts last, when the others already wait.
+    let c = net.start(2, "n2", s);
+    let b = net.start(1, "n1", s);
+    let a = net.start(0, "n0", s);
+    assert_eq!(a.joined(), Some(Joined::Together));
+    assert_eq!(b.joined(), Some(Joined::Served));
+    assert_eq!(c.joined(), Some(Joined::Served));
+    for r in [&a, &b, &c] {
+        eventually("three imcds see each other", || hosts(r).len() == 3);
+    }
+    let (id, first) = alloc(&c, 0x5a, true);
+    for r in [&a, &b] {
+        assert_eq!(find(r, 0x5a), Some((id, first)), "one directory for all three");
+    }
+}
+
+#[test]
 fn failed_node_is_repaired_out_of_regions_locks_and_hosts() {
     let net = net(3, 4);
     let nodes: Vec<Running> = (0..3).map(|n| start(&net, n)).collect();
