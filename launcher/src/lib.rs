@@ -257,7 +257,7 @@ pub fn plan(paths: &Paths, opts: &UpOptions) -> Result<Plan> {
     let unpacked = paths.cache.join("kernel/vmlinux");
     let kernel_default = if unpacked.is_file() { unpacked } else { paths.cache.join("kernel/vmlinuz") };
     let kernel = pick(&cfg.guest.kernel, kernel_default, "kernel")?;
-    let initrd = pick(&cfg.guest.initrd, paths.cache.join("initramfs.cpio.gz"), "initramfs")?;
+    let initrd = pick(&cfg.guest.initrd, paths.cache.join("initramfs.cpio"), "initramfs")?;
     let bin = |name: &str| -> Result<PathBuf> {
         let p = paths.bin_dir.join(name);
         if !p.exists() {
