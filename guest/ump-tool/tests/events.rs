@@ -48,6 +48,27 @@ fn listen_wait_nbread_and_close_mid_message() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("pingpong ok: 2 sizes"));
     ump::close(ch).unwrap();
 
+    // 1b. A listener idle long enough that its folder of notices settled
+    //     (it then only stats the folder) still sees the next client.
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_millis(400) {
+        assert_eq!(ump::wait(None, Some(Duration::ZERO)).unwrap(), None, "nothing happens while nobody opens");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = tool()
+        .args(["pingpong", "--me", &(base + 5).to_string(), "--peer", &server.to_string()])
+        .args(["--sizes", "8", "--rounds", "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let Event::Open(ch) = next_event(None) else { panic!("expected Open from the second client") };
+    assert_eq!(next_event(Some(ch)), Event::Message(ch));
+    let n = ump::read(ch, &mut buf).unwrap();
+    ump::write(ch, &buf[..n]).unwrap();
+    assert_eq!(next_event(Some(ch)), Event::Closed(ch));
+    assert!(client.wait_with_output().unwrap().status.success());
+    ump::close(ch).unwrap();
+
     // 2. ump_nbread returns once `min` bytes are in; the rest arrives in
     //    the background and ReadDone says so.
     let (me, peer) = (base + 3, base + 4);

@@ -95,6 +95,9 @@ struct State {
     chans: HashMap<i32, Entry>,
     /// Handles listening (`ump_listen`) and the peers already accepted.
     listening: HashMap<u64, HashSet<u64>>,
+    /// Per listening handle, the modification time of its folder of
+    /// notices when a look last left it empty (`listen::accept`).
+    listen_quiet: HashMap<u64, std::time::SystemTime>,
     imc: Option<Arc<Mutex<imc_client::Imc>>>,
     node: u32,
     stats: (u64, u64),
@@ -160,6 +163,7 @@ pub fn init(cfg: Config) -> Result<(), UmpError> {
         next: 1,
         chans: HashMap::default(),
         listening: HashMap::default(),
+        listen_quiet: HashMap::default(),
         imc,
         node: my_node(),
         stats: (0, 0),

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use imc_client::keys::Namespace;
 use imc_client::{Imc, ImcError};
@@ -181,9 +181,24 @@ pub(crate) fn accept(st: &mut State) -> Vec<i32> {
     }
     let handles: Vec<u64> = st.listening.keys().copied().collect();
     for h in handles {
-        let Ok(dir) = std::fs::read_dir(listen_dir(h)) else { continue };
+        let folder = listen_dir(h);
+        // A folder unchanged since a look that left it empty holds no
+        // notice: one stat, no open. (An idle listener looks 20 times a
+        // second; opening the folder each time kept a 1-vCPU guest's RCU
+        // thread waking as often.) Timestamps are coarse (a clock tick),
+        // so a folder changed within QUIET_AGE is read whatever it says.
+        let mtime = std::fs::metadata(&folder).and_then(|m| m.modified()).ok();
+        let settled = mtime.filter(|m| SystemTime::now().duration_since(*m).is_ok_and(|age| age > QUIET_AGE));
+        if settled.is_some() && st.listen_quiet.get(&h) == settled.as_ref() {
+            continue;
+        }
+        let Ok(dir) = std::fs::read_dir(&folder) else { continue };
+        let mut left = false;
         for f in dir.flatten() {
-            let Some(peer) = f.file_name().to_str().and_then(|s| u64::from_str_radix(s, 16).ok()) else { continue };
+            let Some(peer) = f.file_name().to_str().and_then(|s| u64::from_str_radix(s, 16).ok()) else {
+                left |= !f.file_name().to_string_lossy().starts_with('.');
+                continue;
+            };
             let kind = std::fs::read_to_string(f.path()).unwrap_or_default();
             if st.listening.get(&h).is_some_and(|s| s.contains(&peer)) {
                 let _ = std::fs::remove_file(f.path());
@@ -195,11 +210,22 @@ pub(crate) fn accept(st: &mut State) -> Vec<i32> {
                 let _ = std::fs::remove_file(f.path());
                 st.listening.entry(h).or_default().insert(peer);
                 new.push(st.add(Entry::new(ch, Want::Any)));
+            } else {
+                left = true;
             }
         }
+        // Removing notices changed the time: the next look reads once more.
+        match settled {
+            Some(m) if !left => st.listen_quiet.insert(h, m),
+            _ => st.listen_quiet.remove(&h),
+        };
     }
     new
 }
+
+/// How old a folder's modification time must be before `accept` trusts
+/// it (tmpfs stamps with the coarse clock, one tick of up to 10 ms).
+const QUIET_AGE: Duration = Duration::from_millis(50);
 
 #[cfg(test)]
 mod tests {
