@@ -96,6 +96,43 @@ fn c_programs_run_over_shared_memory_on_the_host() {
 }
 
 #[test]
+fn a_wait_that_lasts_says_what_it_waits_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path(), "stall");
+    let job = job().to_string();
+    let kids: Vec<_> = (0..2)
+        .map(|r| {
+            Command::new("timeout")
+                .arg("120")
+                .arg(&prog)
+                .env("LD_LIBRARY_PATH", lib_dir())
+                .env("MCMPI_JOB", &job)
+                .env("MCMPI_RANK", r.to_string())
+                .env("MCMPI_SIZE", "2")
+                .env("MCMPI_STALL_REPORT", "1")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = kids.into_iter().map(|k| k.wait_with_output().unwrap()).collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}:\n{}", text(o));
+    }
+    let zero = text(&outs[0]);
+    assert!(zero.contains("stall ok: got 7"), "{zero}");
+    assert!(
+        zero.contains("mcmpi: rank 0: has waited")
+            && zero.contains("a receive from rank 1 tag 42: no message matched yet"),
+        "the receive's report:\n{zero}"
+    );
+    assert!(zero.contains("in a collective;"), "the barrier's report:\n{zero}");
+    assert!(zero.contains("to rank 1:"), "each link's state:\n{zero}");
+    assert!(!text(&outs[1]).contains("has waited"), "rank 1 never waited long:\n{}", text(&outs[1]));
+}
+
+#[test]
 fn an_aborting_rank_exits_with_its_code_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let prog = build(dir.path(), "abort");

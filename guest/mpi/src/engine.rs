@@ -626,6 +626,38 @@ impl Engine {
         s
     }
 
+    /// What request `id` waits for, and the zero-copy transfers in
+    /// flight, for a report of a wait that lasts.
+    pub fn describe_request(&self, id: ReqId) -> String {
+        let mut s = match self.reqs.get(&id) {
+            None => format!("request {id}: gone"),
+            Some(Req { done: true, .. }) => format!("request {id}: done"),
+            Some(Req { kind: Kind::Send { dest, data, waiting, cancelling, .. }, .. }) => format!(
+                "request {id}: a send of {} bytes to rank {dest}{}{}",
+                data.len(),
+                if *waiting { ", waiting for the receiver's answer" } else { "" },
+                if cancelling.is_some() { ", being cancelled" } else { "" },
+            ),
+            Some(Req { kind: Kind::Recv { pattern, total, got, posted, direct, .. }, .. }) => format!(
+                "request {id}: a receive from {} tag {}: {}{}",
+                pattern.src.map_or_else(|| "any rank".into(), |r| format!("rank {r}")),
+                pattern.tag.map_or_else(|| "any".into(), |t| t.to_string()),
+                if *posted { "no message matched yet".into() } else { format!("matched, {got} of {total} bytes in") },
+                if direct.is_some() { ", offered as a zero-copy target" } else { "" },
+            ),
+        };
+        for z in &self.direct_sends {
+            s.push_str(&format!(
+                "\n  zero-copy send (request {}) to rank {} for its request {}: {}",
+                z.sreq,
+                z.to,
+                z.rreq,
+                if z.token.is_some() { "DMA in flight" } else { "DONE queued" }
+            ));
+        }
+        s
+    }
+
     /// Asks rank `to` to store its board slot again.
     pub fn ask_repost(&mut self, to: u32) -> Result<(), EngineError> {
         if to >= self.size() || to == self.me {

@@ -196,10 +196,15 @@ fn complete(st: &mut State, h: MPI_Request) -> R<MPI_Status> {
 /// Progress until request `h` is done.
 fn wait_one(st: &mut State, h: MPI_Request) -> R<MPI_Status> {
     let mut idle = 0;
+    let mut watch = sched::StallWatch::default();
     while !done(st, h)? {
         if sched::progress(st)? {
             idle = 0;
         } else {
+            watch.check(st, |st| match st.reqs.get(&h).and_then(|p| p.id) {
+                Some(id) => format!("a wait; {}", st.eng.describe_request(id)),
+                None => format!("a wait for request {h}"),
+            });
             if let Some(id) = st.reqs.get(&h).and_then(|p| p.id) {
                 st.eng.check_needed(id)?;
             }

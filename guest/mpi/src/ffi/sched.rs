@@ -439,23 +439,56 @@ impl Turn {
 /// How a persistent collective builds its schedule at each `MPI_Start`.
 pub type Recipe = dyn Fn(&mut State) -> R<Sched> + Send;
 
-/// A blocking collective that has run this long prints what it waits
-/// for (once): the board's state and every link's.
-const STALL_REPORT: std::time::Duration = std::time::Duration::from_secs(60);
+/// A blocking call that has waited this long prints what it waits for
+/// (once): for a collective the board's state, for a point-to-point wait
+/// its request and the zero-copy transfers in flight; every link's state.
+/// `MCMPI_STALL_REPORT` (seconds), else 60 s.
+fn stall_report() -> std::time::Duration {
+    static AFTER: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *AFTER.get_or_init(|| {
+        let secs = std::env::var("MCMPI_STALL_REPORT").ok().and_then(|v| v.parse::<f64>().ok());
+        std::time::Duration::from_secs_f64(secs.filter(|s| s.is_finite() && *s >= 0.0).unwrap_or(60.0))
+    })
+}
+
+/// Watches one blocking wait: [`StallWatch::check`] reports on stderr,
+/// once, when it has lasted [`stall_report`].
+pub struct StallWatch {
+    t0: std::time::Instant,
+    reported: bool,
+}
+
+impl Default for StallWatch {
+    fn default() -> StallWatch {
+        StallWatch { t0: std::time::Instant::now(), reported: false }
+    }
+}
+
+impl StallWatch {
+    /// Reports `what` (with every link's state) if this wait has lasted.
+    pub fn check(&mut self, st: &State, what: impl FnOnce(&State) -> String) {
+        if !self.reported && self.t0.elapsed() > stall_report() {
+            self.reported = true;
+            eprintln!(
+                "mcmpi: rank {}: has waited {:.0} s in {}\n{}",
+                st.place.rank,
+                self.t0.elapsed().as_secs_f64(),
+                what(st),
+                st.eng.describe_links()
+            );
+        }
+    }
+}
 
 /// Runs a collective to its end (the blocking collectives).
 pub fn run(st: &mut State, mut s: Sched) -> R<()> {
     let mut idle = 0;
-    let t0 = std::time::Instant::now();
-    let mut reported = false;
+    let mut watch = StallWatch::default();
     loop {
         if let Some(r) = s.poll(st) {
             return r;
         }
-        if !reported && t0.elapsed() > STALL_REPORT {
-            reported = true;
-            report_stall(st, t0.elapsed());
-        }
+        watch.check(st, board_state);
         if progress(st)? {
             idle = 0;
         } else {
@@ -469,18 +502,13 @@ pub fn run(st: &mut State, mut s: Sched) -> R<()> {
     }
 }
 
-/// Says on stderr what a collective that has run for `took` waits for.
-fn report_stall(st: &State, took: std::time::Duration) {
+/// What a blocking collective waits for: the board's state.
+fn board_state(st: &State) -> String {
     let board = match &st.board {
         Ok(b) => b.lock().unwrap_or_else(|e| e.into_inner()).describe(),
         Err(e) => format!("no board: {e}"),
     };
-    eprintln!(
-        "mcmpi: rank {}: a collective has waited {:.0} s; {board}\n{}",
-        st.place.rank,
-        took.as_secs_f64(),
-        st.eng.describe_links()
-    );
+    format!("a collective; {board}")
 }
 
 /// One round of progress: the engine, then every non-blocking collective
