@@ -119,7 +119,6 @@ depmod -b "$ROOT" "$KVER"
 # Uncompressed: under TCG the guest kernel inflates a gzipped image in about
 # 1.8 s and copies this one in 0.6 s (README.md, "Benchmarks").
 OUT=$CACHE/initramfs.cpio
-rm -f "$CACHE/initramfs.cpio.gz"
 (cd "$ROOT" && find . -print0 | cpio --null -o -H newc --quiet) >"$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
 echo "initramfs: $OUT ($(du -h "$OUT" | cut -f1), ${#want[@]} modules, $nlibs runtime libraries, kernel $KVER)"

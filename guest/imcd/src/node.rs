@@ -311,18 +311,22 @@ impl<H: Hw> Node<H> {
             }
             std::thread::sleep(Duration::from_millis(5));
         };
-        if joined != Joined::Served {
-            self.put_host(me, host::JOIN_SERVED, req);
-        }
+        // Whatever the outcome: a re-send of the request may have gone out
+        // after the server's "served", and an imcd whose receive side came
+        // up between the two would take us for a newcomer for good.
+        self.put_host(me, host::JOIN_SERVED, req);
         joined
     }
 
     /// Whether every node in `others` is numbered above us and is joining
-    /// as a newcomer (its request is its token and not yet served).
+    /// as a newcomer (its request is its token and not yet served, and it
+    /// has never been ready: a member rejoining after an outage keeps
+    /// announcing its old ready word, and holds a directory we must not
+    /// replace with our empty one).
     fn all_newcomers_above(&self, others: u64) -> bool {
         (0..MAX_NODES).filter(|&m| others & (1 << m) != 0).all(|m| {
             let req = self.host(m, host::JOIN_REQ);
-            m > self.me && self.pending(m) && req == self.host(m, host::TOKEN)
+            m > self.me && self.pending(m) && req == self.host(m, host::TOKEN) && self.host(m, host::READY) == 0
         })
     }
 

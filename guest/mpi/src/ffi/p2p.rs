@@ -624,11 +624,17 @@ entry!(MPI_Waitany / PMPI_Waitany(n: c_int, reqs: *mut MPI_Request, index: *mut 
     let hs = array(reqs as *const MPI_Request, n, "requests")?;
     let r = with(|st| {
         let mut idle = 0;
+        let mut watch = sched::StallWatch::default();
         loop {
             if let Some(x) = any_done(st, &hs)? {
                 return Ok(x);
             }
             if !sched::progress(st)? {
+                watch.check(st, |st| {
+                    let ids = hs.iter().filter_map(|h| st.reqs.get(h).and_then(|p| p.id));
+                    let each: Vec<String> = ids.map(|id| st.eng.describe_request(id)).collect();
+                    format!("MPI_Waitany over {} requests; {}", hs.len(), each.join("; "))
+                });
                 backoff(&mut idle);
             }
         }

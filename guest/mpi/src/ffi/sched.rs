@@ -447,7 +447,10 @@ fn stall_report() -> std::time::Duration {
     static AFTER: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
     *AFTER.get_or_init(|| {
         let secs = std::env::var("MCMPI_STALL_REPORT").ok().and_then(|v| v.parse::<f64>().ok());
-        std::time::Duration::from_secs_f64(secs.filter(|s| s.is_finite() && *s >= 0.0).unwrap_or(60.0))
+        match secs {
+            Some(s) if s >= 0.0 => std::time::Duration::try_from_secs_f64(s).unwrap_or(std::time::Duration::MAX),
+            _ => std::time::Duration::from_secs(60),
+        }
     })
 }
 
@@ -456,18 +459,24 @@ fn stall_report() -> std::time::Duration {
 pub struct StallWatch {
     t0: std::time::Instant,
     reported: bool,
+    /// Idle polls so far: the clock is read every [`STALL_POLLS`]th.
+    polls: u32,
 }
+
+/// How many idle polls go by between two looks at the clock.
+const STALL_POLLS: u32 = 128;
 
 impl Default for StallWatch {
     fn default() -> StallWatch {
-        StallWatch { t0: std::time::Instant::now(), reported: false }
+        StallWatch { t0: std::time::Instant::now(), reported: false, polls: 0 }
     }
 }
 
 impl StallWatch {
     /// Reports `what` (with every link's state) if this wait has lasted.
     pub fn check(&mut self, st: &State, what: impl FnOnce(&State) -> String) {
-        if !self.reported && self.t0.elapsed() > stall_report() {
+        self.polls = self.polls.wrapping_add(1);
+        if !self.reported && self.polls % STALL_POLLS == 0 && self.t0.elapsed() > stall_report() {
             self.reported = true;
             eprintln!(
                 "mcmpi: rank {}: has waited {:.0} s in {}\n{}",
