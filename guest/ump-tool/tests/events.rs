@@ -55,10 +55,13 @@ fn listen_wait_nbread_and_close_mid_message() {
         assert_eq!(ump::wait(None, Some(Duration::ZERO)).unwrap(), None, "nothing happens while nobody opens");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // (With UMP_TRACE: the client says how long its open took.)
     let client = tool()
         .args(["pingpong", "--me", &(base + 5).to_string(), "--peer", &server.to_string()])
         .args(["--sizes", "8", "--rounds", "1"])
+        .env("UMP_TRACE", "1")
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let Event::Open(ch) = next_event(None) else { panic!("expected Open from the second client") };
@@ -66,7 +69,13 @@ fn listen_wait_nbread_and_close_mid_message() {
     let n = ump::read(ch, &mut buf).unwrap();
     ump::write(ch, &buf[..n]).unwrap();
     assert_eq!(next_event(Some(ch)), Event::Closed(ch));
-    assert!(client.wait_with_output().unwrap().status.success());
+    let out = client.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("ump_open {:#x} -> {server:#x}: ", base + 5)) && err.contains("(our side +"),
+        "UMP_TRACE's line for the open:\n{err}"
+    );
     ump::close(ch).unwrap();
 
     // 2. ump_nbread returns once `min` bytes are in; the rest arrives in

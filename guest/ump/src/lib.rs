@@ -32,6 +32,7 @@ pub mod outbuf;
 mod probe;
 pub mod ring;
 pub mod shm;
+mod trace;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -235,14 +236,18 @@ pub fn open(local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
         if st.chans.values().any(|e| e.ch.local == local && e.ch.remote == remote && !e.ch.is_closed()) {
             return Err(UmpError::Busy(format!("channel {local:#x}->{remote:#x} is open in this process")));
         }
+        let mut steps = trace::Steps::new();
         listen::announce(local);
         let ch = match choose(st, local, remote, want) {
             Transport::Shm => open_shm(st, local, remote)?,
             Transport::Mc => open_mc(st, local, remote)?,
         };
+        steps.step("our side");
         if ch.transport == Transport::Mc {
             notify_listener(st, local, remote)?;
+            steps.step("listener told");
         }
+        steps.done(&format!("ump_open {local:#x} -> {remote:#x}"));
         // A listener on this guest learns of us through its folder, once our
         // half exists (the notice names the transport).
         if listen_dir(remote).is_dir() {

@@ -244,15 +244,22 @@ pub(crate) fn open_mc(st: &mut State, local: u64, remote: u64) -> Result<Arc<Cha
     let side = u64::from(local > remote);
     let size = st.cfg.mc_buffer;
     let bytes = ring::half_len(size) as u64;
+    let mut steps = crate::trace::Steps::new();
     let c = imc.lock().unwrap_or_else(|e| e.into_inner());
     let err = |e: ImcError| UmpError::NoTransport(format!("imcd: {e}"));
     let (mine, ..) = c.asalloc(mc_key(lo, hi, side), bytes, 0o666, false).map_err(err)?;
+    steps.step("our half allocated");
     let (theirs, ..) = c.asalloc(mc_key(lo, hi, 1 - side), bytes, 0o666, false).map_err(err)?;
+    steps.step("theirs");
     // Receive first: the other side's first writes must land here.
     let rx = c.asattach_rx(theirs).map_err(err)?;
+    steps.step("attached for receive");
     let tx = c.asattach_tx(mine, false).map_err(err)?;
+    steps.step("for transmit");
     let copy = shadow(st, &c, mine);
+    steps.step("DMA slot");
     drop(c);
+    steps.done(&format!("open over MEMORY CHANNEL {local:#x} -> {remote:#x}"));
     let (out, peer): (Arc<dyn Sink>, Arc<dyn Source>) =
         (Arc::new(TxWindow::new(Arc::new(tx))), Arc::new(RxWindow::new(Arc::new(rx))));
     let probe = st.prober.get_or_insert_with(Prober::start).probe();
