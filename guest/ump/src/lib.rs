@@ -112,7 +112,7 @@ struct State {
     inboxes: HashMap<u64, Inbox>,
     /// The transmit DMA source area MEMORY CHANNEL rings are copied into
     /// (opened with the first such channel): Err says why there is none.
-    dma: Option<Result<Arc<mc::DmaArea>, String>>,
+    dma: mc::LazyArea,
     /// Finds out whether MEMORY CHANNEL peers are alive (started with the
     /// first such channel).
     prober: Option<probe::Prober>,
@@ -172,7 +172,7 @@ pub fn init(cfg: Config) -> Result<(), UmpError> {
         outbuf: None,
         outbufs_in: Arc::new(Mutex::new(HashMap::default())),
         inboxes: HashMap::default(),
-        dma: None,
+        dma: mc::LazyArea::default(),
         prober: None,
     });
     Ok(())
@@ -377,8 +377,8 @@ pub struct Info {
     pub bytes_read: u64,
     /// Pieces of at least this many bytes go by DMA (0: never).
     pub dma_threshold: usize,
-    /// The DMA engine in use: Ok once a channel opened it, Err why not,
-    /// None before the first MEMORY CHANNEL channel.
+    /// The DMA engine in use: Ok once opened (at a channel's first piece
+    /// big enough for DMA, or for the spare), Err why not, None before.
     pub dma: Option<Result<(), String>>,
     /// Bytes the open channels' writers sent by DMA.
     pub dma_bytes: u64,
@@ -399,7 +399,7 @@ pub fn info() -> Result<Info, UmpError> {
             bytes_written: st.stats.0,
             bytes_read: st.stats.1,
             dma_threshold: st.cfg.dma_threshold,
-            dma: st.dma.as_ref().map(|d| d.as_ref().map(|_| ()).map_err(Clone::clone)),
+            dma: st.dma.get().map(|d| d.as_ref().map(|_| ()).map_err(Clone::clone)),
             dma_bytes: st.chans.values().map(|e| e.ch.dma_bytes()).sum(),
         })
     })

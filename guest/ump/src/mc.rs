@@ -7,7 +7,8 @@
 //! each writer's copy of its ring ([`ring::Shadow`]), and large pieces go
 //! from there into the other side's ring by DMA. Called with the UMP
 //! state locked (open, accept), from a channel's reader (the resolver)
-//! and from its writer (the shadow).
+//! and from its writer (the shadow, which opens the DMA area at its
+//! first piece big enough for DMA, under the imcd connection's lock).
 
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
@@ -140,10 +141,18 @@ impl Drop for DmaShadow {
 
 /// The process's DMA area, opened the first time (by a channel, or by
 /// [`crate::dma_spare`]).
-fn dma_area<'s>(st: &'s mut State, imc: &Imc) -> &'s Result<Arc<DmaArea>, String> {
+fn dma_area(st: &State, imc: &Imc) -> Result<Arc<DmaArea>, String> {
     let (ring, channels, spare) = (st.cfg.mc_buffer, st.cfg.dma_slots.unwrap_or(st.cfg.max_channels), st.cfg.dma_spare);
-    st.dma.get_or_insert_with(|| DmaArea::open(imc, ring, channels, spare).map(Arc::new))
+    st.dma.get_or_init(|| DmaArea::open(imc, ring, channels, spare).map(Arc::new)).clone()
 }
+
+/// The process's DMA source area, opened the first time something needs
+/// it: a channel's first piece big enough for DMA, or the spare. Opening
+/// it maps every page of it for the adapter, 0.2 s (rings only) to 1.5 s
+/// (with MPI's 8 MiB spare) under TCG on a busy host; at a channel's
+/// open, that was most of a 4-guest `MPI_Init` (docs/ump.md, "Large
+/// messages by transmit DMA").
+pub(crate) type LazyArea = Arc<std::sync::OnceLock<Result<Arc<DmaArea>, String>>>;
 
 /// The spare part of the process's DMA source area ([`crate::Config::dma_spare`]):
 /// memory the process reads and writes, that the adapter's engine can
@@ -216,24 +225,93 @@ pub(crate) fn spare(st: &mut State) -> Result<DmaSpare, UmpError> {
     }
     let imc = st.imc.clone().ok_or_else(|| UmpError::NoTransport("transmit DMA needs imcd (not reachable)".into()))?;
     let c = imc.lock().unwrap_or_else(|e| e.into_inner());
-    let area = dma_area(st, &c).clone().map_err(|e| UmpError::NoTransport(format!("transmit DMA: {e}")))?;
+    let area = dma_area(st, &c).map_err(|e| UmpError::NoTransport(format!("transmit DMA: {e}")))?;
     drop(c);
     Ok(DmaSpare { area, imc })
 }
 
-/// The copy a new channel's writer keeps: a slot of the DMA area when the
-/// engine is there and DMA is on, else plain memory.
-fn shadow(st: &mut State, imc: &Imc, mine: u32) -> Box<dyn ring::Shadow> {
+/// The copy a new channel's writer keeps: plain memory, moved into a slot
+/// of the DMA area at the first piece big enough for DMA ([`LazyDma`])
+/// when DMA is on.
+fn shadow(st: &State, imc: &Arc<Mutex<Imc>>, mine: u32) -> Box<dyn ring::Shadow> {
     let size = st.cfg.mc_buffer;
     if st.cfg.dma_threshold == 0 {
         return Box::new(ring::Copy::new(size));
     }
-    let area = dma_area(st, imc);
-    let Ok(area) = area.clone() else { return Box::new(ring::Copy::new(size)) };
-    let (Some(index), Ok(target)) = (area.take(), imc.dma_target(mine)) else {
-        return Box::new(ring::Copy::new(size));
-    };
-    Box::new(DmaShadow { area, index, target, threshold: st.cfg.dma_threshold })
+    Box::new(LazyDma {
+        copy: ring::Copy::new(size),
+        area: st.dma.clone(),
+        imc: imc.clone(),
+        open: (size, st.cfg.dma_slots.unwrap_or(st.cfg.max_channels), st.cfg.dma_spare),
+        mine,
+        threshold: st.cfg.dma_threshold,
+        dma: None,
+        without: false,
+    })
+}
+
+/// A writer's copy of its ring that starts in plain memory and moves into
+/// a slot of the DMA area ([`DmaShadow`]) the first time a piece is big
+/// enough to go by DMA, opening the area if nobody has.
+struct LazyDma {
+    copy: ring::Copy,
+    area: LazyArea,
+    imc: Arc<Mutex<Imc>>,
+    /// Ring bytes, slots and spare, to open the area with.
+    open: (usize, usize, usize),
+    /// Our half (the DMA target).
+    mine: u32,
+    threshold: usize,
+    dma: Option<DmaShadow>,
+    /// No area, no free slot or no target: stores for good.
+    without: bool,
+}
+
+impl LazyDma {
+    /// Takes a slot of the area (opening it) and moves the copy into it.
+    fn upgrade(&mut self) {
+        let imc = self.imc.lock().unwrap_or_else(|e| e.into_inner());
+        let (ring, channels, spare) = self.open;
+        let area = self.area.get_or_init(|| DmaArea::open(&imc, ring, channels, spare).map(Arc::new)).clone();
+        let target = imc.dma_target(self.mine);
+        drop(imc);
+        let (Ok(area), Ok(target)) = (area, target) else {
+            self.without = true;
+            return;
+        };
+        let Some(index) = area.take() else {
+            self.without = true;
+            return;
+        };
+        let mut d = DmaShadow { area, index, target, threshold: self.threshold };
+        ring::Shadow::keep(&mut d, 0, self.copy.bytes());
+        self.copy = ring::Copy::new(0);
+        self.dma = Some(d);
+    }
+}
+
+impl ring::Shadow for LazyDma {
+    fn keep(&mut self, pos: usize, src: &[u8]) {
+        match &mut self.dma {
+            Some(d) => d.keep(pos, src),
+            None => self.copy.keep(pos, src),
+        }
+    }
+    fn get(&self, pos: usize, dst: &mut [u8]) {
+        match &self.dma {
+            Some(d) => d.get(pos, dst),
+            None => self.copy.get(pos, dst),
+        }
+    }
+    fn dma(&mut self, pos: usize, len: usize) -> bool {
+        if len < self.threshold {
+            return false;
+        }
+        if self.dma.is_none() && !self.without {
+            self.upgrade();
+        }
+        self.dma.as_mut().is_some_and(|d| d.dma(pos, len))
+    }
 }
 
 /// Opens our side of the MEMORY CHANNEL channel (local, remote).
@@ -256,9 +334,8 @@ pub(crate) fn open_mc(st: &mut State, local: u64, remote: u64) -> Result<Arc<Cha
     steps.step("attached for receive");
     let tx = c.asattach_tx(mine, false).map_err(err)?;
     steps.step("for transmit");
-    let copy = shadow(st, &c, mine);
-    steps.step("DMA slot");
     drop(c);
+    let copy = shadow(st, &imc, mine);
     steps.done(&format!("open over MEMORY CHANNEL {local:#x} -> {remote:#x}"));
     let (out, peer): (Arc<dyn Sink>, Arc<dyn Source>) =
         (Arc::new(TxWindow::new(Arc::new(tx))), Arc::new(RxWindow::new(Arc::new(rx))));

@@ -292,6 +292,11 @@ impl Copy {
     pub fn new(size: usize) -> Copy {
         Copy(vec![0; size])
     }
+
+    /// All of it.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 impl Shadow for Copy {
