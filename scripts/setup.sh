@@ -21,8 +21,11 @@
 # Optional step "fuzz" (not in the default list): cargo-fuzz into
 # $MC_CACHE/cargo-fuzz for scripts/fuzz.sh (needs a C++ compiler, which
 # build-essential brings).
+# Optional step "lint" (not in the default list; scripts/test.sh runs it):
+# cargo-machete into $MC_CACHE/cargo-machete, which finds dependencies a
+# crate declares and never uses.
 #
-# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust mpich mpich-suite netpipe image fuzz"]
+# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust mpich mpich-suite netpipe image fuzz lint"]
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,7 +37,7 @@ while [ $# -gt 0 ]; do
     case "$arg" in
         --no-apt) NO_APT=1 ;;
         --only) ONLY="${1:?--only needs a list of steps}"; shift ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -395,11 +398,26 @@ setup_fuzz() {
         || { tail -20 "$MC_CACHE/cargo-fuzz-install.log"; die "cargo install cargo-fuzz failed (see $MC_CACHE/cargo-fuzz-install.log)"; }
 }
 
+# ---------------------------------------------------------------- lint ------
+CARGO_MACHETE_VERSION=0.9.2
+setup_lint() {
+    local bin="$MC_CACHE/cargo-machete/bin/cargo-machete"
+    if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -qF "$CARGO_MACHETE_VERSION"; then
+        step "lint: cargo-machete $CARGO_MACHETE_VERSION cached ($bin)"
+        return
+    fi
+    command -v cargo >/dev/null || die "cargo not found: install Rust (rustup) first"
+    step "lint: installing cargo-machete $CARGO_MACHETE_VERSION into $MC_CACHE/cargo-machete (about 3 minutes, once)"
+    cargo install -q --locked --version "$CARGO_MACHETE_VERSION" --root "$MC_CACHE/cargo-machete" cargo-machete \
+        >"$MC_CACHE/cargo-machete-install.log" 2>&1 \
+        || { tail -20 "$MC_CACHE/cargo-machete-install.log"; die "cargo install cargo-machete failed (see $MC_CACHE/cargo-machete-install.log)"; }
+}
+
 for s in ${ONLY:-apt qemu kernel rust mpich mpich-suite netpipe image}; do
     case "$s" in
-        apt|qemu|kernel|rust|mpich|netpipe|image|fuzz) "setup_$s" ;;
+        apt|qemu|kernel|rust|mpich|netpipe|image|fuzz|lint) "setup_$s" ;;
         mpich-suite) setup_mpich_suite ;;
-        *) die "unknown step '$s' (steps: apt qemu kernel rust mpich mpich-suite netpipe image fuzz)" ;;
+        *) die "unknown step '$s' (steps: apt qemu kernel rust mpich mpich-suite netpipe image fuzz lint)" ;;
     esac
 done
 step "setup complete (cache: $MC_CACHE)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite. Does the set-up first (idempotent: seconds when
 # everything is already built), then:
-#   lints      — cargo fmt --check, cargo clippy --workspace --all-targets -D warnings
+#   lints      — cargo fmt --check, cargo clippy --workspace --all-targets -D warnings,
+#                cargo-machete (no unused dependencies; set-up step "lint")
 #   fast tier  — unit and in-process tests (real sockets, memfd guest RAM, real hub)
 #   QEMU tier  — real guests booted by mc-cluster (tests/tests/*.rs, #[ignore]d
 #                in a plain `cargo test`, run here with --ignored), with the
@@ -16,16 +17,19 @@ FAST_ONLY=0
 [ "${1:-}" = "--fast" ] && FAST_ONLY=1
 
 if [ "$FAST_ONLY" = 1 ]; then
-    scripts/setup.sh --only "rust mpich mpich-suite"
+    scripts/setup.sh --only "rust mpich mpich-suite lint"
 else
     scripts/setup.sh
+    scripts/setup.sh --only lint
 fi
 
 echo
-echo "==> lints (rustfmt, clippy with the workspace's deny lints)"
+echo "==> lints (rustfmt, clippy with the workspace's deny lints, no unused dependencies)"
 t0=$(date +%s)
 cargo fmt --all --check || { echo "cargo fmt --check failed: run 'cargo fmt --all'"; exit 1; }
 cargo clippy --workspace --all-targets -- -D warnings
+"${MC_CACHE:-.cache}/cargo-machete/bin/cargo-machete" \
+    || { echo "cargo-machete found dependencies no code uses: remove them from the Cargo.toml it names"; exit 1; }
 echo "lints: $(( $(date +%s) - t0 )) s"
 
 echo
