@@ -7,7 +7,6 @@
 //! imcd lets go of them (a region is freed once no process anywhere holds
 //! it). The constants below are the header's; `tests/c_abi.rs` checks the
 //! two agree.
-#![allow(clippy::missing_safety_doc)]
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_long, CStr, CString};
@@ -154,6 +153,10 @@ fn rc(r: Result<(), i32>) -> c_int {
 }
 
 /// `imc_asalloc`: finds or creates the region `key` of `size` bytes.
+///
+/// # Safety
+/// `id` is NULL (refused with IMC_INVALID) or points to an `int` the
+/// call may write.
 #[no_mangle]
 pub unsafe extern "C" fn imc_asalloc(key: c_long, size: usize, perm: c_int, flag: c_int, id: *mut c_int) -> c_int {
     rc(with(|_, imc| {
@@ -173,6 +176,10 @@ pub unsafe extern "C" fn imc_asalloc(key: c_long, size: usize, perm: c_int, flag
 }
 
 /// `imc_asattach`: maps region `id` for transmit or receive; `*addr` gets the address.
+///
+/// # Safety
+/// `addr` is NULL (refused with IMC_INVALID) or points to a `char *`
+/// the call may write.
 #[no_mangle]
 pub unsafe extern "C" fn imc_asattach(
     id: c_int,
@@ -226,6 +233,10 @@ pub extern "C" fn imc_asdealloc(id: c_int) -> c_int {
 
 /// `imc_lkalloc`: finds or creates the spinlock set `key` of `*nlocks` locks.
 /// With IMC_CREATOR it must be new (else IMC_EXISTS) and lock 0 is held on return.
+///
+/// # Safety
+/// `nlocks` and `id` are NULL (refused with IMC_INVALID) or point to
+/// `int`s the call may read and write.
 #[no_mangle]
 pub unsafe extern "C" fn imc_lkalloc(
     key: c_long,
@@ -348,6 +359,10 @@ pub extern "C" fn imc_rderrcnt() -> c_int {
 /// `imc_ckerrcnt`: asks every node (through the ACK page) for errors not
 /// yet in the clusterwide count; nonzero when the count moved since
 /// `*errors` or errors are outstanding (`*errors` is updated). -1 on failure.
+///
+/// # Safety
+/// `errors` is NULL (refused) or points to an `int` the call may read
+/// and write.
 #[no_mangle]
 pub unsafe extern "C" fn imc_ckerrcnt(errors: *mut c_int) -> c_int {
     with(|st, imc| {
@@ -367,6 +382,10 @@ pub unsafe extern "C" fn imc_ckerrcnt(errors: *mut c_int) -> c_int {
 }
 
 /// `imc_kill`: sends `sig` to `pid` on `host` (host name or node number).
+///
+/// # Safety
+/// `host` is NULL (refused with IMC_INVALID) or points to a
+/// NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn imc_kill(host: *const c_char, pid: libc::pid_t, sig: c_int) -> c_int {
     rc(with(|_, imc| {
@@ -380,6 +399,11 @@ pub unsafe extern "C" fn imc_kill(host: *const c_char, pid: libc::pid_t, sig: c_
 }
 
 /// `imc_gethosts`: fills up to `max` entries; returns the number of hosts, or -1.
+///
+/// # Safety
+/// `hosts` points to `max` `imc_host_t`s the call may write, or is NULL
+/// with `max` 0 or less (only the count comes back; NULL with `max` > 0
+/// is refused with IMC_INVALID).
 #[no_mangle]
 pub unsafe extern "C" fn imc_gethosts(hosts: *mut ImcHost, max: c_int) -> c_int {
     with(|_, imc| {
@@ -436,6 +460,10 @@ fn dma_fail(e: DmaError) -> (i32, String) {
 /// `imc_dma_open` (extension): sets up transmit DMA for this process with
 /// a buffer of `size` bytes; `*addr` and `*len` get the buffer. Transfers
 /// start from bytes in it.
+///
+/// # Safety
+/// `addr` and `len` are NULL (refused with IMC_INVALID) or point to a
+/// `char *` and a `size_t` the call may write.
 #[no_mangle]
 pub unsafe extern "C" fn imc_dma_open(size: usize, addr: *mut *mut c_char, len: *mut usize) -> c_int {
     rc(with(|st, imc| {
@@ -462,6 +490,11 @@ pub unsafe extern "C" fn imc_dma_open(size: usize, addr: *mut *mut c_char, len: 
 /// the buffer of `imc_dma_open`) into region `id` at byte `offset`; the
 /// region must be attached for transmit by this process. Returns at once;
 /// `*handle` is for `imc_dma_test` / `imc_dma_wait`.
+///
+/// # Safety
+/// `handle` is NULL (refused with IMC_INVALID) or points to an
+/// `imc_dma_t` the call may write. `src` is only compared with the buffer
+/// of `imc_dma_open` (a range outside it is refused), never read here.
 #[no_mangle]
 pub unsafe extern "C" fn imc_dma_start(
     id: c_int,
@@ -506,6 +539,10 @@ fn dma_handle(st: &State, handle: *const ImcDma, what: &str) -> Result<DmaHandle
 /// `imc_dma_test` (extension): IMC_SUCCESS once the transfer was sent
 /// whole, IMC_DMA_PENDING while it is in flight, IMC_DMA_FAILED if the
 /// adapter stopped it (imc_errmsg says why).
+///
+/// # Safety
+/// `handle` is NULL (refused with IMC_INVALID) or points to an
+/// `imc_dma_t` that `imc_dma_start` filled in.
 #[no_mangle]
 pub unsafe extern "C" fn imc_dma_test(handle: *const ImcDma) -> c_int {
     rc(with(|st, _| {
@@ -519,6 +556,10 @@ pub unsafe extern "C" fn imc_dma_test(handle: *const ImcDma) -> c_int {
 
 /// `imc_dma_wait` (extension): waits up to `timeout_ms` for the transfer;
 /// what `imc_dma_test` answers then.
+///
+/// # Safety
+/// `handle` is NULL (refused with IMC_INVALID) or points to an
+/// `imc_dma_t` that `imc_dma_start` filled in.
 #[no_mangle]
 pub unsafe extern "C" fn imc_dma_wait(handle: *const ImcDma, timeout_ms: c_int) -> c_int {
     rc(with(|st, _| {

@@ -1,7 +1,6 @@
 //! The C face of UMP (`ump.h`): the twelve functions of Table 3. Each
 //! returns `UMP_SUCCESS` (0) or a `UMP_E*` status; `ump_errmsg()` says
 //! what went wrong in words.
-#![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_char, c_int, c_long, CString};
 use std::sync::Mutex;
@@ -136,6 +135,10 @@ pub extern "C" fn ump_exit() -> c_int {
 
 /// `ump_open`: our side of the channel `local` ↔ `remote` over `transport`
 /// (`UMP_ANY`, `UMP_SHM`, `UMP_MC`); `*channel` gets its descriptor.
+///
+/// # Safety
+/// `channel` is NULL (refused with `UMP_EINVAL`) or points to an `int`
+/// the call may write.
 #[no_mangle]
 pub unsafe extern "C" fn ump_open(local: u64, remote: u64, transport: c_int, channel: *mut c_int) -> c_int {
     rc((|| {
@@ -175,6 +178,10 @@ pub extern "C" fn ump_listen(local: u64, transport: c_int) -> c_int {
 
 /// `ump_wait`: waits for an event on `channel` (or `UMP_ALL`) for up to
 /// `timeout_ms` (-1: for ever); `ev->kind` is `UMP_EV_NONE` on timeout.
+///
+/// # Safety
+/// `ev` is NULL (refused with `UMP_EINVAL`) or points to a `ump_event_t`
+/// the call may write.
 #[no_mangle]
 pub unsafe extern "C" fn ump_wait(channel: c_int, timeout_ms: c_int, ev: *mut UmpEvent) -> c_int {
     rc((|| {
@@ -199,6 +206,10 @@ pub unsafe extern "C" fn ump_wait(channel: c_int, timeout_ms: c_int, ev: *mut Um
 
 /// `ump_read`: the next message into `buf` (`size` bytes); `*len` gets its
 /// length (also when it is too big: `UMP_ETOOBIG`, nothing consumed).
+///
+/// # Safety
+/// `buf` is NULL (refused) or points to `size` writable bytes; `len` is
+/// NULL (refused) or points to a `size_t` the call may write.
 #[no_mangle]
 pub unsafe extern "C" fn ump_read(channel: c_int, buf: *mut u8, size: usize, len: *mut usize) -> c_int {
     rc((|| {
@@ -224,6 +235,10 @@ pub unsafe extern "C" fn ump_read(channel: c_int, buf: *mut u8, size: usize, len
 }
 
 /// `ump_write`: the whole message; returns when all of it is in the channel.
+///
+/// # Safety
+/// With `len` > 0, `buf` is NULL (refused with `UMP_EINVAL`) or points
+/// to `len` readable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn ump_write(channel: c_int, buf: *const u8, len: usize) -> c_int {
     rc((|| {
@@ -235,6 +250,12 @@ pub unsafe extern "C" fn ump_write(channel: c_int, buf: *const u8, len: usize) -
 /// `ump_nbread`: starts reading the next message into `buf`; returns once
 /// `min` bytes (or all) are in, `*got` says how many. `buf` must stay
 /// valid until `UMP_EV_READ_DONE`; then `ump_nbread_done` gives the length.
+///
+/// # Safety
+/// `buf` is NULL (refused) or points to `size` writable bytes that stay
+/// valid, and are not otherwise touched, until `UMP_EV_READ_DONE` (the
+/// channel's reader thread writes them); `got` is NULL (refused) or points
+/// to a `size_t` the call may write.
 #[no_mangle]
 pub unsafe extern "C" fn ump_nbread(channel: c_int, buf: *mut u8, size: usize, min: usize, got: *mut usize) -> c_int {
     rc((|| {
@@ -251,6 +272,10 @@ pub unsafe extern "C" fn ump_nbread(channel: c_int, buf: *mut u8, size: usize, m
 
 /// The outcome of the last `ump_nbread` of `channel`: `UMP_SUCCESS` and
 /// `*len` when done, `UMP_EBUSY` while it runs, or its error.
+///
+/// # Safety
+/// `len` is NULL (refused with `UMP_EINVAL`) or points to a `size_t` the
+/// call may write.
 #[no_mangle]
 pub unsafe extern "C" fn ump_nbread_done(channel: c_int, len: *mut usize) -> c_int {
     rc((|| match crate::nbread_result(channel)? {
@@ -266,6 +291,10 @@ pub unsafe extern "C" fn ump_nbread_done(channel: c_int, len: *mut usize) -> c_i
 }
 
 /// `ump_nbwrite`: starts writing the message (copied at once) and returns.
+///
+/// # Safety
+/// With `len` > 0, `buf` is NULL (refused with `UMP_EINVAL`) or points
+/// to `len` readable bytes (copied before the call returns).
 #[no_mangle]
 pub unsafe extern "C" fn ump_nbwrite(channel: c_int, buf: *const u8, len: usize) -> c_int {
     rc((|| {
@@ -283,6 +312,10 @@ pub extern "C" fn ump_nbwrite_done(channel: c_int) -> c_int {
 }
 
 /// `ump_mcast`: one message to `n` channels.
+///
+/// # Safety
+/// `channels` is NULL (refused) or points to `n` `int`s; with `len` > 0,
+/// `buf` is NULL (refused) or points to `len` readable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn ump_mcast(channels: *const c_int, n: c_int, buf: *const u8, len: usize) -> c_int {
     rc((|| {
@@ -301,6 +334,10 @@ pub unsafe extern "C" fn ump_mcast(channels: *const c_int, n: c_int, buf: *const
 }
 
 /// `ump_info`.
+///
+/// # Safety
+/// `info` is NULL (refused with `UMP_EINVAL`) or points to a
+/// `ump_info_t` the call may write.
 #[no_mangle]
 pub unsafe extern "C" fn ump_info(info: *mut UmpInfo) -> c_int {
     rc((|| {
