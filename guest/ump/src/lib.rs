@@ -112,7 +112,7 @@ struct State {
     inboxes: HashMap<u64, Inbox>,
     /// The transmit DMA source area MEMORY CHANNEL rings are copied into
     /// (opened with the first such channel): Err says why there is none.
-    dma: mc::LazyArea,
+    dma: Arc<mc::LazyArea>,
     /// Finds out whether MEMORY CHANNEL peers are alive (started with the
     /// first such channel).
     prober: Option<probe::Prober>,
@@ -159,6 +159,7 @@ pub fn init(cfg: Config) -> Result<(), UmpError> {
         return Err(UmpError::Busy("ump_init was called already".into()));
     }
     let imc = imc_client::Imc::connect().ok().map(|i| Arc::new(Mutex::new(i)));
+    let dma = mc::LazyArea::new(&cfg);
     *g = Some(State {
         cfg,
         next: 1,
@@ -172,7 +173,7 @@ pub fn init(cfg: Config) -> Result<(), UmpError> {
         outbuf: None,
         outbufs_in: Arc::new(Mutex::new(HashMap::default())),
         inboxes: HashMap::default(),
-        dma: mc::LazyArea::default(),
+        dma,
         prober: None,
     });
     Ok(())
@@ -399,7 +400,7 @@ pub fn info() -> Result<Info, UmpError> {
             bytes_written: st.stats.0,
             bytes_read: st.stats.1,
             dma_threshold: st.cfg.dma_threshold,
-            dma: st.dma.get().map(|d| d.as_ref().map(|_| ()).map_err(Clone::clone)),
+            dma: st.dma.state(),
             dma_bytes: st.chans.values().map(|e| e.ch.dma_bytes()).sum(),
         })
     })

@@ -141,18 +141,36 @@ impl Drop for DmaShadow {
 
 /// The process's DMA area, opened the first time (by a channel, or by
 /// [`crate::dma_spare`]).
-fn dma_area(st: &State, imc: &Imc) -> Result<Arc<DmaArea>, String> {
-    let (ring, channels, spare) = (st.cfg.mc_buffer, st.cfg.dma_slots.unwrap_or(st.cfg.max_channels), st.cfg.dma_spare);
-    st.dma.get_or_init(|| DmaArea::open(imc, ring, channels, spare).map(Arc::new)).clone()
-}
-
 /// The process's DMA source area, opened the first time something needs
 /// it: a channel's first piece big enough for DMA, or the spare. Opening
 /// it maps every page of it for the adapter, 0.2 s (rings only) to 1.5 s
 /// (with MPI's 8 MiB spare) under TCG on a busy host; at a channel's
 /// open, that was most of a 4-guest `MPI_Init` (docs/ump.md, "Large
-/// messages by transmit DMA").
-pub(crate) type LazyArea = Arc<std::sync::OnceLock<Result<Arc<DmaArea>, String>>>;
+/// messages by transmit DMA"). Shared by the process's channels.
+pub(crate) struct LazyArea {
+    /// Ring bytes, slots and spare, from the process's configuration.
+    open: (usize, usize, usize),
+    area: std::sync::OnceLock<Result<Arc<DmaArea>, String>>,
+}
+
+impl LazyArea {
+    pub(crate) fn new(cfg: &crate::Config) -> Arc<LazyArea> {
+        let open = (cfg.mc_buffer, cfg.dma_slots.unwrap_or(cfg.max_channels), cfg.dma_spare);
+        Arc::new(LazyArea { open, area: std::sync::OnceLock::new() })
+    }
+
+    /// The area, opening it through `imc` if nobody has (a failure is
+    /// kept: it is not tried again).
+    fn get(&self, imc: &Imc) -> Result<Arc<DmaArea>, String> {
+        let (ring, channels, spare) = self.open;
+        self.area.get_or_init(|| DmaArea::open(imc, ring, channels, spare).map(Arc::new)).clone()
+    }
+
+    /// Ok once opened, Err why it could not be, None before anything needed it.
+    pub(crate) fn state(&self) -> Option<Result<(), String>> {
+        self.area.get().map(|d| d.as_ref().map(|_| ()).map_err(Clone::clone))
+    }
+}
 
 /// The spare part of the process's DMA source area ([`crate::Config::dma_spare`]):
 /// memory the process reads and writes, that the adapter's engine can
@@ -225,7 +243,7 @@ pub(crate) fn spare(st: &mut State) -> Result<DmaSpare, UmpError> {
     }
     let imc = st.imc.clone().ok_or_else(|| UmpError::NoTransport("transmit DMA needs imcd (not reachable)".into()))?;
     let c = imc.lock().unwrap_or_else(|e| e.into_inner());
-    let area = dma_area(st, &c).map_err(|e| UmpError::NoTransport(format!("transmit DMA: {e}")))?;
+    let area = st.dma.get(&c).map_err(|e| UmpError::NoTransport(format!("transmit DMA: {e}")))?;
     drop(c);
     Ok(DmaSpare { area, imc })
 }
@@ -242,7 +260,6 @@ fn shadow(st: &State, imc: &Arc<Mutex<Imc>>, mine: u32) -> Box<dyn ring::Shadow>
         copy: ring::Copy::new(size),
         area: st.dma.clone(),
         imc: imc.clone(),
-        open: (size, st.cfg.dma_slots.unwrap_or(st.cfg.max_channels), st.cfg.dma_spare),
         mine,
         threshold: st.cfg.dma_threshold,
         dma: None,
@@ -255,10 +272,8 @@ fn shadow(st: &State, imc: &Arc<Mutex<Imc>>, mine: u32) -> Box<dyn ring::Shadow>
 /// enough to go by DMA, opening the area if nobody has.
 struct LazyDma {
     copy: ring::Copy,
-    area: LazyArea,
+    area: Arc<LazyArea>,
     imc: Arc<Mutex<Imc>>,
-    /// Ring bytes, slots and spare, to open the area with.
-    open: (usize, usize, usize),
     /// Our half (the DMA target).
     mine: u32,
     threshold: usize,
@@ -271,8 +286,7 @@ impl LazyDma {
     /// Takes a slot of the area (opening it) and moves the copy into it.
     fn upgrade(&mut self) {
         let imc = self.imc.lock().unwrap_or_else(|e| e.into_inner());
-        let (ring, channels, spare) = self.open;
-        let area = self.area.get_or_init(|| DmaArea::open(&imc, ring, channels, spare).map(Arc::new)).clone();
+        let area = self.area.get(&imc);
         let target = imc.dma_target(self.mine);
         drop(imc);
         let (Ok(area), Ok(target)) = (area, target) else {
