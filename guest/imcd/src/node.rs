@@ -298,14 +298,7 @@ impl<H: Hw> Node<H> {
             }
             if sent.elapsed() >= JOIN_RESEND {
                 sent = Instant::now();
-                // Our own copies come back by loopback; one not back yet
-                // reads 0 and is left for the next round.
-                for w in host::TOKEN..host::NAME + host::NAME_WORDS {
-                    let v = self.host(me, w);
-                    if v != 0 {
-                        self.put_host(me, w, v);
-                    }
-                }
+                self.store_again(host::TOKEN..host::NAME + host::NAME_WORDS);
                 self.put_host(me, host::JOIN_REQ, req);
                 self.kick();
             }
@@ -335,13 +328,20 @@ impl<H: Hw> Node<H> {
     /// after we first wrote them (all imcds start together at boot) would
     /// otherwise never have them. Our own copy comes back by loopback.
     pub fn reannounce(&self) {
-        for w in (host::TOKEN..host::NAME + host::NAME_WORDS).chain([host::READY]) {
+        self.store_again((host::TOKEN..host::NAME + host::NAME_WORDS).chain([host::READY]));
+        self.put(ERRCNT_PAGE, self.me, self.word(ERRCNT_PAGE, self.me));
+    }
+
+    /// Stores words `ws` of our host row again, as our own copy has them.
+    /// It comes back by loopback; a word not back yet reads 0 and is left
+    /// for the next time.
+    fn store_again(&self, ws: impl IntoIterator<Item = usize>) {
+        for w in ws {
             let v = self.host(self.me, w);
             if v != 0 {
                 self.put_host(self.me, w, v);
             }
         }
-        self.put(ERRCNT_PAGE, self.me, self.word(ERRCNT_PAGE, self.me));
     }
 
     /// Error handling, once per mapper tick and on the ERROR interrupt:
