@@ -381,36 +381,38 @@ setup_image() {
     "$REPO/firmware/build-initramfs.sh" "$MC_CACHE" || die "initramfs build failed"
 }
 
+# ------------------------------------------------------- cargo tools ------
+# cargo_tool_cached STEP NAME VERSION: true (and says so) when NAME VERSION
+# is installed in $MC_CACHE/NAME already.
+cargo_tool_cached() {
+    local bin="$MC_CACHE/$2/bin/$2"
+    [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -qF "$3" || return 1
+    step "$1: $2 $3 cached ($bin)"
+}
+
+# cargo_tool_install STEP NAME VERSION [NOTE]: cargo install NAME VERSION
+# into $MC_CACHE/NAME, its output in $MC_CACHE/NAME-install.log.
+cargo_tool_install() {
+    command -v cargo >/dev/null || die "cargo not found: install Rust (rustup) first"
+    step "$1: installing $2 $3 into $MC_CACHE/$2${4:-}"
+    cargo install -q --locked --version "$3" --root "$MC_CACHE/$2" "$2" >"$MC_CACHE/$2-install.log" 2>&1 \
+        || { tail -20 "$MC_CACHE/$2-install.log"; die "cargo install $2 failed (see $MC_CACHE/$2-install.log)"; }
+}
+
 # ---------------------------------------------------------------- fuzz ------
 CARGO_FUZZ_VERSION=0.13.2
 setup_fuzz() {
-    local bin="$MC_CACHE/cargo-fuzz/bin/cargo-fuzz"
-    if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -qF "$CARGO_FUZZ_VERSION"; then
-        step "fuzz: cargo-fuzz $CARGO_FUZZ_VERSION cached ($bin)"
-        return
-    fi
-    command -v cargo >/dev/null || die "cargo not found: install Rust (rustup) first"
+    cargo_tool_cached fuzz cargo-fuzz "$CARGO_FUZZ_VERSION" && return
     # libfuzzer-sys compiles libFuzzer from its C++ source.
     command -v c++ >/dev/null || die "no C++ compiler (c++): install build-essential (step apt)"
-    step "fuzz: installing cargo-fuzz $CARGO_FUZZ_VERSION into $MC_CACHE/cargo-fuzz"
-    cargo install -q --locked --version "$CARGO_FUZZ_VERSION" --root "$MC_CACHE/cargo-fuzz" cargo-fuzz \
-        >"$MC_CACHE/cargo-fuzz-install.log" 2>&1 \
-        || { tail -20 "$MC_CACHE/cargo-fuzz-install.log"; die "cargo install cargo-fuzz failed (see $MC_CACHE/cargo-fuzz-install.log)"; }
+    cargo_tool_install fuzz cargo-fuzz "$CARGO_FUZZ_VERSION"
 }
 
 # ---------------------------------------------------------------- lint ------
 CARGO_MACHETE_VERSION=0.9.2
 setup_lint() {
-    local bin="$MC_CACHE/cargo-machete/bin/cargo-machete"
-    if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -qF "$CARGO_MACHETE_VERSION"; then
-        step "lint: cargo-machete $CARGO_MACHETE_VERSION cached ($bin)"
-        return
-    fi
-    command -v cargo >/dev/null || die "cargo not found: install Rust (rustup) first"
-    step "lint: installing cargo-machete $CARGO_MACHETE_VERSION into $MC_CACHE/cargo-machete (about 3 minutes, once)"
-    cargo install -q --locked --version "$CARGO_MACHETE_VERSION" --root "$MC_CACHE/cargo-machete" cargo-machete \
-        >"$MC_CACHE/cargo-machete-install.log" 2>&1 \
-        || { tail -20 "$MC_CACHE/cargo-machete-install.log"; die "cargo install cargo-machete failed (see $MC_CACHE/cargo-machete-install.log)"; }
+    cargo_tool_cached lint cargo-machete "$CARGO_MACHETE_VERSION" && return
+    cargo_tool_install lint cargo-machete "$CARGO_MACHETE_VERSION" " (about 3 minutes, once)"
 }
 
 for s in ${ONLY:-apt qemu kernel rust mpich mpich-suite netpipe image}; do
