@@ -5,7 +5,7 @@
 //! the PyPI wheel (set-up's `mpich` step).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use tests::root;
@@ -46,25 +46,40 @@ fn job() -> u32 {
     (std::process::id() & 0xFFF) << 8 | (N.fetch_add(1, Ordering::Relaxed) + 1)
 }
 
-/// Runs `prog` as `n` ranks on our library; each rank's output.
-fn run_ours(prog: &Path, n: u32) -> Vec<Output> {
+/// Starts `n` ranks of one job on our library, each from `command()`,
+/// with `env` set too; their output is piped.
+fn spawn_ranks(command: impl Fn() -> Command, n: u32, env: &[(&str, &str)]) -> Vec<Child> {
     let job = job().to_string();
-    let children: Vec<_> = (0..n)
+    (0..n)
         .map(|r| {
-            Command::new("timeout")
-                .arg("120")
-                .arg(prog)
+            command()
                 .env("LD_LIBRARY_PATH", lib_dir())
                 .env("MCMPI_JOB", &job)
                 .env("MCMPI_RANK", r.to_string())
                 .env("MCMPI_SIZE", n.to_string())
+                .envs(env.iter().copied())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap()
         })
-        .collect();
-    children.into_iter().map(|c| c.wait_with_output().unwrap()).collect()
+        .collect()
+}
+
+/// Runs `prog` as `n` ranks on our library (each ended after 120 s), with
+/// `env` set too; each rank's output.
+fn run_ours_with(prog: &Path, n: u32, env: &[(&str, &str)]) -> Vec<Output> {
+    let timed = || {
+        let mut c = Command::new("timeout");
+        c.arg("120").arg(prog);
+        c
+    };
+    spawn_ranks(timed, n, env).into_iter().map(|c| c.wait_with_output().unwrap()).collect()
+}
+
+/// [`run_ours_with`] with no more settings.
+fn run_ours(prog: &Path, n: u32) -> Vec<Output> {
+    run_ours_with(prog, n, &[])
 }
 
 fn text(o: &Output) -> String {
@@ -99,24 +114,7 @@ fn c_programs_run_over_shared_memory_on_the_host() {
 fn a_wait_that_lasts_says_what_it_waits_for() {
     let dir = tempfile::tempdir().unwrap();
     let prog = build(dir.path(), "stall");
-    let job = job().to_string();
-    let kids: Vec<_> = (0..2)
-        .map(|r| {
-            Command::new("timeout")
-                .arg("120")
-                .arg(&prog)
-                .env("LD_LIBRARY_PATH", lib_dir())
-                .env("MCMPI_JOB", &job)
-                .env("MCMPI_RANK", r.to_string())
-                .env("MCMPI_SIZE", "2")
-                .env("MCMPI_STALL_REPORT", "1")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let outs: Vec<Output> = kids.into_iter().map(|k| k.wait_with_output().unwrap()).collect();
+    let outs = run_ours_with(&prog, 2, &[("MCMPI_STALL_REPORT", "1")]);
     for (r, o) in outs.iter().enumerate() {
         assert!(o.status.success(), "rank {r}:\n{}", text(o));
     }
@@ -138,20 +136,7 @@ fn an_aborting_rank_exits_with_its_code_and_says_so() {
     let prog = build(dir.path(), "abort");
     // Rank 3 aborts right after MPI_Init; the others would sleep for 10
     // minutes (ending them is the launcher's part: tests/tests/mpi_qemu.rs).
-    let job = job().to_string();
-    let mut kids: Vec<_> = (0..4)
-        .map(|r| {
-            Command::new(&prog)
-                .env("LD_LIBRARY_PATH", lib_dir())
-                .env("MCMPI_JOB", &job)
-                .env("MCMPI_RANK", r.to_string())
-                .env("MCMPI_SIZE", "4")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let mut kids = spawn_ranks(|| Command::new(&prog), 4, &[]);
     let three = kids.remove(3).wait_with_output().unwrap();
     assert_eq!(three.status.code(), Some(7), "{}", text(&three));
     assert!(text(&three).contains("MPI_Abort: rank 3 ends the job with code 7"), "{}", text(&three));
