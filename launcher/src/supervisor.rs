@@ -328,7 +328,11 @@ pub fn qemu_argv(plan: &Plan, n: usize, lan: &Lan) -> Vec<String> {
         push(d);
     }
     push("-machine");
-    push("q35,memory-backend=mem");
+    // No HPET: the guest keeps time with the TSC and the local APIC, but
+    // Linux leaves the HPET's first comparator running after boot, and QEMU
+    // then ran its HPET timer every 4 ms of an idle guest (2.4% of a host
+    // core per guest, measured with scripts/idle-bench.sh; docs/guest.md).
+    push("q35,memory-backend=mem,hpet=off");
     push("-accel");
     push(&plan.accel);
     push("-cpu");
