@@ -591,6 +591,20 @@ impl Imc {
         Ok(dma::DmaPort::new(area, iova, ring, ring_entries, regs)?)
     }
 
+    /// Extension: an eventfd that becomes readable when a store arrives
+    /// on region `id` on this node ([`Request::Watch`]): a process sleeps
+    /// in `poll` on it instead of polling the region. Read it (8 bytes) to
+    /// re-arm it. Refused unless this process holds the region and may
+    /// read it; it lasts while this connection does, or until the region
+    /// is let go.
+    pub fn watch(&self, id: u32) -> Result<OwnedFd, ImcError> {
+        let (reply, fd) = self.call(&Request::Watch { id })?;
+        let Reply::Watching { .. } = reply else {
+            return Err(ImcError::Protocol(format!("{reply:?}")));
+        };
+        fd.ok_or_else(|| ImcError::Protocol("imcd sent no eventfd with the watch".into()))
+    }
+
     /// Extension: region `id` as a transmit DMA destination. imcd refuses
     /// (`NOTALLOC`) unless this process attached it for transmit.
     pub fn dma_target(&self, id: u32) -> Result<dma::DmaTarget, ImcError> {

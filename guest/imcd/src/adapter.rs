@@ -15,6 +15,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,7 @@ use imc_proto::{ACK_FILE, ERRCOUNT_FILE};
 use regs::{int, pct, reg, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
 
 use crate::bus::AdapterBus;
-use crate::hw::{DmaArea, Handout, Hw, HwError, DMA_AREA_MAX};
+use crate::hw::{DmaArea, Handout, Hw, HwError, Notified, DMA_AREA_MAX};
 use crate::regions::RegionDesc;
 
 fn iova(page: u64) -> u64 {
@@ -81,6 +82,8 @@ pub struct AdapterHw {
     /// Regions with transmit enabled here: id -> (first page, pages).
     tx: Mutex<HashMap<u32, (u64, u64)>>,
     dma: Mutex<Dma>,
+    /// NOTIFY_LOST when last read: a change means notifications were lost.
+    notify_lost: AtomicU32,
 }
 
 impl AdapterHw {
@@ -92,7 +95,7 @@ impl AdapterHw {
         let a = &self.a;
         let pages = r.buf.len() as u64 / PAGE_SIZE;
         for p in r.first..r.first + pages {
-            let off = if keep.contains(&p) { pct::RX } else { pct::RX | pct::TX | pct::LOOPBACK };
+            let off = if keep.contains(&p) { pct::RX | pct::INT } else { pct::RX | pct::TX | pct::LOOPBACK | pct::INT };
             a.update_page(p, |bits, iova| (bits & !off, iova));
         }
         let _ = a.dev.unmap_dma(iova(r.first), pages * PAGE_SIZE);
@@ -154,6 +157,7 @@ impl AdapterHw {
         std::fs::set_permissions(ACK_FILE, std::fs::Permissions::from_mode(0o666)).map_err(os(ACK_FILE))?;
         a.dev.map_dma(&ack_answers, iova(ACK_Q_PAGE)).map_err(|e| HwError::Device(e.to_string()))?;
         a.set_page(ACK_Q_PAGE, pct::TX | pct::RX | pct::ACK, iova(ACK_Q_PAGE));
+        let notify_lost = AtomicU32::new(a.reg(reg::NOTIFY_LOST));
         Ok(AdapterHw {
             a: Arc::new(a),
             me,
@@ -165,6 +169,7 @@ impl AdapterHw {
             rx: Mutex::new(HashMap::new()),
             tx: Mutex::new(HashMap::new()),
             dma: Mutex::new(Dma::default()),
+            notify_lost,
         })
     }
 
@@ -235,22 +240,39 @@ impl Hw for AdapterHw {
         // Word 0 of a one-page buffer: cannot fail.
         let _ = self.errcount.store::<u64>(0, sum);
     }
-    fn wait_event(&self, timeout: Duration) -> bool {
+    fn wait_event(&self, timeout: Duration, notified: &mut Notified) -> bool {
         match &self.irq {
             Some(irq) => {
                 if irq.wait(timeout).unwrap_or(0) > 0 {
                     let cause = self.a.reg(reg::INT_CAUSE);
                     self.a.set_reg(reg::INT_CAUSE, cause);
-                    while self.a.reg(reg::NOTIFY_FIFO) != NOTIFY_EMPTY {}
+                    loop {
+                        let page = self.a.reg(reg::NOTIFY_FIFO);
+                        if page == NOTIFY_EMPTY {
+                            break;
+                        }
+                        notified.pages.push(u64::from(page));
+                    }
+                    if cause & int::NOTIFY != 0 {
+                        let lost = self.a.reg(reg::NOTIFY_LOST);
+                        notified.lost = self.notify_lost.swap(lost, Ordering::Relaxed) != lost;
+                    }
                     return true;
                 }
                 false
             }
-            // Without interrupts the mapper must look often.
+            // Without interrupts the mapper must look often, and every
+            // watcher is woken each time.
             None => {
                 std::thread::sleep(timeout.min(crate::mapper::POLL_WITHOUT_IRQ));
+                notified.lost = true;
                 true
             }
+        }
+    }
+    fn set_notify(&self, first: u64, pages: u64, on: bool) {
+        for p in first..first + pages {
+            self.a.update_page(p, |bits, iova| (if on { bits | pct::INT } else { bits & !pct::INT }, iova));
         }
     }
     fn receive(&self, r: &RegionDesc) -> Result<(), HwError> {

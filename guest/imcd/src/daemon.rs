@@ -106,6 +106,14 @@ pub struct Daemon<'a, H: Hw> {
     returning: [Option<u64>; MAX_NODES],
 }
 
+/// Ends client `client`'s watches on node `n` (of region `id`, or all),
+/// and the INT bit of pages no one watches any more.
+fn unwatch<H: Hw>(n: &Node<H>, client: u64, id: Option<u32>) {
+    for p in n.watches.remove(client, id) {
+        n.hw.set_notify(p, 1, false);
+    }
+}
+
 impl<'a, H: Hw> Daemon<'a, H> {
     /// The daemon of node `n`. A restarted imcd first takes back what its
     /// processes held before (they are gone with the old imcd).
@@ -155,6 +163,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
             t.remove(&id);
         }
         self.n.hw.dma_unland(client, id);
+        unwatch(self.n, client, Some(id));
         if h.is_empty() {
             self.holders.remove(&id);
             let coherent = self.region(id).map(|r| r.coherent()).unwrap_or(false);
@@ -181,6 +190,33 @@ impl<'a, H: Hw> Daemon<'a, H> {
         }
         self.tx_attached.remove(&client);
         self.n.hw.dma_close(client);
+        unwatch(self.n, client, None);
+    }
+
+    /// Client `client` watches region `id` ([`Request::Watch`]): only a
+    /// region it holds and may read; this node receives it from now on.
+    fn watch(&self, id: u32, cred: Cred, client: u64) -> (Reply, Option<File>) {
+        if !self.holders.get(&id).is_some_and(|h| h.contains(&client)) {
+            return (Reply::error(Status::NotAlloc, format!("this process has not allocated region {id}")), None);
+        }
+        let r = match self.region(id) {
+            Ok(r) => r,
+            Err(e) => return (refusal(&e), None),
+        };
+        if !r.allows(cred, Access::Read) {
+            return (refusal(&RegionError::Permission(r.key)), None);
+        }
+        // A store interrupts only where it is received.
+        if let Err(e) = self.n.hw.receive(&r) {
+            return (Reply::error(Status::NoMem, e), None);
+        }
+        match self.n.watches.add(client, &r) {
+            Ok(fd) => {
+                self.n.hw.set_notify(r.first_page, r.pages, true);
+                (Reply::Watching { first_page: r.first_page, pages: r.pages }, Some(fd))
+            }
+            Err(e) => (Reply::error(Status::NoMem, e), None),
+        }
     }
 
     /// Waits until every ready imcd of the cluster acked coherent region
@@ -319,6 +355,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
             Request::DmaRing => self.mapping(Handout::DmaRing),
             Request::DmaTarget { id } => (self.dma_target(id, client), None),
             Request::DmaLand { id, offset } => (self.dma_land(id, offset, cred, client), None),
+            Request::Watch { id } => self.watch(id, cred, client),
             Request::AbandonUpdate { id } => {
                 if !self.settings.test_hooks {
                     return (Reply::error(Status::Invalid, "imcd was not started with --test-hooks"), None);

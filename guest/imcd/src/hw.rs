@@ -39,9 +39,14 @@ pub trait Hw: Sync {
     /// Publishes the clusterwide error count processes read.
     fn set_error_sum(&self, sum: u64);
     /// Waits up to `timeout` for an interrupt (a write to the relay or
-    /// error-count page, a link change, an error), acknowledging it; true
-    /// when one came.
-    fn wait_event(&self, timeout: Duration) -> bool;
+    /// error-count page or to a watched page, a link change, an error),
+    /// acknowledging it; true when one came. The pages the notifications
+    /// named go into `notified`.
+    fn wait_event(&self, timeout: Duration, notified: &mut Notified) -> bool;
+    /// Sets (or clears) the page control table's INT bit on `pages` pages
+    /// from `first`: a store arriving there interrupts and names its page
+    /// ([`crate::watch`]).
+    fn set_notify(&self, first: u64, pages: u64, on: bool);
     /// Makes sure this node receives region `r` (a buffer mapped for DMA,
     /// RX on its pages).
     fn receive(&self, r: &RegionDesc) -> Result<(), HwError>;
@@ -84,6 +89,16 @@ pub trait Hw: Sync {
     }
     /// Stops receiving region `id` into client `client`'s area, if it did.
     fn dma_unland(&self, _client: u64, _id: u32) {}
+}
+
+/// What the notifications of an interrupt named ([`Hw::wait_event`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Notified {
+    /// The pages, in the order the stores arrived (repeats kept).
+    pub pages: Vec<u64>,
+    /// Notifications were lost (the adapter's FIFO was full): any watched
+    /// page may have been written.
+    pub lost: bool,
 }
 
 /// A client's transmit DMA source area, as [`Hw::dma_open`] set it up.
@@ -196,8 +211,11 @@ impl<T: Hw + Send> Hw for std::sync::Arc<T> {
     fn set_error_sum(&self, sum: u64) {
         (**self).set_error_sum(sum)
     }
-    fn wait_event(&self, timeout: Duration) -> bool {
-        (**self).wait_event(timeout)
+    fn wait_event(&self, timeout: Duration, notified: &mut Notified) -> bool {
+        (**self).wait_event(timeout, notified)
+    }
+    fn set_notify(&self, first: u64, pages: u64, on: bool) {
+        (**self).set_notify(first, pages, on)
     }
     fn receive(&self, r: &RegionDesc) -> Result<(), HwError> {
         (**self).receive(r)

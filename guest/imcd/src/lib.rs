@@ -13,6 +13,7 @@
 //!   start-up join.
 //! - [`mapper`]: the mapper thread (coherent regions, stale buffers, relay).
 //! - [`relay`]: the command relay (`imc_kill`).
+//! - [`watch`]: processes woken by stores to a region (an extension).
 //! - [`daemon`]: the main thread's requests, failure repair and late-join
 //!   service.
 //! - [`regions`]: the clusterwide region directory, built on the cluster
@@ -38,3 +39,4 @@ pub mod regions;
 pub mod relay;
 pub mod sim;
 pub mod toggled;
+pub mod watch;

@@ -1,7 +1,8 @@
 //! The mapper thread (the paper's mapper process): receives every coherent
 //! region and acknowledges it, drops receive buffers of freed regions,
 //! serves the command relay, publishes error counts and re-announces this
-//! node's host row about once a second. It runs when the adapter
+//! node's host row about once a second, and wakes the processes watching
+//! the pages a store arrived on ([`crate::watch`]). It runs when the adapter
 //! interrupts (and tells the main thread, which may have work from the
 //! same event), else once a [`TICK`]. It also watches this node's own
 //! link ([`Node::watch_link`]): while it is down the mapper does nothing
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use imc_proto::layout::{DATA_FIRST, ENTRIES, LOCK_SLOTS, MAX_NODES};
 
-use crate::hw::Hw;
+use crate::hw::{Hw, Notified};
 use crate::node::{Link, Node};
 use crate::regions::{RegionError, Regions};
 use crate::relay;
@@ -96,8 +97,12 @@ impl<'a, H: Hw> Mapper<'a, H> {
     /// each interrupt it calls `woken` (the main thread's wake-up).
     pub fn run(mut self, stop: &AtomicBool, woken: &dyn Fn()) {
         let mut up = true;
+        let mut notified = Notified::default();
         while !stop.load(Ordering::Relaxed) {
-            let event = self.n.hw.wait_event(if up { TICK } else { DOWN_TICK });
+            let event = self.n.hw.wait_event(if up { TICK } else { DOWN_TICK }, &mut notified);
+            // Watchers first: they wait on nothing else.
+            self.n.watches.wake(&notified);
+            notified = Notified::default();
             up = self.tick();
             if event {
                 woken();

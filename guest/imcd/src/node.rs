@@ -22,6 +22,7 @@ use imc_proto::layout::{host, relay, ACK_PAGE, ERRCNT_PAGE, HOST_PAGE, MAX_NODES
 use regs::{err, PAGE_SIZE};
 
 use crate::hw::Hw;
+use crate::watch::Watches;
 
 /// How often a waiting join stores its request again.
 const JOIN_RESEND: Duration = Duration::from_millis(200);
@@ -37,6 +38,8 @@ pub struct Node<H: Hw> {
     ident: Mutex<(u64, String)>,
     /// Kicks sent ([`Node::kick`]).
     kicks: AtomicU64,
+    /// Processes waiting for stores to a region ([`crate::watch`]).
+    pub watches: Watches,
 }
 
 /// What the mapper saw of our own link, for the main thread.
@@ -103,7 +106,14 @@ impl<H: Hw> Node<H> {
     /// The node on `hw`.
     pub fn new(hw: H) -> Node<H> {
         let me = hw.me();
-        Node { hw, me, link: LinkState::default(), ident: Mutex::new((0, String::new())), kicks: AtomicU64::new(0) }
+        Node {
+            hw,
+            me,
+            link: LinkState::default(),
+            ident: Mutex::new((0, String::new())),
+            kicks: AtomicU64::new(0),
+            watches: Watches::default(),
+        }
     }
 
     /// Wakes every node's mapper now (a store to our kick word on the

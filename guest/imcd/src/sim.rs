@@ -8,7 +8,9 @@
 //! LINK_DOWN latched), and a recorded signal service.
 //!
 //! Interrupts are simulated for what the adapter interrupts on: a store to
-//! the relay or error-count page, a membership or link change, an error.
+//! the relay or error-count page or to a page a node set INT on (which
+//! also queues the page for that node, as the adapter's notification FIFO
+//! does), a membership or link change, an error.
 //! Each wakes every node's mapper after [`IRQ_LATENCY`], past the bus's
 //! lags, so the store that raised it has arrived.
 //!
@@ -31,7 +33,7 @@ use imc_proto::{Reply, Request};
 use regs::{err, PAGE_SIZE};
 
 use crate::daemon::{Daemon, Settings};
-use crate::hw::{Handout, Hw, HwError};
+use crate::hw::{Handout, Hw, HwError, Notified};
 use crate::mapper::Mapper;
 use crate::node::{now_ns, Joined, Node};
 use crate::regions::{Cred, RegionDesc};
@@ -72,6 +74,8 @@ struct Shared {
     /// Interrupts raised so far, and their waiters.
     irqs: Mutex<u64>,
     irq: Condvar,
+    /// Per node: the pages with INT set, and the notifications not yet taken.
+    notify: Vec<Mutex<(HashSet<u64>, Vec<u64>)>>,
 }
 
 impl Shared {
@@ -101,8 +105,9 @@ pub struct SimHw {
     irqs_seen: AtomicU64,
 }
 
-/// A request to a simulated imcd: (request, credentials, client, where the reply goes).
-type Call = (Request, Cred, u64, mpsc::Sender<Reply>);
+/// A request to a simulated imcd: (request, credentials, client, where
+/// the reply and its fd go).
+type Call = (Request, Cred, u64, mpsc::Sender<(Reply, Option<File>)>);
 
 /// A running simulated imcd: its daemon thread (with the mapper beside it).
 pub struct Running {
@@ -130,6 +135,7 @@ impl SimNet {
                 deaf: AtomicU64::new(0),
                 irqs: Mutex::new(0),
                 irq: Condvar::new(),
+                notify: (0..nodes).map(|_| Mutex::new((HashSet::new(), Vec::new()))).collect(),
             }),
         }
     }
@@ -177,7 +183,7 @@ impl SimNet {
                         d.tick();
                         match rx.recv_timeout(d.next_tick()) {
                             Ok(Some((req, cred, client, reply))) => {
-                                let _ = reply.send(d.handle(req, cred, client).0);
+                                let _ = reply.send(d.handle(req, cred, client));
                             }
                             Ok(None) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                             Err(mpsc::RecvTimeoutError::Disconnected) => stop2.store(true, Ordering::Relaxed),
@@ -277,6 +283,11 @@ impl Running {
 
     /// Sends request `req` as client `client` with `cred`; the reply.
     pub fn call(&self, req: Request, cred: Cred, client: u64) -> Option<Reply> {
+        self.call_fd(req, cred, client).map(|(r, _)| r)
+    }
+
+    /// [`Running::call`], with the fd sent with the reply.
+    pub fn call_fd(&self, req: Request, cred: Cred, client: u64) -> Option<(Reply, Option<File>)> {
         let (tx, rx) = mpsc::channel();
         self.requests.as_ref()?.send(Some((req, cred, client, tx))).ok()?;
         rx.recv_timeout(Duration::from_secs(60)).ok()
@@ -331,7 +342,19 @@ impl Hw for SimHw {
     }
     fn store64(&self, addr: u64, v: u64) {
         self.bus.store((addr / 8) as usize, v);
-        if [RELAY_PAGE, ERRCNT_PAGE].contains(&(addr / PAGE_SIZE)) && self.members() & (1 << self.me) != 0 {
+        if self.members() & (1 << self.me) == 0 {
+            return;
+        }
+        let page = addr / PAGE_SIZE;
+        let mut watched = false;
+        for n in &self.shared.notify {
+            let mut n = n.lock().unwrap_or_else(|e| e.into_inner());
+            if n.0.contains(&page) {
+                n.1.push(page);
+                watched = true;
+            }
+        }
+        if watched || [RELAY_PAGE, ERRCNT_PAGE].contains(&page) {
             self.shared.interrupt();
         }
     }
@@ -354,7 +377,7 @@ impl Hw for SimHw {
     fn set_error_sum(&self, sum: u64) {
         self.error_sum.store(sum, Ordering::SeqCst)
     }
-    fn wait_event(&self, timeout: Duration) -> bool {
+    fn wait_event(&self, timeout: Duration, notified: &mut Notified) -> bool {
         let seen = self.irqs_seen.load(Ordering::SeqCst);
         let irqs = self.shared.irqs.lock().unwrap_or_else(|e| e.into_inner());
         let (irqs, _) =
@@ -366,7 +389,18 @@ impl Hw for SimHw {
         }
         self.irqs_seen.store(now, Ordering::SeqCst);
         std::thread::sleep(IRQ_LATENCY);
+        notified.pages.append(&mut self.shared.notify[self.me].lock().unwrap_or_else(|e| e.into_inner()).1);
         true
+    }
+    fn set_notify(&self, first: u64, pages: u64, on: bool) {
+        let mut n = self.shared.notify[self.me].lock().unwrap_or_else(|e| e.into_inner());
+        for p in first..first + pages {
+            if on {
+                n.0.insert(p);
+            } else {
+                n.0.remove(&p);
+            }
+        }
     }
     fn receive(&self, r: &RegionDesc) -> Result<(), HwError> {
         if self.shared.deaf.load(Ordering::SeqCst) & (1 << self.me) != 0 {

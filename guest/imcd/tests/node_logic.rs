@@ -115,6 +115,50 @@ fn relay_delivers_signals_and_answers_errors() {
     assert_eq!(net.signals().len(), 1, "nothing else was delivered");
 }
 
+/// How many wake-ups eventfd `f` counted since the last look (0: none).
+fn wakeups(f: &std::fs::File) -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    match (&*f).read(&mut b) {
+        Ok(8) => u64::from_ne_bytes(b),
+        _ => 0,
+    }
+}
+
+#[test]
+fn a_watched_region_wakes_its_watcher_at_a_store_from_another_node() {
+    let net = net(2, 3);
+    let nodes: Vec<Running> = (0..2).map(|n| start(&net, n)).collect();
+    eventually("both imcds see each other", || hosts(&nodes[0]).len() == 2);
+    let (id, first) = alloc(&nodes[1], 0x77, true);
+    let (other, other_first) = alloc(&nodes[1], 0x78, true);
+    let watch = |n: &Running, id: u32, client: u64| n.call_fd(Request::Watch { id }, ME, client).expect("an answer");
+
+    // Only a holder may watch.
+    match watch(&nodes[1], id, 2).0 {
+        Reply::Error { code: Status::NotAlloc, .. } => {}
+        other => panic!("a watch by a client that holds nothing: {other:?}"),
+    }
+    let (reply, fd) = watch(&nodes[1], id, 1);
+    assert_eq!(reply, Reply::Watching { first_page: first, pages: 2 });
+    let fd = fd.expect("an eventfd with the reply");
+    assert_eq!(wakeups(&fd), 0, "woken before any store");
+
+    // A store from node 0 to the region's second page wakes it.
+    nodes[0].hw().store64((first + 1) * PAGE_SIZE + 8, 5);
+    eventually("the watcher is woken", || wakeups(&fd) > 0);
+    // A store to another region does not.
+    nodes[0].hw().store64(other_first * PAGE_SIZE, 5);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(wakeups(&fd), 0, "woken by a store to region {other}");
+
+    // Once the client lets go of the region, stores wake nobody.
+    assert_eq!(call(&nodes[1], Request::Dealloc { id }), Reply::Done);
+    nodes[0].hw().store64(first * PAGE_SIZE, 6);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(wakeups(&fd), 0, "woken after the watch ended");
+}
+
 #[test]
 fn late_joiner_is_sent_the_directory_and_the_host_table() {
     let net = net(3, 3);

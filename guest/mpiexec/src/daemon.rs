@@ -127,6 +127,8 @@ struct Daemon {
     buf: Vec<u8>,
     /// The guest kernel's count of OOM kills when we last looked.
     oom_kills: u64,
+    /// Wakes an idle mpid when a channel may have opened.
+    waker: Option<ump::ListenWaker>,
 }
 
 /// The guest kernel's count of processes its OOM killer ended
@@ -233,6 +235,10 @@ fn serve(opts: &Options, handle: u64, wait: Duration, stop: &AtomicBool) -> Resu
         opts.node,
         if mc { "shared memory and MEMORY CHANNEL" } else { "shared memory only: no imcd" }
     ));
+    // Idle, mpid sleeps until an mpiexec may have opened a channel.
+    let waker = ump::listen_waker(handle)
+        .inspect_err(|e| log(&format!("cannot sleep until a channel opens ({e}): looking every {NAP:?}")))
+        .ok();
     let (tx, rx) = mpsc::channel();
     let mut d = Daemon {
         node: opts.node,
@@ -240,6 +246,7 @@ fn serve(opts: &Options, handle: u64, wait: Duration, stop: &AtomicBool) -> Resu
         events: tx,
         buf: vec![0u8; MAX_MESSAGE],
         oom_kills: oom_kills(),
+        waker,
     };
     let mut checked = Instant::now();
     let mut imcd_lost = false;
@@ -267,6 +274,10 @@ fn serve(opts: &Options, handle: u64, wait: Duration, stop: &AtomicBool) -> Resu
 
 /// How long a round waits for a rank event when nothing else happens.
 const NAP: Duration = Duration::from_millis(50);
+/// How long a round of an mpid with no channel sleeps on its
+/// [`ump::ListenWaker`] (an opener wakes it at once): the imcd check
+/// ([`IMCD_CHECK`]) is what it still wakes for.
+const IDLE_NAP: Duration = Duration::from_secs(1);
 
 impl Daemon {
     /// One round: channel events, rank events, time-outs, then a short sleep.
@@ -285,6 +296,13 @@ impl Daemon {
             self.rank_event(ev);
         }
         self.housekeeping();
+        // With no channel there are no ranks: sleep until an opener comes.
+        // Twenty looks a second were 2.2% of a host core per idle guest
+        // (scripts/idle-bench.sh).
+        if let (true, Some(w)) = (self.jobs.is_empty(), &self.waker) {
+            w.sleep(IDLE_NAP);
+            return;
+        }
         // Rank events (output, exits) end the nap at once; only requests
         // from mpiexec wait for it. A short nap is not free: under TCG each
         // timer wake-up costs the guest's vCPU several hundred µs, taken

@@ -78,6 +78,32 @@ fn listen_wait_nbread_and_close_mid_message() {
     );
     ump::close(ch).unwrap();
 
+    // 1c. A listener's waker sleeps while nobody opens, and wakes as soon
+    //     as a client does (what an idle mpid sleeps on).
+    assert!(
+        matches!(ump::listen_waker(base + 99), Err(ump::UmpError::Invalid(_))),
+        "a waker for a handle that does not listen"
+    );
+    let waker = ump::listen_waker(server).unwrap();
+    assert!(!waker.sleep(Duration::from_millis(300)), "woken with nobody opening");
+    let client = tool()
+        .args(["pingpong", "--me", &(base + 6).to_string(), "--peer", &server.to_string()])
+        .args(["--sizes", "8", "--rounds", "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    assert!(waker.sleep(Duration::from_secs(30)), "not woken by an opener");
+    assert!(t0.elapsed() < Duration::from_secs(20), "woken only after {:?}", t0.elapsed());
+    let Event::Open(ch) = next_event(None) else { panic!("expected Open from the third client") };
+    assert_eq!(next_event(Some(ch)), Event::Message(ch));
+    let n = ump::read(ch, &mut buf).unwrap();
+    ump::write(ch, &buf[..n]).unwrap();
+    assert_eq!(next_event(Some(ch)), Event::Closed(ch));
+    assert!(client.wait_with_output().unwrap().status.success());
+    ump::close(ch).unwrap();
+    drop(waker);
+
     // 2. ump_nbread returns once `min` bytes are in; the rest arrives in
     //    the background and ReadDone says so.
     let (me, peer) = (base + 3, base + 4);

@@ -8,7 +8,8 @@
 //! - [`channel`]: opening handshake, streaming, close and peer death.
 //! - [`config`], [`error`]: `ump_init`'s settings, what calls return.
 //! - [`shm`], [`mc`]: the two transports.
-//! - [`listen`]: `ump_listen`; [`outbuf`]: `ump_mcast`;
+//! - [`listen`]: `ump_listen`; [`waker`]: sleeping until a listener may
+//!   have a new channel; [`outbuf`]: `ump_mcast`;
 //!   [`nb`]: `ump_nbread` / `ump_nbwrite`; [`events`]: `ump_wait`.
 //! - this module: the process's channel table (one lock, `STATE`) and the
 //!   blocking calls.
@@ -33,6 +34,7 @@ mod probe;
 pub mod ring;
 pub mod shm;
 mod trace;
+pub mod waker;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -45,6 +47,7 @@ pub use events::{wait, Event};
 pub use listen::listen;
 pub use nb::{nbread, nbread_result, nbwrite, nbwrite_result};
 pub use outbuf::{mcast, mcast_timeout};
+pub use waker::{listen_waker, ListenWaker};
 
 use listen::{listen_dir, marker, marker_alive, notify_listener, Inbox};
 use mc::{open_mc, OutbufsIn};

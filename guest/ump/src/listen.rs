@@ -24,6 +24,8 @@ use crate::{with, Entry, State, UmpError, Want};
 pub(crate) struct Inbox {
     rx: RxWindow,
     tx: TxWindow,
+    /// Its region (the listener's [`crate::waker`] watches it).
+    pub(crate) id: u32,
 }
 
 /// Words of an inbox per node.
@@ -82,7 +84,7 @@ fn map_inbox(imc: &Imc, h: u64, create: bool) -> Result<Option<(Inbox, u32)>, Um
     // the word it stored (the global order then has it), which without
     // loopback never happens and cost every open 5 s.
     let tx = imc.asattach_tx(id, true).map_err(err)?;
-    Ok(Some((Inbox { rx: RxWindow::new(Arc::new(rx)), tx: TxWindow::new(Arc::new(tx)) }, id)))
+    Ok(Some((Inbox { rx: RxWindow::new(Arc::new(rx)), tx: TxWindow::new(Arc::new(tx)), id }, id)))
 }
 
 /// Tells a listener on another guest that `local` opened a channel to it

@@ -195,6 +195,16 @@ pub enum Request {
         /// Byte of the source area where the region's first byte lands.
         offset: u64,
     },
+    /// Extension: wake this process when a store arrives on region `id`
+    /// here. imcd sets the page control table's INT bit on the region's
+    /// pages and sends an eventfd ([`Reply::Watching`]) that it adds 1 to
+    /// at every notification for those pages (or when notifications were
+    /// lost). Refused unless this process holds the region and may read
+    /// it. Undone when the process lets go of the region or leaves.
+    Watch {
+        /// Region id.
+        id: u32,
+    },
     /// `imc_asattach`: map region `id` for transmit or receive.
     Asattach {
         /// Region id from `Asalloc`.
@@ -262,6 +272,14 @@ pub enum Reply {
         /// Region id.
         id: u32,
         /// First MEMORY CHANNEL page.
+        first_page: u64,
+        /// Pages.
+        pages: u64,
+    },
+    /// A watch ([`Request::Watch`]): the eventfd sent with this reply
+    /// becomes readable when a store arrives on the region's pages.
+    Watching {
+        /// First MEMORY CHANNEL page watched.
         first_page: u64,
         /// Pages.
         pages: u64,
