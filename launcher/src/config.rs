@@ -146,7 +146,7 @@ impl Default for GuestSection {
         GuestSection {
             memory_mib: 256,
             cpus: 1,
-            cmdline: "console=ttyS0 intel_iommu=on panic=-1 no_timer_check quiet cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init".into(),
+            cmdline: "console=ttyS0 intel_iommu=on panic=-1 no_timer_check tsc=reliable quiet cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init".into(),
             imcd: true,
             lan: "auto".into(),
             ivshmem: false,
