@@ -39,6 +39,9 @@ const DOWN_TICK: Duration = Duration::from_millis(50);
 pub const POLL_WITHOUT_IRQ: Duration = Duration::from_millis(20);
 /// How often the host row is announced again.
 const REANNOUNCE_EVERY: Duration = Duration::from_secs(1);
+/// Re-announcements that store our error count too, after a node became
+/// ready (or we started).
+const ERRCOUNT_AGAIN: u32 = 3;
 
 /// The mapper's state between ticks.
 pub struct Mapper<'a, H: Hw> {
@@ -48,6 +51,10 @@ pub struct Mapper<'a, H: Hw> {
     published: Option<u64>,
     announced: std::time::Instant,
     grace: Duration,
+    /// Nodes whose host row said ready at the last re-announcement.
+    ready_seen: u64,
+    /// Re-announcements left that store our error count too.
+    errcount_again: u32,
 }
 
 impl<'a, H: Hw> Mapper<'a, H> {
@@ -55,7 +62,16 @@ impl<'a, H: Hw> Mapper<'a, H> {
     /// revokes every attachment here.
     pub fn new(n: &'a Node<H>, grace: Duration) -> Result<Self, RegionError> {
         let reader = Regions::new(n.hw.dir_bus(), LOCK_SLOTS, ENTRIES, DATA_FIRST..n.hw.pages(), Duration::ZERO)?;
-        Ok(Mapper { n, reader, served: [0; MAX_NODES], published: None, announced: std::time::Instant::now(), grace })
+        Ok(Mapper {
+            n,
+            reader,
+            served: [0; MAX_NODES],
+            published: None,
+            announced: std::time::Instant::now(),
+            grace,
+            ready_seen: 0,
+            errcount_again: ERRCOUNT_AGAIN,
+        })
     }
 
     /// One round of the mapper's work; false while our link is down.
@@ -69,7 +85,17 @@ impl<'a, H: Hw> Mapper<'a, H> {
         }
         if self.announced.elapsed() >= REANNOUNCE_EVERY && n.unsettled().is_none() {
             self.announced = std::time::Instant::now();
-            n.reannounce();
+            // Our error count again only for a while after a node became
+            // ready (it may have missed it): a store to that page
+            // interrupts every node, and once a second from each of 4
+            // nodes was 4 wake-ups a second of every idle guest.
+            let ready = n.ready_among(!0);
+            if ready & !self.ready_seen != 0 {
+                self.errcount_again = ERRCOUNT_AGAIN;
+            }
+            self.ready_seen = ready;
+            n.reannounce(self.errcount_again > 0);
+            self.errcount_again = self.errcount_again.saturating_sub(1);
         }
         n.publish_errcount(&mut self.published);
         let live = self.reader.list();

@@ -333,13 +333,17 @@ impl<H: Hw> Node<H> {
         })
     }
 
-    /// Stores our host row (token, name, ready) and our error count again,
-    /// about once a second: a node whose imcd set up its receive side
-    /// after we first wrote them (all imcds start together at boot) would
-    /// otherwise never have them. Our own copy comes back by loopback.
-    pub fn reannounce(&self) {
+    /// Stores our host row (token, name, ready) again, about once a
+    /// second, and our error count when `errcount`: a node whose imcd set
+    /// up its receive side after we first wrote them (all imcds start
+    /// together at boot) would otherwise never have them. Our own copy
+    /// comes back by loopback. The error count page interrupts every node,
+    /// so the mapper asks for it only after a node became ready.
+    pub fn reannounce(&self, errcount: bool) {
         self.store_again((host::TOKEN..host::NAME + host::NAME_WORDS).chain([host::READY]));
-        self.put(ERRCNT_PAGE, self.me, self.word(ERRCNT_PAGE, self.me));
+        if errcount {
+            self.put(ERRCNT_PAGE, self.me, self.word(ERRCNT_PAGE, self.me));
+        }
     }
 
     /// Stores words `ws` of our host row again, as our own copy has them.

@@ -115,6 +115,26 @@ fn relay_delivers_signals_and_answers_errors() {
     assert_eq!(net.signals().len(), 1, "nothing else was delivered");
 }
 
+/// A node that starts after the others learns the error counts they
+/// published before: they store theirs again once it is ready (and not
+/// every second, which interrupted every node).
+#[test]
+fn a_late_node_learns_the_error_counts_published_before_it_came() {
+    let net = net(3, 4);
+    let a = start(&net, 0);
+    let b = start(&net, 1);
+    eventually("both imcds see each other", || hosts(&a).len() == 2);
+    net.flap(0, Duration::from_millis(100));
+    let count = net.error_count(0);
+    assert!(count > 0, "the flap counted no error");
+    eventually("node 1 sums node 0's count", || b.hw().error_sum() >= count);
+    // Long enough for the re-stores after the start to be over.
+    std::thread::sleep(Duration::from_secs(5));
+    net.wipe(2);
+    let c = start(&net, 2);
+    eventually("node 2 sums node 0's count", || c.hw().error_sum() >= count);
+}
+
 /// How many wake-ups eventfd `f` counted since the last look (0: none).
 fn wakeups(f: &std::fs::File) -> u64 {
     use std::io::Read;
