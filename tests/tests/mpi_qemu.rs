@@ -175,6 +175,12 @@ fn mpi_examples_run_unmodified() {
             clocks.lines().nth(1) == Some("tsc") && !clocks.contains("hpet"),
             "node {n}: clock sources (available, current): {clocks}"
         );
+        // The idle tuning of /etc/rc.mc.
+        let vm = String::from_utf8_lossy(
+            &c.run(n, &["cat", "/proc/sys/vm/compaction_proactiveness", "/proc/sys/vm/stat_interval"]),
+        )
+        .into_owned();
+        assert_eq!(vm.split_whitespace().collect::<Vec<_>>(), ["0", "10"], "node {n}: vm settings");
     }
     for prog in ["cpi", "hellow", "srtest"] {
         build_src(&c, &examples.join(format!("{prog}.c")), prog, &["-lm"]);
