@@ -241,7 +241,7 @@ pub struct Status {
 
 /// Where a receive puts the message.
 #[derive(Debug, Clone, Copy)]
-pub enum Into {
+pub enum RecvBuf {
     /// Straight into memory: `cap` bytes at `ptr`.
     Contig {
         /// Start.
@@ -257,17 +257,17 @@ pub enum Into {
     },
 }
 
-impl Into {
+impl RecvBuf {
     fn cap(&self) -> usize {
         match *self {
-            Into::Contig { cap, .. } | Into::Packed { cap } => cap,
+            RecvBuf::Contig { cap, .. } | RecvBuf::Packed { cap } => cap,
         }
     }
 }
 
 /// What a send takes its bytes from.
 #[derive(Debug)]
-pub enum From {
+pub enum SendBuf {
     /// Bytes the engine owns (packed, or copied).
     Owned(Vec<u8>),
     /// The caller's memory, valid until the send completes.
@@ -279,20 +279,20 @@ pub enum From {
     },
 }
 
-impl From {
+impl SendBuf {
     fn len(&self) -> usize {
         match self {
-            From::Owned(v) => v.len(),
-            From::Borrowed { len, .. } => *len,
+            SendBuf::Owned(v) => v.len(),
+            SendBuf::Borrowed { len, .. } => *len,
         }
     }
     fn bytes(&self, off: usize, n: usize) -> &[u8] {
         match self {
-            From::Owned(v) => &v[off..off + n],
+            SendBuf::Owned(v) => &v[off..off + n],
             // SAFETY: the caller keeps `len` bytes at `ptr` valid and
             // unchanged until the send completes (MPI's rule for send
             // buffers); off + n <= len.
-            From::Borrowed { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.add(off), n.min(len - off)) },
+            SendBuf::Borrowed { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.add(off), n.min(len - off)) },
         }
     }
 }
@@ -346,10 +346,10 @@ enum Kind {
     /// CANCEL is out, and whether the send was complete when it went;
     /// `wire`: how the receiver knows the message when it is not by this
     /// request's id (a short eager message: [`SHORT_ID`] | its number).
-    Send { dest: u32, data: From, waiting: bool, cancelling: Option<bool>, wire: u64 },
+    Send { dest: u32, data: SendBuf, waiting: bool, cancelling: Option<bool>, wire: u64 },
     Recv {
         pattern: Pattern,
-        into: Into,
+        into: RecvBuf,
         total: usize,
         got: usize,
         packed: Vec<u8>,
@@ -509,7 +509,7 @@ fn data_place<'d>(reqs: &HashMap<ReqId, Req>, h: &[u8], rest: usize) -> Option<&
     }
     let (off, id) = (word(h, 16) as usize, word(h, 24));
     match reqs.get(&id)? {
-        Req { kind: Kind::Recv { into: Into::Contig { ptr, cap }, got, total, .. }, done: false, .. }
+        Req { kind: Kind::Recv { into: RecvBuf::Contig { ptr, cap }, got, total, .. }, done: false, .. }
             if *got == off && off + rest <= *total && off + rest <= *cap =>
         {
             // SAFETY: the receive buffer holds `cap` bytes at `ptr` (the
@@ -756,7 +756,7 @@ impl Engine {
     }
 
     /// Starts a send of `data` to world rank `dest`; `sync` for `MPI_Ssend`.
-    pub fn isend(&mut self, dest: u32, ctx: u32, tag: i32, data: From, sync: bool) -> Result<ReqId, EngineError> {
+    pub fn isend(&mut self, dest: u32, ctx: u32, tag: i32, data: SendBuf, sync: bool) -> Result<ReqId, EngineError> {
         if dest >= self.size() {
             return Err(EngineError::NoRank(dest));
         }
@@ -821,13 +821,13 @@ impl Engine {
             r.done = true;
             if let Kind::Send { data, .. } = &mut r.kind {
                 // Nothing of the caller's is kept.
-                *data = From::Owned(Vec::new());
+                *data = SendBuf::Owned(Vec::new());
             }
         }
     }
 
     /// Posts a receive.
-    pub fn irecv(&mut self, pattern: Pattern, into: Into) -> Result<ReqId, EngineError> {
+    pub fn irecv(&mut self, pattern: Pattern, into: RecvBuf) -> Result<ReqId, EngineError> {
         let id =
             self.add(Kind::Recv { pattern, into, total: 0, got: 0, packed: Vec::new(), posted: false, direct: None });
         if let Some(i) = self.unexpected.iter().position(|u| pattern.takes(u.ctx, u.src, u.tag)) {
@@ -843,7 +843,7 @@ impl Engine {
     }
 
     /// Receives a message a matched probe took (`MPI_Mrecv`).
-    pub fn imrecv(&mut self, m: Matched, into: Into) -> Result<ReqId, EngineError> {
+    pub fn imrecv(&mut self, m: Matched, into: RecvBuf) -> Result<ReqId, EngineError> {
         let pattern = Pattern { ctx: m.0.ctx, src: Some(m.0.src), tag: Some(m.0.tag) };
         let id =
             self.add(Kind::Recv { pattern, into, total: 0, got: 0, packed: Vec::new(), posted: false, direct: None });
@@ -872,7 +872,7 @@ impl Engine {
                 if let Kind::Recv { total, into, direct, .. } = &mut r.kind {
                     *total = len;
                     // The whole message into a posted buffer in landing memory.
-                    if let (Into::Contig { ptr, cap }, Some(d)) = (*into, d) {
+                    if let (RecvBuf::Contig { ptr, cap }, Some(d)) = (*into, d) {
                         landing = (len > 0 && len <= cap).then(|| d.landing(src, ptr, len)).flatten();
                         if landing.is_some() {
                             *direct = Some((sreq, d.losses(false)));
@@ -945,7 +945,7 @@ impl Engine {
         let cap = into.cap();
         let keep = cap.saturating_sub(off).min(chunk.len());
         match *into {
-            Into::Contig { ptr, .. } => {
+            RecvBuf::Contig { ptr, .. } => {
                 if keep > 0 {
                     // SAFETY: the receive buffer holds `cap` bytes at `ptr`
                     // (the caller's promise, kept until the receive
@@ -953,7 +953,7 @@ impl Engine {
                     unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), ptr.add(off), keep) };
                 }
             }
-            Into::Packed { .. } => {
+            RecvBuf::Packed { .. } => {
                 if packed.len() < total.min(cap) {
                     packed.resize(total.min(cap), 0);
                 }
@@ -1064,7 +1064,7 @@ impl Engine {
                         if let Some(r) = self.reqs.get_mut(&sreq) {
                             r.done = true;
                             if let Kind::Send { data, .. } = &mut r.kind {
-                                *data = From::Owned(Vec::new());
+                                *data = SendBuf::Owned(Vec::new());
                             }
                         }
                     }
@@ -1261,7 +1261,9 @@ impl Engine {
             _ => return Err(EngineError::Protocol { from, what: format!("clear-to-send for unknown send {sreq}") }),
         }
         if let (Some(off), Some(d)) = (landing, self.direct.as_deref_mut()) {
-            if let Some(Req { kind: Kind::Send { data: From::Borrowed { ptr, len }, .. }, .. }) = self.reqs.get(&sreq) {
+            if let Some(Req { kind: Kind::Send { data: SendBuf::Borrowed { ptr, len }, .. }, .. }) =
+                self.reqs.get(&sreq)
+            {
                 if let Some(token) = d.start(from, off, *ptr, *len) {
                     self.direct_sends.push(DirectSend { sreq, rreq, to: from, token: Some(token) });
                     return Ok(());
@@ -1707,7 +1709,7 @@ mod tests {
     }
 
     fn recv_vec(e: &mut Engine, p: Pattern, cap: usize) -> ReqId {
-        e.irecv(p, Into::Packed { cap }).unwrap()
+        e.irecv(p, RecvBuf::Packed { cap }).unwrap()
     }
 
     #[test]
@@ -1721,7 +1723,7 @@ mod tests {
                 if posted_first {
                     r = recv_vec(&mut es[1], any(1), len);
                 }
-                let s = es[0].isend(1, 1, 5, From::Owned(data.clone()), false).unwrap();
+                let s = es[0].isend(1, 1, 5, SendBuf::Owned(data.clone()), false).unwrap();
                 if !posted_first {
                     run(&mut es, |es| es[1].iprobe(any(1)).unwrap().is_some());
                     r = recv_vec(&mut es[1], any(1), len);
@@ -1755,7 +1757,7 @@ mod tests {
         let mut sends = Vec::new();
         for i in 0..200 {
             for from in [0, 2] {
-                let s = es[from].isend(1, 1, i as i32, From::Owned(msg(from, i)), i % 7 == 3).unwrap();
+                let s = es[from].isend(1, 1, i as i32, SendBuf::Owned(msg(from, i)), i % 7 == 3).unwrap();
                 sends.push((from, s));
             }
         }
@@ -1797,7 +1799,7 @@ mod tests {
         }
         assert!(es[0].credit[1] >= limit - limit / 4, "credit {} of {limit} back", es[0].credit[1]);
         let (eager, r) = (es[0].stats.eager, es[0].stats.rendezvous);
-        let s = es[0].isend(1, 1, 9, From::Owned(vec![5; 1000]), false).unwrap();
+        let s = es[0].isend(1, 1, 9, SendBuf::Owned(vec![5; 1000]), false).unwrap();
         assert_eq!((es[0].stats.eager, es[0].stats.rendezvous), (eager + 1, r));
         es[0].finish(s).unwrap();
     }
@@ -1846,8 +1848,8 @@ mod tests {
         for cap in [len, len - 5000] {
             let mut buf = vec![0u8; cap];
             let before = es[1].stats.direct;
-            let r = es[1].irecv(any(1), Into::Contig { ptr: buf.as_mut_ptr(), cap }).unwrap();
-            let s = es[0].isend(1, 1, 9, From::Owned(data.clone()), false).unwrap();
+            let r = es[1].irecv(any(1), RecvBuf::Contig { ptr: buf.as_mut_ptr(), cap }).unwrap();
+            let s = es[0].isend(1, 1, 9, SendBuf::Owned(data.clone()), false).unwrap();
             run(&mut es, |es| es[0].is_done(s).unwrap() && es[1].is_done(r).unwrap());
             let (st, _) = es[1].finish(r).unwrap();
             es[0].finish(s).unwrap();
@@ -1877,7 +1879,7 @@ mod tests {
             (3, 7, true, HDR + 8),
             (CTX8_LIMIT, 1, false, HDR + 8),
         ] {
-            let s = es[0].isend(1, ctx, tag, From::Owned(data.clone()), sync).unwrap();
+            let s = es[0].isend(1, ctx, tag, SendBuf::Owned(data.clone()), sync).unwrap();
             es[0].progress().unwrap();
             let sent = es[1].links[0].as_ref().unwrap().next_len().unwrap();
             assert_eq!(sent, Some(frame), "ctx {ctx} sync {sync}");
@@ -1896,9 +1898,9 @@ mod tests {
         // received: all come back cancelled and leave nothing at the
         // receiver. The eager one, complete at once, is held incomplete
         // until the receiver answers.
-        let big = es[0].isend(1, 1, 5, From::Owned(vec![7; 100_000]), false).unwrap();
-        let sync = es[0].isend(1, 1, 6, From::Owned(vec![8; 10]), true).unwrap();
-        let eager = es[0].isend(1, 1, 7, From::Owned(vec![6; 10]), false).unwrap();
+        let big = es[0].isend(1, 1, 5, SendBuf::Owned(vec![7; 100_000]), false).unwrap();
+        let sync = es[0].isend(1, 1, 6, SendBuf::Owned(vec![8; 10]), true).unwrap();
+        let eager = es[0].isend(1, 1, 7, SendBuf::Owned(vec![6; 10]), false).unwrap();
         assert!(es[0].is_done(eager).unwrap());
         run(&mut es, |es| es[1].unexpected.len() == 3);
         for s in [big, sync, eager] {
@@ -1912,7 +1914,7 @@ mod tests {
         assert!(es[1].unexpected.is_empty());
         // Matched first (the receiver's CTS is on its way when the sender
         // asks): the cancel is refused and the data arrives.
-        let s = es[0].isend(1, 1, 5, From::Owned(vec![9; 100_000]), false).unwrap();
+        let s = es[0].isend(1, 1, 5, SendBuf::Owned(vec![9; 100_000]), false).unwrap();
         run(&mut es, |es| es[1].unexpected.len() == 1);
         let r = recv_vec(&mut es[1], any(1), 100_000);
         assert!(matches!(es[0].reqs[&s].kind, Kind::Send { waiting: true, .. }));
@@ -1921,7 +1923,7 @@ mod tests {
         assert!(!es[0].finish(s).unwrap().0.cancelled);
         assert_eq!(es[1].finish(r).unwrap().1, vec![9; 100_000]);
         // To itself: taken back from its own queue at once.
-        let own = es[0].isend(0, 1, 3, From::Owned(vec![1]), true).unwrap();
+        let own = es[0].isend(0, 1, 3, SendBuf::Owned(vec![1]), true).unwrap();
         es[0].cancel(own).unwrap();
         assert!(es[0].is_done(own).unwrap() && es[0].finish(own).unwrap().0.cancelled);
     }
@@ -1931,30 +1933,30 @@ mod tests {
         let mut es = engines(3, 8192);
         // Rank 0 sends tags 1, 2, 1 on context 7 and one on context 8.
         for (tag, ctx) in [(1, 7), (2, 7), (1, 7), (1, 8)] {
-            let s = es[0].isend(2, ctx, tag, From::Owned(vec![tag as u8, ctx as u8]), false).unwrap();
+            let s = es[0].isend(2, ctx, tag, SendBuf::Owned(vec![tag as u8, ctx as u8]), false).unwrap();
             es[0].finish(s).unwrap();
         }
-        let s = es[1].isend(2, 7, 9, From::Owned(vec![9]), false).unwrap();
+        let s = es[1].isend(2, 7, 9, SendBuf::Owned(vec![9]), false).unwrap();
         es[1].finish(s).unwrap();
         run(&mut es, |es| es[2].unexpected.len() == 5);
         // Tag 2 first: it overtakes nothing of its own tag.
-        let r = es[2].irecv(Pattern { ctx: 7, src: Some(0), tag: Some(2) }, Into::Packed { cap: 8 }).unwrap();
+        let r = es[2].irecv(Pattern { ctx: 7, src: Some(0), tag: Some(2) }, RecvBuf::Packed { cap: 8 }).unwrap();
         assert_eq!(es[2].finish(r).unwrap().1, vec![2, 7]);
         // Context 8 is apart from 7.
-        let r = es[2].irecv(Pattern { ctx: 8, src: None, tag: None }, Into::Packed { cap: 8 }).unwrap();
+        let r = es[2].irecv(Pattern { ctx: 8, src: None, tag: None }, RecvBuf::Packed { cap: 8 }).unwrap();
         assert_eq!(es[2].finish(r).unwrap().1, vec![1, 8]);
         // Any source, any tag: arrival order among what is left of ctx 7.
         let mut seen = Vec::new();
         for _ in 0..3 {
-            let r = es[2].irecv(any(7), Into::Packed { cap: 8 }).unwrap();
+            let r = es[2].irecv(any(7), RecvBuf::Packed { cap: 8 }).unwrap();
             let (st, b) = es[2].finish(r).unwrap();
             seen.push((st.source, st.tag, b[0]));
         }
         seen.sort();
         assert_eq!(seen, vec![(0, 1, 1), (0, 1, 1), (1, 9, 9)]);
         // From one sender, same tag: in the order sent.
-        let a = es[0].isend(1, 3, 4, From::Owned(vec![1; 20_000]), false).unwrap();
-        let b = es[0].isend(1, 3, 4, From::Owned(vec![2; 10]), false).unwrap();
+        let a = es[0].isend(1, 3, 4, SendBuf::Owned(vec![1; 20_000]), false).unwrap();
+        let b = es[0].isend(1, 3, 4, SendBuf::Owned(vec![2; 10]), false).unwrap();
         let r1 = recv_vec(&mut es[1], any(3), 20_000);
         let r2 = recv_vec(&mut es[1], any(3), 20_000);
         run(&mut es, |es| es[1].is_done(r1).unwrap() && es[1].is_done(r2).unwrap() && es[0].is_done(a).unwrap());
@@ -1967,8 +1969,8 @@ mod tests {
     fn exchange_of_large_messages_both_ways_does_not_deadlock() {
         let mut es = engines(2, 2048);
         let n = 300_000;
-        let s0 = es[0].isend(1, 1, 0, From::Owned(vec![0xA; n]), false).unwrap();
-        let s1 = es[1].isend(0, 1, 0, From::Owned(vec![0xB; n]), false).unwrap();
+        let s0 = es[0].isend(1, 1, 0, SendBuf::Owned(vec![0xA; n]), false).unwrap();
+        let s1 = es[1].isend(0, 1, 0, SendBuf::Owned(vec![0xB; n]), false).unwrap();
         let r0 = recv_vec(&mut es[0], any(1), n);
         let r1 = recv_vec(&mut es[1], any(1), n);
         run(&mut es, |es| {
@@ -1982,7 +1984,7 @@ mod tests {
     fn sync_send_completes_only_once_matched() {
         let mut es = engines(2, 4096);
         for len in [10usize, 50_000] {
-            let s = es[0].isend(1, 1, 0, From::Owned(vec![1; len]), true).unwrap();
+            let s = es[0].isend(1, 1, 0, SendBuf::Owned(vec![1; len]), true).unwrap();
             for _ in 0..200 {
                 es[0].progress().unwrap();
                 es[1].progress().unwrap();
@@ -1992,7 +1994,7 @@ mod tests {
             run(&mut es, |es| es[0].is_done(s).unwrap() && es[1].is_done(r).unwrap());
         }
         // To ourselves too.
-        let s = es[0].isend(0, 2, 0, From::Owned(vec![3]), true).unwrap();
+        let s = es[0].isend(0, 2, 0, SendBuf::Owned(vec![3]), true).unwrap();
         assert!(!es[0].is_done(s).unwrap());
         let r = recv_vec(&mut es[0], any(2), 1);
         assert!(es[0].is_done(s).unwrap() && es[0].is_done(r).unwrap());
@@ -2002,8 +2004,8 @@ mod tests {
     fn truncation_cancel_and_matched_probe() {
         let mut es = engines(2, 4096);
         let mut small = [0u8; 4];
-        let r = es[1].irecv(any(1), Into::Contig { ptr: small.as_mut_ptr(), cap: 4 }).unwrap();
-        es[0].isend(1, 1, 0, From::Owned(vec![1, 2, 3, 4, 5, 6]), false).unwrap();
+        let r = es[1].irecv(any(1), RecvBuf::Contig { ptr: small.as_mut_ptr(), cap: 4 }).unwrap();
+        es[0].isend(1, 1, 0, SendBuf::Owned(vec![1, 2, 3, 4, 5, 6]), false).unwrap();
         run(&mut es, |es| es[1].is_done(r).unwrap());
         let st = es[1].finish(r).unwrap().0;
         assert!(st.truncated && st.bytes == 4);
@@ -2013,7 +2015,7 @@ mod tests {
         assert!(es[1].cancel(r).unwrap());
         assert!(es[1].finish(r).unwrap().0.cancelled);
         // Mprobe takes the message away from other receives.
-        es[0].isend(1, 3, 1, From::Owned(vec![7; 3]), false).unwrap();
+        es[0].isend(1, 3, 1, SendBuf::Owned(vec![7; 3]), false).unwrap();
         let mut m = None;
         run(&mut es, |es| {
             m = es[1].improbe(any(3)).unwrap();
@@ -2022,7 +2024,7 @@ mod tests {
         let m = m.unwrap();
         assert_eq!(m.status().bytes, 3);
         assert!(es[1].iprobe(any(3)).unwrap().is_none());
-        let r = es[1].imrecv(m, Into::Packed { cap: 3 }).unwrap();
+        let r = es[1].imrecv(m, RecvBuf::Packed { cap: 3 }).unwrap();
         assert_eq!(es[1].finish(r).unwrap().1, vec![7; 3]);
     }
 
@@ -2044,7 +2046,7 @@ mod tests {
         for leaving in [false, true] {
             let mut es = engines(2, 4096);
             for _ in 0..10 {
-                es[0].isend(1, 1, 5, From::Owned(vec![7; 1000]), false).unwrap();
+                es[0].isend(1, 1, 5, SendBuf::Owned(vec![7; 1000]), false).unwrap();
             }
             assert!(!es[0].out[1].is_empty(), "the pipe is full and frames wait");
             drop(es.pop());
@@ -2197,9 +2199,9 @@ mod tests {
             let (zc, st, started) =
                 (es[0].stats.zero_copy.0, es[0].stats.zero_copy_streamed, f.lock().unwrap().started);
             let dst = base(1).wrapping_add(len / 2);
-            let r = es[1].irecv(any(1), Into::Contig { ptr: dst, cap: len }).unwrap();
+            let r = es[1].irecv(any(1), RecvBuf::Contig { ptr: dst, cap: len }).unwrap();
             let src = if registered { base(0).wrapping_add(len).cast_const() } else { outside.as_ptr() };
-            let s = es[0].isend(1, 1, 9, From::Borrowed { ptr: src, len }, false).unwrap();
+            let s = es[0].isend(1, 1, 9, SendBuf::Borrowed { ptr: src, len }, false).unwrap();
             run(&mut es, |es| es[0].is_done(s).unwrap() && es[1].is_done(r).unwrap());
             let (status, _) = es[1].finish(r).unwrap();
             es[0].finish(s).unwrap();

@@ -254,10 +254,10 @@ pub(crate) fn spare(st: &mut State) -> Result<DmaSpare, UmpError> {
 fn shadow(st: &State, imc: &Arc<Mutex<Imc>>, mine: u32) -> Box<dyn ring::Shadow> {
     let size = st.cfg.mc_buffer;
     if st.cfg.dma_threshold == 0 {
-        return Box::new(ring::Copy::new(size));
+        return Box::new(ring::MemCopy::new(size));
     }
     Box::new(LazyDma {
-        copy: ring::Copy::new(size),
+        copy: ring::MemCopy::new(size),
         area: st.dma.clone(),
         imc: imc.clone(),
         mine,
@@ -271,7 +271,7 @@ fn shadow(st: &State, imc: &Arc<Mutex<Imc>>, mine: u32) -> Box<dyn ring::Shadow>
 /// a slot of the DMA area ([`DmaShadow`]) the first time a piece is big
 /// enough to go by DMA, opening the area if nobody has.
 struct LazyDma {
-    copy: ring::Copy,
+    copy: ring::MemCopy,
     area: Arc<LazyArea>,
     imc: Arc<Mutex<Imc>>,
     /// Our half (the DMA target).
@@ -299,7 +299,7 @@ impl LazyDma {
         };
         let mut d = DmaShadow { area, index, target, threshold: self.threshold };
         ring::Shadow::keep(&mut d, 0, self.copy.bytes());
-        self.copy = ring::Copy::new(0);
+        self.copy = ring::MemCopy::new(0);
         self.dma = Some(d);
     }
 }

@@ -285,12 +285,12 @@ pub trait Shadow: Send {
 }
 
 /// A copy in the process's memory: lost bytes go again by stores.
-pub struct Copy(Vec<u8>);
+pub struct MemCopy(Vec<u8>);
 
-impl Copy {
+impl MemCopy {
     /// A copy of a ring of `size` bytes.
-    pub fn new(size: usize) -> Copy {
-        Copy(vec![0; size])
+    pub fn new(size: usize) -> MemCopy {
+        MemCopy(vec![0; size])
     }
 
     /// All of it.
@@ -299,7 +299,7 @@ impl Copy {
     }
 }
 
-impl Shadow for Copy {
+impl Shadow for MemCopy {
     fn keep(&mut self, pos: usize, src: &[u8]) {
         self.0[pos..pos + src.len()].copy_from_slice(src);
     }
@@ -1287,7 +1287,7 @@ mod tests {
     const SEED: u64 = 0x5EED;
 
     fn copy(size: usize, repair: bool) -> Option<Box<dyn Shadow>> {
-        repair.then(|| Box::new(Copy::new(size)) as Box<dyn Shadow>)
+        repair.then(|| Box::new(MemCopy::new(size)) as Box<dyn Shadow>)
     }
 
     fn seeded(mut c: Consumer) -> Consumer {
@@ -1613,7 +1613,7 @@ mod tests {
     /// writing straight into the ring's memory; one transfer in ten is
     /// accepted and then lost (as a failed DMA: nothing tells the writer).
     struct FakeDma {
-        copy: Copy,
+        copy: MemCopy,
         ring: Arc<Local>,
         sent: u64,
         lost: u64,
@@ -1646,7 +1646,7 @@ mod tests {
     fn pieces_sent_by_dma_arrive_and_failed_transfers_are_repaired() {
         let size = 4096;
         let p = pair(size);
-        let fake = FakeDma { copy: Copy::new(size), ring: p.a.clone(), sent: 0, lost: 0 };
+        let fake = FakeDma { copy: MemCopy::new(size), ring: p.a.clone(), sent: 0, lost: 0 };
         let prod =
             Arc::new(std::sync::Mutex::new(Producer::new(p.a.clone(), p.b.clone(), size, SEED, Some(Box::new(fake)))));
         let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), size, true));

@@ -221,9 +221,9 @@ fn leaders_swap(st: &mut State, peer_comm: MPI_Comm, remote_leader: c_int, tag: 
     let ctx = pc.ctx;
     let cap = 8 * (1 + st.place.size as usize);
     let bytes = coll::to_bytes(&msg);
-    use crate::engine::{From, Into, Pattern};
-    let r = st.eng.irecv(Pattern { ctx, src: Some(to), tag: Some(tag) }, Into::Packed { cap })?;
-    let s = st.eng.isend(to, ctx, tag, From::Owned(bytes), false)?;
+    use crate::engine::{Pattern, RecvBuf, SendBuf};
+    let r = st.eng.irecv(Pattern { ctx, src: Some(to), tag: Some(tag) }, RecvBuf::Packed { cap })?;
+    let s = st.eng.isend(to, ctx, tag, SendBuf::Owned(bytes), false)?;
     st.eng.wait(s)?;
     st.eng.finish(s)?;
     st.eng.wait(r)?;

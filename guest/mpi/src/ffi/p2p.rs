@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_void};
 
 use super::*;
-use crate::engine::{backoff, From, Into, Pattern, Status};
+use crate::engine::{backoff, Pattern, RecvBuf, SendBuf, Status};
 use crate::entry;
 
 /// How a persistent request starts again.
@@ -34,15 +34,15 @@ fn check_tag(tag: c_int, any_ok: bool) -> R<()> {
 
 /// The bytes of `count` items of type `t` at `buf`, for a send: the
 /// caller's memory when contiguous, else packed.
-fn send_from(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<From> {
+fn send_from(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<SendBuf> {
     let n = count_ok(count)?;
     let dt = st.dtype(t)?;
     let size = dt.size() * n;
     if size == 0 {
-        return Ok(From::Owned(Vec::new()));
+        return Ok(SendBuf::Owned(Vec::new()));
     }
     if dt.is_contiguous() && dt.extent() as u64 == dt.size() {
-        return Ok(From::Borrowed {
+        return Ok(SendBuf::Borrowed {
             ptr: buf.wrapping_add_signed(dt.true_lb() as isize) as *const u8,
             len: size as usize,
         });
@@ -51,20 +51,20 @@ fn send_from(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<From> {
     // SAFETY: the caller's buffer holds `count` items of this type (MPI's
     // rule for send buffers).
     unsafe { dt.pack(n, buf as *const u8, &mut out) };
-    Ok(From::Owned(out))
+    Ok(SendBuf::Owned(out))
 }
 
 /// Where a receive of `count` items of type `t` at `buf` goes, and what
 /// to unpack on completion.
-fn recv_into(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<(Into, Option<Unpack>)> {
+fn recv_into(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<(RecvBuf, Option<Unpack>)> {
     let n = count_ok(count)?;
     let dt = st.dtype(t)?;
     let cap = (dt.size() * n) as usize;
     if cap == 0 || (dt.is_contiguous() && dt.extent() as u64 == dt.size()) {
         let ptr = buf.wrapping_add_signed(dt.true_lb() as isize) as *mut u8;
-        return Ok((Into::Contig { ptr, cap }, None));
+        return Ok((RecvBuf::Contig { ptr, cap }, None));
     }
-    Ok((Into::Packed { cap }, Some((buf, n, dt))))
+    Ok((RecvBuf::Packed { cap }, Some((buf, n, dt))))
 }
 
 /// The world rank of `rank` in communicator `c` (`None` for `MPI_PROC_NULL`).
@@ -296,9 +296,9 @@ fn bsend(
         return err(MPI_ERR_BUFFER, format!("a buffered send of {need} bytes exceeds the attached {cap}"));
     }
     let data = match send_from(st, buf, count, t)? {
-        From::Borrowed { ptr, len } => {
+        SendBuf::Borrowed { ptr, len } => {
             // SAFETY: the caller's send buffer holds `len` bytes at `ptr`.
-            From::Owned(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec())
+            SendBuf::Owned(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec())
         }
         owned => owned,
     };
@@ -451,7 +451,7 @@ fn start_sendrecv_replace(
 ) -> R<MPI_Request> {
     let data = match send_from(st, buf, count, t)? {
         // SAFETY: the caller's buffer holds `len` bytes at `ptr`.
-        From::Borrowed { ptr, len } => From::Owned(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()),
+        SendBuf::Borrowed { ptr, len } => SendBuf::Owned(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()),
         owned => owned,
     };
     let c = st.comm(comm)?.clone();

@@ -31,7 +31,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use super::*;
 use crate::board::{self, Board};
-use crate::engine::{backoff, board_backoff, From, Into, Pattern};
+use crate::engine::{backoff, board_backoff, Pattern, RecvBuf, SendBuf};
 
 /// One posted operation, named in its schedule.
 pub type Key = u64;
@@ -351,9 +351,9 @@ impl Sched {
 /// Starts one operation on the engine.
 fn begin(st: &mut State, a: Action) -> R<ReqId> {
     match a {
-        Action::Send { to, ctx, tag, bytes } => Ok(st.eng.isend(to, ctx, tag, From::Owned(bytes), false)?),
+        Action::Send { to, ctx, tag, bytes } => Ok(st.eng.isend(to, ctx, tag, SendBuf::Owned(bytes), false)?),
         Action::Recv { from, ctx, tag, cap } => {
-            Ok(st.eng.irecv(Pattern { ctx, src: Some(from), tag: Some(tag) }, Into::Packed { cap })?)
+            Ok(st.eng.irecv(Pattern { ctx, src: Some(from), tag: Some(tag) }, RecvBuf::Packed { cap })?)
         }
         Action::Bad(r, n) => err(MPI_ERR_INTERN, format!("a collective names rank {r} of a group of {n}")),
     }
