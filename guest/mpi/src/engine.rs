@@ -239,16 +239,31 @@ pub struct Status {
     pub cancelled: bool,
 }
 
+/// `cap` bytes of the caller's memory that a receive may write, until
+/// it completes or is cancelled (MPI's rule for receive buffers). Made
+/// only by [`Posted::new`], whose caller promises that.
+#[derive(Debug, Clone, Copy)]
+pub struct Posted {
+    ptr: *mut u8,
+    cap: usize,
+}
+
+impl Posted {
+    /// The receive buffer of `cap` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr + cap` must stay valid for writes, and written by nothing
+    /// else, until the receive that takes it completes or is cancelled.
+    pub unsafe fn new(ptr: *mut u8, cap: usize) -> Posted {
+        Posted { ptr, cap }
+    }
+}
+
 /// Where a receive puts the message.
 #[derive(Debug, Clone, Copy)]
 pub enum RecvBuf {
-    /// Straight into memory: `cap` bytes at `ptr`.
-    Contig {
-        /// Start.
-        ptr: *mut u8,
-        /// Bytes there.
-        cap: usize,
-    },
+    /// Straight into the caller's memory.
+    Contig(Posted),
     /// Into a buffer the engine keeps (the caller unpacks it later with
     /// [`Engine::take_packed`]): for non-contiguous datatypes.
     Packed {
@@ -260,8 +275,28 @@ pub enum RecvBuf {
 impl RecvBuf {
     fn cap(&self) -> usize {
         match *self {
-            RecvBuf::Contig { cap, .. } | RecvBuf::Packed { cap } => cap,
+            RecvBuf::Contig(Posted { cap, .. }) | RecvBuf::Packed { cap } => cap,
         }
+    }
+}
+
+/// `len` bytes of the caller's memory that a send reads, until it
+/// completes or is cancelled (MPI's rule for send buffers). Made only by
+/// [`Lent::new`], whose caller promises that.
+#[derive(Debug, Clone, Copy)]
+pub struct Lent {
+    ptr: *const u8,
+    len: usize,
+}
+
+impl Lent {
+    /// The send buffer of `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must stay valid for reads, and unchanged, until the
+    /// send that takes it completes or is cancelled.
+    pub unsafe fn new(ptr: *const u8, len: usize) -> Lent {
+        Lent { ptr, len }
     }
 }
 
@@ -270,29 +305,33 @@ impl RecvBuf {
 pub enum SendBuf {
     /// Bytes the engine owns (packed, or copied).
     Owned(Vec<u8>),
-    /// The caller's memory, valid until the send completes.
-    Borrowed {
-        /// Start.
-        ptr: *const u8,
-        /// Bytes.
-        len: usize,
-    },
+    /// The caller's memory.
+    Borrowed(Lent),
 }
 
 impl SendBuf {
+    /// The same bytes, owned by the engine (a copy of the caller's): for a
+    /// send that completes before the bytes leave (`MPI_Bsend`).
+    pub fn into_owned(self) -> SendBuf {
+        match self {
+            SendBuf::Borrowed(_) => SendBuf::Owned(self.bytes(0, self.len()).to_vec()),
+            owned => owned,
+        }
+    }
     fn len(&self) -> usize {
         match self {
             SendBuf::Owned(v) => v.len(),
-            SendBuf::Borrowed { len, .. } => *len,
+            SendBuf::Borrowed(Lent { len, .. }) => *len,
         }
     }
     fn bytes(&self, off: usize, n: usize) -> &[u8] {
         match self {
             SendBuf::Owned(v) => &v[off..off + n],
-            // SAFETY: the caller keeps `len` bytes at `ptr` valid and
-            // unchanged until the send completes (MPI's rule for send
-            // buffers); off + n <= len.
-            SendBuf::Borrowed { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.add(off), n.min(len - off)) },
+            // SAFETY: `Lent::new`'s caller keeps `len` bytes at `ptr` valid
+            // and unchanged until the send completes; off + n <= len.
+            SendBuf::Borrowed(Lent { ptr, len }) => unsafe {
+                std::slice::from_raw_parts(ptr.add(off), n.min(len - off))
+            },
         }
     }
 }
@@ -509,9 +548,9 @@ fn data_place<'d>(reqs: &HashMap<ReqId, Req>, h: &[u8], rest: usize) -> Option<&
     }
     let (off, id) = (word(h, 16) as usize, word(h, 24));
     match reqs.get(&id)? {
-        Req { kind: Kind::Recv { into: RecvBuf::Contig { ptr, cap }, got, total, .. }, done: false, .. }
-            if *got == off && off + rest <= *total && off + rest <= *cap =>
-        {
+        Req {
+            kind: Kind::Recv { into: RecvBuf::Contig(Posted { ptr, cap }), got, total, .. }, done: false, ..
+        } if *got == off && off + rest <= *total && off + rest <= *cap => {
             // SAFETY: the receive buffer holds `cap` bytes at `ptr` (the
             // caller's promise, kept until the receive completes, which it
             // has not); off + rest <= cap; nothing else writes there while
@@ -872,7 +911,7 @@ impl Engine {
                 if let Kind::Recv { total, into, direct, .. } = &mut r.kind {
                     *total = len;
                     // The whole message into a posted buffer in landing memory.
-                    if let (RecvBuf::Contig { ptr, cap }, Some(d)) = (*into, d) {
+                    if let (RecvBuf::Contig(Posted { ptr, cap }), Some(d)) = (*into, d) {
                         landing = (len > 0 && len <= cap).then(|| d.landing(src, ptr, len)).flatten();
                         if landing.is_some() {
                             *direct = Some((sreq, d.losses(false)));
@@ -945,7 +984,7 @@ impl Engine {
         let cap = into.cap();
         let keep = cap.saturating_sub(off).min(chunk.len());
         match *into {
-            RecvBuf::Contig { ptr, .. } => {
+            RecvBuf::Contig(Posted { ptr, .. }) => {
                 if keep > 0 {
                     // SAFETY: the receive buffer holds `cap` bytes at `ptr`
                     // (the caller's promise, kept until the receive
@@ -1261,7 +1300,7 @@ impl Engine {
             _ => return Err(EngineError::Protocol { from, what: format!("clear-to-send for unknown send {sreq}") }),
         }
         if let (Some(off), Some(d)) = (landing, self.direct.as_deref_mut()) {
-            if let Some(Req { kind: Kind::Send { data: SendBuf::Borrowed { ptr, len }, .. }, .. }) =
+            if let Some(Req { kind: Kind::Send { data: SendBuf::Borrowed(Lent { ptr, len }), .. }, .. }) =
                 self.reqs.get(&sreq)
             {
                 if let Some(token) = d.start(from, off, *ptr, *len) {
@@ -1848,7 +1887,8 @@ mod tests {
         for cap in [len, len - 5000] {
             let mut buf = vec![0u8; cap];
             let before = es[1].stats.direct;
-            let r = es[1].irecv(any(1), RecvBuf::Contig { ptr: buf.as_mut_ptr(), cap }).unwrap();
+            // SAFETY: `buf` outlives the receive (run until it is done).
+            let r = es[1].irecv(any(1), RecvBuf::Contig(unsafe { Posted::new(buf.as_mut_ptr(), cap) })).unwrap();
             let s = es[0].isend(1, 1, 9, SendBuf::Owned(data.clone()), false).unwrap();
             run(&mut es, |es| es[0].is_done(s).unwrap() && es[1].is_done(r).unwrap());
             let (st, _) = es[1].finish(r).unwrap();
@@ -2004,7 +2044,8 @@ mod tests {
     fn truncation_cancel_and_matched_probe() {
         let mut es = engines(2, 4096);
         let mut small = [0u8; 4];
-        let r = es[1].irecv(any(1), RecvBuf::Contig { ptr: small.as_mut_ptr(), cap: 4 }).unwrap();
+        // SAFETY: `small` outlives the receive (run until it is done).
+        let r = es[1].irecv(any(1), RecvBuf::Contig(unsafe { Posted::new(small.as_mut_ptr(), 4) })).unwrap();
         es[0].isend(1, 1, 0, SendBuf::Owned(vec![1, 2, 3, 4, 5, 6]), false).unwrap();
         run(&mut es, |es| es[1].is_done(r).unwrap());
         let st = es[1].finish(r).unwrap().0;
@@ -2199,9 +2240,11 @@ mod tests {
             let (zc, st, started) =
                 (es[0].stats.zero_copy.0, es[0].stats.zero_copy_streamed, f.lock().unwrap().started);
             let dst = base(1).wrapping_add(len / 2);
-            let r = es[1].irecv(any(1), RecvBuf::Contig { ptr: dst, cap: len }).unwrap();
+            // SAFETY: `dst` is in engine 1's landing memory, which outlives the receive.
+            let r = es[1].irecv(any(1), RecvBuf::Contig(unsafe { Posted::new(dst, len) })).unwrap();
             let src = if registered { base(0).wrapping_add(len).cast_const() } else { outside.as_ptr() };
-            let s = es[0].isend(1, 1, 9, SendBuf::Borrowed { ptr: src, len }, false).unwrap();
+            // SAFETY: `src` is in engine 0's memory or `outside`, both of which outlive the send.
+            let s = es[0].isend(1, 1, 9, SendBuf::Borrowed(unsafe { Lent::new(src, len) }), false).unwrap();
             run(&mut es, |es| es[0].is_done(s).unwrap() && es[1].is_done(r).unwrap());
             let (status, _) = es[1].finish(r).unwrap();
             es[0].finish(s).unwrap();

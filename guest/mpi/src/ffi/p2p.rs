@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_void};
 
 use super::*;
-use crate::engine::{backoff, Pattern, RecvBuf, SendBuf, Status};
+use crate::engine::{backoff, Lent, Pattern, Posted, RecvBuf, SendBuf, Status};
 use crate::entry;
 
 /// How a persistent request starts again.
@@ -42,10 +42,10 @@ fn send_from(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<SendBuf
         return Ok(SendBuf::Owned(Vec::new()));
     }
     if dt.is_contiguous() && dt.extent() as u64 == dt.size() {
-        return Ok(SendBuf::Borrowed {
-            ptr: buf.wrapping_add_signed(dt.true_lb() as isize) as *const u8,
-            len: size as usize,
-        });
+        let ptr = buf.wrapping_add_signed(dt.true_lb() as isize) as *const u8;
+        // SAFETY: MPI's rule for send buffers: the caller keeps `count`
+        // items at `buf` valid and unchanged until the send completes.
+        return Ok(SendBuf::Borrowed(unsafe { Lent::new(ptr, size as usize) }));
     }
     let mut out = vec![0u8; size as usize];
     // SAFETY: the caller's buffer holds `count` items of this type (MPI's
@@ -62,7 +62,9 @@ fn recv_into(st: &State, buf: usize, count: c_int, t: MPI_Datatype) -> R<(RecvBu
     let cap = (dt.size() * n) as usize;
     if cap == 0 || (dt.is_contiguous() && dt.extent() as u64 == dt.size()) {
         let ptr = buf.wrapping_add_signed(dt.true_lb() as isize) as *mut u8;
-        return Ok((RecvBuf::Contig { ptr, cap }, None));
+        // SAFETY: MPI's rule for receive buffers: the caller keeps room
+        // for `count` items at `buf`, untouched, until the receive completes.
+        return Ok((RecvBuf::Contig(unsafe { Posted::new(ptr, cap) }), None));
     }
     Ok((RecvBuf::Packed { cap }, Some((buf, n, dt))))
 }
@@ -295,13 +297,7 @@ fn bsend(
     if need > cap {
         return err(MPI_ERR_BUFFER, format!("a buffered send of {need} bytes exceeds the attached {cap}"));
     }
-    let data = match send_from(st, buf, count, t)? {
-        SendBuf::Borrowed { ptr, len } => {
-            // SAFETY: the caller's send buffer holds `len` bytes at `ptr`.
-            SendBuf::Owned(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec())
-        }
-        owned => owned,
-    };
+    let data = send_from(st, buf, count, t)?.into_owned();
     check_tag(tag, false)?;
     let c = st.comm(comm)?.clone();
     let h = st.handle();
@@ -449,11 +445,7 @@ fn start_sendrecv_replace(
     rtag: c_int,
     comm: MPI_Comm,
 ) -> R<MPI_Request> {
-    let data = match send_from(st, buf, count, t)? {
-        // SAFETY: the caller's buffer holds `len` bytes at `ptr`.
-        SendBuf::Borrowed { ptr, len } => SendBuf::Owned(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()),
-        owned => owned,
-    };
+    let data = send_from(st, buf, count, t)?.into_owned();
     let c = st.comm(comm)?.clone();
     check_tag(stag, false)?;
     let w = st.handle();
