@@ -19,11 +19,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, Weak};
 
-use vm_memory::{Bytes, FileOffset, MmapRegion, VolatileMemory, VolatileSlice};
+use vm_memory::{FileOffset, MmapRegion, VolatileMemory};
 
+use ordered_copy::ordered_store;
 use thiserror::Error;
 
 /// Most distinct maps kept; advertised to QEMU as `max_dma_maps`.
@@ -219,7 +219,7 @@ impl DmaSpace {
     }
 
     /// Copies `data` into guest memory at `iova` in ascending address order
-    /// ([`ordered_store`]). Either every byte is written or none is.
+    /// ([`ordered_copy::ordered_store`]). Either every byte is written or none is.
     pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), DmaError> {
         if iova.checked_add(data.len() as u64).is_none() {
             return Err(DmaError::Unmapped(iova));
@@ -267,49 +267,6 @@ impl DmaSpace {
             at += n;
         }
         Ok(())
-    }
-}
-
-/// Stores `src` into `dst` (which starts at byte `base` of its mapping) in
-/// ascending address order, each store naturally aligned, at most 8 bytes
-/// wide, and a release store.
-///
-/// This is what makes a received packet honour MEMORY CHANNEL's ordering
-/// inside one packet: a guest that sees a word also sees every byte before
-/// it in the same packet (a block and the flag stored after it are often
-/// coalesced into one packet). A bulk copy gives no such promise: glibc's
-/// vector `memcpy` writes the first bytes last for mid-sized copies, so a
-/// reader polling the last word saw it before the first one. Release stores
-/// are plain `mov`s on x86 and keep the order on hosts with weaker memory
-/// models too; an aligned store of 8 bytes or less is never torn, so a
-/// guest's aligned 8-byte store arrives whole. Mappings are page aligned, so
-/// the alignment of `base + i` is the alignment of the host address.
-pub fn ordered_store(dst: &VolatileSlice<'_, ()>, base: usize, src: &[u8]) {
-    let mut i = 0;
-    let n = src.len().min(dst.len());
-    while i < n {
-        let left = n - i;
-        let at = base + i;
-        // Every store is inside `dst` and aligned (checked above), so the
-        // accessors cannot fail; they check again anyway.
-        let r = if at % 8 == 0 && left >= 8 {
-            let v = u64::from_ne_bytes(src[i..i + 8].try_into().unwrap());
-            i += 8;
-            dst.store(v, at - base, Ordering::Release)
-        } else if at % 4 == 0 && left >= 4 {
-            let v = u32::from_ne_bytes(src[i..i + 4].try_into().unwrap());
-            i += 4;
-            dst.store(v, at - base, Ordering::Release)
-        } else if at % 2 == 0 && left >= 2 {
-            let v = u16::from_ne_bytes(src[i..i + 2].try_into().unwrap());
-            i += 2;
-            dst.store(v, at - base, Ordering::Release)
-        } else {
-            let v = src[i];
-            i += 1;
-            dst.store(v, at - base, Ordering::Release)
-        };
-        debug_assert!(r.is_ok(), "ordered store at {at}: {r:?}");
     }
 }
 
@@ -379,57 +336,6 @@ mod tests {
         assert!(matches!(dma.map(0x10000, 0x1000, Some(dup(&ram)), 0xF800, true), Err(DmaError::BadMap(_))));
         dma.map(0x20000, 0x1000, None, 0, true).unwrap();
         assert_eq!(dma.write(0x20000, &[1]), Err(DmaError::NoBacking(0x20000)));
-    }
-
-    /// A reader polling the last word of each copy, in another mapping of
-    /// the same memory (as a guest does), never sees it before the words
-    /// below it: every word of a copy holds the round number, so a first
-    /// word older than the last word is a violation.
-    #[test]
-    fn writes_land_in_ascending_order_for_a_concurrent_reader() {
-        use std::sync::atomic::AtomicBool;
-        const LEN: usize = 1 << 16;
-        let ram = memfd(LEN as u64);
-        let dma = Arc::new(DmaSpace::new());
-        dma.map(0, LEN as u64, Some(dup(&ram)), 0, true).unwrap();
-        // The guest's view: its own mapping of the same memory.
-        let reader_map = map_file(dup(&ram), LEN).unwrap();
-        let guest = reader_map.get_slice(0, LEN).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        for size in [64usize, 1024, 2048, 4096, 8192] {
-            stop.store(false, Ordering::SeqCst);
-            let (d, halt) = (dma.clone(), stop.clone());
-            let writer = std::thread::spawn(move || {
-                let mut round = 0u64;
-                while !halt.load(Ordering::Relaxed) {
-                    round += 1;
-                    let block: Vec<u8> = (0..size / 8).flat_map(|_| round.to_ne_bytes()).collect();
-                    d.write(0x1000, &block).unwrap();
-                }
-                round
-            });
-            // Until the reader has seen enough distinct copies (or 5 s).
-            let (mut checks, mut violations, mut seen) = (0u64, 0u64, 0u64);
-            let mut last = 0;
-            let t0 = std::time::Instant::now();
-            while seen < 5000 && t0.elapsed() < std::time::Duration::from_secs(5) {
-                let flag: u64 = guest.load(0x1000 + size - 8, Ordering::Acquire).unwrap();
-                let first: u64 = guest.load(0x1000, Ordering::Acquire).unwrap();
-                checks += 1;
-                if first < flag {
-                    violations += 1;
-                }
-                if flag != last {
-                    seen += 1;
-                    last = flag;
-                }
-            }
-            stop.store(true, Ordering::SeqCst);
-            let rounds = writer.join().unwrap();
-            eprintln!("{size} B: {rounds} copies, {checks} checks, {seen} flags seen, {violations} violations");
-            assert_eq!(violations, 0, "{size}-byte copies: the last word was seen before the first");
-            assert!(seen >= 100, "{size}-byte copies: the reader saw only {seen} flags; the test checked nothing");
-        }
     }
 
     /// A map is only taken when the memory behind it cannot shrink under
