@@ -141,7 +141,7 @@ impl Hub {
         }
         adapter.set_uplink(Arc::new(LocalUplink { hub: self.shared.clone(), node, rt }));
         // Powered on with the cable plugged in: no link error to report.
-        port.dev.err_status_clear(device::regs::err::LINK_DOWN);
+        port.dev.err_status_clear(regs::err::LINK_DOWN);
         self.rejoin_local(node);
         let hub = self.clone();
         std::thread::Builder::new()

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use device::adapter::Shared as Device;
-use device::regs::err;
+use regs::err;
 use device::uplink::{AckReply, UplinkError, WritePacket};
 use link::{Msg, BROADCAST, FLAG_LOOPBACK};
 use tokio::sync::{mpsc, Notify};
