@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use device::adapter::Shared as Device;
-use regs::err;
 use device::uplink::{AckReply, UplinkError, WritePacket};
 use link::{Msg, BROADCAST, FLAG_LOOPBACK};
+use regs::err;
 use tokio::sync::{mpsc, Notify};
 use tracing::{debug, warn};
 
