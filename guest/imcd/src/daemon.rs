@@ -193,19 +193,26 @@ impl<'a, H: Hw> Daemon<'a, H> {
         unwatch(self.n, client, None);
     }
 
+    /// Region `id`, if client `client` holds it and `cred` may read it;
+    /// else the refusal (`NOTALLOC`, the directory's error, `PERMISSION`).
+    fn held_readable(&self, id: u32, cred: Cred, client: u64) -> Result<RegionDesc, Reply> {
+        if !self.holders.get(&id).is_some_and(|h| h.contains(&client)) {
+            return Err(Reply::error(Status::NotAlloc, format!("this process has not allocated region {id}")));
+        }
+        let r = self.region(id).map_err(|e| refusal(&e))?;
+        if !r.allows(cred, Access::Read) {
+            return Err(refusal(&RegionError::Permission(r.key)));
+        }
+        Ok(r)
+    }
+
     /// Client `client` watches region `id` ([`Request::Watch`]): only a
     /// region it holds and may read; this node receives it from now on.
     fn watch(&self, id: u32, cred: Cred, client: u64) -> (Reply, Option<File>) {
-        if !self.holders.get(&id).is_some_and(|h| h.contains(&client)) {
-            return (Reply::error(Status::NotAlloc, format!("this process has not allocated region {id}")), None);
-        }
-        let r = match self.region(id) {
+        let r = match self.held_readable(id, cred, client) {
             Ok(r) => r,
-            Err(e) => return (refusal(&e), None),
+            Err(refused) => return (refused, None),
         };
-        if !r.allows(cred, Access::Read) {
-            return (refusal(&RegionError::Permission(r.key)), None);
-        }
         // A store interrupts only where it is received.
         if let Err(e) = self.n.hw.receive(&r) {
             return (Reply::error(Status::NoMem, e), None);
@@ -468,16 +475,10 @@ impl<'a, H: Hw> Daemon<'a, H> {
     /// Region `id` received into client `client`'s DMA source area at
     /// `offset`: only a region it holds and may read.
     fn dma_land(&self, id: u32, offset: u64, cred: Cred, client: u64) -> Reply {
-        if !self.holders.get(&id).is_some_and(|h| h.contains(&client)) {
-            return Reply::error(Status::NotAlloc, format!("this process has not allocated region {id}"));
-        }
-        let r = match self.region(id) {
+        let r = match self.held_readable(id, cred, client) {
             Ok(r) => r,
-            Err(e) => return refusal(&e),
+            Err(refused) => return refused,
         };
-        if !r.allows(cred, Access::Read) {
-            return refusal(&RegionError::Permission(r.key));
-        }
         match self.n.hw.dma_land(client, &r, offset) {
             Ok(()) => Reply::Done,
             Err(e @ HwError::NoDma) => Reply::error(Status::NoDev, e),

@@ -123,12 +123,11 @@ impl<'a, H: Hw> Mapper<'a, H> {
     /// each interrupt it calls `woken` (the main thread's wake-up).
     pub fn run(mut self, stop: &AtomicBool, woken: &dyn Fn()) {
         let mut up = true;
-        let mut notified = Notified::default();
         while !stop.load(Ordering::Relaxed) {
+            let mut notified = Notified::default();
             let event = self.n.hw.wait_event(if up { TICK } else { DOWN_TICK }, &mut notified);
             // Watchers first: they wait on nothing else.
             self.n.watches.wake(&notified);
-            notified = Notified::default();
             up = self.tick();
             if event {
                 woken();
