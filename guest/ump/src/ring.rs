@@ -138,6 +138,14 @@ fn short_len(kind: u64) -> Option<usize> {
 
 /// Words of a multicast record after its header.
 const RECORD_WORDS: usize = 3;
+/// Over MEMORY CHANNEL, how long a consumer waits for the next chunk
+/// before it tells the producer how far it has read. Every index store is
+/// a trapped store and a packet; in a ping-pong the next message comes
+/// sooner than this, so the index goes only with every quarter ring read.
+/// The producer never needs it sooner to make progress: with at most a
+/// quarter of the ring unpublished, a chunk (at most half the ring and
+/// its header) always finds room once the consumer has read the rest.
+pub const LAZY_TAIL: Duration = Duration::from_micros(200);
 /// How often a waiting side sends its index again (and a consumer its
 /// repair request), in case the last store was lost.
 pub const REPAIR_EVERY: Duration = Duration::from_millis(100);
@@ -699,6 +707,8 @@ pub struct Consumer {
     published: u64,
     /// Looks by [`Consumer::peek`] that found nothing since the last read.
     empty_looks: u32,
+    /// Since when we have waited for the next chunk (None while reading).
+    idle_since: Option<Instant>,
     /// MEMORY CHANNEL: payloads are checked and repairs asked for.
     repair: bool,
     /// Repair requests made.
@@ -726,6 +736,7 @@ impl Consumer {
             resolver: None,
             published: 0,
             empty_looks: 0,
+            idle_since: None,
             repair,
             nacks: 0,
             doubt: None,
@@ -755,11 +766,12 @@ impl Consumer {
         }
     }
 
-    /// While we wait: our index again now and then (its last store may
-    /// have been lost, and the producer may be waiting for room), and the
-    /// repair request while a chunk fails its checks.
+    /// While we wait: our index (over MEMORY CHANNEL once we have waited
+    /// [`LAZY_TAIL`]), again now and then (its last store may have been
+    /// lost), and the repair request while a chunk fails its checks.
     fn service(&mut self) {
-        self.publish(true);
+        let idle = *self.idle_since.get_or_insert_with(Instant::now);
+        self.publish(!self.repair || idle.elapsed() >= LAZY_TAIL);
         if !self.repair || self.kicked.elapsed() < REPAIR_EVERY {
             return;
         }
@@ -1051,6 +1063,7 @@ impl Consumer {
         }
         self.tail += (HEADER + 8 * RECORD_WORDS) as u64;
         self.empty_looks = 0;
+        self.idle_since = None;
         self.publish(false);
         self.progress.store(len, std::sync::atomic::Ordering::Release);
         Ok(Ok(len))
@@ -1103,6 +1116,7 @@ impl Consumer {
         self.tail += (hdr + pad8(n)) as u64;
         self.doubt = None;
         self.empty_looks = 0;
+        self.idle_since = None;
         self.publish(false);
         Ok(())
     }
@@ -1768,6 +1782,26 @@ mod tests {
         assert_eq!(prod.free().unwrap(), 256 - footprint(256, 8), "the first empty poll publishes nothing");
         assert_eq!(cons.peek().unwrap(), None);
         assert_eq!(prod.free().unwrap(), 256, "the second gives the space back");
+    }
+
+    /// Over MEMORY CHANNEL (repair on) a waiting consumer keeps its index
+    /// to itself for [`LAZY_TAIL`]: a ping-pong's answer never pays for
+    /// it; the index goes once the consumer has waited that long.
+    #[test]
+    fn over_memory_channel_the_index_waits_a_little() {
+        let p = pair(256);
+        let mut prod = Producer::new(p.a.clone(), p.b.clone(), 256, SEED, copy(256, true));
+        let mut cons = seeded(Consumer::new(p.b.clone(), p.a.clone(), 256, true));
+        let mut buf = [0u8; 256];
+        prod.write(&msg(1, 8), &mut forever()).unwrap();
+        assert_eq!(cons.read(&mut buf, &mut forever()).unwrap(), 8);
+        for _ in 0..3 {
+            assert_eq!(cons.peek().unwrap(), None);
+        }
+        assert_eq!(prod.free().unwrap(), 256 - (SHORT_HEADER + 8), "no index store right after a read");
+        std::thread::sleep(LAZY_TAIL + Duration::from_millis(1));
+        assert_eq!(cons.peek().unwrap(), None);
+        assert_eq!(prod.free().unwrap(), 256, "the index goes once the consumer has waited");
     }
 
     #[test]
