@@ -425,4 +425,18 @@ mod tests {
         assert!(e.contains("auto, tap, mcast, off") && e.contains("ethernet"), "{e}");
         assert!(Config::parse("[guest]\nlan = 3").is_err());
     }
+
+    #[test]
+    fn adapters_setting_is_checked() {
+        assert!(Config::parse("[cluster]\nadapters = \"in-hub\"").unwrap().cluster.in_hub());
+        assert!(!Config::parse("[cluster]\nadapters = \"per-guest\"").unwrap().cluster.in_hub());
+        let e = Config::parse("[cluster]\nadapters = \"both\"").unwrap_err().to_string();
+        assert!(e.contains("in-hub or per-guest"), "{e}");
+        let e = Config::parse("[hub]\ntransport = \"tcp\"").unwrap_err().to_string();
+        assert!(e.contains("per-guest"), "{e}");
+        let e = Config::parse("[qemu]\nwrite_multiple = \"yes\"").unwrap_err().to_string();
+        assert!(e.contains("on, off or auto"), "{e}");
+        assert_eq!(Config::parse("[qemu]\nwrite_multiple = \"off\"").unwrap().qemu.write_multiple, "off");
+        assert_eq!(Config::parse("").unwrap().qemu.write_multiple, "auto");
+    }
 }

@@ -642,4 +642,12 @@ mod tests {
         let e = share_dir(run, Some(f.path()), "", cfg).unwrap_err().to_string();
         assert!(e.contains("is not a folder"), "{e}");
     }
+
+    #[test]
+    fn qemu_versions_parse() {
+        let v = parse_qemu_version("QEMU emulator version 10.2.2 (Debian 1:10.2.2+ds-1)\nCopyright").unwrap();
+        assert_eq!(v, (10, 2));
+        assert!(parse_qemu_version("no version here").is_err());
+        assert!(parse_qemu_version("QEMU emulator version x.y").is_err());
+    }
 }
