@@ -347,28 +347,43 @@ pub fn count_ok(n: c_int) -> R<u64> {
 }
 
 /// Stores `v` through the caller's pointer `p` (an `MPI_ERR_ARG` if null).
-pub(crate) fn put<T>(p: *mut T, v: T, what: &str) -> R<()> {
+///
+/// # Safety
+/// `p` is null or points to a writable `T` (alignment not needed), as the
+/// MPI standard requires of an output argument.
+pub(crate) unsafe fn put<T>(p: *mut T, v: T, what: &str) -> R<()> {
     nonnull(p, what)?;
-    // SAFETY: the MPI standard makes the caller pass a valid, writable
-    // object of this type for this output argument; `p` is not null.
+    // SAFETY: `p` is not null and points to a writable `T` (this
+    // function's contract).
     unsafe { p.write_unaligned(v) };
     Ok(())
 }
 
 /// Reads the caller's array of `n` values at `p`.
-pub(crate) fn array<T: Copy>(p: *const T, n: usize, what: &str) -> R<Vec<T>> {
+///
+/// # Safety
+/// When `n` > 0, `p` is null or points to `n` readable values of `T`
+/// (alignment not needed), as the MPI standard requires of an array
+/// argument.
+pub(crate) unsafe fn array<T: Copy>(p: *const T, n: usize, what: &str) -> R<Vec<T>> {
     if n == 0 {
         return Ok(Vec::new());
     }
     nonnull(p, what)?;
-    // SAFETY: the MPI standard makes the caller pass `n` valid values at
-    // `p` for this argument; `p` is not null.
+    // SAFETY: `p` is not null and points to `n` values (this function's
+    // contract).
     Ok((0..n).map(|i| unsafe { p.add(i).read_unaligned() }).collect())
 }
 
 /// Declares `PMPI_X` with the body given (a closure returning [`R`]), its
 /// error handling through communicator `comm` (`comm(c)`) or window `w`
 /// (`win(w)`), and its weak alias `MPI_X`.
+///
+/// The body runs in an unsafe block: it is the whole of an `unsafe extern
+/// "C"` function whose contract is the MPI standard's for each pointer
+/// argument, and what it does with them is call the helpers that read or
+/// write through a caller's pointer (`put`, `array`, `put_str`, `text`,
+/// `put_status`, ...), each an `unsafe fn` that says what it needs.
 #[macro_export]
 macro_rules! entry {
     ($mpi:ident / $pmpi:ident ( $($a:ident : $t:ty),* $(,)? ) $how:ident($c:expr) $body:block) => {
@@ -377,10 +392,19 @@ macro_rules! entry {
         /// # Safety
         /// Pointer arguments must be what the MPI standard requires.
         #[no_mangle]
+        #[allow(unused_unsafe, clippy::macro_metavars_in_unsafe)]
         pub unsafe extern "C" fn $pmpi($($a: $t),*) -> ::std::ffi::c_int {
             #[allow(clippy::redundant_closure_call)]
-            let r: $crate::ffi::R<()> = (|| $body)();
-            $crate::ret_through!($how, stringify!($mpi), $c, r)
+            let r: $crate::ffi::R<()> = (|| {
+                // SAFETY: the caller's pointer arguments are what the MPI
+                // standard requires of this call (this function's
+                // contract), which is what the helpers that read or write
+                // through them (`put`, `array`, `put_str`, ...) ask of them.
+                unsafe { $body }
+            })();
+            // SAFETY: as above (a window handle may be read through one).
+            let handler = unsafe { $c };
+            $crate::ret_through!($how, stringify!($mpi), handler, r)
         }
         $crate::weak_alias!($mpi, $pmpi);
     };

@@ -75,7 +75,11 @@ fn predefined(key: c_int, size: u32) -> Option<usize> {
     Some(r as *const c_int as usize)
 }
 
-fn create_keyval(copy: usize, delete: usize, extra: usize, out: *mut c_int) -> R<()> {
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn create_keyval(copy: usize, delete: usize, extra: usize, out: *mut c_int) -> R<()> {
     let k = with(|st| {
         st.attrs.next += 1;
         // Keyvals of our own start past the predefined attribute keys.
@@ -83,11 +87,17 @@ fn create_keyval(copy: usize, delete: usize, extra: usize, out: *mut c_int) -> R
         st.attrs.keyvals.insert(k, Keyval { copy, delete, extra, freed: false });
         Ok(k)
     })?;
-    put(out, k, "keyval")
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(out, k, "keyval") }
 }
 
-fn free_keyval(k: *mut c_int) -> R<()> {
-    let key = array(k as *const c_int, 1, "keyval")?[0];
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn free_keyval(k: *mut c_int) -> R<()> {
+    // SAFETY: the pointers are as this function's contract requires.
+    let key = unsafe { array(k as *const c_int, 1, "keyval") }?[0];
     with(|st| {
         match st.attrs.keyvals.get_mut(&key) {
             Some(kv) if !kv.freed => kv.freed = true,
@@ -96,7 +106,8 @@ fn free_keyval(k: *mut c_int) -> R<()> {
         forget_if_unused(st, key);
         Ok(())
     })?;
-    put(k, MPI_KEYVAL_INVALID, "keyval")
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(k, MPI_KEYVAL_INVALID, "keyval") }
 }
 
 /// Drops freed keyval `key` once no attribute uses it.
@@ -150,7 +161,11 @@ fn set_attr(obj: usize, key: c_int, value: usize) -> R<()> {
     })
 }
 
-fn get_attr(obj: usize, key: c_int, value: *mut c_void, flag: *mut c_int) -> R<()> {
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn get_attr(obj: usize, key: c_int, value: *mut c_void, flag: *mut c_int) -> R<()> {
     let found = with(|st| {
         if let Some(p) = super::win::predefined(st, obj, key) {
             return Ok(Some(p));
@@ -165,9 +180,11 @@ fn get_attr(obj: usize, key: c_int, value: *mut c_void, flag: *mut c_int) -> R<(
         }
         Ok(st.attrs.values.get(&obj).and_then(|l| l.iter().find(|e| e.0 == key)).map(|e| e.1))
     })?;
-    put(flag, found.is_some() as c_int, "flag")?;
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(flag, found.is_some() as c_int, "flag") }?;
     if let Some(v) = found {
-        put(value as *mut usize, v, "attribute_val")?;
+        // SAFETY: the pointers are as this function's contract requires.
+        unsafe { put(value as *mut usize, v, "attribute_val") }?;
     }
     Ok(())
 }

@@ -86,8 +86,13 @@ fn root_ok(st: &State, comm: MPI_Comm, root: c_int) -> R<u32> {
     }
 }
 
-fn ints(p: *const c_int, n: u32, what: &str) -> R<Vec<c_int>> {
-    array(p, n as usize, what)
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn ints(p: *const c_int, n: u32, what: &str) -> R<Vec<c_int>> {
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { array(p, n as usize, what) }
 }
 
 fn uniform(n: u32, count: c_int) -> (Vec<c_int>, Vec<c_int>) {
@@ -697,7 +702,11 @@ fn gather(
 collective!(MPI_Gather / PMPI_Gather, MPI_Igather / PMPI_Igather, MPI_Gather_init / PMPI_Gather_init,
     gather(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm));
 
-fn gatherv(
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn gatherv(
     st: &mut State,
     sbuf: *const c_void,
     scount: c_int,
@@ -710,7 +719,8 @@ fn gatherv(
     comm: MPI_Comm,
 ) -> R<Sched> {
     let root = Rooted::new(st, comm, root)?;
-    let layout = |n| Ok((ints(rcounts, n, "recvcounts")?, ints(displs, n, "displs")?));
+    // SAFETY: the pointers are as this function's contract requires.
+    let layout = |n| Ok((unsafe { ints(rcounts, n, "recvcounts") }?, unsafe { ints(displs, n, "displs") }?));
     let recv = root_layout(st, comm, root, rbuf as usize, layout, rtype)?;
     gather_sched(st, comm, root, sbuf, scount, stype, recv)
 }
@@ -755,7 +765,11 @@ fn scatter(
 collective!(MPI_Scatter / PMPI_Scatter, MPI_Iscatter / PMPI_Iscatter, MPI_Scatter_init / PMPI_Scatter_init,
     scatter(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, root: c_int, comm: MPI_Comm) comm(comm));
 
-fn scatterv(
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn scatterv(
     st: &mut State,
     sbuf: *const c_void,
     scounts: *const c_int,
@@ -768,7 +782,8 @@ fn scatterv(
     comm: MPI_Comm,
 ) -> R<Sched> {
     let root = Rooted::new(st, comm, root)?;
-    let layout = |n| Ok((ints(scounts, n, "sendcounts")?, ints(displs, n, "displs")?));
+    // SAFETY: the pointers are as this function's contract requires.
+    let layout = |n| Ok((unsafe { ints(scounts, n, "sendcounts") }?, unsafe { ints(displs, n, "displs") }?));
     let send = root_layout(st, comm, root, sbuf as usize, layout, stype)?;
     scatter_sched(st, comm, root, send, rbuf, rcount, rtype)
 }
@@ -830,7 +845,11 @@ fn allgather(
 collective!(MPI_Allgather / PMPI_Allgather, MPI_Iallgather / PMPI_Iallgather, MPI_Allgather_init / PMPI_Allgather_init,
     allgather(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm));
 
-fn allgatherv(
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn allgatherv(
     st: &mut State,
     sbuf: *const c_void,
     scount: c_int,
@@ -842,7 +861,8 @@ fn allgatherv(
     comm: MPI_Comm,
 ) -> R<Sched> {
     let n = remote_size(st, comm)?;
-    let (counts, displs) = (ints(rcounts, n, "recvcounts")?, ints(displs, n, "displs")?);
+    // SAFETY: the pointers are as this function's contract requires.
+    let (counts, displs) = (unsafe { ints(rcounts, n, "recvcounts") }?, unsafe { ints(displs, n, "displs") }?);
     allgather_sched(st, comm, sbuf, scount, stype, rbuf, &counts, &displs, rtype)
 }
 
@@ -887,7 +907,11 @@ fn alltoall(
 collective!(MPI_Alltoall / PMPI_Alltoall, MPI_Ialltoall / PMPI_Ialltoall, MPI_Alltoall_init / PMPI_Alltoall_init,
     alltoall(sbuf: *const c_void, scount: c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm));
 
-fn alltoallv(
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn alltoallv(
     st: &mut State,
     sbuf: *const c_void,
     scounts: *const c_int,
@@ -900,11 +924,25 @@ fn alltoallv(
     comm: MPI_Comm,
 ) -> R<Sched> {
     let n = remote_size(st, comm)?;
-    let recv = Buf::blocks(st, rbuf as usize, &ints(rcounts, n, "recvcounts")?, &ints(rdispls, n, "rdispls")?, rtype)?;
+    // SAFETY: the pointers are as this function's contract requires.
+    let recv = Buf::blocks(
+        st,
+        rbuf as usize,
+        &unsafe { ints(rcounts, n, "recvcounts") }?,
+        &unsafe { ints(rdispls, n, "rdispls") }?,
+        rtype,
+    )?;
     let send = if sbuf as usize == MPI_IN_PLACE {
         None
     } else {
-        Some(Buf::blocks(st, sbuf as usize, &ints(scounts, n, "sendcounts")?, &ints(sdispls, n, "sdispls")?, stype)?)
+        // SAFETY: the pointers are as this function's contract requires.
+        Some(Buf::blocks(
+            st,
+            sbuf as usize,
+            &unsafe { ints(scounts, n, "sendcounts") }?,
+            &unsafe { ints(sdispls, n, "sdispls") }?,
+            stype,
+        )?)
     };
     alltoall_sched(st, comm, send, recv)
 }
@@ -913,7 +951,12 @@ collective!(MPI_Alltoallv / PMPI_Alltoallv, MPI_Ialltoallv / PMPI_Ialltoallv, MP
     alltoallv(sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, stype: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rtype: MPI_Datatype, comm: MPI_Comm) comm(comm));
 
 /// Blocks of `counts[r]` items of `types[r]` at `displs[r]` bytes.
-fn wblocks(
+///
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn wblocks(
     st: &State,
     at: usize,
     n: u32,
@@ -922,13 +965,20 @@ fn wblocks(
     types: *const MPI_Datatype,
     what: &str,
 ) -> R<Vec<Buf>> {
-    let counts = ints(counts, n, &format!("{what}counts"))?;
-    let displs = ints(displs, n, &format!("{what}displs"))?;
-    let types = array(types, n as usize, &format!("{what}types"))?;
+    // SAFETY: the pointers are as this function's contract requires.
+    let counts = unsafe { ints(counts, n, &format!("{what}counts")) }?;
+    // SAFETY: the pointers are as this function's contract requires.
+    let displs = unsafe { ints(displs, n, &format!("{what}displs")) }?;
+    // SAFETY: the pointers are as this function's contract requires.
+    let types = unsafe { array(types, n as usize, &format!("{what}types")) }?;
     (0..n as usize).map(|r| Buf::new(st, at.wrapping_add_signed(displs[r] as isize), counts[r], types[r])).collect()
 }
 
-fn alltoallw(
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn alltoallw(
     st: &mut State,
     sbuf: *const c_void,
     scounts: *const c_int,
@@ -941,11 +991,13 @@ fn alltoallw(
     comm: MPI_Comm,
 ) -> R<Sched> {
     let n = remote_size(st, comm)?;
-    let recv = wblocks(st, rbuf as usize, n, rcounts, rdispls, rtypes, "recv")?;
+    // SAFETY: the pointers are as this function's contract requires.
+    let recv = unsafe { wblocks(st, rbuf as usize, n, rcounts, rdispls, rtypes, "recv") }?;
     let send = if sbuf as usize == MPI_IN_PLACE {
         None
     } else {
-        Some(wblocks(st, sbuf as usize, n, scounts, sdispls, stypes, "send")?)
+        // SAFETY: the pointers are as this function's contract requires.
+        Some(unsafe { wblocks(st, sbuf as usize, n, scounts, sdispls, stypes, "send") }?)
     };
     alltoall_sched(st, comm, send, recv)
 }
@@ -1066,7 +1118,11 @@ fn reduce_scatter_block(
 collective!(MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block, MPI_Ireduce_scatter_block / PMPI_Ireduce_scatter_block, MPI_Reduce_scatter_block_init / PMPI_Reduce_scatter_block_init,
     reduce_scatter_block(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) comm(comm));
 
-fn reduce_scatter(
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn reduce_scatter(
     st: &mut State,
     sbuf: *const c_void,
     rbuf: *mut c_void,
@@ -1076,7 +1132,8 @@ fn reduce_scatter(
     comm: MPI_Comm,
 ) -> R<Sched> {
     let n = st.comm(comm)?.size();
-    let counts = ints(counts, n, "recvcounts")?;
+    // SAFETY: the pointers are as this function's contract requires.
+    let counts = unsafe { ints(counts, n, "recvcounts") }?;
     reduce_scatter_sched(st, sbuf, rbuf, counts, t, op, comm)
 }
 

@@ -47,7 +47,12 @@ fn add_inter(st: &mut State, ctx: u32, ranks: Vec<u32>, rank: u32, remote: Vec<u
 /// agreement (each member reserves its proposal, so nothing else this
 /// process creates meanwhile proposes it); the communicator exists once
 /// the request completes.
-fn idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, req: *mut MPI_Request) -> R<()> {
+///
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, req: *mut MPI_Request) -> R<()> {
     nonnull(newcomm, "newcomm")?;
     nonnull(req, "request")?;
     let (h, r) = with(|st| {
@@ -72,8 +77,10 @@ fn idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, req: *mut MPI_Request) -> R<()> 
         Ok((h, coll::nonblocking(st, comm, s)?))
     })?;
     super::attr::copy_all(comm, h)?;
-    put(newcomm, h, "newcomm")?;
-    put(req, r, "request")
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(newcomm, h, "newcomm") }?;
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(req, r, "request") }
 }
 
 entry!(MPI_Comm_idup / PMPI_Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, req: *mut MPI_Request) comm(comm) {
@@ -378,14 +385,20 @@ pub(crate) fn errhandler_known(st: &State, h: MPI_Errhandler) -> R<()> {
 /// Registers user error handler `f` and stores its handle in `h`
 /// (`MPI_Comm_create_errhandler`, `MPI_Win_create_errhandler`: the two
 /// function types have the same shape).
-pub(crate) fn create_errhandler(f: Option<MPI_Comm_errhandler_function>, h: *mut MPI_Errhandler) -> R<()> {
+///
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+pub(crate) unsafe fn create_errhandler(f: Option<MPI_Comm_errhandler_function>, h: *mut MPI_Errhandler) -> R<()> {
     let Some(f) = f else { return err(MPI_ERR_ARG, "the handler function is NULL") };
     let e = with(|st| {
         let e = st.handle();
         st.errhandlers.insert(e, f);
         Ok(e)
     })?;
-    put(h, e, "errhandler")
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(h, e, "errhandler") }
 }
 
 entry!(MPI_Comm_set_errhandler / PMPI_Comm_set_errhandler(comm: MPI_Comm, h: MPI_Errhandler) comm(comm) {
@@ -435,7 +448,11 @@ entry!(MPI_Comm_get_name / PMPI_Comm_get_name(comm: MPI_Comm, name: *mut c_char,
     super::env::put_str(name, MPI_MAX_OBJECT_NAME as usize, &s, len)
 });
 
-fn add_group(ranks: Vec<u32>, out: *mut MPI_Group) -> R<()> {
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn add_group(ranks: Vec<u32>, out: *mut MPI_Group) -> R<()> {
     let h = with(|st| {
         if ranks.is_empty() {
             return Ok(MPI_GROUP_EMPTY);
@@ -444,7 +461,8 @@ fn add_group(ranks: Vec<u32>, out: *mut MPI_Group) -> R<()> {
         st.groups.insert(h, ranks);
         Ok(h)
     })?;
-    put(out, h, "newgroup")
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(out, h, "newgroup") }
 }
 
 fn group_of(g: MPI_Group) -> R<Vec<u32>> {
@@ -468,9 +486,15 @@ fn pick(g: &[u32], ranks: &[c_int]) -> R<Vec<u32>> {
 }
 
 /// The ranks of `n` (first, last, stride) triplets.
-fn ranges(p: *const [c_int; 3], n: c_int) -> R<Vec<c_int>> {
+///
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn ranges(p: *const [c_int; 3], n: c_int) -> R<Vec<c_int>> {
     let mut out = Vec::new();
-    for [first, last, stride] in array(p, count_ok(n)? as usize, "ranges")? {
+    // SAFETY: the pointers are as this function's contract requires.
+    for [first, last, stride] in unsafe { array(p, count_ok(n)? as usize, "ranges") }? {
         if stride == 0 {
             return err(MPI_ERR_ARG, "a range with stride 0");
         }

@@ -335,17 +335,22 @@ entry!(MPI_Is_thread_main / PMPI_Is_thread_main(flag: *mut c_int) comm(MPI_COMM_
 
 /// Copies `s` into the caller's `char` buffer of `cap` bytes, NUL ended,
 /// and stores the length (without the NUL) in `len`.
-pub(crate) fn put_str(dst: *mut c_char, cap: usize, s: &str, len: *mut c_int) -> R<()> {
+///
+/// # Safety
+/// `dst` is null or points to `cap` writable chars (the MPI_MAX_* constant
+/// of the call); `len` is null or points to a writable `int`.
+pub(crate) unsafe fn put_str(dst: *mut c_char, cap: usize, s: &str, len: *mut c_int) -> R<()> {
     nonnull(dst, "string buffer")?;
     let n = s.len().min(cap.saturating_sub(1));
-    // SAFETY: the caller passes a buffer of at least `cap` chars (the
-    // MPI_MAX_* constant of this call); n + 1 <= cap.
+    // SAFETY: `dst` is not null and holds `cap` chars (this function's
+    // contract); n + 1 <= cap.
     unsafe {
         std::ptr::copy_nonoverlapping(s.as_ptr(), dst as *mut u8, n);
         *dst.add(n) = 0;
     }
     if !len.is_null() {
-        put(len, n as c_int, "resultlen")?;
+        // SAFETY: `len` points to an `int` (this function's contract).
+        unsafe { put(len, n as c_int, "resultlen")? };
     }
     Ok(())
 }

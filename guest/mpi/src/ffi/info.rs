@@ -6,9 +6,13 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use super::*;
 use crate::entry;
 
-fn text(p: *const c_char, what: &str) -> R<String> {
+/// The caller's C string at `p` (an `MPI_ERR_ARG` if null).
+///
+/// # Safety
+/// `p` is null or points to a NUL-terminated string.
+unsafe fn text(p: *const c_char, what: &str) -> R<String> {
     nonnull(p, what)?;
-    // SAFETY: the caller passes a NUL-terminated string.
+    // SAFETY: `p` is not null and NUL-terminated (this function's contract).
     Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
@@ -106,8 +110,13 @@ entry!(MPI_Info_delete / PMPI_Info_delete(i: MPI_Info, key: *const c_char) comm(
     })
 });
 
-fn value_of(i: MPI_Info, key: *const c_char) -> R<Option<String>> {
-    let k = text(key, "key")?;
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn value_of(i: MPI_Info, key: *const c_char) -> R<Option<String>> {
+    // SAFETY: the pointers are as this function's contract requires.
+    let k = unsafe { text(key, "key") }?;
     with(|st| Ok(info(st, i)?.iter().find(|e| e.0 == k).map(|e| e.1.clone())))
 }
 

@@ -220,11 +220,17 @@ fn wait_one(st: &mut State, h: MPI_Request) -> R<MPI_Status> {
 }
 
 /// Stores a status unless the caller passed `MPI_STATUS_IGNORE`.
-fn put_status(p: *mut MPI_Status, s: MPI_Status) -> R<()> {
+///
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn put_status(p: *mut MPI_Status, s: MPI_Status) -> R<()> {
     if p as usize == MPI_STATUS_IGNORE {
         return Ok(());
     }
-    put(p, s, "status")
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(p, s, "status") }
 }
 
 /// Requests whose handle is inactive (null, or a persistent one not started).
@@ -356,7 +362,11 @@ entry!(MPI_Buffer_detach / PMPI_Buffer_detach(buf: *mut c_void, size: *mut c_int
     put(size, n as c_int, "size")
 });
 
-fn isend(
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn isend(
     buf: *const c_void,
     count: c_int,
     t: MPI_Datatype,
@@ -368,7 +378,8 @@ fn isend(
 ) -> R<()> {
     nonnull(req, "request")?;
     let h = with(|st| start_send(st, Recipe::Send(buf as usize, count, t, dest, tag, comm, sync)))?;
-    put(req, h, "request")
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(req, h, "request") }
 }
 
 entry!(MPI_Isend / PMPI_Isend(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {
@@ -555,11 +566,17 @@ fn finish_handle(st: &mut State, h: MPI_Request, wait: bool) -> R<(MPI_Status, M
 }
 
 /// Stores status `i` of an array unless `MPI_STATUSES_IGNORE`.
-fn put_status_at(p: *mut MPI_Status, i: usize, s: MPI_Status) -> R<()> {
+///
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn put_status_at(p: *mut MPI_Status, i: usize, s: MPI_Status) -> R<()> {
     if p as usize == MPI_STATUSES_IGNORE {
         return Ok(());
     }
-    put(p.wrapping_add(i), s, "statuses")
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(p.wrapping_add(i), s, "statuses") }
 }
 
 entry!(MPI_Waitall / PMPI_Waitall(n: c_int, reqs: *mut MPI_Request, statuses: *mut MPI_Status) comm(MPI_COMM_WORLD) {
@@ -667,7 +684,11 @@ entry!(MPI_Testany / PMPI_Testany(n: c_int, reqs: *mut MPI_Request, index: *mut 
     }
 });
 
-fn some(
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn some(
     n: c_int,
     reqs: *mut MPI_Request,
     outcount: *mut c_int,
@@ -676,7 +697,8 @@ fn some(
     block: bool,
 ) -> R<()> {
     let n = count_ok(n)? as usize;
-    let hs = array(reqs as *const MPI_Request, n, "requests")?;
+    // SAFETY: the pointers are as this function's contract requires.
+    let hs = unsafe { array(reqs as *const MPI_Request, n, "requests") }?;
     let got = with(|st| {
         let mut idle = 0;
         loop {
@@ -697,12 +719,17 @@ fn some(
             backoff(&mut idle);
         }
     })?;
-    let Some(got) = got else { return put(outcount, MPI_UNDEFINED, "outcount") };
-    put(outcount, got.len() as c_int, "outcount")?;
+    // SAFETY: the pointers are as this function's contract requires.
+    let Some(got) = got else { return unsafe { put(outcount, MPI_UNDEFINED, "outcount") } };
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(outcount, got.len() as c_int, "outcount") }?;
     for (k, (i, s, nh)) in got.into_iter().enumerate() {
-        put(reqs.wrapping_add(i), nh, "requests")?;
-        put(indices.wrapping_add(k), i as c_int, "indices")?;
-        put_status_at(statuses, k, s)?;
+        // SAFETY: the pointers are as this function's contract requires.
+        unsafe { put(reqs.wrapping_add(i), nh, "requests") }?;
+        // SAFETY: the pointers are as this function's contract requires.
+        unsafe { put(indices.wrapping_add(k), i as c_int, "indices") }?;
+        // SAFETY: the pointers are as this function's contract requires.
+        unsafe { put_status_at(statuses, k, s) }?;
     }
     Ok(())
 }
@@ -763,7 +790,11 @@ entry!(MPI_Get_elements / PMPI_Get_elements(status: *const MPI_Status, t: MPI_Da
     put(count, n, "count")
 });
 
-fn persistent(req: *mut MPI_Request, r: Recipe) -> R<()> {
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn persistent(req: *mut MPI_Request, r: Recipe) -> R<()> {
     nonnull(req, "request")?;
     let h = with(|st| {
         let h = st.handle();
@@ -779,7 +810,8 @@ fn persistent(req: *mut MPI_Request, r: Recipe) -> R<()> {
         st.reqs.insert(h, Pending { persistent: Some(r), ..Pending::new(None, comm, None, None) });
         Ok(h)
     })?;
-    put(req, h, "request")
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(req, h, "request") }
 }
 
 entry!(MPI_Send_init / PMPI_Send_init(buf: *const c_void, count: c_int, t: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, req: *mut MPI_Request) comm(comm) {

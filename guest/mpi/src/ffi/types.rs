@@ -135,7 +135,12 @@ fn type_err(e: DatatypeError) -> MpiErr {
 }
 
 /// Registers a new datatype and stores its handle.
-fn add(out: *mut MPI_Datatype, t: Result<Datatype, DatatypeError>) -> R<()> {
+///
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn add(out: *mut MPI_Datatype, t: Result<Datatype, DatatypeError>) -> R<()> {
     nonnull(out, "newtype")?;
     let t = t.map_err(type_err)?;
     let h = with(|st| {
@@ -143,19 +148,30 @@ fn add(out: *mut MPI_Datatype, t: Result<Datatype, DatatypeError>) -> R<()> {
         st.types.insert(h, Arc::new(t));
         Ok(h)
     })?;
-    put(out, h, "newtype")
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(out, h, "newtype") }
 }
 
 fn old(t: MPI_Datatype) -> R<Arc<Datatype>> {
     with(|st| st.dtype(t))
 }
 
-fn i64s(p: *const c_int, n: c_int, what: &str) -> R<Vec<i64>> {
-    Ok(array(p, count_ok(n)? as usize, what)?.into_iter().map(i64::from).collect())
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn i64s(p: *const c_int, n: c_int, what: &str) -> R<Vec<i64>> {
+    // SAFETY: the pointers are as this function's contract requires.
+    Ok(unsafe { array(p, count_ok(n)? as usize, what) }?.into_iter().map(i64::from).collect())
 }
 
-fn aints(p: *const MPI_Aint, n: c_int, what: &str) -> R<Vec<i64>> {
-    Ok(array(p, count_ok(n)? as usize, what)?.into_iter().map(|x| x as i64).collect())
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn aints(p: *const MPI_Aint, n: c_int, what: &str) -> R<Vec<i64>> {
+    // SAFETY: the pointers are as this function's contract requires.
+    Ok(unsafe { array(p, count_ok(n)? as usize, what) }?.into_iter().map(|x| x as i64).collect())
 }
 
 entry!(MPI_Type_contiguous / PMPI_Type_contiguous(count: c_int, t: MPI_Datatype, newtype: *mut MPI_Datatype) comm(MPI_COMM_WORLD) {

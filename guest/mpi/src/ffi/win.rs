@@ -330,17 +330,27 @@ fn map_shared(st: &mut State, comm: MPI_Comm, ctx: u32, sizes: &[u64]) -> R<(usi
     Ok((base, len, offs.iter().map(|&o| base + o as usize).collect()))
 }
 
-fn store_base(baseptr: *mut c_void, base: usize) -> R<()> {
-    put(baseptr as *mut usize, base, "baseptr")
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn store_base(baseptr: *mut c_void, base: usize) -> R<()> {
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(baseptr as *mut usize, base, "baseptr") }
 }
 
-fn new_window(comm: MPI_Comm, m: Make, shared: bool, win_out: *mut MPI_Win) -> R<usize> {
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn new_window(comm: MPI_Comm, m: Make, shared: bool, win_out: *mut MPI_Win) -> R<usize> {
     nonnull(win_out, "win")?;
     let (h, base) = with(|st| {
         let h = create(st, comm, m, shared)?;
         Ok((h, win(st, h)?.base))
     })?;
-    put(win_out, h, "win")?;
+    // SAFETY: the pointers are as this function's contract requires.
+    unsafe { put(win_out, h, "win") }?;
     Ok(base)
 }
 
@@ -620,7 +630,11 @@ fn request(st: &mut State, w: MPI_Win, reply: Option<u64>) -> R<MPI_Request> {
 /// what queues for a slow target stays bounded.
 const QUEUE_LIMIT: usize = 256;
 
-fn op_put(o: Op, w: MPI_Win, req: Option<*mut MPI_Request>, what: What) -> R<()> {
+/// # Safety
+/// Every pointer argument is null or points to what the MPI standard
+/// requires of the argument of the same name in the calling function
+/// (see [`put`](crate::ffi::put) and [`array`](crate::ffi::array)).
+unsafe fn op_put(o: Op, w: MPI_Win, req: Option<*mut MPI_Request>, what: What) -> R<()> {
     let h = with(|st| {
         let to = (o.rank >= 0).then(|| win(st, w).ok().and_then(|x| x.ranks.get(o.rank as usize).copied())).flatten();
         let r = issue(st, w, o, what)?;
@@ -635,7 +649,8 @@ fn op_put(o: Op, w: MPI_Win, req: Option<*mut MPI_Request>, what: What) -> R<()>
         }
     })?;
     match (req, h) {
-        (Some(p), Some(h)) => put(p, h, "request"),
+        // SAFETY: the pointers are as this function's contract requires.
+        (Some(p), Some(h)) => unsafe { put(p, h, "request") },
         _ => Ok(()),
     }
 }
