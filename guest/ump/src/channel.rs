@@ -90,9 +90,9 @@ pub enum ChanError {
     /// We closed it.
     #[error("the channel was closed")]
     ClosedHere,
-    /// The ring is corrupt.
-    #[error("channel buffer corrupt: {0}")]
-    Corrupt(String),
+    /// The ring is corrupt (what was found, or lost for good).
+    #[error("{0}")]
+    Corrupt(RingError),
     /// The message does not fit the buffer.
     #[error("the message ({0} bytes) does not fit the buffer")]
     TooBig(usize),
@@ -244,15 +244,14 @@ impl Channel {
         let mut why = None;
         let r = op(&mut || {
             self.stop_reason(deadline, closed).map_err(|e| {
-                let text = e.to_string();
                 why = Some(e);
-                text
+                ring::Stop
             })
         });
         r.map_err(|e| match e {
-            RingError::Corrupt(s) => ChanError::Corrupt(s),
             RingError::TooBig(n) => ChanError::TooBig(n),
-            RingError::Stopped(s) => why.take().unwrap_or(ChanError::Corrupt(s)),
+            RingError::Stopped => why.take().unwrap_or(ChanError::Corrupt(RingError::Stopped)),
+            corrupt => ChanError::Corrupt(corrupt),
         })
     }
 
@@ -353,7 +352,7 @@ impl Channel {
             return Ok(0);
         }
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        tx.free().map_err(|e| ChanError::Corrupt(e.to_string()))
+        tx.free().map_err(ChanError::Corrupt)
     }
 
     /// The longest message that can be written now without waiting (0
