@@ -83,7 +83,7 @@ fn code(e: &UmpError) -> i32 {
         UmpError::TooMany(_) => UMP_ETOOMANY,
         UmpError::Busy(_) => UMP_EBUSY,
         UmpError::NoTransport(_) => UMP_ENOTRANSPORT,
-        UmpError::Os(_) => UMP_EOS,
+        UmpError::Os { .. } | UmpError::Mem { .. } => UMP_EOS,
         UmpError::Channel(c) => match c {
             ChanError::Closed(_) | ChanError::ClosedHere => UMP_ECLOSED,
             ChanError::PeerDead(_) => UMP_EPEERDEAD,

@@ -7,7 +7,7 @@ use crate::channel::ChanError;
 use crate::config::ConfigError;
 
 /// Why a UMP call failed.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Debug, Error)]
 pub enum UmpError {
     /// `init` was not called (or `exit` was).
     #[error("ump_init has not been called")]
@@ -31,9 +31,29 @@ pub enum UmpError {
     /// The channel failed.
     #[error(transparent)]
     Channel(#[from] ChanError),
-    /// The operating system said no.
-    #[error("{0}")]
-    Os(String),
+    /// The operating system said no (`what` we asked it for).
+    #[error("{what}: {source}")]
+    Os {
+        /// What was asked (a path, a call).
+        what: String,
+        /// What it said.
+        source: std::io::Error,
+    },
+    /// A mapping of shared memory failed (`what`: the file mapped).
+    #[error("{what}: {source}")]
+    Mem {
+        /// The file mapped.
+        what: String,
+        /// Why.
+        source: guest_mem::MemError,
+    },
+}
+
+impl UmpError {
+    /// An operating system error while doing `what`.
+    pub fn os(what: impl std::fmt::Display, source: impl Into<std::io::Error>) -> UmpError {
+        UmpError::Os { what: what.to_string(), source: source.into() }
+    }
 }
 
 impl From<ConfigError> for UmpError {

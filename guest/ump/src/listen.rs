@@ -98,7 +98,7 @@ pub(crate) fn notify_listener(st: &State, local: u64, remote: u64) -> Result<(),
         .truncate(false)
         .write(true)
         .open(format!("/run/ump-inbox-{remote:016x}.lock"))
-        .map_err(|e| UmpError::Os(e.to_string()))?;
+        .map_err(|e| UmpError::os(format!("/run/ump-inbox-{remote:016x}.lock"), e))?;
     let held = lock_file(&lock)?;
     let base = (st.node as usize % 64) * INBOX_PER_NODE;
     let slots: Vec<usize> = (base..base + INBOX_PER_NODE).collect();
@@ -131,7 +131,7 @@ pub(crate) fn notify_listener(st: &State, local: u64, remote: u64) -> Result<(),
 pub fn listen(local: u64, want: Want) -> Result<(), UmpError> {
     with(|st| {
         if want != Want::Mc {
-            std::fs::create_dir_all(listen_dir(local)).map_err(|e| UmpError::Os(e.to_string()))?;
+            std::fs::create_dir_all(listen_dir(local)).map_err(|e| UmpError::os(listen_dir(local).display(), e))?;
             announce(local);
         }
         if want != Want::Shm {

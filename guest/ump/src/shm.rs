@@ -28,13 +28,12 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
 /// An exclusive `flock` on `f` (on its open file description), held
 /// until the returned guard drops.
 pub(crate) fn lock_file(f: &std::fs::File) -> Result<nix::fcntl::Flock<std::fs::File>, UmpError> {
-    let dup = f.try_clone().map_err(|e| UmpError::Os(format!("flock: {e}")))?;
-    nix::fcntl::Flock::lock(dup, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| UmpError::Os(format!("flock: {e}")))
+    let dup = f.try_clone().map_err(|e| UmpError::os("flock", e))?;
+    nix::fcntl::Flock::lock(dup, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| UmpError::os("flock", e))
 }
 
 fn os(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> UmpError {
-    move |e| UmpError::Os(format!("{what}: {e}"))
+    move |e| UmpError::os(what, e)
 }
 
 /// Opens our side of the shared-memory channel (local, remote).
@@ -65,9 +64,9 @@ pub(crate) fn open_shm(st: &State, local: u64, remote: u64) -> Result<Arc<Channe
     }
     let map = Arc::new(
         Mapping::<ReadWrite>::from_file(f.try_clone().map_err(os(path.display()))?, 0, 2 * half_len)
-            .map_err(|e| UmpError::Os(format!("{}: {e}", path.display())))?,
+            .map_err(|e| UmpError::Mem { what: path.display().to_string(), source: e })?,
     );
-    let bad = |e: guest_mem::MemError| UmpError::Os(e.to_string());
+    let bad = |e| UmpError::Mem { what: path.display().to_string(), source: e };
     let mine = Local::new(map.clone(), side * half_len, half_len).map_err(bad)?;
     let theirs = Local::new(map.clone(), (1 - side) * half_len, half_len).map_err(bad)?;
     if !fresh {

@@ -35,7 +35,7 @@ pub fn listen_waker(local: u64) -> Result<ListenWaker, UmpError> {
         if !st.listening.contains_key(&local) {
             return Err(UmpError::Invalid(format!("handle {local:#x} is not listening (call ump_listen first)")));
         }
-        let os = |what: &str, e: nix::Error| UmpError::Os(format!("{what}: {e}"));
+        let os = |what: &str, e: nix::Error| UmpError::os(what, e);
         let folder = listen_dir(local);
         let folder = if folder.is_dir() {
             let ino = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map_err(|e| os("inotify", e))?;
