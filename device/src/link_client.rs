@@ -20,18 +20,29 @@ pub enum HubAddr {
     Tcp(String),
 }
 
+/// Why a hub address does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddrError {
+    /// `tcp:` without a `HOST:PORT` after it.
+    #[error("'{0}' is not tcp:HOST:PORT")]
+    NotHostPort(String),
+    /// Nothing (or only `unix:`).
+    #[error("empty hub address")]
+    Empty,
+}
+
 impl HubAddr {
     /// Parses `unix:PATH`, `tcp:HOST:PORT` or a bare path.
-    pub fn parse(s: &str) -> Result<HubAddr, String> {
+    pub fn parse(s: &str) -> Result<HubAddr, AddrError> {
         if let Some(a) = s.strip_prefix("tcp:") {
             if a.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none() {
-                return Err(format!("'{s}' is not tcp:HOST:PORT"));
+                return Err(AddrError::NotHostPort(s.to_string()));
             }
             return Ok(HubAddr::Tcp(a.to_string()));
         }
         let p = s.strip_prefix("unix:").unwrap_or(s);
         if p.is_empty() {
-            return Err("empty hub address".into());
+            return Err(AddrError::Empty);
         }
         Ok(HubAddr::Unix(PathBuf::from(p)))
     }
@@ -222,9 +233,10 @@ mod tests {
         assert_eq!(HubAddr::parse("/run/hub.sock").unwrap(), HubAddr::Unix("/run/hub.sock".into()));
         assert_eq!(HubAddr::parse("unix:/x").unwrap(), HubAddr::Unix("/x".into()));
         assert_eq!(HubAddr::parse("tcp:127.0.0.1:7000").unwrap(), HubAddr::Tcp("127.0.0.1:7000".into()));
-        assert!(HubAddr::parse("tcp:127.0.0.1").is_err());
-        assert!(HubAddr::parse("tcp:host:notaport").is_err());
-        assert!(HubAddr::parse("").is_err());
+        assert_eq!(HubAddr::parse("tcp:127.0.0.1"), Err(AddrError::NotHostPort("tcp:127.0.0.1".into())));
+        assert!(matches!(HubAddr::parse("tcp:host:notaport"), Err(AddrError::NotHostPort(_))));
+        assert_eq!(HubAddr::parse(""), Err(AddrError::Empty));
+        assert_eq!(HubAddr::parse("unix:"), Err(AddrError::Empty));
         assert_eq!(HubAddr::parse("tcp:[::1]:9").unwrap().to_string(), "tcp:[::1]:9");
     }
 }

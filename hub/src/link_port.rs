@@ -201,7 +201,7 @@ where
     // Join: choose a port, send Welcome, announce to the others.
     let (node, mut rx, port) = match join_link(&shared, want, &name) {
         Ok(j) => j,
-        Err(reason) => return refuse(&shared, &mut w, &reason).await,
+        Err(reason) => return refuse(&shared, &mut w, &reason.to_string()).await,
     };
     let stats = port.stats.clone();
     let out_port = port.clone();
@@ -306,8 +306,47 @@ where
     result
 }
 
+/// Why the hub refused an adapter a port (sent to it in `Refuse`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JoinError {
+    /// The node id asked for is past the hub's ports.
+    #[error("node id {want} is outside this hub's {max} ports")]
+    Outside {
+        /// The node id asked for.
+        want: u16,
+        /// The hub's ports.
+        max: usize,
+    },
+    /// Another adapter holds the node id asked for.
+    #[error("node id {want} is already taken by '{by}'")]
+    Taken {
+        /// The node id asked for.
+        want: u16,
+        /// The name of the adapter that holds it.
+        by: String,
+    },
+    /// The hub holds that node's link down (`link-down`).
+    #[error("link of node {want} is held down by the hub")]
+    HeldDown {
+        /// The node id asked for.
+        want: u16,
+    },
+    /// The node id is one of the hub's local ports.
+    #[error("node id {want} is a local port of this hub")]
+    Local {
+        /// The node id asked for.
+        want: u16,
+    },
+    /// No port is free.
+    #[error("hub is full ({max} ports)")]
+    Full {
+        /// The hub's ports.
+        max: usize,
+    },
+}
+
 /// Chooses a node id for a link port, announces it and queues its `Welcome`.
-fn join_link(shared: &Shared, want: u16, name: &str) -> Result<(u16, mpsc::Receiver<Frame>, Arc<PortCtl>), String> {
+fn join_link(shared: &Shared, want: u16, name: &str) -> Result<(u16, mpsc::Receiver<Frame>, Arc<PortCtl>), JoinError> {
     let mut guard = shared.state.lock().unwrap();
     let st = &mut *guard;
     let (held_down, local) = {
@@ -317,20 +356,16 @@ fn join_link(shared: &Shared, want: u16, name: &str) -> Result<(u16, mpsc::Recei
     let max = shared.cfg.max_nodes;
     let node = if want != ANY_NODE {
         match st.ports.get(want as usize) {
-            None => return Err(format!("node id {want} is outside this hub's {max} ports")),
-            Some(Some(p)) => return Err(format!("node id {want} is already taken by '{}'", p.ctl.name)),
-            Some(None) if held_down[want as usize] => {
-                return Err(format!("link of node {want} is held down by the hub"))
-            }
-            Some(None) if local[want as usize] => return Err(format!("node id {want} is a local port of this hub")),
+            None => return Err(JoinError::Outside { want, max }),
+            Some(Some(p)) => return Err(JoinError::Taken { want, by: p.ctl.name.clone() }),
+            Some(None) if held_down[want as usize] => return Err(JoinError::HeldDown { want }),
+            Some(None) if local[want as usize] => return Err(JoinError::Local { want }),
             Some(None) => want,
         }
     } else {
         let free = |i: usize| st.ports[i].is_none() && !held_down[i] && !local[i];
         let sticky = st.names.get(name).copied().filter(|&i| free(i as usize));
-        sticky
-            .or_else(|| (0..max).find(|&i| free(i)).map(|i| i as u16))
-            .ok_or_else(|| format!("hub is full ({max} ports)"))?
+        sticky.or_else(|| (0..max).find(|&i| free(i)).map(|i| i as u16)).ok_or(JoinError::Full { max })?
     };
     st.remember_name(name, node);
     let (tx, rx) = mpsc::channel(shared.cfg.queue_depth.max(2) + MEMBER_ROOM);
