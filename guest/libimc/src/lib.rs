@@ -110,7 +110,7 @@ pub fn code_of(status: Status) -> i32 {
 
 /// Runs `f` with this process's state (connecting on first use); records
 /// the message of a failure for `imc_errmsg`.
-fn with<T>(f: impl FnOnce(&mut State, &Imc) -> Result<T, (i32, String)>) -> Result<T, i32> {
+fn with<T>(f: impl FnOnce(&mut State, &Imc) -> Result<T, Failure>) -> Result<T, i32> {
     let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
     let st = guard.get_or_insert_with(State::default);
     if st.pid != std::process::id() {
@@ -130,22 +130,67 @@ fn with<T>(f: impl FnOnce(&mut State, &Imc) -> Result<T, (i32, String)>) -> Resu
     let imc = st.imc.take().expect("connected above");
     let r = f(st, &imc);
     st.imc = Some(imc);
-    r.map_err(|(code, msg)| {
-        st.errmsg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-        code
+    r.map_err(|e| {
+        st.errmsg = CString::new(e.to_string().replace('\0', " ")).unwrap_or_default();
+        e.code()
     })
 }
 
-fn fail(e: ImcError) -> (i32, String) {
-    match &e {
-        ImcError::Refused { code, .. } => (code_of(*code), e.to_string()),
-        ImcError::NoDaemon(..) => (IMC_NODAEMON, e.to_string()),
-        _ => (IMC_FAIL, e.to_string()),
+/// Why a call failed: [`Failure::code`] is what it returns, the text what
+/// `imc_errmsg` gives afterwards.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// imcd refused, or could not be reached.
+    #[error(transparent)]
+    Imc(#[from] ImcError),
+    /// A transmit DMA could not be started or failed.
+    #[error(transparent)]
+    Dma(#[from] DmaError),
+    /// An argument the call does not take (the text says which).
+    #[error("{0}")]
+    Invalid(String),
+    /// `imc_asdetach` of a region this process has not attached.
+    #[error("imc_asdetach: region {0} is not attached")]
+    NotAttached(c_int),
+    /// A lock call on a set this process has not allocated.
+    #[error("{call}: no lock set {id} here")]
+    NoLockSet { call: &'static str, id: c_int },
+    /// The lock stayed held by another process.
+    #[error("imc_lkacquire: lock {lock} of set {id} is held{}: {last}", gave_up(.waited))]
+    LockBusy { lock: c_int, id: c_int, waited: Option<Duration>, last: String },
+    /// `imc_dma_test` of a transfer still in flight.
+    #[error("imc_dma_test: the transfer is in flight")]
+    InFlight,
+}
+
+fn gave_up(waited: &Option<Duration>) -> String {
+    waited.map(|w| format!(" (gave up after {w:?})")).unwrap_or_default()
+}
+
+impl Failure {
+    /// The call's return code.
+    fn code(&self) -> i32 {
+        match self {
+            Failure::Imc(ImcError::Refused { code, .. }) => code_of(*code),
+            Failure::Imc(ImcError::NoDaemon(..)) => IMC_NODAEMON,
+            Failure::Imc(_) => IMC_FAIL,
+            Failure::Dma(e) => match e {
+                DmaError::Range { .. } | DmaError::BadLength(_) | DmaError::NotInArea => IMC_INVALID,
+                DmaError::Full(_) => IMC_DMA_FULL,
+                DmaError::Failed { .. } | DmaError::Dropped { .. } | DmaError::Overwritten(_) => IMC_DMA_FAILED,
+                DmaError::Timeout { .. } => IMC_DMA_PENDING,
+                DmaError::Lock(_) | DmaError::Mem(_) => IMC_FAIL,
+            },
+            Failure::Invalid(_) => IMC_INVALID,
+            Failure::NotAttached(_) | Failure::NoLockSet { .. } => IMC_NOTALLOC,
+            Failure::LockBusy { .. } => IMC_LOCKBUSY,
+            Failure::InFlight => IMC_DMA_PENDING,
+        }
     }
 }
 
-fn invalid(msg: impl Into<String>) -> (i32, String) {
-    (IMC_INVALID, msg.into())
+fn invalid(msg: impl Into<String>) -> Failure {
+    Failure::Invalid(msg.into())
 }
 
 fn rc(r: Result<(), i32>) -> c_int {
@@ -166,9 +211,13 @@ pub unsafe extern "C" fn imc_asalloc(key: c_long, size: usize, perm: c_int, flag
         if size == 0 || flag & !(IMC_COHERENT | IMC_EXCL) != 0 {
             return Err(invalid(format!("imc_asalloc: size {size}, flag {flag:#x}")));
         }
-        let (rid, ..) = imc
-            .asalloc_flags(key as u64, size as u64, perm as u32 & 0o777, flag & IMC_EXCL != 0, flag & IMC_COHERENT != 0)
-            .map_err(fail)?;
+        let (rid, ..) = imc.asalloc_flags(
+            key as u64,
+            size as u64,
+            perm as u32 & 0o777,
+            flag & IMC_EXCL != 0,
+            flag & IMC_COHERENT != 0,
+        )?;
         // SAFETY: checked non-null; the caller passes a pointer to an imc_asid_t.
         unsafe { *id = rid as c_int };
         Ok(())
@@ -200,7 +249,7 @@ pub unsafe extern "C" fn imc_asattach(
         if share != IMC_SHARED || flag & !IMC_LOOPBACK != 0 || (!transmit && flag != 0) {
             return Err(invalid(format!("imc_asattach: share {share}, flag {flag:#x}")));
         }
-        let m = imc.asattach(id as u32, transmit, flag & IMC_LOOPBACK != 0).map_err(fail)?;
+        let m = imc.asattach(id as u32, transmit, flag & IMC_LOOPBACK != 0)?;
         // SAFETY: checked non-null; the caller passes a pointer to a caddr_t.
         unsafe { *addr = m.as_ptr().cast() };
         st.maps.entry(id).or_default().push(m);
@@ -216,7 +265,7 @@ pub extern "C" fn imc_asdetach(id: c_int) -> c_int {
             st.targets.remove(&id);
             Ok(())
         }
-        None => Err((IMC_NOTALLOC, format!("imc_asdetach: region {id} is not attached"))),
+        None => Err(Failure::NotAttached(id)),
     }))
 }
 
@@ -227,7 +276,7 @@ pub extern "C" fn imc_asdealloc(id: c_int) -> c_int {
     rc(with(|st, imc| {
         st.maps.remove(&id);
         st.targets.remove(&id);
-        imc.asdealloc(id as u32).map_err(fail)
+        imc.asdealloc(id as u32).map_err(Failure::from)
     }))
 }
 
@@ -257,7 +306,7 @@ pub unsafe extern "C" fn imc_lkalloc(
         if flag & IMC_EXCL != 0 && flag & IMC_CREATOR == 0 {
             return Err(invalid("imc_lkalloc: exclusive creation is IMC_CREATOR"));
         }
-        let (set, _) = imc.lkalloc(key as u64, n as u32, perm as u32 & 0o777, flag & IMC_CREATOR != 0).map_err(fail)?;
+        let (set, _) = imc.lkalloc(key as u64, n as u32, perm as u32 & 0o777, flag & IMC_CREATOR != 0)?;
         // SAFETY: checked non-null.
         unsafe {
             *nlocks = set.nlocks as c_int;
@@ -288,7 +337,7 @@ fn lockwait_limit() -> Duration {
 #[no_mangle]
 pub extern "C" fn imc_lkacquire(id: c_int, lock: c_int, retries: c_int, flag: c_int) -> c_int {
     rc(with(|st, _| {
-        let set = st.locks.get(&id).ok_or_else(|| (IMC_NOTALLOC, format!("imc_lkacquire: no lock set {id} here")))?;
+        let set = st.locks.get(&id).ok_or(Failure::NoLockSet { call: "imc_lkacquire", id })?;
         if lock < 0 {
             return Err(invalid(format!("imc_lkacquire: lock {lock}")));
         }
@@ -308,11 +357,10 @@ pub extern "C" fn imc_lkacquire(id: c_int, lock: c_int, retries: c_int, flag: c_
             match set.acquire(lock as u32, try_for) {
                 Ok(()) => return Ok(()),
                 Err(ImcError::Refused { code: Status::Timeout, message }) => last = message,
-                Err(e) => return Err(fail(e)),
+                Err(e) => return Err(e.into()),
             }
         }
-        let waited = if wait { format!(" (gave up after {:?})", lockwait_limit()) } else { String::new() };
-        Err((IMC_LOCKBUSY, format!("imc_lkacquire: lock {lock} of set {id} is held{waited}: {last}")))
+        Err(Failure::LockBusy { lock, id, waited: wait.then(lockwait_limit), last })
     }))
 }
 
@@ -320,11 +368,11 @@ pub extern "C" fn imc_lkacquire(id: c_int, lock: c_int, retries: c_int, flag: c_
 #[no_mangle]
 pub extern "C" fn imc_lkrelease(id: c_int, lock: c_int) -> c_int {
     rc(with(|st, _| {
-        let set = st.locks.get(&id).ok_or_else(|| (IMC_NOTALLOC, format!("imc_lkrelease: no lock set {id} here")))?;
+        let set = st.locks.get(&id).ok_or(Failure::NoLockSet { call: "imc_lkrelease", id })?;
         if lock < 0 {
             return Err(invalid(format!("imc_lkrelease: lock {lock}")));
         }
-        set.release(lock as u32).map_err(fail)
+        set.release(lock as u32).map_err(Failure::from)
     }))
 }
 
@@ -332,15 +380,14 @@ pub extern "C" fn imc_lkrelease(id: c_int, lock: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn imc_lkdealloc(id: c_int) -> c_int {
     rc(with(|st, imc| {
-        let set =
-            st.locks.remove(&id).ok_or_else(|| (IMC_NOTALLOC, format!("imc_lkdealloc: no lock set {id} here")))?;
-        imc.lkdealloc(set).map_err(fail)
+        let set = st.locks.remove(&id).ok_or(Failure::NoLockSet { call: "imc_lkdealloc", id })?;
+        imc.lkdealloc(set).map_err(Failure::from)
     }))
 }
 
-fn regs(st: &mut State, imc: &Imc) -> Result<(), (i32, String)> {
+fn regs(st: &mut State, imc: &Imc) -> Result<(), Failure> {
     if st.regs.is_none() {
-        st.regs = Some(imc.regs().map_err(fail)?);
+        st.regs = Some(imc.regs()?);
     }
     Ok(())
 }
@@ -394,7 +441,7 @@ pub unsafe extern "C" fn imc_kill(host: *const c_char, pid: libc::pid_t, sig: c_
         }
         // SAFETY: non-null, and the caller passes a NUL-terminated string.
         let h = unsafe { CStr::from_ptr(host) }.to_string_lossy().into_owned();
-        imc.kill(&h, pid, sig).map_err(fail)
+        imc.kill(&h, pid, sig).map_err(Failure::from)
     }))
 }
 
@@ -410,7 +457,7 @@ pub unsafe extern "C" fn imc_gethosts(hosts: *mut ImcHost, max: c_int) -> c_int 
         if hosts.is_null() && max > 0 {
             return Err(invalid("imc_gethosts: hosts is NULL"));
         }
-        let list = imc.gethosts().map_err(fail)?;
+        let list = imc.gethosts()?;
         for (i, (node, name)) in list.iter().take(max.max(0) as usize).enumerate() {
             let mut h = ImcHost { node: *node as c_int, name: [0; IMC_HOSTNAME_LEN as usize] };
             for (d, s) in h.name.iter_mut().zip(name.bytes().take(IMC_HOSTNAME_LEN as usize - 1)) {
@@ -446,17 +493,6 @@ pub struct ImcDma {
     pub w: [u64; 3],
 }
 
-fn dma_fail(e: DmaError) -> (i32, String) {
-    let code = match e {
-        DmaError::Range { .. } | DmaError::BadLength(_) | DmaError::NotInArea => IMC_INVALID,
-        DmaError::Full(_) => IMC_DMA_FULL,
-        DmaError::Failed { .. } | DmaError::Dropped { .. } | DmaError::Overwritten(_) => IMC_DMA_FAILED,
-        DmaError::Timeout { .. } => IMC_DMA_PENDING,
-        DmaError::Lock(_) | DmaError::Mem(_) => IMC_FAIL,
-    };
-    (code, e.to_string())
-}
-
 /// `imc_dma_open` (extension): sets up transmit DMA for this process with
 /// a buffer of `size` bytes; `*addr` and `*len` get the buffer. Transfers
 /// start from bytes in it.
@@ -471,10 +507,7 @@ pub unsafe extern "C" fn imc_dma_open(size: usize, addr: *mut *mut c_char, len: 
             return Err(invalid("imc_dma_open: addr or len is NULL"));
         }
         if st.dma.is_none() {
-            st.dma = Some(imc.dma_open(size as u64).map_err(|e| match e {
-                ImcError::Refused { code: Status::NoDev, .. } => (IMC_FAIL, e.to_string()),
-                e => fail(e),
-            })?);
+            st.dma = Some(imc.dma_open(size as u64)?);
         }
         let buf = st.dma.as_ref().expect("set above").buffer();
         // SAFETY: checked non-null; the caller passes a caddr_t * and a size_t *.
@@ -510,22 +543,22 @@ pub unsafe extern "C" fn imc_dma_start(
         let Some(port) = st.dma.as_ref() else {
             return Err(invalid("imc_dma_start: call imc_dma_open first"));
         };
-        let src_off = port.offset_of(src.cast(), len as u64).map_err(dma_fail)?;
+        let src_off = port.offset_of(src.cast(), len as u64)?;
         let t = match st.targets.get(&id) {
             Some(t) => *t,
             None => {
-                let t = imc.dma_target(id as u32).map_err(fail)?;
+                let t = imc.dma_target(id as u32)?;
                 *st.targets.entry(id).or_insert(t)
             }
         };
-        let h = port.start(&t, offset as u64, src_off, len as u64).map_err(dma_fail)?;
+        let h = port.start(&t, offset as u64, src_off, len as u64)?;
         // SAFETY: checked non-null; the caller passes an imc_dma_t *.
         unsafe { (*handle).w = h.to_words() };
         Ok(())
     }))
 }
 
-fn dma_handle(st: &State, handle: *const ImcDma, what: &str) -> Result<DmaHandle, (i32, String)> {
+fn dma_handle(st: &State, handle: *const ImcDma, what: &str) -> Result<DmaHandle, Failure> {
     if handle.is_null() {
         return Err(invalid(format!("{what}: handle is NULL")));
     }
@@ -547,9 +580,9 @@ fn dma_handle(st: &State, handle: *const ImcDma, what: &str) -> Result<DmaHandle
 pub unsafe extern "C" fn imc_dma_test(handle: *const ImcDma) -> c_int {
     rc(with(|st, _| {
         let h = dma_handle(st, handle, "imc_dma_test")?;
-        match st.dma.as_ref().expect("checked").test(&h).map_err(dma_fail)? {
+        match st.dma.as_ref().expect("checked").test(&h)? {
             Some(_) => Ok(()),
-            None => Err((IMC_DMA_PENDING, "imc_dma_test: the transfer is in flight".into())),
+            None => Err(Failure::InFlight),
         }
     }))
 }
@@ -565,6 +598,6 @@ pub unsafe extern "C" fn imc_dma_wait(handle: *const ImcDma, timeout_ms: c_int) 
     rc(with(|st, _| {
         let h = dma_handle(st, handle, "imc_dma_wait")?;
         let limit = Duration::from_millis(timeout_ms.max(0) as u64);
-        st.dma.as_ref().expect("checked").wait(&h, limit).map(|_| ()).map_err(dma_fail)
+        st.dma.as_ref().expect("checked").wait(&h, limit).map(|_| ()).map_err(Failure::from)
     }))
 }
