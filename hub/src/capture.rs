@@ -2,9 +2,13 @@
 //! file, written by its own thread (`pcap`) so file I/O never holds up the
 //! order. The ordering step only queues a record ([`Capture::record`]).
 
-use std::io::Write as _;
+use std::io::Write;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
+
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+use pcap_file::DataLink;
 
 use crate::order::Frame;
 
@@ -14,39 +18,32 @@ pub(crate) struct Capture {
     tx: std::sync::mpsc::SyncSender<(SystemTime, Frame)>,
 }
 
-/// pcap link type for the frames: LINKTYPE_USER0.
-pub const PCAP_LINKTYPE: u32 = 147;
+/// pcap link type of the frames: LINKTYPE_USER0.
+pub const PCAP_DATALINK: DataLink = DataLink::USER0;
 
 impl Capture {
     pub(crate) fn open(path: &Path) -> std::io::Result<Capture> {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-        // pcap global header: magic, v2.4, zone 0, sigfigs 0, snaplen, link type.
-        f.write_all(&0xa1b2_c3d4u32.to_le_bytes())?;
-        f.write_all(&2u16.to_le_bytes())?;
-        f.write_all(&4u16.to_le_bytes())?;
-        for v in [0u32, 0, 65535, PCAP_LINKTYPE] {
-            f.write_all(&v.to_le_bytes())?;
-        }
-        f.flush()?;
+        let file = Flushable(Arc::new(Mutex::new(std::io::BufWriter::new(std::fs::File::create(path)?))));
+        let header = PcapHeader { datalink: PCAP_DATALINK, ..PcapHeader::default() };
+        let mut w = PcapWriter::with_header(file.clone(), header).map_err(std::io::Error::other)?;
+        file.clone().flush()?;
         let (tx, rx) = std::sync::mpsc::sync_channel::<(SystemTime, Frame)>(65536);
-        fn record(f: &mut impl std::io::Write, t: SystemTime, fr: &[u8]) -> std::io::Result<()> {
-            let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-            for v in [d.as_secs() as u32, d.subsec_micros(), fr.len() as u32, fr.len() as u32] {
-                f.write_all(&v.to_le_bytes())?;
-            }
-            f.write_all(fr)
-        }
+        let mut record = move |t: SystemTime, fr: &[u8]| {
+            let ts = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            w.write_packet(&PcapPacket::new(ts, fr.len() as u32, fr)).is_ok()
+        };
+        let mut file = file;
         std::thread::Builder::new().name("pcap".into()).spawn(move || {
             while let Ok((t, fr)) = rx.recv() {
-                if record(&mut f, t, &fr).is_err() {
+                if !record(t, &fr) {
                     return;
                 }
                 while let Ok((t, fr)) = rx.try_recv() {
-                    if record(&mut f, t, &fr).is_err() {
+                    if !record(t, &fr) {
                         return;
                     }
                 }
-                if f.flush().is_err() {
+                if file.flush().is_err() {
                     return;
                 }
             }
@@ -58,5 +55,20 @@ impl Capture {
     /// than slow the order.
     pub(crate) fn record(&self, frame: &Frame) {
         let _ = self.tx.try_send((SystemTime::now(), frame.clone()));
+    }
+}
+
+/// The capture file's buffer, shared by the pcap writer (which owns its
+/// writer) and the thread that flushes it after each batch of records.
+#[derive(Clone)]
+struct Flushable(Arc<Mutex<std::io::BufWriter<std::fs::File>>>);
+
+impl Write for Flushable {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).flush()
     }
 }

@@ -81,7 +81,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::bounds::Gate;
 use crate::capture::Capture;
-pub use crate::capture::PCAP_LINKTYPE;
+pub use crate::capture::PCAP_DATALINK;
 pub use crate::control::{Control, ControlReply, NodeStats};
 use crate::link_port::{handle, NonceSource};
 use crate::local::LocalPort;

@@ -379,6 +379,18 @@ fn hub_pcap_records_the_order() {
     // Sequence numbers in the capture increase one by one.
     let seqs: Vec<u64> = lines.iter().map(|l| l.split_whitespace().nth(2).unwrap().parse().unwrap()).collect();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    // A capture cut short in its last record (as one still being written
+    // can be): every whole record, and a note.
+    let whole = std::fs::read(&file).unwrap();
+    std::fs::write(dir.path().join("cut"), &whole[..whole.len() - 3]).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mc-hub"))
+        .arg("pcap")
+        .arg(dir.path().join("cut"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 7);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the last record is incomplete"));
     // Not a capture: a clear error.
     std::fs::write(dir.path().join("junk"), b"not a pcap file at all, definitely").unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mc-hub"))

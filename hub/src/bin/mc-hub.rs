@@ -1,14 +1,14 @@
 //! `mc-hub`: runs a MEMORY CHANNEL hub, talks to a running hub's control
 //! socket (`mc-hub ctl …`), or decodes a capture (`mc-hub pcap FILE`).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use device::vfio_user::ConnectionConfig;
-use hub::hub::{Control, ControlReply, Hub, HubConfig, PCAP_LINKTYPE};
+use hub::hub::{Control, ControlReply, Hub, HubConfig, PCAP_DATALINK};
 use hub::local::LocalConfig;
 use link::{self as link, Msg, MAX_NODES};
 
@@ -139,24 +139,32 @@ fn ctl(control: PathBuf, c: Control) -> anyhow::Result<()> {
 
 /// Decodes a capture: one line per frame.
 fn pcap(file: &Path) -> anyhow::Result<()> {
-    let mut f = BufReader::new(std::fs::File::open(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?);
-    let mut gh = [0u8; 24];
-    f.read_exact(&mut gh).map_err(|_| anyhow::anyhow!("{}: not a pcap file (too short)", file.display()))?;
-    let le32 = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap());
-    if le32(&gh[0..4]) != 0xa1b2_c3d4 || le32(&gh[20..24]) != PCAP_LINKTYPE {
-        anyhow::bail!("{}: not a MEMORY CHANNEL capture (pcap, link type {PCAP_LINKTYPE})", file.display());
+    let f = BufReader::new(std::fs::File::open(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?);
+    let mut capture = pcap_file::pcap::PcapReader::new(f)
+        .map_err(|e| anyhow::anyhow!("{}: not a MEMORY CHANNEL capture (not a pcap file: {e})", file.display()))?;
+    if capture.header().datalink != PCAP_DATALINK {
+        anyhow::bail!("{}: not a MEMORY CHANNEL capture (pcap, link type {PCAP_DATALINK:?})", file.display());
     }
-    let mut rh = [0u8; 16];
-    let mut frame = Vec::new();
     let out = std::io::stdout();
     let mut out = out.lock();
-    while f.read_exact(&mut rh).is_ok() {
-        let (secs, usecs, len) = (le32(&rh[0..4]), le32(&rh[4..8]), le32(&rh[8..12]) as usize);
+    while let Some(packet) = capture.next_packet() {
+        let packet = match packet {
+            Ok(p) => p,
+            Err(pcap_file::PcapError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                eprintln!(
+                    "mc-hub: {}: the last record is incomplete (still being written, or cut short)",
+                    file.display()
+                );
+                break;
+            }
+            Err(e) => anyhow::bail!("{}: corrupt record ({e})", file.display()),
+        };
+        let frame = &packet.data;
+        let len = frame.len();
         if !(link::HEADER_LEN..=link::HEADER_LEN + link::MAX_PAYLOAD).contains(&len) {
             anyhow::bail!("{}: corrupt record ({len} bytes)", file.display());
         }
-        frame.resize(len, 0);
-        f.read_exact(&mut frame)?;
+        let (secs, usecs) = (packet.timestamp.as_secs(), packet.timestamp.subsec_micros());
         let hdr = link::Header::parse(frame[..link::HEADER_LEN].try_into().unwrap())?;
         let what = match Msg::parse(&hdr, &frame[link::HEADER_LEN..]) {
             Ok(Msg::Deliver { seq, src, flags, addr, data }) => {
