@@ -2,7 +2,7 @@
 # Installs the C libraries — libimc (TruCluster MEMORY CHANNEL API,
 # <sys/imc.h>) and libump (UMP, <ump.h>): headers, .a, .so and pkg-config
 # files — into PREFIX, and builds the C programs of
-# guest/libimc/examples/ statically against them, through pkg-config,
+# guest/client/libimc/examples/ statically against them, through pkg-config,
 # into BIN_DIR (for the guest image; guests have no compiler).
 #
 # Usage: build-c.sh A_DIR SO_DIR PREFIX BIN_DIR
@@ -32,13 +32,13 @@ install_lib() { # name pc.in headers...
     sed -e "s|@PREFIX@|$PREFIX|" -e "s|@VERSION@|$VERSION|" -e "s|@PRIVATE@|$PRIVATE|" \
         "$pcin" >"$PREFIX/lib/pkgconfig/$name.pc"
 }
-install_lib imc "$REPO/guest/libimc/imc.pc.in" \
-    "$REPO/guest/libimc/include/sys/imc.h" "$REPO/guest/libimc/include/imc.h"
-install_lib ump "$REPO/guest/ump/ump.pc.in" "$REPO/guest/ump/include/ump.h"
+install_lib imc "$REPO/guest/client/libimc/imc.pc.in" \
+    "$REPO/guest/client/libimc/include/sys/imc.h" "$REPO/guest/client/libimc/include/imc.h"
+install_lib ump "$REPO/guest/msg/ump/ump.pc.in" "$REPO/guest/msg/ump/include/ump.h"
 
 export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig"
 n=0
-for src in "$REPO"/guest/libimc/examples/*.c; do
+for src in "$REPO"/guest/client/libimc/examples/*.c; do
     name=$(basename "$src" .c)
     # --no-warnings: glibc's notes that getaddrinfo & co. need its shared
     # libraries at run time (neither library resolves host names).

@@ -28,7 +28,7 @@
 # bench-out/mpi).
 #
 # MPICH starts its proxies in the other guests with Hydra's rsh launcher,
-# through our mpiexec (guest/mpi/mc-rsh, copied to /share/mc-rsh): no ssh
+# through our mpiexec (guest/msg/mpi/mc-rsh, copied to /share/mc-rsh): no ssh
 # is needed in the guests.
 #
 # Usage: scripts/mpi-bench.sh [OUT_DIR]   (after scripts/setup.sh)
@@ -69,7 +69,7 @@ for p in "NPmpi:-DMPI -I$S $S/netpipe.c $S/mpi.c" "collbench:$REPO/tests/mpi/ben
          "isort:$REPO/tests/mpi/bench/isort.c" "latency:$REPO/tests/mpi/bench/latency.c" \
          "bw:$REPO/tests/mpi/bench/bw.c"; do
     # shellcheck disable=SC2086
-    "$REPO/guest/mpi/mpicc" -O2 ${p#*:} -o "$BIN/${p%%:*}" 2>>"$OUT/build.log" \
+    "$REPO/guest/msg/mpi/mpicc" -O2 ${p#*:} -o "$BIN/${p%%:*}" 2>>"$OUT/build.log" \
         || die "building ${p%%:*} failed (see $OUT/build.log)"
 done
 
@@ -80,7 +80,7 @@ say "copying the binaries and MPICH into the shared folder"
 cp "$BIN"/* "$SHARE/"
 rm -rf "$SHARE/mpich"
 cp -r "$MC_CACHE/mpich" "$SHARE/mpich"
-cp "$REPO/guest/mpi/mc-rsh" "$SHARE/mc-rsh"
+cp "$REPO/guest/msg/mpi/mc-rsh" "$SHARE/mc-rsh"
 LAN=$(sed -n 's/.*"lan": *"\([a-z]*\)".*/\1/p' "$REPO/.run/$NAME/state.json")
 say "cluster: $NODES guests from ${CONFIG#"$REPO"/}, LAN backend: ${LAN:-unknown}"
 x() { "$M" --name $NAME exec "$@"; }

@@ -28,7 +28,7 @@ die() { echo "rma-bench: $*" >&2; exit 1; }
 [ -x "$MC_CACHE/mpich/bin/mpiexec" ] || die "no MPICH in $MC_CACHE/mpich: run scripts/setup.sh (step mpich)"
 [ -f "$REPO/target/release/libmpi_abi.so.1" ] || die "no libmpi_abi.so.1: run scripts/setup.sh"
 mkdir -p "$OUT"
-"$REPO/guest/mpi/mpicc" -O2 "$REPO/tests/mpi/bench/rma.c" -o "$OUT/rma" 2>"$OUT/build.log" \
+"$REPO/guest/msg/mpi/mpicc" -O2 "$REPO/tests/mpi/bench/rma.c" -o "$OUT/rma" 2>"$OUT/build.log" \
     || die "building tests/mpi/bench/rma.c failed (see $OUT/build.log)"
 
 # shellcheck source=scripts/bench-cluster.sh
@@ -37,7 +37,7 @@ SHARE=$REPO/.run/$NAME/share
 cp "$OUT/rma" "$SHARE/rma"
 rm -rf "$SHARE/mpich"
 cp -r "$MC_CACHE/mpich" "$SHARE/mpich"
-cp "$REPO/guest/mpi/mc-rsh" "$SHARE/mc-rsh"
+cp "$REPO/guest/msg/mpi/mc-rsh" "$SHARE/mc-rsh"
 case "$NETMOD" in
     ofi) PIN="-genv MPIR_CVAR_CH4_NETMOD ofi -genv FI_PROVIDER tcp -genv FI_TCP_IFACE eth0" ;;
     ucx) PIN="-genv MPIR_CVAR_CH4_NETMOD ucx -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES eth0" ;;

@@ -11,7 +11,7 @@
 # wait of the benchmark has a deadline (`ump-tool bench --timeout`, 60 s).
 #
 # Usage: scripts/ump-bench.sh [OUT_DIR [ump-tool bench options...]]
-# (after scripts/setup.sh; ump-tool is the crate guest/ump-tool, built into
+# (after scripts/setup.sh; ump-tool is the crate guest/tools/ump-tool, built into
 # the guest image)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_if_asked "$@"

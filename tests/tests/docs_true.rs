@@ -57,7 +57,7 @@ const TOP: &[&str] = &[
     "fuzz/",
 ];
 
-/// The repository path a span names, if it names one: `guest/ump/src/mc.rs`,
+/// The repository path a span names, if it names one: `guest/msg/ump/src/mc.rs`,
 /// `scripts/test.sh --fast` (the first word), `docs/mpi.md, "Zero copy"`.
 /// Placeholders (`<name>`, `{a,b}`, `*`) are skipped.
 fn repo_path(span: &str) -> Option<String> {
@@ -204,7 +204,7 @@ fn every_documented_command_line_has_its_subcommand_and_flags() {
 fn known_names() -> BTreeSet<String> {
     let r = root();
     let mut text = String::new();
-    for h in ["guest/libimc/include/sys/imc.h", "guest/ump/include/ump.h", "guest/mpi/include/mpi.h"] {
+    for h in ["guest/client/libimc/include/sys/imc.h", "guest/msg/ump/include/ump.h", "guest/msg/mpi/include/mpi.h"] {
         text += &std::fs::read_to_string(r.join(h)).unwrap();
     }
     // Settings (environment variables) are read in the Rust sources.

@@ -20,7 +20,7 @@
 //!   callback parameters and all), which must be equal.
 //! - Library: `scripts/build-mpi.sh` links `libmpi_abi.so.1`; `nm -D`
 //!   shows the `MPI_` names weak and the `PMPI_` names strong and nothing
-//!   else exported; the soname is `libmpi_abi.so.1`; `guest/mpi/mpicc`
+//!   else exported; the soname is `libmpi_abi.so.1`; `guest/msg/mpi/mpicc`
 //!   builds a program that runs with it (and with MPICH's, the same binary).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,7 +29,7 @@ use std::process::Command;
 use tests::run_ok as run;
 
 fn our_header() -> PathBuf {
-    tests::root().join("guest/mpi/include/mpi.h")
+    tests::root().join("guest/msg/mpi/include/mpi.h")
 }
 
 /// The wheel's standard ABI header, when set-up has fetched it.
@@ -391,7 +391,7 @@ fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
     assert!(std::fs::read_link(lib_dir.join("libmpi_abi.so")).unwrap() == Path::new("libmpi_abi.so.1"));
 
     // mpicc with MCMPI_HOME (include/ and lib/ side by side)
-    std::os::unix::fs::symlink(tests::root().join("guest/mpi/include"), scratch.path().join("include")).unwrap();
+    std::os::unix::fs::symlink(tests::root().join("guest/msg/mpi/include"), scratch.path().join("include")).unwrap();
     let src = scratch.path().join("version.c");
     std::fs::write(
         &src,
@@ -401,7 +401,7 @@ fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
     )
     .unwrap();
     let exe = scratch.path().join("version");
-    let mpicc = tests::root().join("guest/mpi/mpicc");
+    let mpicc = tests::root().join("guest/msg/mpi/mpicc");
     let show = run(Command::new(&mpicc).env("MCMPI_HOME", scratch.path()).arg("-show").arg("-o").arg(&exe).arg(&src));
     assert!(show.contains("-lmpi_abi") && show.contains(&format!("-I{}/include", scratch.path().display())), "{show}");
     run(Command::new(&mpicc).env("MCMPI_HOME", scratch.path()).args(["-Wall", "-Werror", "-o"]).arg(&exe).arg(&src));
@@ -415,14 +415,14 @@ fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
     assert!(!none.status.success());
 
     // C++ through mpicxx, source-tree layout (no MCMPI_HOME): compile only
-    let show = run(Command::new(tests::root().join("guest/mpi/mpicxx"))
+    let show = run(Command::new(tests::root().join("guest/msg/mpi/mpicxx"))
         .env_remove("MCMPI_HOME")
         .args(["-show", "-c", "x.cc"]));
-    assert_eq!(show.trim(), format!("c++ -I{}/guest/mpi/include -c x.cc", tests::root().display()));
+    assert_eq!(show.trim(), format!("c++ -I{}/guest/msg/mpi/include -c x.cc", tests::root().display()));
     if Command::new("c++").arg("--version").output().is_ok() {
         let cc = scratch.path().join("version.cc");
         std::fs::copy(&src, &cc).unwrap();
-        run(Command::new(tests::root().join("guest/mpi/mpicxx"))
+        run(Command::new(tests::root().join("guest/msg/mpi/mpicxx"))
             .env("MCMPI_HOME", scratch.path())
             .args(["-Wall", "-Werror", "-o"])
             .arg(scratch.path().join("version-cxx"))
@@ -443,7 +443,7 @@ fn library_exports_weak_mpi_and_strong_pmpi_and_mpicc_links_against_it() {
 
 #[test]
 fn mpicc_without_a_compiler_says_so() {
-    let out = Command::new(tests::root().join("guest/mpi/mpicc"))
+    let out = Command::new(tests::root().join("guest/msg/mpi/mpicc"))
         .env("MCMPI_CC", "no-such-compiler-here")
         .arg("x.c")
         .output()

@@ -96,12 +96,12 @@ fn mpich_examples_cpi_hellow_srtest_run_with_four_ranks_on_the_host() {
     let home = scratch.path();
     let lib = home.join("lib");
     run(Command::new("nice").args(["-n", "19"]).arg(tests::root().join("scripts/build-mpi.sh")).arg(&lib));
-    std::os::unix::fs::symlink(tests::root().join("guest/mpi/include"), home.join("include")).unwrap();
+    std::os::unix::fs::symlink(tests::root().join("guest/msg/mpi/include"), home.join("include")).unwrap();
     let build = |name: &str| -> PathBuf {
         let exe = home.join(name);
         run(Command::new("nice")
             .args(["-n", "19"])
-            .arg(tests::root().join("guest/mpi/mpicc"))
+            .arg(tests::root().join("guest/msg/mpi/mpicc"))
             .env("MCMPI_HOME", home)
             .args(["-O1", "-o"])
             .arg(&exe)

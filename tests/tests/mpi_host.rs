@@ -1,5 +1,5 @@
 //! Our MPI on the host, ranks over shared memory (fast tier): the C test
-//! programs of `tests/mpi/`, built once with `guest/mpi/mpicc`, run as
+//! programs of `tests/mpi/`, built once with `guest/msg/mpi/mpicc`, run as
 //! several processes (the launch variables set directly, as `mpid` would),
 //! and the same binaries run unchanged on MPICH's `libmpi_abi.so.1` from
 //! the PyPI wheel (set-up's `mpich` step).
@@ -30,7 +30,7 @@ fn lib_dir() -> PathBuf {
 /// Compiles `tests/mpi/NAME.c` with our mpicc into `dir`.
 fn build(dir: &Path, name: &str) -> PathBuf {
     let out = dir.join(name);
-    let o = Command::new(root().join("guest/mpi/mpicc"))
+    let o = Command::new(root().join("guest/msg/mpi/mpicc"))
         .args(["-O1", "-Wall", "-o"])
         .arg(&out)
         .arg(root().join(format!("tests/mpi/{name}.c")))

@@ -17,7 +17,7 @@ fn build(c: &Cluster, name: &str) {
 /// the cluster's shared folder as `name`.
 fn build_src(c: &Cluster, src: &Path, name: &str, extra: &[&str]) {
     let out = c.run_dir().join("share").join(name);
-    let o = Command::new(root().join("guest/mpi/mpicc"))
+    let o = Command::new(root().join("guest/msg/mpi/mpicc"))
         .args(["-O1", "-o"])
         .arg(&out)
         .arg(src)
@@ -270,7 +270,7 @@ fn mpi_world_collectives_use_the_board() {
 /// guest but the glibc runtime the image carries. Both runs must print
 /// " No Errors". Then the benchmark's `collbench` and `isort` run with 4
 /// ranks across both guests on each library (MPICH over the LAN, started
-/// through `guest/mpi/mc-rsh`): every collective result checks, and the
+/// through `guest/msg/mpi/mc-rsh`): every collective result checks, and the
 /// sort's verified sum and checksum are the same on both. The benchmark's
 /// `latency` runs on both too, its sums checked. The cluster is
 /// the one for MPI jobs (`qemu-configs/mpi.toml`), as in the benchmark.
@@ -304,7 +304,7 @@ fn mpi_same_binary_runs_on_mpich() {
     // over the LAN, its proxies started through our mpiexec by mc-rsh):
     // collbench checks every result itself; the sort's answer must be the
     // same on both.
-    let rsh = Command::new("cp").arg(root().join("guest/mpi/mc-rsh")).arg(share.join("mc-rsh")).output().unwrap();
+    let rsh = Command::new("cp").arg(root().join("guest/msg/mpi/mc-rsh")).arg(share.join("mc-rsh")).output().unwrap();
     assert!(rsh.status.success(), "copying mc-rsh: {}", String::from_utf8_lossy(&rsh.stderr));
     for prog in ["collbench", "isort", "latency"] {
         build_src(&c, &root().join(format!("tests/mpi/bench/{prog}.c")), prog, &[]);

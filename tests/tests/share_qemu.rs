@@ -118,7 +118,7 @@ fn compile(out: &Path) {
         .arg("-o")
         .arg(out)
         .arg(&src)
-        .arg(format!("-I{}", r.join("guest/libimc/include").display()))
+        .arg(format!("-I{}", r.join("guest/client/libimc/include").display()))
         .arg(format!("-L{}", r.join("target/release").display()))
         .arg("-limc")
         .output()

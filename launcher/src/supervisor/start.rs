@@ -202,7 +202,7 @@ impl Sup {
     }
 
     /// Waits until every `mpid` of `nodes` has logged that it listens
-    /// (`guest/mpiexec/src/daemon.rs`, `serve`). A guest image without
+    /// (`guest/launch/mpiexec/src/daemon.rs`, `serve`). A guest image without
     /// `mpid` counts as ready. With imcd, an `mpid` that gave up waiting for
     /// it (listening on shared memory only) is reported.
     pub(super) fn wait_mpid(&mut self, nodes: &[usize], t0: Instant) -> Result<()> {

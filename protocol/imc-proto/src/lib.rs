@@ -1,6 +1,6 @@
 //! What `imcd` and its clients agree on, like a header file of the kernel
 //! subsystem it plays (seed 000, "TruCluster MEMORY CHANNEL Software"). No
-//! I/O: the daemon (`guest/imcd`) and the clients (`guest/imc-client`,
+//! I/O: the daemon (`guest/adapter/imcd`) and the clients (`guest/client/imc-client`,
 //! `libimc`, `ump`) both depend on this crate.
 //!
 //! - [`Request`], [`Reply`] and [`Status`]: the requests processes send imcd

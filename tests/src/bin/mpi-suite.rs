@@ -26,7 +26,7 @@
 //! needing it, with its name. The final summary counts, for the tests
 //! that do not pass, which missing functions their own source calls (the
 //! library's list of those it exports but does not implement yet is
-//! `guest/mpi/src/ffi/missing.rs`).
+//! `guest/msg/mpi/src/ffi/missing.rs`).
 //!
 //! Ranks are started by this
 //! program on the host (`MCMPI_JOB`, `MCMPI_RANK`, `MCMPI_SIZE`: shared
@@ -683,7 +683,7 @@ fn run() -> Result<bool> {
     let p = Paths {
         suite,
         build: args.build.clone().unwrap_or_else(|| cache.join("mpich-suite-build")),
-        mpicc: args.mpicc.clone().unwrap_or_else(|| repo.join("guest/mpi/mpicc")),
+        mpicc: args.mpicc.clone().unwrap_or_else(|| repo.join("guest/msg/mpi/mpicc")),
         lib: args.lib.clone().unwrap_or_else(|| target.join("release")),
     };
     if !p.lib.join("libmpi_abi.so.1").exists() {
@@ -700,10 +700,10 @@ fn run() -> Result<bool> {
     }
     fs::create_dir_all(&p.build)?;
     let helpers = build_helpers(&p)?;
-    let mut missing = build_missing(&p, &repo.join("guest/mpi/include/mpi.h"))?;
+    let mut missing = build_missing(&p, &repo.join("guest/msg/mpi/include/mpi.h"))?;
     // The functions the library exports but does not implement yet
     // (each fails with MPI_ERR_UNSUPPORTED_OPERATION), one "MPI_X / PMPI_X," a line.
-    let unsupported = fs::read_to_string(repo.join("guest/mpi/src/ffi/missing.rs")).unwrap_or_default();
+    let unsupported = fs::read_to_string(repo.join("guest/msg/mpi/src/ffi/missing.rs")).unwrap_or_default();
     missing.extend(unsupported.lines().filter_map(|l| {
         let (name, rest) = l.trim().split_once(" / ")?;
         (name.starts_with("MPI_") && rest.starts_with('P')).then(|| name.to_string())

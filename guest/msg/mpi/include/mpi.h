@@ -7,7 +7,7 @@
  * Handles are pointers to incomplete structs (one struct per kind, so C
  * and C++ catch a communicator passed as a datatype); the predefined ones
  * are small integer values below 1024, laid out by kind (see the header
- * comment of guest/mpi/src/abi.rs, which holds the same values for Rust).
+ * comment of guest/msg/mpi/src/abi.rs, which holds the same values for Rust).
  *
  * Every function has two names: MPI_X (weak in the library, for profiling
  * tools to override) and PMPI_X (the library's own).

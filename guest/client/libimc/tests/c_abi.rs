@@ -96,7 +96,7 @@ fn header_constants_match_the_library() {
 /// Where cargo put this crate's libimc.a (built for the test run if missing).
 fn static_lib() -> PathBuf {
     let release = !cfg!(debug_assertions);
-    let target = crate_dir().join(if release { "../../target/release" } else { "../../target/debug" });
+    let target = crate_dir().join(if release { "../../../target/release" } else { "../../../target/debug" });
     let status = Command::new(env!("CARGO"))
         .args(["build", "-q", "-p", "libimc", "--lib"])
         .args(release.then_some("--release"))

@@ -71,7 +71,7 @@ fn c_program_over_shared_memory() {
         .status()
         .unwrap();
     assert!(st.success());
-    let lib = dir().join(if release { "../../target/release/libump.a" } else { "../../target/debug/libump.a" });
+    let lib = dir().join(if release { "../../../target/release/libump.a" } else { "../../../target/debug/libump.a" });
     let tmp = std::env::temp_dir().join(format!("ump-c-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let exe = tmp.join("pingpong");
