@@ -23,16 +23,15 @@ pub const PCAP_DATALINK: DataLink = DataLink::USER0;
 
 impl Capture {
     pub(crate) fn open(path: &Path) -> std::io::Result<Capture> {
-        let file = Flushable(Arc::new(Mutex::new(std::io::BufWriter::new(std::fs::File::create(path)?))));
+        let mut file = Flushable(Arc::new(Mutex::new(std::io::BufWriter::new(std::fs::File::create(path)?))));
         let header = PcapHeader { datalink: PCAP_DATALINK, ..PcapHeader::default() };
         let mut w = PcapWriter::with_header(file.clone(), header).map_err(std::io::Error::other)?;
-        file.clone().flush()?;
+        file.flush()?;
         let (tx, rx) = std::sync::mpsc::sync_channel::<(SystemTime, Frame)>(65536);
         let mut record = move |t: SystemTime, fr: &[u8]| {
             let ts = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
             w.write_packet(&PcapPacket::new(ts, fr.len() as u32, fr)).is_ok()
         };
-        let mut file = file;
         std::thread::Builder::new().name("pcap".into()).spawn(move || {
             while let Ok((t, fr)) = rx.recv() {
                 if !record(t, &fr) {

@@ -1115,8 +1115,8 @@ impl Consumer {
             Ok(Next::Chunk(Chunk::First { len, .. } | Chunk::Record { len, .. } | Chunk::Short { len })) => {
                 Ok(Some(len))
             }
-            Ok(Next::Chunk(Chunk::More { .. })) => {
-                self.doubted(Doubt::Stray { left: 0, at: self.tail, reading: None })?;
+            Ok(Next::Chunk(Chunk::More { left, .. })) => {
+                self.doubted(Doubt::Stray { left, at: self.tail, reading: None })?;
                 Ok(None)
             }
             Ok(Next::Waiting(_)) => {
