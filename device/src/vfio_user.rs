@@ -13,15 +13,9 @@
 //! (the adapter coalesces transmit-window writes there) without ever waiting
 //! for more input.
 //!
-//! # Header (16 bytes, little-endian)
-//!
-//! ```text
-//!  0        2         4              8              12             16
-//! +--------+---------+--------------+--------------+--------------+
-//! | msg id | command | size (total) | flags        | error (errno)|
-//! +--------+---------+--------------+--------------+--------------+
-//! flags: bits 0-3 type (0 request, 1 reply), bit 4 NO_REPLY, bit 5 ERROR
-//! ```
+//! The messages themselves (header, bodies, flag words) are typed structs
+//! in the `vfio-user-wire` protocol crate; this module decodes each request
+//! into them and checks it before the device sees it.
 
 use std::io::{self, IoSliceMut, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -30,9 +24,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use thiserror::Error;
 use tracing::{debug, info, warn};
+use vm_memory::ByteValued;
 
-/// Header length.
-pub const HDR_LEN: usize = 16;
 /// Largest data transfer in one region access; advertised as `max_data_xfer_size`.
 pub const MAX_XFER: usize = 1 << 20;
 /// Largest message accepted: a region write of [`MAX_XFER`] plus its headers,
@@ -51,10 +44,8 @@ const RECV_FDS: usize = 253;
 /// 1024 eight-byte stores fill one MEMORY CHANNEL page, the largest packet,
 /// so a steady store stream is not cut into smaller packets by this bound.
 pub const MAX_BATCH: u32 = 1024;
-/// Entries in a `REGION_WRITE_MULTI` message, as QEMU defines it.
-pub const MULTI_MAX: usize = 200;
-/// Data bytes in one `REGION_WRITE_MULTI` entry.
-pub const MULTI_DATA: usize = 8;
+pub use vfio_user_wire::{self as wire, Command, Header, HDR_LEN, MULTI_DATA, MULTI_MAX};
+use wire::{DmaFlags, HeaderFlags, IrqSetFlags, RegionFlags};
 
 // The VFIO numbers vfio-user reuses come from the kernel's header, through
 // rust-vmm's vfio-bindings.
@@ -65,55 +56,19 @@ use v::{
 };
 use vfio_bindings::bindings::vfio as v;
 
-/// Reply flag bits.
+/// Header flag bits, as words (the bits of [`wire::HeaderFlags`]).
 pub mod flags {
+    use super::HeaderFlags;
     /// Mask of the message type.
-    pub const TYPE_MASK: u32 = 0xF;
+    pub const TYPE_MASK: u32 = super::wire::TYPE_MASK;
     /// Type: request.
     pub const REQUEST: u32 = 0;
     /// Type: reply.
-    pub const REPLY: u32 = 1;
+    pub const REPLY: u32 = HeaderFlags::REPLY.bits();
     /// The sender wants no reply (posted write).
-    pub const NO_REPLY: u32 = 0x10;
+    pub const NO_REPLY: u32 = HeaderFlags::NO_REPLY.bits();
     /// The reply reports an error in the `error` field.
-    pub const ERROR: u32 = 0x20;
-}
-
-/// vfio-user commands (`Command::try_from(u16)` gives back unknown numbers).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, num_enum::TryFromPrimitive)]
-#[num_enum(error_type(name = u16, constructor = std::convert::identity))]
-#[repr(u16)]
-pub enum Command {
-    /// Version and capability negotiation.
-    Version = 1,
-    /// Map guest memory for DMA.
-    DmaMap = 2,
-    /// Unmap guest memory.
-    DmaUnmap = 3,
-    /// Number of regions and IRQ types.
-    DeviceGetInfo = 4,
-    /// One region's size and flags.
-    DeviceGetRegionInfo = 5,
-    /// ioeventfd/ioregionfd setup (not offered).
-    DeviceGetRegionIoFds = 6,
-    /// One IRQ type's vector count.
-    DeviceGetIrqInfo = 7,
-    /// Set up, trigger, mask or unmask interrupts.
-    DeviceSetIrqs = 8,
-    /// Read a region.
-    RegionRead = 9,
-    /// Write a region.
-    RegionWrite = 10,
-    /// Server-initiated DMA read (not used: memory is shared).
-    DmaRead = 11,
-    /// Server-initiated DMA write (not used).
-    DmaWrite = 12,
-    /// Reset the device.
-    DeviceReset = 13,
-    /// Dirty page tracking (not offered).
-    DirtyPages = 14,
-    /// Several small posted region writes in one message.
-    RegionWriteMulti = 15,
+    pub const ERROR: u32 = HeaderFlags::ERROR.bits();
 }
 
 /// VFIO region indexes of a PCI device (`VFIO_PCI_*_REGION_INDEX`).
@@ -146,41 +101,42 @@ pub mod irq {
     pub const REQ: u32 = v::VFIO_PCI_REQ_IRQ_INDEX;
     /// Number of IRQ indexes.
     pub const COUNT: u32 = v::VFIO_PCI_NUM_IRQS;
+    use super::IrqSetFlags;
     /// `SET_IRQS` flag: no data.
-    pub const DATA_NONE: u32 = v::VFIO_IRQ_SET_DATA_NONE;
+    pub const DATA_NONE: u32 = IrqSetFlags::DATA_NONE.bits();
     /// `SET_IRQS` flag: data is one bool per vector.
-    pub const DATA_BOOL: u32 = v::VFIO_IRQ_SET_DATA_BOOL;
+    pub const DATA_BOOL: u32 = IrqSetFlags::DATA_BOOL.bits();
     /// `SET_IRQS` flag: data is one eventfd per vector (passed as fds).
-    pub const DATA_EVENTFD: u32 = v::VFIO_IRQ_SET_DATA_EVENTFD;
+    pub const DATA_EVENTFD: u32 = IrqSetFlags::DATA_EVENTFD.bits();
     /// `SET_IRQS` action: mask.
-    pub const ACTION_MASK: u32 = v::VFIO_IRQ_SET_ACTION_MASK;
+    pub const ACTION_MASK: u32 = IrqSetFlags::ACTION_MASK.bits();
     /// `SET_IRQS` action: unmask.
-    pub const ACTION_UNMASK: u32 = v::VFIO_IRQ_SET_ACTION_UNMASK;
+    pub const ACTION_UNMASK: u32 = IrqSetFlags::ACTION_UNMASK.bits();
     /// `SET_IRQS` action: trigger / set trigger eventfds.
-    pub const ACTION_TRIGGER: u32 = v::VFIO_IRQ_SET_ACTION_TRIGGER;
+    pub const ACTION_TRIGGER: u32 = IrqSetFlags::ACTION_TRIGGER.bits();
 }
 
-/// `VFIO_REGION_INFO_FLAG_*`.
+/// `VFIO_REGION_INFO_FLAG_*`, as words (the bits of [`wire::RegionFlags`]).
 pub mod region_flags {
-    use super::v;
+    use super::RegionFlags;
     /// Readable.
-    pub const READ: u32 = v::VFIO_REGION_INFO_FLAG_READ;
+    pub const READ: u32 = RegionFlags::READ.bits();
     /// Writable.
-    pub const WRITE: u32 = v::VFIO_REGION_INFO_FLAG_WRITE;
+    pub const WRITE: u32 = RegionFlags::WRITE.bits();
     /// Mappable (never offered: it would turn off posted writes).
-    pub const MMAP: u32 = v::VFIO_REGION_INFO_FLAG_MMAP;
+    pub const MMAP: u32 = RegionFlags::MMAP.bits();
 }
 
-/// `VFIO_DMA_MAP_FLAG_*` / `VFIO_DMA_UNMAP_FLAG_*`.
+/// `VFIO_DMA_MAP_FLAG_*` / `VFIO_DMA_UNMAP_FLAG_*`, as words (the bits of
+/// [`wire::DmaFlags`]).
 pub mod dma_flags {
-    use super::v;
+    use super::DmaFlags;
     /// Device may read.
-    pub const READ: u32 = v::VFIO_DMA_MAP_FLAG_READ;
+    pub const READ: u32 = DmaFlags::READ.bits();
     /// Device may write.
-    pub const WRITE: u32 = v::VFIO_DMA_MAP_FLAG_WRITE;
-    /// Unmap everything (`VFIO_DMA_UNMAP_FLAG_ALL`, Linux 5.12; newer than
-    /// the 5.0 header vfio-bindings carries).
-    pub const UNMAP_ALL: u32 = 1 << 1;
+    pub const WRITE: u32 = DmaFlags::WRITE.bits();
+    /// Unmap everything (`VFIO_DMA_UNMAP_FLAG_ALL`).
+    pub const UNMAP_ALL: u32 = DmaFlags::UNMAP_ALL.bits();
 }
 
 /// A region as the device describes it.
@@ -252,52 +208,6 @@ pub enum ServeError {
     /// The client sent something that cannot be framed (bad size, bad type).
     #[error("protocol violation: {0}")]
     Protocol(String),
-}
-
-/// A received message header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Header {
-    /// Message id, echoed in the reply.
-    pub id: u16,
-    /// Raw command number.
-    pub command: u16,
-    /// Total size including this header.
-    pub size: u32,
-    /// `flags::*`.
-    pub flags: u32,
-    /// errno in replies.
-    pub error: u32,
-}
-
-impl Header {
-    /// Decodes a header.
-    pub fn parse(b: &[u8; HDR_LEN]) -> Header {
-        Header {
-            id: u16::from_le_bytes([b[0], b[1]]),
-            command: u16::from_le_bytes([b[2], b[3]]),
-            size: u32::from_le_bytes(b[4..8].try_into().unwrap()),
-            flags: u32::from_le_bytes(b[8..12].try_into().unwrap()),
-            error: u32::from_le_bytes(b[12..16].try_into().unwrap()),
-        }
-    }
-
-    /// Encodes a header.
-    pub fn encode(&self) -> [u8; HDR_LEN] {
-        let mut b = [0u8; HDR_LEN];
-        b[0..2].copy_from_slice(&self.id.to_le_bytes());
-        b[2..4].copy_from_slice(&self.command.to_le_bytes());
-        b[4..8].copy_from_slice(&self.size.to_le_bytes());
-        b[8..12].copy_from_slice(&self.flags.to_le_bytes());
-        b[12..16].copy_from_slice(&self.error.to_le_bytes());
-        b
-    }
-}
-
-fn le32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
-}
-fn le64(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
 }
 
 /// How the server presents itself to the client.
@@ -577,15 +487,15 @@ impl<'d, D: Device> Connection<'d, D> {
                 return Err(ServeError::Protocol("connection closed inside a header".into()));
             }
         }
-        let hdr = Header::parse(self.rx[self.start..self.start + HDR_LEN].try_into().unwrap());
+        let hdr: Header = wire::read(&self.rx[self.start..self.end]).expect("a whole header is buffered");
         let size = hdr.size as usize;
-        if size < HDR_LEN {
+        if !hdr.is_valid() {
             return Err(ServeError::Protocol(format!("message size {size} is smaller than a header")));
         }
-        if hdr.flags & flags::TYPE_MASK != flags::REQUEST {
+        if hdr.kind() != flags::REQUEST {
             return Err(ServeError::Protocol(format!(
                 "unexpected message type {} (the server sends no requests)",
-                hdr.flags & flags::TYPE_MASK
+                hdr.kind()
             )));
         }
         if size > MAX_MSG {
@@ -593,7 +503,7 @@ impl<'d, D: Device> Connection<'d, D> {
             warn!(id = hdr.id, command = hdr.command, size, "message over {MAX_MSG} bytes refused");
             drop(self.take_fds());
             self.consume(size)?;
-            if hdr.flags & flags::NO_REPLY == 0 {
+            if !hdr.flags().contains(HeaderFlags::NO_REPLY) {
                 self.reply(&hdr, Reply::Err(libc::E2BIG))?;
             }
             return Ok(true);
@@ -610,7 +520,7 @@ impl<'d, D: Device> Connection<'d, D> {
         self.consume(size)?;
         self.idle_pending = true;
         self.since_idle += 1;
-        if hdr.flags & flags::NO_REPLY != 0 {
+        if hdr.flags().contains(HeaderFlags::NO_REPLY) {
             if let Reply::Err(e) = reply {
                 debug!(id = hdr.id, command = hdr.command, errno = e, "posted request failed");
             }
@@ -621,13 +531,12 @@ impl<'d, D: Device> Connection<'d, D> {
     }
 
     fn reply(&mut self, req: &Header, reply: Reply) -> io::Result<()> {
-        let (body, flags, error) = match reply {
-            Reply::Ok(b) => (b, flags::REPLY, 0),
-            Reply::Err(e) => (Vec::new(), flags::REPLY | flags::ERROR, e as u32),
+        let (body, errno) = match reply {
+            Reply::Ok(b) => (b, None),
+            Reply::Err(e) => (Vec::new(), Some(e)),
         };
-        let h = Header { id: req.id, command: req.command, size: (HDR_LEN + body.len()) as u32, flags, error };
         self.out.clear();
-        self.out.extend_from_slice(&h.encode());
+        self.out.extend_from_slice(req.reply(body.len(), errno).as_slice());
         self.out.extend_from_slice(&body);
         self.stream.write_all(&self.out)
     }
@@ -667,141 +576,133 @@ impl<'d, D: Device> Connection<'d, D> {
     }
 
     fn handle(&mut self, cmd: Command, b: &[u8], fds: Vec<OwnedFd>) -> Result<Vec<u8>, Errno> {
-        let need = |n: usize| {
-            if b.len() < n {
-                Err(Errno(libc::EINVAL))
-            } else {
-                Ok(())
-            }
-        };
+        // The fixed part of a body, or EINVAL when the body is shorter.
+        fn body<T: ByteValued + Default>(b: &[u8]) -> Result<T, Errno> {
+            wire::read(b).ok_or(Errno(libc::EINVAL))
+        }
         match cmd {
             Command::Version => {
-                need(4)?;
-                let (major, _minor) = (u16::from_le_bytes([b[0], b[1]]), u16::from_le_bytes([b[2], b[3]]));
-                if major != 0 {
+                let ver: wire::Version = body(b)?;
+                if ver.major != 0 {
                     return Err(Errno(libc::ENOTSUP));
                 }
-                let mut out = vec![0u8; 4];
+                let mut out = wire::Version::default().as_slice().to_vec();
                 out.extend_from_slice(capabilities_json(self.multi).as_bytes());
                 out.push(0);
                 Ok(out)
             }
             Command::DmaMap => {
-                need(32)?;
-                let (fl, offset, iova, size) = (le32(b, 4), le64(b, 8), le64(b, 16), le64(b, 24));
+                let m: wire::DmaMap = body(b)?;
                 if fds.len() > 1 {
                     return Err(Errno(libc::EINVAL));
                 }
-                self.dev.dma_map(iova, size, fds.into_iter().next(), offset, fl)?;
+                self.dev.dma_map(m.addr, m.size, fds.into_iter().next(), m.offset, m.flags)?;
                 Ok(Vec::new())
             }
             Command::DmaUnmap => {
-                need(24)?;
-                let (fl, iova, size) = (le32(b, 4), le64(b, 8), le64(b, 16));
-                self.dev.dma_unmap(iova, size, fl & dma_flags::UNMAP_ALL != 0)?;
-                Ok(b[..24].to_vec())
+                let u: wire::DmaUnmap = body(b)?;
+                self.dev.dma_unmap(u.addr, u.size, u.flags().contains(DmaFlags::UNMAP_ALL))?;
+                Ok(u.as_slice().to_vec())
             }
             Command::DeviceGetInfo => {
-                need(4)?;
-                let mut out = Vec::with_capacity(16);
-                out.extend_from_slice(&16u32.to_le_bytes());
-                out.extend_from_slice(&(DEVICE_FLAGS_RESET | DEVICE_FLAGS_PCI).to_le_bytes());
-                out.extend_from_slice(&region::COUNT.to_le_bytes());
-                out.extend_from_slice(&irq::COUNT.to_le_bytes());
-                Ok(out)
+                // Only argsz is read.
+                let _: u32 = body(b)?;
+                let info = wire::DeviceInfo {
+                    argsz: std::mem::size_of::<wire::DeviceInfo>() as u32,
+                    flags: DEVICE_FLAGS_RESET | DEVICE_FLAGS_PCI,
+                    num_regions: region::COUNT,
+                    num_irqs: irq::COUNT,
+                };
+                Ok(info.as_slice().to_vec())
             }
             Command::DeviceGetRegionInfo => {
-                need(12)?;
-                let index = le32(b, 8);
+                let req: wire::InfoRequest = body(b)?;
+                let index = req.index;
                 if index >= region::COUNT {
                     return Err(Errno(libc::EINVAL));
                 }
                 let info = self.dev.region_info(index);
-                let mut out = Vec::with_capacity(32);
-                out.extend_from_slice(&32u32.to_le_bytes()); // argsz
-                out.extend_from_slice(&info.flags.to_le_bytes());
-                out.extend_from_slice(&index.to_le_bytes());
-                out.extend_from_slice(&0u32.to_le_bytes()); // cap_offset
-                out.extend_from_slice(&info.size.to_le_bytes());
-                out.extend_from_slice(&0u64.to_le_bytes()); // offset (no mmap)
-                Ok(out)
+                let reply = wire::RegionInfo {
+                    argsz: std::mem::size_of::<wire::RegionInfo>() as u32,
+                    flags: info.flags,
+                    index,
+                    cap_offset: 0,
+                    size: info.size,
+                    offset: 0, // nothing is mappable
+                };
+                Ok(reply.as_slice().to_vec())
             }
             Command::DeviceGetIrqInfo => {
-                need(12)?;
-                let index = le32(b, 8);
+                let req: wire::InfoRequest = body(b)?;
+                let index = req.index;
                 if index >= irq::COUNT {
                     return Err(Errno(libc::EINVAL));
                 }
                 let count = self.dev.irq_count(index);
-                let fl = match (count, index) {
+                let flags = match (count, index) {
                     (0, _) => 0,
                     (_, irq::INTX) => IRQ_INFO_EVENTFD | IRQ_INFO_MASKABLE | IRQ_INFO_AUTOMASKED,
                     _ => IRQ_INFO_EVENTFD | IRQ_INFO_NORESIZE,
                 };
-                let mut out = Vec::with_capacity(16);
-                out.extend_from_slice(&16u32.to_le_bytes());
-                out.extend_from_slice(&fl.to_le_bytes());
-                out.extend_from_slice(&index.to_le_bytes());
-                out.extend_from_slice(&count.to_le_bytes());
-                Ok(out)
+                let argsz = std::mem::size_of::<wire::IrqInfo>() as u32;
+                Ok(wire::IrqInfo { argsz, flags, index, count }.as_slice().to_vec())
             }
             Command::DeviceSetIrqs => {
-                need(20)?;
-                let (fl, index, start, count) = (le32(b, 4), le32(b, 8), le32(b, 12), le32(b, 16));
+                let set: wire::IrqSet = body(b)?;
+                let (index, start, count) = (set.index, set.start, set.count);
                 if index >= irq::COUNT
                     || start.checked_add(count).is_none_or(|e| e > self.dev.irq_count(index)) && count != 0
                 {
                     return Err(Errno(libc::EINVAL));
                 }
-                let data = fl & (irq::DATA_NONE | irq::DATA_BOOL | irq::DATA_EVENTFD);
-                let action = fl & (irq::ACTION_MASK | irq::ACTION_UNMASK | irq::ACTION_TRIGGER);
-                if data.count_ones() != 1 || action.count_ones() != 1 {
+                if !set.is_valid() {
                     return Err(Errno(libc::EINVAL));
                 }
+                let data = &b[std::mem::size_of::<wire::IrqSet>()..];
                 let mut bools = Vec::new();
-                if data == irq::DATA_BOOL {
-                    need(20 + count as usize)?;
-                    bools = b[20..20 + count as usize].iter().map(|&x| x != 0).collect();
+                if set.flags().contains(IrqSetFlags::DATA_BOOL) {
+                    let given = data.get(..count as usize).ok_or(Errno(libc::EINVAL))?;
+                    bools = given.iter().map(|&x| x != 0).collect();
                 }
-                if data == irq::DATA_EVENTFD && !fds.is_empty() && fds.len() != count as usize {
+                if set.flags().contains(IrqSetFlags::DATA_EVENTFD) && !fds.is_empty() && fds.len() != count as usize {
                     return Err(Errno(libc::EINVAL));
                 }
-                self.dev.set_irqs(IrqSet { index, flags: fl, start, count, fds, bools })?;
+                self.dev.set_irqs(IrqSet { index, flags: set.flags, start, count, fds, bools })?;
                 Ok(Vec::new())
             }
             Command::RegionRead => {
-                need(16)?;
-                let (offset, index, count) = (le64(b, 0), le32(b, 8), le32(b, 12) as usize);
-                self.region_bounds(index, offset, count)?;
-                let mut out = vec![0u8; 16 + count];
-                out[..16].copy_from_slice(&b[..16]);
-                self.dev.region_read(index, offset, &mut out[16..])?;
+                let a: wire::RegionAccess = body(b)?;
+                let count = a.count as usize;
+                self.region_bounds(a.region, a.offset, count)?;
+                let mut out = a.as_slice().to_vec();
+                out.resize(HEAD + count, 0);
+                self.dev.region_read(a.region, a.offset, &mut out[HEAD..])?;
                 Ok(out)
             }
             Command::RegionWrite => {
-                need(16)?;
-                let (offset, index, count) = (le64(b, 0), le32(b, 8), le32(b, 12) as usize);
-                if b.len() != 16 + count {
+                let a: wire::RegionAccess = body(b)?;
+                if b.len() != HEAD + a.count as usize {
                     return Err(Errno(libc::EINVAL));
                 }
-                self.region_bounds(index, offset, count)?;
-                self.dev.region_write(index, offset, &b[16..])?;
-                Ok(b[..16].to_vec())
+                self.region_bounds(a.region, a.offset, a.count as usize)?;
+                self.dev.region_write(a.region, a.offset, &b[HEAD..])?;
+                Ok(a.as_slice().to_vec())
             }
             Command::RegionWriteMulti => {
-                need(8)?;
-                let n = le64(b, 0) as usize;
-                if n > MULTI_MAX || b.len() < 8 + n * 24 {
+                let m: wire::WriteMulti = body(b)?;
+                let skip = std::mem::size_of::<wire::WriteMulti>();
+                if m.count > MULTI_MAX as u64
+                    || b.len() < skip + m.count as usize * std::mem::size_of::<wire::WriteMultiEntry>()
+                {
                     return Err(Errno(libc::EINVAL));
                 }
-                for i in 0..n {
-                    let e = &b[8 + i * 24..8 + (i + 1) * 24];
-                    let (offset, index, count) = (le64(e, 0), le32(e, 8), le32(e, 12) as usize);
-                    if count > MULTI_DATA {
+                for i in 0..m.count as usize {
+                    let e: wire::WriteMultiEntry = wire::read_at(b, skip, i).ok_or(Errno(libc::EINVAL))?;
+                    if e.count as usize > MULTI_DATA {
                         return Err(Errno(libc::EINVAL));
                     }
-                    self.region_bounds(index, offset, count)?;
-                    self.dev.region_write(index, offset, &e[16..16 + count])?;
+                    self.region_bounds(e.region, e.offset, e.count as usize)?;
+                    self.dev.region_write(e.region, e.offset, &e.data[..e.count as usize])?;
                 }
                 Ok(Vec::new())
             }
@@ -815,6 +716,9 @@ impl<'d, D: Device> Connection<'d, D> {
         }
     }
 }
+
+/// Bytes of a region access before its data.
+const HEAD: usize = std::mem::size_of::<wire::RegionAccess>();
 
 /// Accepts clients on `listener` one after the other and serves each until
 /// it leaves. Returns only when accepting fails.

@@ -9,7 +9,9 @@
 
 use std::path::Path;
 
-use device::vfio_user::{dma_flags, irq, region, Command, Header, HDR_LEN};
+use device::vfio_user::{irq, region, Command};
+use vfio_user_wire::{self as wire, DmaFlags, IrqSetFlags};
+use vm_memory::ByteValued;
 use hub::hub::{Control, ControlReply, NodeStats};
 use imc_proto::{encode_line, Reply, Request, Status};
 use link::{Kind, Msg, AUTH_LEN, BROADCAST, FLAG_ACK, FLAG_LOOPBACK, HEADER_LEN};
@@ -32,10 +34,7 @@ pub fn write_seeds(seeds: Vec<Vec<u8>>) {
 
 /// One vfio-user request: header and body.
 fn vfio_msg(id: u16, cmd: Command, body: &[u8]) -> Vec<u8> {
-    let size = (HDR_LEN + body.len()) as u32;
-    let mut m = Header { id, command: cmd as u16, size, flags: 0, error: 0 }.encode().to_vec();
-    m.extend_from_slice(body);
-    m
+    wire::request(id, cmd, wire::HeaderFlags::empty(), &[body])
 }
 
 fn le(parts: &[&[u8]]) -> Vec<u8> {
@@ -45,47 +44,39 @@ fn le(parts: &[&[u8]]) -> Vec<u8> {
 /// `vfio_user` seeds: byte 0 = fds, byte 1 = where they ride, then one
 /// request of every command (and all of them in a row).
 pub fn vfio_user() -> Vec<Vec<u8>> {
-    let region_access =
-        |offset: u64, index: u32, count: u32| le(&[&offset.to_le_bytes(), &index.to_le_bytes(), &count.to_le_bytes()]);
-    let set_irqs = |flags: u32, index: u32, start: u32, count: u32| {
-        le(&[
-            &20u32.to_le_bytes(),
-            &flags.to_le_bytes(),
-            &index.to_le_bytes(),
-            &start.to_le_bytes(),
-            &count.to_le_bytes(),
-        ])
+    let region_access = |offset: u64, region: u32, count: u32| wire::RegionAccess { offset, region, count };
+    let set_irqs = |flags: IrqSetFlags, index: u32, start: u32, count: u32| wire::IrqSet {
+        argsz: 20,
+        flags: flags.bits(),
+        index,
+        start,
+        count,
     };
-    let argsz_index = |index: u32| le(&[&32u32.to_le_bytes(), &0u32.to_le_bytes(), &index.to_le_bytes()]);
-    let mut write = region_access(8, region::BAR0 + 2, 4);
-    write.extend_from_slice(&[1, 2, 3, 4]);
-    let mut multi = 2u64.to_le_bytes().to_vec();
+    let info = |index: u32| wire::InfoRequest { argsz: 32, flags: 0, index };
+    let write = le(&[region_access(8, region::BAR0 + 2, 4).as_slice(), &[1, 2, 3, 4]]);
+    let mut multi = wire::WriteMulti { count: 2 }.as_slice().to_vec();
     for i in 0..2u64 {
-        multi.extend_from_slice(&region_access(i * 8, region::BAR0 + 2, 8));
-        multi.extend_from_slice(&[0x5A; 8]);
+        let e = wire::WriteMultiEntry { offset: i * 8, region: region::BAR0 + 2, count: 8, data: [0x5A; 8] };
+        multi.extend_from_slice(e.as_slice());
     }
-    let mut bools = set_irqs(irq::DATA_BOOL | irq::ACTION_TRIGGER, irq::MSI, 0, 2);
-    bools.extend_from_slice(&[1, 0]);
-    let map = le(&[
-        &32u32.to_le_bytes(),
-        &(dma_flags::READ | dma_flags::WRITE).to_le_bytes(),
-        &0u64.to_le_bytes(),
-        &0x10000u64.to_le_bytes(),
-        &0x1000u64.to_le_bytes(),
-    ]);
-    let unmap = le(&[&24u32.to_le_bytes(), &0u32.to_le_bytes(), &0x10000u64.to_le_bytes(), &0x1000u64.to_le_bytes()]);
+    let bools = le(&[set_irqs(IrqSetFlags::DATA_BOOL | IrqSetFlags::ACTION_TRIGGER, irq::MSI, 0, 2).as_slice(), &[1, 0]]);
+    let eventfd = set_irqs(IrqSetFlags::DATA_EVENTFD | IrqSetFlags::ACTION_TRIGGER, irq::INTX, 0, 1);
+    let rw = (DmaFlags::READ | DmaFlags::WRITE).bits();
+    let map = wire::DmaMap { argsz: 32, flags: rw, offset: 0, addr: 0x10000, size: 0x1000 };
+    let unmap = wire::DmaUnmap { argsz: 24, flags: 0, addr: 0x10000, size: 0x1000 };
+    let version = le(&[wire::Version::default().as_slice(), b"{}\0"]);
     let msgs: Vec<(u8, Vec<u8>)> = vec![
-        (0, vfio_msg(1, Command::Version, b"\0\0\0\0{}\0")),
+        (0, vfio_msg(1, Command::Version, &version)),
         (0, vfio_msg(2, Command::DeviceGetInfo, &16u32.to_le_bytes())),
-        (0, vfio_msg(3, Command::DeviceGetRegionInfo, &argsz_index(region::CONFIG))),
-        (0, vfio_msg(4, Command::DeviceGetIrqInfo, &argsz_index(irq::MSI))),
-        (0, vfio_msg(5, Command::RegionRead, &region_access(0, region::CONFIG, 4))),
+        (0, vfio_msg(3, Command::DeviceGetRegionInfo, info(region::CONFIG).as_slice())),
+        (0, vfio_msg(4, Command::DeviceGetIrqInfo, info(irq::MSI).as_slice())),
+        (0, vfio_msg(5, Command::RegionRead, region_access(0, region::CONFIG, 4).as_slice())),
         (0, vfio_msg(6, Command::RegionWrite, &write)),
         (0, vfio_msg(7, Command::RegionWriteMulti, &multi)),
         (0, vfio_msg(8, Command::DeviceSetIrqs, &bools)),
-        (1, vfio_msg(9, Command::DeviceSetIrqs, &set_irqs(irq::DATA_EVENTFD | irq::ACTION_TRIGGER, irq::INTX, 0, 1))),
-        (1, vfio_msg(10, Command::DmaMap, &map)),
-        (0, vfio_msg(11, Command::DmaUnmap, &unmap)),
+        (1, vfio_msg(9, Command::DeviceSetIrqs, eventfd.as_slice())),
+        (1, vfio_msg(10, Command::DmaMap, map.as_slice())),
+        (0, vfio_msg(11, Command::DmaUnmap, unmap.as_slice())),
         (0, vfio_msg(12, Command::DeviceReset, &[])),
         (0, vfio_msg(13, Command::DirtyPages, &[])),
     ];
@@ -149,6 +140,12 @@ pub fn control_line() -> Vec<Vec<u8>> {
             held_down: vec![1],
             rejected: 0,
             stalled: 0,
+            unauthenticated: 1,
+            unauthenticated_closed: 0,
+            auth_timeouts: 0,
+            control_connections: 1,
+            control_closed: 0,
+            control_idle_closed: 0,
         },
     ];
     let mut seeds: Vec<Vec<u8>> = reqs.iter().map(|r| serde_json::to_vec(r).expect("encodes")).collect();

@@ -15,6 +15,8 @@ use device::regs::{self, int, pct, reg};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use vfio_user_wire as wire;
+use vm_memory::ByteValued;
 
 /// How the header's size field relates to the bytes sent.
 #[derive(Debug, Clone, Copy)]
@@ -58,23 +60,15 @@ fn u64_field() -> impl Strategy<Value = u64> {
 /// A `DMA_MAP` body (argsz, flags, offset, iova, size), sent without an fd.
 fn dma_map() -> impl Strategy<Value = Vec<u8>> {
     (prop_oneof![Just(32u32), any::<u32>()], 0u32..4, u64_field(), u64_field(), u64_field(), vec(any::<u8>(), 0..8))
-        .prop_map(|(argsz, fl, off, iova, size, tail)| {
-            le(&[
-                &argsz.to_le_bytes(),
-                &fl.to_le_bytes(),
-                &off.to_le_bytes(),
-                &iova.to_le_bytes(),
-                &size.to_le_bytes(),
-                &tail,
-            ])
+        .prop_map(|(argsz, flags, offset, addr, size, tail)| {
+            le(&[wire::DmaMap { argsz, flags, offset, addr, size }.as_slice(), &tail])
         })
 }
 
 /// A `DMA_UNMAP` body (argsz, flags, iova, size).
 fn dma_unmap() -> impl Strategy<Value = Vec<u8>> {
-    (0u32..4, u64_field(), u64_field()).prop_map(|(fl, iova, size)| {
-        le(&[&24u32.to_le_bytes(), &fl.to_le_bytes(), &iova.to_le_bytes(), &size.to_le_bytes()])
-    })
+    (0u32..4, u64_field(), u64_field())
+        .prop_map(|(flags, addr, size)| wire::DmaUnmap { argsz: 24, flags, addr, size }.as_slice().to_vec())
 }
 
 /// A `SET_IRQS` body (argsz, flags, index, start, count, data), sent without fds.
@@ -86,15 +80,8 @@ fn set_irqs() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![0u32..3, Just(u32::MAX)],
         vec(any::<u8>(), 0..4),
     )
-        .prop_map(|(fl, index, start, count, data)| {
-            le(&[
-                &20u32.to_le_bytes(),
-                &fl.to_le_bytes(),
-                &index.to_le_bytes(),
-                &start.to_le_bytes(),
-                &count.to_le_bytes(),
-                &data,
-            ])
+        .prop_map(|(flags, index, start, count, data)| {
+            le(&[wire::IrqSet { argsz: 20, flags, index, start, count }.as_slice(), &data])
         })
 }
 
@@ -109,26 +96,27 @@ fn count() -> impl Strategy<Value = u32> {
 /// A `REGION_READ` body (offset, index, count).
 fn region_read() -> impl Strategy<Value = Vec<u8>> {
     (offset(), 0u32..10, count())
-        .prop_map(|(off, index, n)| le(&[&off.to_le_bytes(), &index.to_le_bytes(), &n.to_le_bytes()]))
+        .prop_map(|(offset, region, count)| wire::RegionAccess { offset, region, count }.as_slice().to_vec())
 }
 
 /// A `REGION_WRITE` body (offset, index, count, data), count usually matching the data.
 fn region_write() -> impl Strategy<Value = Vec<u8>> {
     (offset(), 0u32..10, vec(any::<u8>(), 0..16), prop_oneof![3 => Just(None), 1 => count().prop_map(Some)]).prop_map(
-        |(off, index, data, n)| {
-            let n = n.unwrap_or(data.len() as u32);
-            le(&[&off.to_le_bytes(), &index.to_le_bytes(), &n.to_le_bytes(), &data])
+        |(offset, region, data, n)| {
+            let count = n.unwrap_or(data.len() as u32);
+            le(&[wire::RegionAccess { offset, region, count }.as_slice(), &data])
         },
     )
 }
 
 /// A `REGION_WRITE_MULTI` body: entry count, then 24-byte entries.
 fn write_multi() -> impl Strategy<Value = Vec<u8>> {
-    let entry = (offset(), 0u32..10, 0u32..10, any::<[u8; 8]>())
-        .prop_map(|(off, index, n, d)| le(&[&off.to_le_bytes(), &index.to_le_bytes(), &n.to_le_bytes(), &d]));
+    let entry = (offset(), 0u32..10, 0u32..10, any::<[u8; 8]>()).prop_map(|(offset, region, count, data)| {
+        wire::WriteMultiEntry { offset, region, count, data }.as_slice().to_vec()
+    });
     (vec(entry, 0..6), prop_oneof![3 => Just(None), 1 => any::<u64>().prop_map(Some)]).prop_map(|(entries, n)| {
-        let n = n.unwrap_or(entries.len() as u64);
-        le(&[&n.to_le_bytes(), &entries.concat()])
+        let count = n.unwrap_or(entries.len() as u64);
+        le(&[wire::WriteMulti { count }.as_slice(), &entries.concat()])
     })
 }
 
@@ -185,16 +173,11 @@ fn read_until_closed(s: &mut UnixStream) -> Result<Vec<u8>, TestCaseError> {
 fn parse_replies(mut b: &[u8]) -> Result<Vec<WireReply>, TestCaseError> {
     let mut out = Vec::new();
     while !b.is_empty() {
-        prop_assert!(b.len() >= HDR, "{} trailing bytes are not a header", b.len());
-        let size = u32::from_le_bytes(b[4..8].try_into().unwrap()) as usize;
-        prop_assert!(size >= HDR && size <= b.len(), "reply size {size} with {} bytes left", b.len());
-        let r = WireReply {
-            id: u16::from_le_bytes([b[0], b[1]]),
-            command: u16::from_le_bytes([b[2], b[3]]),
-            flags: u32::from_le_bytes(b[8..12].try_into().unwrap()),
-            error: u32::from_le_bytes(b[12..16].try_into().unwrap()),
-            body_len: size - HDR,
-        };
+        let h: wire::Header =
+            wire::read(b).ok_or_else(|| TestCaseError::fail(format!("{} trailing bytes are not a header", b.len())))?;
+        let size = h.size as usize;
+        prop_assert!(h.is_valid() && size <= b.len(), "reply size {size} with {} bytes left", b.len());
+        let r = WireReply { id: h.id, command: h.command, flags: h.flags, error: h.error, body_len: size - HDR };
         prop_assert_eq!(r.flags & !F_ERROR, F_REPLY, "reply flags {:#x}", r.flags);
         if r.flags & F_ERROR != 0 {
             prop_assert!(r.error != 0, "error reply without errno: {:?}", r);

@@ -26,6 +26,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use vfio_user_wire as wire;
+use vm_memory::ByteValued;
 
 use device::adapter::{Adapter, AdapterConfig};
 use device::link_client as client;
@@ -36,7 +38,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 /// vfio-user header length.
-pub const HDR: usize = 16;
+pub const HDR: usize = wire::HDR_LEN;
 /// Command numbers (the device's own enum).
 pub const CMD_VERSION: u16 = Command::Version as u16;
 pub const CMD_DMA_MAP: u16 = Command::DmaMap as u16;
@@ -69,14 +71,10 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long tests poll for a delivery to show up.
 pub const POLL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Encodes a vfio-user header.
+/// Encodes a vfio-user header (any field, malformed ones included).
 pub fn header(id: u16, command: u16, size: u32, flags: u32, error: u32) -> [u8; HDR] {
     let mut h = [0u8; HDR];
-    h[0..2].copy_from_slice(&id.to_le_bytes());
-    h[2..4].copy_from_slice(&command.to_le_bytes());
-    h[4..8].copy_from_slice(&size.to_le_bytes());
-    h[8..12].copy_from_slice(&flags.to_le_bytes());
-    h[12..16].copy_from_slice(&error.to_le_bytes());
+    h.copy_from_slice(wire::Header { id, command, size, flags, error }.as_slice());
     h
 }
 
@@ -96,13 +94,9 @@ impl Reply {
     }
 }
 
-/// Body of a REGION_READ / REGION_WRITE request header part: offset u64, region u32, count u32.
+/// The fixed part of a REGION_READ / REGION_WRITE body.
 fn region_access(region: u32, offset: u64, count: u32) -> Vec<u8> {
-    let mut b = Vec::with_capacity(16);
-    b.extend_from_slice(&offset.to_le_bytes());
-    b.extend_from_slice(&region.to_le_bytes());
-    b.extend_from_slice(&count.to_le_bytes());
-    b
+    wire::RegionAccess { offset, region, count }.as_slice().to_vec()
 }
 
 /// A vfio-user client speaking to the adapter like QEMU's `vfio-user-pci`.
@@ -136,10 +130,8 @@ impl VfioClient {
     /// Encodes one request message (header + body) with a fresh id.
     pub fn encode(&mut self, command: u16, flags: u32, body: &[u8]) -> (u16, Vec<u8>) {
         let id = self.id();
-        let mut m = Vec::with_capacity(HDR + body.len());
-        m.extend_from_slice(&header(id, command, (HDR + body.len()) as u32, flags, 0));
-        m.extend_from_slice(body);
-        (id, m)
+        let h = wire::Header { id, command, size: (HDR + body.len()) as u32, flags, error: 0 };
+        (id, wire::message(h, &[body]))
     }
 
     /// Sends raw bytes.
@@ -156,19 +148,12 @@ impl VfioClient {
 
     /// Receives one reply message.
     pub fn recv(&mut self) -> io::Result<Reply> {
-        let mut h = [0u8; HDR];
-        self.stream.read_exact(&mut h)?;
-        let size = u32::from_le_bytes(h[4..8].try_into().unwrap()) as usize;
-        assert!(size >= HDR, "reply size {size} smaller than a header");
-        let mut body = vec![0u8; size - HDR];
+        let mut h = wire::Header::default();
+        self.stream.read_exact(h.as_mut_slice())?;
+        assert!(h.is_valid(), "reply size {} smaller than a header", h.size);
+        let mut body = vec![0u8; h.size as usize - HDR];
         self.stream.read_exact(&mut body)?;
-        Ok(Reply {
-            id: u16::from_le_bytes([h[0], h[1]]),
-            command: u16::from_le_bytes([h[2], h[3]]),
-            flags: u32::from_le_bytes(h[8..12].try_into().unwrap()),
-            error: u32::from_le_bytes(h[12..16].try_into().unwrap()),
-            body,
-        })
+        Ok(Reply { id: h.id, command: h.command, flags: h.flags, error: h.error, body })
     }
 
     /// Receives the reply to request `id`/`command` and checks it is one.
@@ -197,14 +182,12 @@ impl VfioClient {
 
     /// VERSION: major 0, minor 0, JSON capabilities NUL-terminated.
     pub fn version(&mut self) -> serde_json::Value {
-        let mut body = Vec::new();
-        body.extend_from_slice(&0u16.to_le_bytes());
-        body.extend_from_slice(&0u16.to_le_bytes());
+        let mut body = wire::Version { major: 0, minor: 0 }.as_slice().to_vec();
         body.extend_from_slice(br#"{"capabilities":{"max_msg_fds":8,"max_data_xfer_size":1048576}}"#);
         body.push(0);
         let r = self.request_ok(CMD_VERSION, &body);
         assert!(r.len() > 5, "VERSION reply too short: {r:?}");
-        assert_eq!(&r[0..2], &0u16.to_le_bytes(), "server major version");
+        assert_eq!(wire::read::<wire::Version>(&r).map(|v| v.major), Some(0), "server major version");
         assert_eq!(*r.last().unwrap(), 0, "capabilities must be NUL-terminated");
         let json: serde_json::Value = serde_json::from_slice(&r[4..r.len() - 1]).expect("capabilities are JSON");
         let caps = &json["capabilities"];
@@ -221,13 +204,8 @@ impl VfioClient {
 
     /// DMA_MAP, returning the reply whatever it is.
     pub fn try_dma_map(&mut self, iova: u64, size: u64, fd: &impl AsRawFd, offset: u64) -> Reply {
-        let mut body = Vec::with_capacity(32);
-        body.extend_from_slice(&32u32.to_le_bytes()); // argsz
-        body.extend_from_slice(&DMA_RW.to_le_bytes());
-        body.extend_from_slice(&offset.to_le_bytes());
-        body.extend_from_slice(&iova.to_le_bytes());
-        body.extend_from_slice(&size.to_le_bytes());
-        let (id, m) = self.encode(CMD_DMA_MAP, F_REQUEST, &body);
+        let map = wire::DmaMap { argsz: 32, flags: DMA_RW, offset, addr: iova, size };
+        let (id, m) = self.encode(CMD_DMA_MAP, F_REQUEST, map.as_slice());
         let fds = [fd.as_raw_fd()];
         let cmsg = [ControlMessage::ScmRights(&fds)];
         let n = sendmsg::<()>(self.stream.as_raw_fd(), &[IoSlice::new(&m)], &cmsg, MsgFlags::empty(), None)
@@ -290,14 +268,11 @@ impl VfioClient {
     /// QEMU sends it posted; `posted == false` asks for a reply and checks it.
     pub fn write_multi(&mut self, entries: &[(u32, u64, &[u8])], posted: bool) {
         assert!(entries.len() <= 200);
-        let mut body = Vec::with_capacity(8 + 24 * entries.len());
-        body.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-        for (region, offset, data) in entries {
-            assert!(data.len() <= 8);
-            body.extend_from_slice(&region_access(*region, *offset, data.len() as u32));
-            let mut d = [0u8; 8];
-            d[..data.len()].copy_from_slice(data);
-            body.extend_from_slice(&d);
+        let mut body = wire::WriteMulti { count: entries.len() as u64 }.as_slice().to_vec();
+        for &(region, offset, data) in entries {
+            let mut e = wire::WriteMultiEntry { offset, region, count: data.len() as u32, data: [0; wire::MULTI_DATA] };
+            e.data[..data.len()].copy_from_slice(data);
+            body.extend_from_slice(e.as_slice());
         }
         if posted {
             self.send(CMD_REGION_WRITE_MULTI, F_NO_REPLY, &body);
@@ -322,13 +297,8 @@ impl VfioClient {
     /// DEVICE_SET_IRQS (argsz, flags, index, start, count), with eventfds
     /// passed as SCM_RIGHTS; returns the reply whatever it is.
     pub fn try_set_irqs(&mut self, index: u32, flags: u32, start: u32, count: u32, fds: &[RawFd]) -> Reply {
-        let mut body = Vec::with_capacity(20);
-        body.extend_from_slice(&20u32.to_le_bytes()); // argsz
-        body.extend_from_slice(&flags.to_le_bytes());
-        body.extend_from_slice(&index.to_le_bytes());
-        body.extend_from_slice(&start.to_le_bytes());
-        body.extend_from_slice(&count.to_le_bytes());
-        let (id, m) = self.encode(CMD_DEVICE_SET_IRQS, F_REQUEST, &body);
+        let set = wire::IrqSet { argsz: 20, flags, index, start, count };
+        let (id, m) = self.encode(CMD_DEVICE_SET_IRQS, F_REQUEST, set.as_slice());
         self.send_with_fds(&m, fds);
         self.recv_reply(id, CMD_DEVICE_SET_IRQS)
     }
@@ -342,16 +312,12 @@ impl VfioClient {
 
     /// DEVICE_GET_REGION_INFO: (flags, size) of region `index`.
     pub fn region_info(&mut self, index: u32) -> (u32, u64) {
-        let mut body = Vec::with_capacity(32);
-        body.extend_from_slice(&32u32.to_le_bytes()); // argsz
-        body.extend_from_slice(&0u32.to_le_bytes()); // flags
-        body.extend_from_slice(&index.to_le_bytes());
-        body.extend_from_slice(&0u32.to_le_bytes()); // cap_offset
-        body.extend_from_slice(&[0u8; 16]); // size, offset
-        let r = self.request_ok(CMD_DEVICE_GET_REGION_INFO, &body);
+        let req = wire::RegionInfo { argsz: 32, index, ..Default::default() };
+        let r = self.request_ok(CMD_DEVICE_GET_REGION_INFO, req.as_slice());
         assert_eq!(r.len(), 32, "region info reply length");
-        assert_eq!(u32::from_le_bytes(r[8..12].try_into().unwrap()), index, "region info index");
-        (u32::from_le_bytes(r[4..8].try_into().unwrap()), u64::from_le_bytes(r[16..24].try_into().unwrap()))
+        let info: wire::RegionInfo = wire::read(&r).unwrap();
+        assert_eq!(info.index, index, "region info index");
+        (info.flags, info.size)
     }
 
     /// Reads a 32-bit register of BAR 0.
