@@ -18,6 +18,7 @@
 pub mod ivshmem;
 pub mod txdma;
 pub mod vfio;
+pub mod view;
 
 use std::os::fd::AsRawFd;
 use std::path::Path;

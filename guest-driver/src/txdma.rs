@@ -10,9 +10,20 @@
 //! posted first) and unmaps the ring. Source buffers are the caller's: any
 //! memory it mapped with `map_dma`, named by IOVA.
 //!
-//! Threads: one owner (`&mut self` to post); the registers are reached
-//! through [`DmaRegs`], so the ring logic runs against a fake in tests.
+//! The node's ring is imcd's (it owns the adapter); its client processes
+//! post into it through a [`SharedRing`], built from what imcd hands over
+//! (the ring's memory and a mapping of the registers for the doorbell):
+//! they take turns under an `flock` of the ring, and the adapter's
+//! `DMA_TAIL` is the truth about the next slot. Descriptors are encoded,
+//! and written-back statuses read, by the same code for both.
+//!
+//! Threads: a [`DmaRing`] has one owner (`&mut self` to post); the
+//! registers are reached through [`DmaRegs`], so the ring logic runs
+//! against a fake in tests. A [`SharedRing`] may be shared by threads
+//! (`&self`; the `flock` serialises posting).
 
+use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
@@ -80,6 +91,14 @@ pub enum DmaError {
     /// A descriptor's length is 0 or over 4 GiB − 1.
     #[error("length {0} is not from 1 to 2^32-1 bytes")]
     BadLength(u64),
+    /// A slot's descriptor is not the one posted there as `index`: the slot
+    /// was reused (more than a ring's worth of transfers were posted since)
+    /// and the outcome is lost.
+    #[error("descriptor {0}'s slot was reused before its status was read")]
+    Overwritten(u32),
+    /// Taking the shared ring's `flock`.
+    #[error("locking the DMA ring: {0}")]
+    Lock(std::io::Error),
     /// Allocating or mapping the ring.
     #[error("ring memory: {0}")]
     Mem(#[from] MemError),
@@ -272,8 +291,7 @@ impl<R: DmaRegs> DmaRing<R> {
             return Err(DmaError::NotPosted(index));
         }
         let back = self.mem.load_acquire::<u64>(self.slot(index) + dma::BYTES as usize)?;
-        let st = (back >> 32) as u32;
-        Ok((st & DONE != 0).then_some((st & 0xFF, back as u32)))
+        Ok(retired(back))
     }
 
     /// Waits until descriptor `index` is retired or `deadline` passes;
@@ -317,6 +335,146 @@ impl<R: DmaRegs> DmaRing<R> {
     /// The ring's IOVA.
     pub fn iova(&self) -> u64 {
         self.iova
+    }
+}
+
+/// A written-back status word: `Some((code, bytes))` once retired.
+fn retired(back: u64) -> Option<(u32, u32)> {
+    let st = (back >> 32) as u32;
+    (st & DONE != 0).then_some((st & 0xFF, back as u32))
+}
+
+/// Holds a ring's `flock` while it lives.
+struct RingLock<'a>(&'a File);
+
+impl<'a> RingLock<'a> {
+    fn take(f: &'a File) -> Result<RingLock<'a>, DmaError> {
+        loop {
+            // SAFETY: flock(2) on a file we hold open.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(RingLock(f));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(DmaError::Lock(e));
+            }
+        }
+    }
+}
+
+impl Drop for RingLock<'_> {
+    fn drop(&mut self) {
+        // SAFETY: flock(2) on a file we hold open.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// A client process's way into the node's ring, which imcd set up: the
+/// ring's memory, the doorbell (the registers as imcd maps them), and an
+/// `flock` of the ring so that the processes of the node take turns for a
+/// slot and one doorbell store.
+pub struct SharedRing {
+    ring: Mapping<ReadWrite>,
+    /// Our own open file description of the ring (what `flock` locks).
+    file: File,
+    entries: u32,
+    regs: Mapping<ReadWrite>,
+}
+
+impl SharedRing {
+    /// A ring of `entries` descriptors in `ring`, with `regs` the
+    /// adapter's registers (DMA_TAIL, DMA_HEAD, DMA_STATUS).
+    pub fn new(ring: Mapping<ReadWrite>, entries: u32, regs: Mapping<ReadWrite>) -> Result<SharedRing, MemError> {
+        if !entries.is_power_of_two() || (ring.len() as u64) < entries as u64 * DESC_SIZE {
+            return Err(MemError::BadMap(format!("a ring of {entries} descriptors in {} bytes", ring.len())));
+        }
+        if (regs.len() as u64) < reg::DMA_BYTES + 4 {
+            return Err(MemError::BadMap(format!("registers mapped over {} bytes", regs.len())));
+        }
+        let file = ring
+            .file()
+            .ok_or_else(|| MemError::BadMap("the ring has no file".into()))?
+            .try_clone()
+            .map_err(|err| MemError::Os { what: "the ring's file".into(), err })?;
+        Ok(SharedRing { ring, file, entries, regs })
+    }
+
+    fn reg(&self, off: u64) -> u32 {
+        self.regs.load::<u32>(off as usize).unwrap_or(u32::MAX)
+    }
+
+    fn slot(&self, index: u32) -> usize {
+        ((index & (self.entries - 1)) as u64 * DESC_SIZE) as usize
+    }
+
+    /// Writes `d` into the next slot and rings the doorbell; returns its
+    /// index. Stores made after this returns (through any transmit window
+    /// of the node) reach every receiver after the transfer's bytes.
+    pub fn post(&self, d: &Descriptor) -> Result<u32, DmaError> {
+        let bytes = d.encode()?;
+        let _lock = RingLock::take(&self.file)?;
+        // The adapter's tail is the truth: a process killed between writing
+        // a slot and ringing leaves the slot to the next poster.
+        let tail = self.reg(reg::DMA_TAIL);
+        let at = self.slot(tail);
+        let back = self.ring.load_acquire::<u64>(at + dma::BYTES as usize)?;
+        let used = self.ring.load::<u32>(at + dma::LEN as usize)? != 0;
+        if used && retired(back).is_none() {
+            // Not retired: still in flight, or dropped by the engine.
+            let busy = tail.wrapping_sub(self.reg(reg::DMA_HEAD));
+            if busy >= self.entries {
+                return Err(DmaError::Full(busy));
+            }
+        }
+        self.ring.write(at, &bytes[..dma::BYTES as usize])?;
+        // Status (and bytes) last: 0 = not retired.
+        self.ring.store_release::<u64>(at + dma::BYTES as usize, 0)?;
+        // The descriptor is in memory before the doorbell store.
+        fence(Ordering::SeqCst);
+        self.regs.store::<u32>(reg::DMA_TAIL as usize, tail.wrapping_add(1))?;
+        Ok(tail)
+    }
+
+    /// The outcome of `d`, posted as `index`: `Some(bytes)` when it was
+    /// sent whole, `None` while it is in flight, or why it failed (its slot
+    /// holds another descriptor now: [`DmaError::Overwritten`]).
+    pub fn outcome(&self, index: u32, d: &Descriptor) -> Result<Option<u32>, DmaError> {
+        let at = self.slot(index);
+        let back = self.ring.load_acquire::<u64>(at + dma::BYTES as usize)?;
+        let mut fields = [0u8; dma::FLAGS as usize];
+        self.ring.read(at, &mut fields)?;
+        if fields[..] != d.encode()?[..dma::FLAGS as usize] {
+            return Err(DmaError::Overwritten(index));
+        }
+        match retired(back) {
+            None => Ok(None),
+            Some((status::OK, bytes)) => Ok(Some(bytes)),
+            Some((code, bytes)) => Err(DmaError::Failed { index, code, name: status::name(code), bytes }),
+        }
+    }
+
+    /// As [`SharedRing::outcome`], and a transfer the engine stopped
+    /// without retiring (it is idle, and ours is not retired) is an error
+    /// ([`DmaError::Dropped`]) instead of in flight for ever. Reads a
+    /// register when the transfer is not retired: a trapped load.
+    pub fn check(&self, index: u32, d: &Descriptor) -> Result<Option<u32>, DmaError> {
+        if let Some(bytes) = self.outcome(index, d)? {
+            return Ok(Some(bytes));
+        }
+        let dma_status = self.dma_status();
+        if dma_status & dma::BUSY != 0 {
+            return Ok(None);
+        }
+        // Idle with ours not retired: dropped, or retired just now.
+        match self.outcome(index, d)? {
+            Some(bytes) => Ok(Some(bytes)),
+            None => Err(DmaError::Dropped { index, dma_status, name: status::name(dma_status & 0xFF) }),
+        }
+    }
+
+    /// DMA_STATUS (a trapped load).
+    pub fn dma_status(&self) -> u32 {
+        self.reg(reg::DMA_STATUS)
     }
 }
 

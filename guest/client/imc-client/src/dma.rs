@@ -5,12 +5,14 @@
 //! Set-up goes through imcd ([`crate::Imc::dma_open`],
 //! [`crate::Imc::dma_target`]); the data path does not:
 //! - a [`DmaPort`] holds this process's source area (a file imcd mapped for
-//!   the adapter's DMA at an IOVA of its own), the node's one descriptor
-//!   ring (shared by every process of the node that uses DMA) and the
-//!   adapter's registers (for the doorbell);
-//! - [`DmaPort::start`] writes a descriptor into the ring under an `flock`
-//!   of the ring (the processes of a node take turns for one slot and one
-//!   doorbell store), rings the doorbell and returns a [`DmaHandle`];
+//!   the adapter's DMA at an IOVA of its own) and the node's one descriptor
+//!   ring, shared by every process of the node that uses DMA: a
+//!   `guest_driver::txdma::SharedRing` over the ring and the doorbell imcd
+//!   handed over (the driver encodes descriptors, takes turns under the
+//!   ring's `flock` and reads the written-back status; this module never
+//!   names a register);
+//! - [`DmaPort::start`] checks the transfer and posts it, and returns a
+//!   [`DmaHandle`];
 //! - [`DmaPort::test`] and [`DmaPort::wait`] read the status the engine
 //!   wrote back into the descriptor.
 //!
@@ -23,14 +25,11 @@
 //! Threads: a [`DmaPort`] may be shared by threads (`&self` everywhere; the
 //! `flock` serialises posting).
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
+use guest_driver::txdma::{self, Descriptor, SharedRing};
 use guest_mem::{Mapping, MemError, ReadWrite};
-use regs::dma::{self, status, DESC_SIZE, DONE};
-use regs::{reg, PAGE_SIZE};
+use regs::PAGE_SIZE;
 use thiserror::Error;
 
 /// Why a transmit DMA call failed.
@@ -96,6 +95,25 @@ pub enum DmaError {
     /// Reading or writing the mappings.
     #[error("DMA mapping: {0}")]
     Mem(#[from] MemError),
+    /// Anything else the ring's driver refused.
+    #[error("DMA ring: {0}")]
+    Ring(txdma::DmaError),
+}
+
+impl From<txdma::DmaError> for DmaError {
+    fn from(e: txdma::DmaError) -> DmaError {
+        use txdma::DmaError as D;
+        match e {
+            D::Full(n) => DmaError::Full(n),
+            D::Failed { code, name, bytes, .. } => DmaError::Failed { code, name, bytes },
+            D::Dropped { dma_status, name, .. } => DmaError::Dropped { dma_status, name },
+            D::Overwritten(i) => DmaError::Overwritten(i),
+            D::BadLength(n) => DmaError::BadLength(n),
+            D::Lock(e) => DmaError::Lock(e),
+            D::Mem(e) => DmaError::Mem(e),
+            other => DmaError::Ring(other),
+        }
+    }
 }
 
 /// A region this process may send to by DMA: imcd gave it because the
@@ -159,38 +177,9 @@ impl DmaHandle {
         self.len == 0
     }
 
-    /// The first 20 bytes of its descriptor (source, destination, length).
-    fn fields(&self) -> [u8; 20] {
-        let mut b = [0u8; 20];
-        b[dma::SRC as usize..][..8].copy_from_slice(&self.src.to_le_bytes());
-        b[dma::DEST as usize..][..8].copy_from_slice(&self.dest.to_le_bytes());
-        b[dma::LEN as usize..][..4].copy_from_slice(&self.len.to_le_bytes());
-        b
-    }
-}
-
-/// Holds the ring's `flock` while it lives.
-struct RingLock<'a>(&'a File);
-
-impl<'a> RingLock<'a> {
-    fn take(f: &'a File) -> Result<RingLock<'a>, DmaError> {
-        loop {
-            // SAFETY: flock(2) on a file we hold open.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(RingLock(f));
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(DmaError::Lock(e));
-            }
-        }
-    }
-}
-
-impl Drop for RingLock<'_> {
-    fn drop(&mut self) {
-        // SAFETY: flock(2) on a file we hold open.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    /// Its descriptor.
+    fn descriptor(&self) -> Descriptor {
+        Descriptor { src: self.src, mc_addr: self.dest, len: self.len as u64, interrupt: false }
     }
 }
 
@@ -198,12 +187,7 @@ impl Drop for RingLock<'_> {
 pub struct DmaPort {
     area: Mapping<ReadWrite>,
     area_iova: u64,
-    ring: Mapping<ReadWrite>,
-    /// Our own open file description of the ring (what `flock` locks).
-    ring_file: File,
-    entries: u32,
-    /// The adapter's registers (BAR 0): DMA_TAIL, DMA_HEAD, DMA_STATUS.
-    regs: Mapping<ReadWrite>,
+    ring: SharedRing,
 }
 
 impl DmaPort {
@@ -217,31 +201,12 @@ impl DmaPort {
         entries: u32,
         regs: Mapping<ReadWrite>,
     ) -> Result<DmaPort, MemError> {
-        if !entries.is_power_of_two() || (ring.len() as u64) < entries as u64 * DESC_SIZE {
-            return Err(MemError::BadMap(format!("a ring of {entries} descriptors in {} bytes", ring.len())));
-        }
-        if (regs.len() as u64) < reg::DMA_BYTES + 4 {
-            return Err(MemError::BadMap(format!("registers mapped over {} bytes", regs.len())));
-        }
-        let ring_file = ring
-            .file()
-            .ok_or_else(|| MemError::BadMap("the ring has no file".into()))?
-            .try_clone()
-            .map_err(|err| MemError::Os { what: "the ring's file".into(), err })?;
-        Ok(DmaPort { area, area_iova, ring, ring_file, entries, regs })
+        Ok(DmaPort { area, area_iova, ring: SharedRing::new(ring, entries, regs)? })
     }
 
     /// The source area: fill it, then [`DmaPort::start`] transfers from it.
     pub fn buffer(&self) -> &Mapping<ReadWrite> {
         &self.area
-    }
-
-    fn reg(&self, off: u64) -> u32 {
-        self.regs.load::<u32>(off as usize).unwrap_or(u32::MAX)
-    }
-
-    fn slot(&self, index: u32) -> usize {
-        ((index & (self.entries - 1)) as u64 * DESC_SIZE) as usize
     }
 
     /// Starts copying `len` bytes at `src_off` of the source area into
@@ -266,49 +231,14 @@ impl DmaPort {
             src: self.area_iova + src_off,
             dest: target.first_page * PAGE_SIZE + offset,
         };
-        let _lock = RingLock::take(&self.ring_file)?;
-        // The adapter's tail is the truth: a process killed between writing
-        // a slot and ringing leaves the slot to the next poster.
-        let tail = self.reg(reg::DMA_TAIL);
-        let at = self.slot(tail);
-        let back = self.ring.load_acquire::<u64>(at + dma::BYTES as usize)?;
-        let used = self.ring.load::<u32>(at + dma::LEN as usize)? != 0;
-        if used && (back >> 32) as u32 & DONE == 0 {
-            // Not retired: still in flight, or dropped by the engine.
-            let busy = tail.wrapping_sub(self.reg(reg::DMA_HEAD));
-            if busy >= self.entries {
-                return Err(DmaError::Full(busy));
-            }
-        }
-        h.index = tail;
-        self.ring.write(at, &h.fields())?;
-        self.ring.store::<u32>(at + dma::FLAGS as usize, 0)?;
-        // Status (and bytes) last: 0 = not retired.
-        self.ring.store_release::<u64>(at + dma::BYTES as usize, 0)?;
-        // The descriptor is in memory before the doorbell store.
-        fence(Ordering::SeqCst);
-        self.regs.store::<u32>(reg::DMA_TAIL as usize, tail.wrapping_add(1))?;
+        h.index = self.ring.post(&h.descriptor())?;
         Ok(h)
     }
 
     /// The transfer's outcome: `Some(bytes)` when it was sent whole, None
     /// while it is in flight, or why it failed.
     pub fn test(&self, h: &DmaHandle) -> Result<Option<u32>, DmaError> {
-        let at = self.slot(h.index);
-        let back = self.ring.load_acquire::<u64>(at + dma::BYTES as usize)?;
-        let mut fields = [0u8; 20];
-        self.ring.read(at, &mut fields)?;
-        if fields != h.fields() {
-            return Err(DmaError::Overwritten(h.index));
-        }
-        let st = (back >> 32) as u32;
-        if st & DONE == 0 {
-            return Ok(None);
-        }
-        match st & 0xFF {
-            status::OK => Ok(Some(back as u32)),
-            code => Err(DmaError::Failed { code, name: status::name(code), bytes: back as u32 }),
-        }
+        Ok(self.ring.outcome(h.index, &h.descriptor())?)
     }
 
     /// As [`DmaPort::test`], and a transfer the engine stopped without
@@ -316,18 +246,7 @@ impl DmaPort {
     /// ([`DmaError::Dropped`]) instead of in flight for ever. Reads a
     /// register when the transfer is not retired: a trapped load.
     pub fn check(&self, h: &DmaHandle) -> Result<Option<u32>, DmaError> {
-        if let Some(bytes) = self.test(h)? {
-            return Ok(Some(bytes));
-        }
-        let dma_status = self.reg(reg::DMA_STATUS);
-        if dma_status & dma::BUSY != 0 {
-            return Ok(None);
-        }
-        // Idle with ours not retired: dropped, or retired just now.
-        match self.test(h)? {
-            Some(bytes) => Ok(Some(bytes)),
-            None => Err(DmaError::Dropped { dma_status, name: status::name(dma_status & 0xFF) }),
-        }
+        Ok(self.ring.check(h.index, &h.descriptor())?)
     }
 
     /// Waits until the transfer is retired (or `timeout` passes): the bytes
@@ -345,7 +264,7 @@ impl DmaPort {
                     return Ok(bytes);
                 }
                 if t0.elapsed() >= timeout {
-                    let dma_status = self.reg(reg::DMA_STATUS);
+                    let dma_status = self.ring.dma_status();
                     return Err(DmaError::Timeout { waited: t0.elapsed(), dma_status });
                 }
                 std::thread::sleep(Duration::from_micros(20));
@@ -371,6 +290,10 @@ impl DmaPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // The tests play the engine: they write its status back and move its
+    // registers, so they name what the library does not.
+    use regs::dma::{self, status, DONE};
+    use regs::reg;
 
     /// A port over plain files; the test plays the engine by writing the
     /// descriptors' status back.

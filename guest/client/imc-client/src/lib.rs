@@ -31,6 +31,7 @@ use std::path::Path;
 
 use thiserror::Error;
 
+use guest_driver::view::AdapterView;
 use guest_mem::{Access, Mapping, MemError, ReadOnly, ReadWrite};
 
 /// What the fd of a [`Reply::Mapping`] is.
@@ -374,19 +375,14 @@ const ACK_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// - `ckerrcnt` asks every node, through the ACK page, for errors its imcd
 ///   has not counted yet, and adds them.
 pub struct Regs {
-    map: Mapping<ReadOnly>,
+    /// The adapter's identity and counters (the driver reads them).
+    view: AdapterView,
     count: Option<Mapping<ReadOnly>>,
     /// ACK page: transmit mapping, answers (read-write), the node's lock.
     ack: Option<(Mapping<ReadWrite>, Mapping<ReadWrite>, std::fs::File)>,
 }
 
 impl Regs {
-    /// A register; 0xFFFF_FFFF (what a PCI read of nothing returns) when
-    /// imcd mapped less than the register file.
-    pub fn reg(&self, off: usize) -> u32 {
-        self.map.load::<u32>(off).unwrap_or(u32::MAX)
-    }
-
     /// `imc_rderrcnt`: the error count as imcd last saw it (one load), or
     /// the register when imcd keeps no copy.
     pub fn rderrcnt(&self) -> u32 {
@@ -396,16 +392,21 @@ impl Regs {
         }
     }
 
+    /// The adapter's identity and counters, as the driver reads them.
+    pub fn view(&self) -> &AdapterView {
+        &self.view
+    }
+
     /// The adapter's error count register (a device read).
     pub fn hw_errcnt(&self) -> u32 {
-        self.reg(regs::reg::ERR_COUNT as usize)
+        self.view.err_count()
     }
 
     /// The adapter's count of link and membership changes it saw,
     /// LINK_EVENTS (a device read): it moves when another node leaves or
     /// joins, as one whose link went down does.
     pub fn link_events(&self) -> u32 {
-        self.reg(regs::reg::LINK_EVENTS as usize)
+        self.view.link_events()
     }
 
     /// `imc_ckerrcnt`: true when errors happened anywhere in the cluster
@@ -426,8 +427,8 @@ impl Regs {
     /// [`ACK_LOCK_WAIT`], the others cannot be asked: that counts as one
     /// (errors may be outstanding; the caller checks again).
     fn outstanding(&self) -> u32 {
-        let me = regs::node_id(self.reg(regs::reg::NODE as usize)).map(usize::from);
-        let mine = (self.reg(regs::reg::ERR_STATUS as usize) != 0) as u32;
+        let me = self.view.node().map(usize::from);
+        let mine = (self.view.err_status() != 0) as u32;
         let Some((tx, rx, lock)) = &self.ack else { return mine };
         if !matches!(flock_within(lock, ACK_LOCK_WAIT), Ok(true)) {
             return mine + 1;
@@ -451,19 +452,17 @@ impl Regs {
 
     /// The adapter's error status bits (`regs::err`; a device read).
     pub fn err_status(&self) -> u32 {
-        self.reg(regs::reg::ERR_STATUS as usize)
+        self.view.err_status()
     }
 
     /// This node's id (None while the adapter has none).
     pub fn node(&self) -> Option<u16> {
-        regs::node_id(self.reg(regs::reg::NODE as usize))
+        self.view.node()
     }
 
     /// The nodes the hub counts as up (whether or not they run imcd).
     pub fn members(&self) -> Vec<u16> {
-        regs::members(self.reg(regs::reg::MEMBERS_LO as usize), self.reg(regs::reg::MEMBERS_HI as usize))
-            .map(|n| n as u16)
-            .collect()
+        self.view.members()
     }
 }
 
@@ -642,7 +641,7 @@ impl Imc {
             Ok((tx, rx, lock))
         })()
         .ok();
-        Ok(Regs { map, count, ack })
+        Ok(Regs { view: AdapterView::new(map), count, ack })
     }
 }
 
@@ -718,7 +717,7 @@ mod tests {
         // Another process of the node asks the members and never lets go.
         assert!(flock_within(&holder, std::time::Duration::ZERO).unwrap());
         let r = Regs {
-            map: Mapping::from_file(file("regs"), 0, 4096).unwrap(),
+            view: AdapterView::new(Mapping::from_file(file("regs"), 0, 4096).unwrap()),
             count: None,
             ack: Some((
                 Mapping::from_file(file("ack-tx"), 0, 4096).unwrap(),

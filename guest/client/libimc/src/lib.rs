@@ -179,7 +179,7 @@ impl Failure {
                 DmaError::Full(_) => IMC_DMA_FULL,
                 DmaError::Failed { .. } | DmaError::Dropped { .. } | DmaError::Overwritten(_) => IMC_DMA_FAILED,
                 DmaError::Timeout { .. } => IMC_DMA_PENDING,
-                DmaError::Lock(_) | DmaError::Mem(_) => IMC_FAIL,
+                DmaError::Lock(_) | DmaError::Mem(_) | DmaError::Ring(_) => IMC_FAIL,
             },
             Failure::Invalid(_) => IMC_INVALID,
             Failure::NotAttached(_) | Failure::NoLockSet { .. } => IMC_NOTALLOC,

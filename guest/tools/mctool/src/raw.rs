@@ -144,7 +144,7 @@ pub(crate) fn info(json: bool) -> Result<()> {
         Err(direct) => {
             let imc = imc_client::Imc::connect().map_err(|e| anyhow::anyhow!("{direct:#}; and through imcd: {e}"))?;
             let r = imc.regs().map_err(|e| anyhow::anyhow!("{direct:#}; and through imcd: {e}"))?;
-            Info::read("(through imcd)".into(), |off| r.reg(off as usize))
+            Info::read("(through imcd)".into(), |off| r.view().raw(off))
         }
     };
     if json {
