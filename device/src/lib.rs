@@ -18,11 +18,14 @@
 //! - [`vfio_user`]: the vfio-user protocol server (socket, framing, dispatch).
 //! - [`client_socket`]: enlarging the connected QEMU's send buffer, which
 //!   makes the direct store path safe against floods.
+//! - [`fatal`]: a panic aborts the process (`mc-adapter`, `mc-hub`); the
+//!   supervisor restarts it.
 #![warn(missing_docs)]
 
 pub mod adapter;
 pub mod client_socket;
 pub mod dma;
+pub mod fatal;
 pub mod link_client;
 pub mod pci;
 pub mod remote;

@@ -54,6 +54,7 @@ struct Args {
 }
 
 fn main() {
+    device::fatal::abort_on_panic();
     if let Err(e) = run() {
         eprintln!("mc-adapter: {e:#}");
         std::process::exit(1);

@@ -187,6 +187,7 @@ fn pcap(file: &Path) -> anyhow::Result<()> {
 }
 
 fn main() {
+    device::fatal::abort_on_panic();
     if let Err(e) = run() {
         eprintln!("mc-hub: {e:#}");
         std::process::exit(1);
