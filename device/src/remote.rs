@@ -25,13 +25,14 @@
 
 use std::collections::VecDeque;
 use std::io::{self, BufReader, BufWriter, Write};
+use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use link::{self as link, LinkError, Msg, MAX_DATA};
 use tracing::{debug, info, warn};
 
-use crate::adapter::{AdapterConfig, Shared};
+use crate::adapter::{Adapter, AdapterConfig, Shared};
 use crate::link_client::{self, Joined, Stream};
 use crate::regs::{err, PAGE_SIZE};
 use crate::uplink::{LinkInfo, Uplink, UplinkError, WritePacket};
@@ -257,6 +258,24 @@ impl RemoteLink {
 }
 
 /// The `Hello` this adapter sends.
+impl Adapter {
+    /// Joins the hub at `cfg.hub` over a link port (retrying for
+    /// `cfg.hub_wait`); the link rejoins by itself whenever it goes down.
+    pub fn connect(&mut self, cfg: &AdapterConfig) -> io::Result<()> {
+        let link = RemoteLink::connect(self.shared(), cfg)?;
+        self.set_uplink(Arc::new(link));
+        Ok(())
+    }
+
+    /// Uses an already-joined link (from `link_client::join`); no rejoin after a loss.
+    pub fn attach_link(&mut self, joined: Joined, reader: UnixStream, writer: BufWriter<UnixStream>) {
+        let writer =
+            BufWriter::with_capacity(64 * 1024, Stream::Unix(writer.into_inner().expect("fresh writer is empty")));
+        let link = RemoteLink::attach(self.shared(), joined, Stream::Unix(reader), writer);
+        self.set_uplink(Arc::new(link));
+    }
+}
+
 fn hello(cfg: &AdapterConfig, pages: u64) -> link_client::Hello<'_> {
     link_client::Hello {
         want_node: cfg.want_node,

@@ -24,9 +24,8 @@ mod rx;
 mod tx;
 mod txdma;
 
-use std::io::{self, BufWriter};
+use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,10 +37,9 @@ use self::irq::Irq;
 use self::tx::Pending;
 use self::txdma::TxDma;
 use crate::dma::DmaSpace;
-use crate::link_client::{HubAddr, Joined, Stream};
+use crate::link_client::HubAddr;
 use crate::pci::{ConfigSpace, CONFIG_SIZE};
 use crate::regs::{self, err, int, pct, MSIX_VECTORS, PAGE_SIZE};
-use crate::remote::RemoteLink;
 use crate::uplink::{LinkInfo, Unplugged, Uplink};
 use crate::vfio_user::{self, region, region_flags, Device, Errno, IrqSet, RegionInfo};
 
@@ -307,21 +305,8 @@ impl Adapter {
         self.uplink = uplink;
     }
 
-    /// Joins the hub at `cfg.hub` over a link port (retrying for
-    /// `cfg.hub_wait`); the link rejoins by itself whenever it goes down.
-    pub fn connect(&mut self, cfg: &AdapterConfig) -> io::Result<()> {
-        let link = RemoteLink::connect(self.shared.clone(), cfg)?;
-        self.set_uplink(Arc::new(link));
-        Ok(())
-    }
-
-    /// Uses an already-joined link (from `link_client::join`); no rejoin after a loss.
-    pub fn attach_link(&mut self, joined: Joined, reader: UnixStream, writer: BufWriter<UnixStream>) {
-        let writer =
-            BufWriter::with_capacity(64 * 1024, Stream::Unix(writer.into_inner().expect("fresh writer is empty")));
-        let link = RemoteLink::attach(self.shared.clone(), joined, Stream::Unix(reader), writer);
-        self.set_uplink(Arc::new(link));
-    }
+    // `connect` and `attach_link` (a link port to a hub in another
+    // process) are in `crate::remote`, which builds on this module.
 }
 
 impl Device for Adapter {
