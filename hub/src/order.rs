@@ -12,8 +12,10 @@
 //! delivering thread for local ports, so a store reaches another guest on
 //! this host in one hop. Nothing in a step waits: a link port without room
 //! makes the step return [`Step::Full`] before anything is numbered, and the
-//! caller waits for room with the lock released ([`Shared::order`],
-//! [`Shared::order_blocking`]).
+//! caller waits for room with the lock released. Steps are driven by one
+//! machine ([`Shared::advance`] over a [`Writing`]: the write, then the ACK
+//! answers it made); a link port's task ([`Shared::order`]) and a local
+//! port's thread ([`Shared::order_blocking`]) differ only in how they wait.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -135,6 +137,44 @@ pub(crate) enum Step {
     Full(u16, Arc<PortCtl>),
 }
 
+/// What became of a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Numbered and delivered (with the ACK answers it made).
+    Ordered,
+    /// The writer's port is not up.
+    NotUp,
+    /// Point-to-point to a node that is not up: dropped.
+    NoDest,
+}
+
+/// What a writer does after [`Shared::advance`].
+pub(crate) enum Next {
+    /// Wait for room on this link port (at most [`ROOM_POLL`]), then advance again.
+    Wait(Arc<PortCtl>),
+    /// Nothing more to order.
+    Finished(Outcome),
+}
+
+/// One write on its way through the order, with the ACK answers still to
+/// order after it: the state of the step machine ([`Shared::advance`]).
+pub(crate) struct Writing<'a, 'w> {
+    src: u16,
+    w: &'a WritePacket<'w>,
+    /// What became of the write itself (None until it is settled).
+    outcome: Option<Outcome>,
+    /// ACK answers to order next, in order: (answering node, answer).
+    answers: Vec<(u16, AckReply)>,
+    /// Since when the write has found a receiver full.
+    first_full: Option<Instant>,
+}
+
+impl<'a, 'w> Writing<'a, 'w> {
+    pub(crate) fn new(src: u16, w: &'a WritePacket<'w>) -> Self {
+        Writing { src, w, outcome: None, answers: Vec::new(), first_full: None }
+    }
+}
+
 /// The answer write an ACK receiver sends back (flags as the answering
 /// adapter chose them: a sender answering itself sets loopback).
 fn ack_write(a: &AckReply) -> (u16, u16, u64, [u8; 1]) {
@@ -217,26 +257,69 @@ impl Shared {
         Step::Done(acks)
     }
 
+    /// Drives `m` as far as it goes without waiting: its write, then the
+    /// ACK answers each ordered write made (each a write of its own, from
+    /// the answering node, depth first). Both callers drive this one
+    /// machine and differ only in how they wait for room
+    /// ([`Shared::order`], [`Shared::order_blocking`]).
+    pub(crate) fn advance(&self, m: &mut Writing<'_, '_>) -> Next {
+        loop {
+            let (src, step) = match (&m.outcome, m.answers.first()) {
+                (None, _) => (m.src, self.try_order(m.src, m.w)),
+                (Some(_), None) => return Next::Finished(m.outcome.expect("set")),
+                (Some(_), Some(&(from, ref a))) => {
+                    let (dest, flags, addr, data) = ack_write(a);
+                    (from, self.try_order(from, &WritePacket { dest, flags, addr, data: &data }))
+                }
+            };
+            let first = m.outcome.is_none();
+            match step {
+                Step::Full(id, port) => {
+                    if self.still_waiting(&mut m.first_full, id, &port) {
+                        return Next::Wait(port);
+                    }
+                    // Cut off: try again without it.
+                    continue;
+                }
+                Step::Done(acks) => {
+                    m.first_full = None;
+                    if first {
+                        m.outcome = Some(Outcome::Ordered);
+                    } else {
+                        m.answers.remove(0);
+                    }
+                    // Depth first: an answer's own answers go before the
+                    // answers after it.
+                    m.answers.splice(0..0, acks);
+                }
+                Step::NotUp | Step::NoDest if first => {
+                    let why = if matches!(step, Step::NotUp) { Outcome::NotUp } else { Outcome::NoDest };
+                    return Next::Finished(why);
+                }
+                Step::NotUp | Step::NoDest => {
+                    // An answer to a node that left meanwhile: dropped.
+                    if matches!(step, Step::NoDest) {
+                        if let Some(Some(p)) = self.state.lock().unwrap().ports.get(src as usize) {
+                            p.ctl.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    m.answers.remove(0);
+                }
+            }
+        }
+    }
+
     /// Orders a write from a link port's reader task, waiting for room when
     /// a receiver's queue is full. False when the write was dropped.
     pub(crate) async fn order(&self, src: u16, w: &WritePacket<'_>) -> bool {
-        let mut first_full: Option<Instant> = None;
+        let mut m = Writing::new(src, w);
         loop {
-            match self.try_order(src, w) {
-                Step::Done(acks) => {
-                    for (from, a) in acks {
-                        let (dest, flags, addr, data) = ack_write(&a);
-                        Box::pin(self.order(from, &WritePacket { dest, flags, addr, data: &data })).await;
-                    }
-                    return true;
-                }
-                Step::NotUp | Step::NoDest => return false,
-                Step::Full(id, port) => {
-                    if self.still_waiting(&mut first_full, id, &port) {
-                        // A wake-up can be missed between the step and the
-                        // wait: the poll interval bounds the delay that costs.
-                        let _ = tokio::time::timeout(ROOM_POLL, port.room.notified()).await;
-                    }
+            match self.advance(&mut m) {
+                Next::Finished(o) => return o == Outcome::Ordered,
+                // A wake-up can be missed between the step and the wait:
+                // the poll interval bounds the delay that costs.
+                Next::Wait(port) => {
+                    let _ = tokio::time::timeout(ROOM_POLL, port.room.notified()).await;
                 }
             }
         }
@@ -250,30 +333,20 @@ impl Shared {
         w: &WritePacket<'_>,
         rt: &tokio::runtime::Handle,
     ) -> Result<(), UplinkError> {
-        let mut first_full: Option<Instant> = None;
+        let mut m = Writing::new(src, w);
         loop {
-            match self.try_order(src, w) {
-                Step::Done(acks) => {
-                    for (from, a) in acks {
-                        let (dest, flags, addr, data) = ack_write(&a);
-                        let _ = self.order_blocking(from, &WritePacket { dest, flags, addr, data: &data }, rt);
-                    }
-                    return Ok(());
-                }
-                Step::NotUp => return Err(UplinkError::Down),
-                Step::NoDest => {
+            match self.advance(&mut m) {
+                Next::Finished(Outcome::Ordered) => return Ok(()),
+                Next::Finished(Outcome::NotUp) => return Err(UplinkError::Down),
+                Next::Finished(Outcome::NoDest) => {
                     if let Some(Some(p)) = self.state.lock().unwrap().ports.get(src as usize) {
                         p.ctl.stats.dropped.fetch_add(1, Ordering::Relaxed);
                     }
                     return Ok(());
                 }
-                Step::Full(id, port) => {
-                    if self.still_waiting(&mut first_full, id, &port) {
-                        rt.block_on(async {
-                            let _ = tokio::time::timeout(ROOM_POLL, port.room.notified()).await;
-                        });
-                    }
-                }
+                Next::Wait(port) => rt.block_on(async {
+                    let _ = tokio::time::timeout(ROOM_POLL, port.room.notified()).await;
+                }),
             }
         }
     }
