@@ -313,7 +313,7 @@ fn receive_loop(inner: Arc<Inner>, reader: Stream, mut link_seq: u16, rejoin: Op
                 }
                 Ok(Msg::Member { seq, node, up }) => shared.member(seq, node, up),
                 // Framing is intact: count it, drop the packet, go on.
-                Err(LinkError::BadCrc) => shared.raise_error(err::CRC),
+                Err(LinkError::BadCrc) => shared.bad_crc(),
                 Ok(other) => break format!("unexpected {other:?} from hub"),
                 Err(e) => break e.to_string(),
             }

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use device::adapter::Shared as Device;
 use device::uplink::{AckReply, UplinkError, WritePacket};
 use link::{Msg, BROADCAST, FLAG_LOOPBACK};
-use regs::err;
 use tokio::sync::{mpsc, Notify};
 use tracing::{debug, warn};
 
@@ -243,9 +242,10 @@ impl Shared {
                         std::thread::sleep(Duration::from_micros(d));
                     }
                     if port.ctl.take_corrupt() {
-                        // Counted like a frame that failed its CRC; not applied.
+                        // The receiving adapter takes it as a frame that
+                        // failed its CRC: counted there, not applied.
                         port.ctl.stats.corrupted.fetch_add(1, Ordering::Relaxed);
-                        dev.raise_error(err::CRC);
+                        dev.bad_crc();
                         continue;
                     }
                     if let Some(a) = dev.deliver(seq, src, w.flags, w.addr, w.data) {

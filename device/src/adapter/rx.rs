@@ -25,6 +25,13 @@ impl Shared {
         irq.raise(int::NOTIFY);
     }
 
+    /// A frame for this adapter that failed its CRC on the way in (a link
+    /// frame, or one the hub corrupts on purpose): counted in ERR_STATUS
+    /// (`CRC`), never applied.
+    pub fn bad_crc(&self) {
+        self.raise_error(err::CRC);
+    }
+
     /// Applies one ordered delivery. For a store to an ACK page nothing is
     /// applied; the answer is returned, for the deliverer to put into the
     /// global order as a point-to-point write to the ACK's sender.
