@@ -324,6 +324,22 @@ impl Hw for AdapterHw {
         self.drop_receive(&mut rx, id, 0..0);
         drop(rx);
     }
+    fn forget_stale(&self, id: u32, first: u64, pages: u64) {
+        // Checked and dropped under one hold of the receive table, which
+        // `receive` takes too: no buffer made in between can go.
+        let mut rx = self.rx();
+        if !rx.get(&id).is_some_and(|r| r.first == first && r.buf.len() as u64 == pages * PAGE_SIZE) {
+            return;
+        }
+        self.drop_receive(&mut rx, id, 0..0);
+        drop(rx);
+        let mut tx = self.tx();
+        if tx.get(&id) == Some(&(first, pages)) {
+            tx.remove(&id);
+            drop(tx);
+            self.stop_transmit(first, pages);
+        }
+    }
     fn forget_all(&self) {
         let mut ids: Vec<u32> = self.tx().keys().copied().collect();
         ids.extend(self.rx().keys().copied());

@@ -56,6 +56,11 @@ pub trait Hw: Sync {
     fn received(&self) -> Vec<(u32, u64, u64)>;
     /// Stops receiving and transmitting region `id` here.
     fn forget(&self, id: u32);
+    /// Stops receiving (and transmitting) region `id` here only if this
+    /// node's buffer of it is still the one at `first` of `pages` pages:
+    /// the mapper's cleanup of a region it saw freed must not take a
+    /// buffer the daemon made meanwhile for a new region with the same id.
+    fn forget_stale(&self, id: u32, first: u64, pages: u64);
     /// Stops receiving and transmitting every region here: what a node
     /// that has left the cluster does, so its processes can no longer write
     /// pages the others may give to a new region (imcd's own pages stay).
@@ -228,6 +233,9 @@ impl<T: Hw + Send> Hw for std::sync::Arc<T> {
     }
     fn forget(&self, id: u32) {
         (**self).forget(id)
+    }
+    fn forget_stale(&self, id: u32, first: u64, pages: u64) {
+        (**self).forget_stale(id, first, pages)
     }
     fn forget_all(&self) {
         (**self).forget_all()

@@ -98,12 +98,17 @@ impl<'a, H: Hw> Mapper<'a, H> {
             self.errcount_again = self.errcount_again.saturating_sub(1);
         }
         n.publish_errcount(&mut self.published);
-        let live = self.reader.list();
         // Buffers of regions freed (by any node), or whose entry now
-        // describes another region, go.
-        for (id, first, pages) in n.hw.received() {
+        // describes another region, go. Our buffers are listed before the
+        // directory is read: a buffer the daemon makes after the list was
+        // read is for a region already in the directory, and the look
+        // below must not take it (nor one it makes for the same id in
+        // between: `forget_stale` drops only the buffer that was listed).
+        let ours = n.hw.received();
+        let live = self.reader.list();
+        for (id, first, pages) in ours {
             if !live.iter().any(|r| r.id == id && r.first_page == first && r.pages == pages) {
-                n.hw.forget(id);
+                n.hw.forget_stale(id, first, pages);
             }
         }
         for r in live.iter().filter(|r| r.coherent()) {

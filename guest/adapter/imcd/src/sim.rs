@@ -423,6 +423,18 @@ impl Hw for SimHw {
         self.received.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         self.transmitted.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
     }
+    fn forget_stale(&self, id: u32, first: u64, pages: u64) {
+        let mut rx = self.received.lock().unwrap_or_else(|e| e.into_inner());
+        if rx.get(&id) != Some(&(first, pages)) {
+            return;
+        }
+        rx.remove(&id);
+        drop(rx);
+        let mut tx = self.transmitted.lock().unwrap_or_else(|e| e.into_inner());
+        if tx.get(&id) == Some(&(first, pages)) {
+            tx.remove(&id);
+        }
+    }
     fn forget_all(&self) {
         let mut ids: HashSet<u32> =
             self.transmitted.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();

@@ -513,3 +513,37 @@ fn a_listed_host_that_does_not_answer_the_relay_is_a_cluster_error_not_gone() {
         other => panic!("a relay nobody answers: {other:?}"),
     }
 }
+
+/// The mapper drops this node's buffer of a region it saw freed; the
+/// daemon may meanwhile have made a buffer for a new region that reuses
+/// the id (an MPI job starting right after another: "region 25 is not
+/// received on this node" from `MPI_Init`). Only the buffer the mapper
+/// listed goes.
+#[test]
+fn the_mappers_cleanup_takes_only_the_buffer_it_listed() {
+    use imcd::hw::Hw;
+    use imcd::regions::RegionDesc;
+    let net = SimNet::new(1, 64, Duration::ZERO, 1);
+    let hw = net.hw(0);
+    let region = |first_page| RegionDesc {
+        id: 25,
+        key: 7,
+        first_page,
+        pages: 2,
+        mode: 0o666,
+        uid: 0,
+        gid: 0,
+        ctime: first_page,
+        flags: 0,
+        hosts: 1,
+    };
+    hw.receive(&region(10)).unwrap();
+    let listed = hw.received();
+    assert_eq!(listed, vec![(25, 10, 2)]);
+    // The old region is freed and id 25 is given to a new one elsewhere.
+    hw.receive(&region(20)).unwrap();
+    hw.forget_stale(25, 10, 2);
+    assert_eq!(hw.received(), vec![(25, 20, 2)], "the new region's buffer stays");
+    hw.forget_stale(25, 20, 2);
+    assert!(hw.received().is_empty(), "the listed buffer goes");
+}
