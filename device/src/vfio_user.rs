@@ -563,13 +563,12 @@ impl<'d, D: Device> Connection<'d, D> {
         }
     }
 
-    fn region_bounds(&self, index: u32, offset: u64, count: usize) -> Result<(), Errno> {
-        let info = self.dev.region_info(index);
-        if index >= region::COUNT
-            || count == 0
-            || count > MAX_XFER
-            || offset.checked_add(count as u64).is_none_or(|e| e > info.size)
-        {
+    /// An access of a region that exists, of 1 to [`MAX_XFER`] bytes,
+    /// all inside the region.
+    fn region_bounds(&self, a: &wire::RegionAccess) -> Result<(), Errno> {
+        let info = self.dev.region_info(a.region);
+        // `is_valid` rules out a wrapping end before it is computed.
+        if a.region >= region::COUNT || !a.is_valid(MAX_XFER) || a.offset + a.count as u64 > info.size {
             return Err(Errno(libc::EINVAL));
         }
         Ok(())
@@ -673,7 +672,7 @@ impl<'d, D: Device> Connection<'d, D> {
             Command::RegionRead => {
                 let a: wire::RegionAccess = body(b)?;
                 let count = a.count as usize;
-                self.region_bounds(a.region, a.offset, count)?;
+                self.region_bounds(&a)?;
                 let mut out = a.as_slice().to_vec();
                 out.resize(HEAD + count, 0);
                 self.dev.region_read(a.region, a.offset, &mut out[HEAD..])?;
@@ -684,7 +683,7 @@ impl<'d, D: Device> Connection<'d, D> {
                 if b.len() != HEAD + a.count as usize {
                     return Err(Errno(libc::EINVAL));
                 }
-                self.region_bounds(a.region, a.offset, a.count as usize)?;
+                self.region_bounds(&a)?;
                 self.dev.region_write(a.region, a.offset, &b[HEAD..])?;
                 Ok(a.as_slice().to_vec())
             }
@@ -698,10 +697,10 @@ impl<'d, D: Device> Connection<'d, D> {
                 }
                 for i in 0..m.count as usize {
                     let e: wire::WriteMultiEntry = wire::read_at(b, skip, i).ok_or(Errno(libc::EINVAL))?;
-                    if e.count as usize > MULTI_DATA {
+                    if !e.is_valid() {
                         return Err(Errno(libc::EINVAL));
                     }
-                    self.region_bounds(e.region, e.offset, e.count as usize)?;
+                    self.region_bounds(&e.access())?;
                     self.dev.region_write(e.region, e.offset, &e.data[..e.count as usize])?;
                 }
                 Ok(Vec::new())

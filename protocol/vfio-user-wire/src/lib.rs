@@ -380,54 +380,46 @@ pub struct WriteMultiEntry {
 }
 
 impl WriteMultiEntry {
+    /// The region access it makes (offset, region, bytes).
+    pub fn access(&self) -> RegionAccess {
+        RegionAccess { offset: self.offset, region: self.region, count: self.count }
+    }
+
     /// Between 1 and [`MULTI_DATA`] bytes.
     pub fn is_valid(&self) -> bool {
         (1..=MULTI_DATA).contains(&(self.count as usize))
     }
 }
 
-// SAFETY: `Header`, and each struct below, is `#[repr(C)]` and made only
-// of integers and byte arrays laid out without padding (the size asserts
-// below check it), so every byte pattern is a valid value and none of its
-// bytes is uninitialised.
-unsafe impl ByteValued for Header {}
-// SAFETY: as above.
-unsafe impl ByteValued for Version {}
-// SAFETY: as above.
-unsafe impl ByteValued for DmaMap {}
-// SAFETY: as above.
-unsafe impl ByteValued for DmaUnmap {}
-// SAFETY: as above.
-unsafe impl ByteValued for DeviceInfo {}
-// SAFETY: as above.
-unsafe impl ByteValued for InfoRequest {}
-// SAFETY: as above.
-unsafe impl ByteValued for RegionInfo {}
-// SAFETY: as above.
-unsafe impl ByteValued for IrqInfo {}
-// SAFETY: as above.
-unsafe impl ByteValued for IrqSet {}
-// SAFETY: as above.
-unsafe impl ByteValued for RegionAccess {}
-// SAFETY: as above.
-unsafe impl ByteValued for WriteMulti {}
-// SAFETY: as above.
-unsafe impl ByteValued for WriteMultiEntry {}
+/// Makes each wire struct `ByteValued`, with a compile-time check that
+/// its size is the protocol's (the sum of its fields: no padding).
+macro_rules! wire_structs {
+    ($($t:ty = $size:expr),* $(,)?) => {
+        $(
+            const _: () = assert!(std::mem::size_of::<$t>() == $size);
+            // SAFETY: the struct is `#[repr(C)]` and made only of integers
+            // and byte arrays, and its size (asserted just above) is the sum
+            // of its fields', so it has no padding: every byte pattern is a
+            // valid value and none of its bytes is uninitialised.
+            unsafe impl ByteValued for $t {}
+        )*
+    };
+}
 
-const _: () = {
-    assert!(std::mem::size_of::<Header>() == 16);
-    assert!(std::mem::size_of::<Version>() == 4);
-    assert!(std::mem::size_of::<DmaMap>() == 32);
-    assert!(std::mem::size_of::<DmaUnmap>() == 24);
-    assert!(std::mem::size_of::<DeviceInfo>() == 16);
-    assert!(std::mem::size_of::<InfoRequest>() == 12);
-    assert!(std::mem::size_of::<RegionInfo>() == 32);
-    assert!(std::mem::size_of::<IrqInfo>() == 16);
-    assert!(std::mem::size_of::<IrqSet>() == 20);
-    assert!(std::mem::size_of::<RegionAccess>() == 16);
-    assert!(std::mem::size_of::<WriteMulti>() == 8);
-    assert!(std::mem::size_of::<WriteMultiEntry>() == 24);
-};
+wire_structs!(
+    Header = 16,
+    Version = 4,
+    DmaMap = 32,
+    DmaUnmap = 24,
+    DeviceInfo = 16,
+    InfoRequest = 12,
+    RegionInfo = 32,
+    IrqInfo = 16,
+    IrqSet = 20,
+    RegionAccess = 16,
+    WriteMulti = 8,
+    WriteMultiEntry = 24,
+);
 
 /// The `T` at the start of `b`, copied out (a message body need not be
 /// aligned); `None` if `b` is shorter than `T`.
