@@ -129,6 +129,8 @@ struct Daemon {
     oom_kills: u64,
     /// Wakes an idle mpid when a channel may have opened.
     waker: Option<ump::ListenWaker>,
+    /// Since when, with no job, some channel has not been complete.
+    opening_since: Option<Instant>,
 }
 
 /// The guest kernel's count of processes its OOM killer ended
@@ -247,6 +249,7 @@ fn serve(opts: &Options, handle: u64, wait: Duration, stop: &AtomicBool) -> Resu
         buf: vec![0u8; MAX_MESSAGE],
         oom_kills: oom_kills(),
         waker,
+        opening_since: None,
     };
     let mut checked = Instant::now();
     let mut imcd_lost = false;
@@ -274,6 +277,12 @@ fn serve(opts: &Options, handle: u64, wait: Duration, stop: &AtomicBool) -> Resu
 
 /// How long a round waits for a rank event when nothing else happens.
 const NAP: Duration = Duration::from_millis(50);
+/// How long a round sleeps while a channel an opener asked for is not
+/// complete yet (the opener sends its header again every 10 ms).
+const OPENING_NAP: Duration = Duration::from_millis(5);
+/// How long an incomplete channel keeps mpid looking every
+/// [`OPENING_NAP`].
+const OPENING_LIMIT: Duration = Duration::from_secs(10);
 /// How long a round of an mpid with no channel sleeps on its
 /// [`ump::ListenWaker`] (an opener wakes it at once): the imcd check
 /// ([`IMCD_CHECK`]) is what it still wakes for.
@@ -300,9 +309,23 @@ impl Daemon {
         // Twenty looks a second were 2.2% of a host core per idle guest
         // (scripts/idle-bench.sh).
         if let (true, Some(w)) = (self.jobs.is_empty(), &self.waker) {
+            // A channel accepted but not complete yet: its completion (the
+            // opener's header arriving again) wakes nobody, so look again
+            // soon rather than after a whole idle nap (that was most of a
+            // job's start-up on other guests). For a while only: an
+            // opener that died leaves the channel half open.
+            let opening = ump::info().is_ok_and(|i| i.channels > 0);
+            let since = *self.opening_since.get_or_insert_with(Instant::now);
+            if !opening {
+                self.opening_since = None;
+            } else if since.elapsed() < OPENING_LIMIT {
+                std::thread::sleep(OPENING_NAP);
+                return;
+            }
             w.sleep(IDLE_NAP);
             return;
         }
+        self.opening_since = None;
         // Rank events (output, exits) end the nap at once; only requests
         // from mpiexec wait for it. A short nap is not free: under TCG each
         // timer wake-up costs the guest's vCPU several hundred µs, taken
