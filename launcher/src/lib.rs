@@ -488,7 +488,12 @@ pub fn mpirun_argv(nodes: usize, o: &MpirunOptions) -> Result<Vec<String>> {
         bail!("no program given: mc-cluster mpirun -n N PROG [ARGS...]");
     };
     let hosts: Vec<String> = (0..nodes).map(|n| format!("node{n}")).collect();
-    let mut argv: Vec<String> = ["mpiexec", "-end-on-stdin-eof", "-n"].map(String::from).to_vec();
+    let mut argv: Vec<String> = Vec::new();
+    // `--env MPIEXEC_TRACE=1` traces mpiexec itself too, not only the ranks.
+    if let Some(t) = o.env.iter().find(|e| e.starts_with("MPIEXEC_TRACE=")) {
+        argv.extend(["env".to_string(), t.clone()]);
+    }
+    argv.extend(["mpiexec", "-end-on-stdin-eof", "-n"].map(String::from));
     argv.push(o.n.to_string());
     argv.push("-hosts".into());
     argv.push(hosts.join(","));
@@ -608,6 +613,11 @@ mod tests {
         assert_eq!(
             a.join(" "),
             "mpiexec -end-on-stdin-eof -n 4 -hosts node0,node1,node2 -ppn 2 -genv A 1=2 -- /share/prog -x y"
+        );
+        let a = mpirun_argv(2, &o(2, None, &["MPIEXEC_TRACE=1"], &["/share/p"])).unwrap();
+        assert_eq!(
+            a.join(" "),
+            "env MPIEXEC_TRACE=1 mpiexec -end-on-stdin-eof -n 2 -hosts node0,node1 -genv MPIEXEC_TRACE 1 -- /share/p"
         );
         let a = mpirun_argv(1, &o(2, None, &[], &["hostname"])).unwrap();
         assert_eq!(a.join(" "), "mpiexec -end-on-stdin-eof -n 2 -hosts node0 -- hostname");

@@ -145,7 +145,8 @@ enum Cmd {
         /// Ranks per node, block-wise [default: spread evenly, in blocks].
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         ppn: Option<u32>,
-        /// Set NAME=VALUE for every rank (repeatable).
+        /// Set NAME=VALUE for every rank (repeatable). `MPIEXEC_TRACE=1`
+        /// also makes mpiexec print each phase of the start-up.
         #[arg(long = "env", value_name = "NAME=VALUE")]
         env: Vec<String>,
         /// Kill the job after this many seconds (0: no limit).

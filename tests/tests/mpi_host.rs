@@ -47,21 +47,30 @@ fn job() -> u32 {
 }
 
 /// Starts `n` ranks of one job on our library, each from `command()`,
-/// with `env` set too; their output is piped.
+/// with `env` set too (an empty value unsets a variable); their output is
+/// piped. As `mpiexec` does, the placement (`MCMPI_NODES`: all on this
+/// host) is set; channels open on first use (`MCMPI_LAZY=1`: the default
+/// only for jobs whose channels would fill imcd's directory), the path
+/// with more to go wrong.
 fn spawn_ranks(command: impl Fn() -> Command, n: u32, env: &[(&str, &str)]) -> Vec<Child> {
     let job = job().to_string();
     (0..n)
         .map(|r| {
-            command()
-                .env("LD_LIBRARY_PATH", lib_dir())
+            let mut c = command();
+            c.env("LD_LIBRARY_PATH", lib_dir())
                 .env("MCMPI_JOB", &job)
                 .env("MCMPI_RANK", r.to_string())
                 .env("MCMPI_SIZE", n.to_string())
-                .envs(env.iter().copied())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
+                .env("MCMPI_NODES", format!("0*{n}"))
+                .env("MCMPI_LAZY", "1");
+            for (k, v) in env {
+                if v.is_empty() {
+                    c.env_remove(k);
+                } else {
+                    c.env(k, v);
+                }
+            }
+            c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
         })
         .collect()
 }
@@ -108,6 +117,48 @@ fn c_programs_run_over_shared_memory_on_the_host() {
         }
         assert!(text(&outs[0]).contains(" No Errors"), "{name} with {ranks} ranks:\n{}", text(&outs[0]));
     }
+}
+
+/// `MCMPI_STATS`' count of the other ranks a rank had a channel to.
+fn channels_of(out: &str) -> usize {
+    let head = out.split(" with a channel").next().filter(|h| h.len() < out.len());
+    let head = head.unwrap_or_else(|| panic!("no channel count in:\n{out}"));
+    head.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{out}"))
+}
+
+/// With `MCMPI_LAZY=1` (and the placement, `MCMPI_NODES`, as `mpiexec`
+/// sets it), ranks open their channels on first use: a rank that only
+/// ever hears from another takes the channel that one opened, and ranks
+/// that never talk open none. Without the placement, with `MCMPI_LAZY=0`,
+/// or by default for a job this small, every channel opens in `MPI_Init`.
+#[test]
+fn channels_open_on_first_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path(), "lazy");
+    let n = 8;
+    for (env, lazy) in [
+        (vec![("MCMPI_STATS", "1")], true),
+        (vec![("MCMPI_STATS", "1"), ("MCMPI_LAZY", "0")], false),
+        (vec![("MCMPI_STATS", "1"), ("MCMPI_LAZY", "")], false),
+        (vec![("MCMPI_STATS", "1"), ("MCMPI_NODES", "")], false),
+    ] {
+        let outs = run_ours_with(&prog, n, &env);
+        for (r, o) in outs.iter().enumerate() {
+            assert!(o.status.success(), "{env:?}: rank {r} failed:\n{}", text(o));
+        }
+        assert!(text(&outs[0]).contains(" No Errors"), "{env:?}:\n{}", text(&outs[0]));
+        let used: Vec<usize> = outs.iter().map(|o| channels_of(&text(o))).collect();
+        assert_eq!(used[0], n as usize - 1, "{env:?}: rank 0 heard from every rank: {used:?}");
+        if lazy {
+            assert!(used.iter().any(|&u| u < n as usize - 1), "every rank opened every channel: {used:?}");
+            eprintln!("channels per rank, opened on first use: {used:?}");
+        } else {
+            assert!(used.iter().all(|&u| u == n as usize - 1), "{env:?}: {used:?}");
+        }
+    }
+    // A placement that does not add up is refused by name.
+    let outs = run_ours_with(&prog, 2, &[("MCMPI_NODES", "0*3")]);
+    assert!(!outs[0].status.success() && text(&outs[0]).contains("MCMPI_NODES"), "{}", text(&outs[0]));
 }
 
 #[test]

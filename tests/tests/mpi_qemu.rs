@@ -518,6 +518,26 @@ fn mpi_sixteen_ranks_on_four_guests() {
     let (rc, out) = mpirun(name, 16, "comms");
     assert_eq!((rc, out.contains(" No Errors")), (Some(0), true), "{out}");
     one_sided_on(&c, name);
+    twenty_four_ranks_on(&c, name);
+}
+
+/// 24 ranks on the 4 guests of [`mpi_sixteen_ranks_on_four_guests`]: a
+/// channel between every two ranks on different guests would take 432 of
+/// imcd's 478 directory entries, so this job opens its channels on first
+/// use (docs/ump.md, "Channels of a job"). tests/mpi/lazy.c: rank 0 hears
+/// from every rank on channels it did not open (an any-source receive),
+/// then a ring; checked, and with fewer channels than ranks for the
+/// others. Ranks that each wait for the next one's channel in a circle
+/// (each rank's first send waits until the other side takes its channel)
+/// must still answer the channels opened to them.
+fn twenty_four_ranks_on(c: &Cluster, name: &str) {
+    build(c, "lazy");
+    let (rc, out) = mpirun_with(name, 24, None, &["MCMPI_STATS=1"], "lazy");
+    assert_eq!((rc, out.contains(" No Errors")), (Some(0), true), "{out}");
+    let channels: Vec<u64> = (0..24).map(|r| stat(&out, r, "with a channel")).collect();
+    assert_eq!(channels[0], 23, "rank 0 heard from every rank: {channels:?}\n{out}");
+    assert!(channels.iter().any(|&n| n < 12), "channels were not opened on first use: {channels:?}\n{out}");
+    assert!(!out.contains("leaves after waiting"), "a rank waited for goodbyes:\n{out}");
 }
 
 /// One-sided communication across guests (tests/mpi/onesided.c), on the

@@ -208,19 +208,37 @@ fn run_inner(plan: &Plan, set: &Settings, stops: &Stops) -> Result<i32, ClientEr
         line_start: HashMap::new(),
         buf: vec![0u8; MAX_MESSAGE],
     };
+    // Where every rank runs, so that a rank knows which of its channels
+    // go over MEMORY CHANNEL before it opens any (it opens them on first use).
+    let mut env = plan.env.clone();
+    env.push(("MCMPI_NODES".into(), nodes_var(&plan.node_of)));
     for i in 0..job.nodes.len() {
         let start = Request::Start(Start {
             job: plan.job,
             size: plan.node_of.len() as u32,
             ranks: job.nodes[i].ranks.clone(),
             argv: plan.argv.clone(),
-            env: plan.env.clone(),
+            env: env.clone(),
             cwd: plan.cwd.clone(),
             cwd_required: plan.cwd_required,
         });
         job.send(i, &start);
     }
     Ok(job.serve(stops))
+}
+
+/// `MCMPI_NODES`: each rank's node in rank order, as runs of
+/// `NODE*COUNT` separated by commas (`0*4,1*4`: ranks 0-3 on node 0, 4-7
+/// on node 1); read by the MPI library (`mpi::launch::nodes_from_var`).
+pub fn nodes_var(node_of: &[u32]) -> String {
+    let mut runs: Vec<(u32, usize)> = Vec::new();
+    for &n in node_of {
+        match runs.last_mut() {
+            Some((m, c)) if *m == n => *c += 1,
+            _ => runs.push((n, 1)),
+        }
+    }
+    runs.iter().map(|(n, c)| format!("{n}*{c}")).collect::<Vec<_>>().join(",")
 }
 
 impl Job<'_> {
@@ -473,4 +491,16 @@ impl Job<'_> {
 /// A signal's name (SIGKILL), or its number.
 fn signal_name(s: i32) -> String {
     nix::sys::signal::Signal::try_from(s).map(|s| s.as_str().to_string()).unwrap_or_else(|_| s.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nodes_var;
+
+    #[test]
+    fn the_placement_goes_as_runs_of_nodes() {
+        assert_eq!(nodes_var(&[0, 0, 1, 1, 1, 0]), "0*2,1*3,0*1");
+        assert_eq!(nodes_var(&[3]), "3*1");
+        assert_eq!(nodes_var(&[]), "");
+    }
 }

@@ -95,6 +95,51 @@ impl Place {
     }
 }
 
+/// Each rank's node from `MCMPI_NODES` (runs of `NODE*COUNT` separated by
+/// commas, in rank order, as `mpiexec` sets it) for a job of `size`
+/// ranks. Ranks on one node share a guest (their channels are shared
+/// memory), the others are across MEMORY CHANNEL.
+pub fn nodes_from_var(value: &str, size: u32) -> Result<Vec<u32>, LaunchError> {
+    let bad = |why| LaunchError::Bad { var: "MCMPI_NODES", value: value.to_string(), why };
+    let mut nodes = Vec::new();
+    for run in value.split(',') {
+        let (n, c) = run.trim().split_once('*').ok_or_else(|| bad("runs of NODE*COUNT, like 0*4,1*4"))?;
+        let n: u32 = n.parse().map_err(|_| bad("a node is not a number"))?;
+        let c: u32 = c.parse().map_err(|_| bad("a count is not a number"))?;
+        if c == 0 || nodes.len() as u64 + u64::from(c) > u64::from(size) {
+            return Err(bad("the counts must add up to MCMPI_SIZE"));
+        }
+        nodes.extend(std::iter::repeat_n(n, c as usize));
+    }
+    if nodes.len() != size as usize {
+        return Err(bad("the counts must add up to MCMPI_SIZE"));
+    }
+    Ok(nodes)
+}
+
+/// Whether a job placed by `nodes` (each rank's node) opens its channels
+/// on first use rather than all in `MPI_Init` (docs/ump.md, "Channels of
+/// a job"). `MCMPI_LAZY` (`lazy`) `1` or `0` decides; unset, only when a
+/// channel between every two ranks on different guests (two regions of
+/// imcd's directory each) would take more than half of the directory
+/// (`directory` entries): opening all at once starts a job sooner, but
+/// grows with the square of its ranks.
+pub fn opens_on_first_use(nodes: &[u32], lazy: Option<&str>, directory: usize) -> Result<bool, LaunchError> {
+    match lazy.map(str::trim) {
+        Some("1") => return Ok(true),
+        Some("0") => return Ok(false),
+        Some(v) => return Err(LaunchError::Bad { var: "MCMPI_LAZY", value: v.to_string(), why: "1 or 0" }),
+        None => {}
+    }
+    let mut per_node: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+    for &n in nodes {
+        *per_node.entry(n).or_default() += 1;
+    }
+    let r = nodes.len() as u64;
+    let pairs = r * r.saturating_sub(1) / 2 - per_node.values().map(|c| c * (c - 1) / 2).sum::<u64>();
+    Ok(2 * pairs > directory as u64 / 2)
+}
+
 /// MEMORY CHANNEL ring bytes a rank may spread over its channels when
 /// `UMP_MC_BUFFER` does not say (`MCMPI_MC_RINGS` changes it).
 pub const MC_RINGS_DEFAULT: usize = 4 << 20;
@@ -282,6 +327,40 @@ mod tests {
         let c = cfg_on(size, Guest { memory: mib << 20, ranks: local }, vars).unwrap();
         let need = memory_needed(&c, (size - local) as usize, local as usize - 1);
         (c, need)
+    }
+
+    #[test]
+    fn the_placement_is_read_from_runs() {
+        assert_eq!(nodes_from_var("0*2,1*3,0*1", 6).unwrap(), [0, 0, 1, 1, 1, 0]);
+        assert_eq!(nodes_from_var("7*1", 1).unwrap(), [7]);
+        for (v, size, why) in [
+            ("0*2,1*3", 6, "add up"),
+            ("0*4,1*4", 6, "add up"),
+            ("0*0,1*2", 2, "add up"),
+            ("0:2", 2, "NODE*COUNT"),
+            ("x*2", 2, "node"),
+            ("0*y", 2, "count"),
+            ("", 2, "NODE*COUNT"),
+        ] {
+            let e = nodes_from_var(v, size).unwrap_err().to_string();
+            assert!(e.contains("MCMPI_NODES") && e.contains(why), "{v}: {e}");
+        }
+    }
+
+    #[test]
+    fn channels_open_on_first_use_when_all_would_fill_the_directory() {
+        let on = |ranks: u32, nodes: u32| -> Vec<u32> { (0..ranks).map(|r| r * nodes / ranks).collect() };
+        let dir = imc_client::layout::ENTRIES;
+        // 16 ranks on 4 guests: 96 pairs across guests, 192 regions of 478.
+        assert!(!opens_on_first_use(&on(16, 4), None, dir).unwrap());
+        // 24 on 4: 216 pairs, 432 regions: on first use.
+        assert!(opens_on_first_use(&on(24, 4), None, dir).unwrap());
+        // Any number on one guest: no regions at all.
+        assert!(!opens_on_first_use(&on(64, 1), None, dir).unwrap());
+        assert!(opens_on_first_use(&on(2, 2), Some("1"), dir).unwrap());
+        assert!(!opens_on_first_use(&on(24, 4), Some(" 0"), dir).unwrap());
+        let e = opens_on_first_use(&on(2, 2), Some("yes"), dir).unwrap_err().to_string();
+        assert!(e.contains("MCMPI_LAZY"), "{e}");
     }
 
     #[test]

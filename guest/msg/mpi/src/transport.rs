@@ -4,12 +4,19 @@
 //! A frame is written only when [`Link::room`] says it fits, and read only
 //! when [`Link::next_len`] says one is there.
 //!
+//! Links are opened all at once ([`connect_all`]) or on first use
+//! ([`lazy_links`]: each rank listens on its handle, and a link opens its
+//! channel when it first has a frame to send, or takes the one the other
+//! rank opened first).
+//!
 //! Also an in-process link pair ([`pipe`]) for the engine's unit tests.
 //!
 //! Touched only by the thread that calls MPI (the engine's lock).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap as HashMap;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -72,6 +79,14 @@ pub trait Link: Send {
     }
     /// Whether the other side has taken everything sent into the link.
     fn delivered(&self) -> bool;
+    /// Whether anything was ever opened or sent on the link (a link opened
+    /// on first use that neither side used has nothing to say goodbye to);
+    /// `look_now`: look for a channel the other side opened first now, not
+    /// only now and then.
+    fn in_use(&self, look_now: bool) -> bool {
+        let _ = look_now;
+        true
+    }
 }
 
 /// A link over one UMP channel.
@@ -182,6 +197,315 @@ pub fn connect_all(
         links.push(Some(Box::new(UmpLink { rank, id, ch })));
     }
     Ok(links)
+}
+
+/// How long a link opened on first use waits for the other side.
+pub const OPEN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// When a rank whose first send waits for the other rank to take the
+/// channel says so on stderr.
+const OPEN_REPORT: Duration = Duration::from_secs(10);
+
+/// How often an opening link tells the other side's listener again (it
+/// may have started listening after our open).
+const RENOTIFY_EVERY: Duration = Duration::from_millis(100);
+
+/// Of the calls that ask the [`Acceptor`], one in this many looks at the
+/// listener (and only if [`ACCEPT_EVERY`] passed): every idle link asks
+/// in every round of progress.
+const ACCEPT_CALLS: u32 = 64;
+/// The least time between two looks at the listener.
+const ACCEPT_EVERY: Duration = Duration::from_millis(1);
+
+/// What a rank's links share: the channels its listener accepted (another
+/// rank opened them first) that no link has taken yet.
+pub struct Acceptor {
+    inner: Mutex<Accepted>,
+}
+
+struct Accepted {
+    /// Channel ids by the other side's handle.
+    waiting: HashMap<u64, i32>,
+    /// Channels of this rank not complete yet (opened or accepted).
+    opening: Vec<i32>,
+    calls: u32,
+    last: Instant,
+}
+
+impl Acceptor {
+    /// A new one, for a rank that listens on its handle (`ump::listen`).
+    pub fn new() -> Arc<Acceptor> {
+        Arc::new(Acceptor {
+            inner: Mutex::new(Accepted {
+                waiting: HashMap::default(),
+                opening: Vec::new(),
+                calls: 0,
+                last: Instant::now(),
+            }),
+        })
+    }
+
+    /// The channel the rank with handle `peer` opened to us, if the
+    /// listener has accepted it. Looks at the listener now if `now`, else
+    /// only now and then ([`ACCEPT_CALLS`], [`ACCEPT_EVERY`]).
+    fn take(&self, peer: u64, now: bool) -> Result<Option<i32>, TransportError> {
+        let mut a = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        a.calls = a.calls.wrapping_add(1);
+        if now || (a.calls % ACCEPT_CALLS == 0 && a.last.elapsed() >= ACCEPT_EVERY) {
+            Self::accept(&mut a)?;
+        }
+        Ok(a.waiting.remove(&peer))
+    }
+
+    /// Takes the channels the listener has accepted (opening our side of
+    /// each), for their links to find later, and moves the opening
+    /// handshake of every channel of this rank not complete yet. A rank
+    /// that waits for one channel must still answer the others: the
+    /// other side of each waits for our acknowledgement of its header
+    /// (which it sends again and again, since what it wrote before we
+    /// mapped its half was lost), and ranks that each wait for the next
+    /// one's channel in a circle would otherwise wait for ever.
+    fn look(&self) -> Result<(), TransportError> {
+        let mut a = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        Self::accept(&mut a)?;
+        a.opening.retain(|&id| ump::chan(id).is_ok_and(|c| !c.poll_open()));
+        Ok(())
+    }
+
+    /// Channel `id` of this rank is opening.
+    fn opening(&self, id: i32) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).opening.push(id);
+    }
+
+    fn accept(a: &mut Accepted) -> Result<(), TransportError> {
+        a.last = Instant::now();
+        for (id, h) in ump::accept_new().map_err(|e| TransportError::Ump(e.to_string()))? {
+            a.waiting.insert(h, id);
+            a.opening.push(id);
+        }
+        Ok(())
+    }
+}
+
+/// Where a link opened on first use stands.
+enum Lazy {
+    /// No channel yet: nothing was sent either way.
+    Idle,
+    /// Our side is open (we opened it, or our listener accepted it); not
+    /// complete yet.
+    /// `told`: when we last told the other side's listener (`None`: the
+    /// listener accepted it, the other side opened first).
+    Opening {
+        id: i32,
+        since: Instant,
+        told: Option<Instant>,
+    },
+    Open(UmpLink),
+}
+
+/// A link to one rank whose UMP channel is opened on first use: when the
+/// engine first has a frame for it, or when the other rank opened it
+/// first (our listener accepted it). Until it is complete it has no room
+/// and nothing to read, so frames wait in the engine's queue. Shared
+/// memory or MEMORY CHANNEL is known from the placement (`MCMPI_NODES`)
+/// before anything opens.
+pub struct LazyLink {
+    rank: u32,
+    me: u64,
+    peer: u64,
+    remote: bool,
+    max: usize,
+    acceptor: Arc<Acceptor>,
+    state: std::cell::RefCell<Lazy>,
+}
+
+impl LazyLink {
+    /// Moves the link on: takes a channel the other side opened, opens
+    /// one if `open` (we have something to send), completes the opening.
+    fn advance(&self, open: bool, look_now: bool) -> Result<(), TransportError> {
+        let mut st = self.state.borrow_mut();
+        let ump_err = |e: ump::UmpError| TransportError::Ump(e.to_string());
+        if let Lazy::Idle = *st {
+            let now = Instant::now();
+            let (id, told) = match self.acceptor.take(self.peer, look_now)? {
+                Some(id) => (id, None),
+                None if open => {
+                    let want = if self.remote { ump::Want::Mc } else { ump::Want::Shm };
+                    let id = ump::open_or_join(self.me, self.peer, want).map_err(ump_err)?;
+                    self.acceptor.opening(id);
+                    (id, Some(now))
+                }
+                None => return Ok(()),
+            };
+            *st = Lazy::Opening { id, since: now, told };
+        }
+        if let Lazy::Opening { id, since, told } = &mut *st {
+            let ch = ump::chan(*id).map_err(ump_err)?;
+            if ch.poll_open() {
+                if ch.max_unsplit() < self.max {
+                    return Err(TransportError::Ump(format!(
+                        "the channel to rank {} carries frames of {} bytes, not {}: the ranks' ring sizes differ",
+                        self.rank,
+                        ch.max_unsplit(),
+                        self.max
+                    )));
+                }
+                *st = Lazy::Open(UmpLink { rank: self.rank, id: *id, ch });
+            } else if since.elapsed() > OPEN_TIMEOUT {
+                return Err(TransportError::NotOpen { rank: self.rank, secs: OPEN_TIMEOUT.as_secs() });
+            } else if let Some(told) = told.as_mut().filter(|t| t.elapsed() > RENOTIFY_EVERY) {
+                *told = Instant::now();
+                ump::renotify(*id).map_err(ump_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The open link, if it is.
+    fn open(&self) -> std::cell::Ref<'_, Lazy> {
+        self.state.borrow()
+    }
+
+    fn not_open(&self) -> TransportError {
+        TransportError::Ump(format!("the channel to rank {} is not open", self.rank))
+    }
+}
+
+impl LazyLink {
+    /// Opens the channel and waits until it is complete. A frame must not
+    /// stay queued for a channel that is opening when the MPI call that
+    /// sent it returns: nothing would write it while the program computes,
+    /// and the receiver would wait for it (an open channel takes it at
+    /// once, into its ring). So the first send to a rank waits until that
+    /// rank takes part: it does in any MPI call that waits (its progress
+    /// looks for channels opened to it). Meanwhile this rank takes the
+    /// channels others open to it, so ranks opening to each other in a
+    /// circle do not wait for ever.
+    fn open_now(&self) -> Result<(), TransportError> {
+        let mut idle = 0u32;
+        let t0 = Instant::now();
+        let mut looked = t0;
+        let mut said = false;
+        loop {
+            self.advance(true, false)?;
+            if matches!(&*self.open(), Lazy::Open(_)) {
+                return Ok(());
+            }
+            if !said && t0.elapsed() >= OPEN_REPORT {
+                said = true;
+                eprintln!(
+                    "mcmpi: {:#x}: has waited {} s for rank {} to take the channel it opened to it (is rank {} in an MPI call?)",
+                    self.me,
+                    OPEN_REPORT.as_secs(),
+                    self.rank,
+                    self.rank
+                );
+            }
+            if looked.elapsed() >= ACCEPT_EVERY {
+                looked = Instant::now();
+                self.acceptor.look()?;
+            }
+            crate::engine::backoff(&mut idle);
+        }
+    }
+}
+
+impl Link for LazyLink {
+    fn room(&self) -> Result<usize, TransportError> {
+        self.open_now()?;
+        match &*self.open() {
+            Lazy::Open(l) => l.room(),
+            _ => Ok(0),
+        }
+    }
+    fn send(&self, frame: &[u8]) -> Result<(), TransportError> {
+        match &*self.open() {
+            Lazy::Open(l) => l.send(frame),
+            _ => Err(self.not_open()),
+        }
+    }
+    fn next_len(&self) -> Result<Option<usize>, TransportError> {
+        self.advance(false, false)?;
+        match &*self.open() {
+            Lazy::Open(l) => l.next_len(),
+            _ => Ok(None),
+        }
+    }
+    fn recv(&self, buf: &mut [u8]) -> Result<usize, TransportError> {
+        match &*self.open() {
+            Lazy::Open(l) => l.recv(buf),
+            _ => Err(self.not_open()),
+        }
+    }
+    fn max_frame(&self) -> usize {
+        self.max
+    }
+    fn send_parts(&self, parts: &[&[u8]]) -> Result<(), TransportError> {
+        match &*self.open() {
+            Lazy::Open(l) => l.send_parts(parts),
+            _ => Err(self.not_open()),
+        }
+    }
+    fn recv_split<'d>(&self, head: &mut [u8], place: &mut Place<'_, 'd>) -> Result<Option<usize>, TransportError> {
+        match &*self.open() {
+            Lazy::Open(l) => l.recv_split(head, place),
+            _ => Ok(None),
+        }
+    }
+    fn remote(&self) -> bool {
+        self.remote
+    }
+    fn describe(&self) -> String {
+        match &*self.open() {
+            Lazy::Idle => "not opened (nothing sent either way)".into(),
+            Lazy::Opening { since, .. } => format!("opening for {:.1} s", since.elapsed().as_secs_f64()),
+            Lazy::Open(l) => l.describe(),
+        }
+    }
+    fn delivered(&self) -> bool {
+        match &*self.open() {
+            Lazy::Open(l) => l.delivered(),
+            // Nothing goes into a link before it is open.
+            _ => true,
+        }
+    }
+    fn in_use(&self, look_now: bool) -> bool {
+        // A failed look leaves the link as it was: the next call says more.
+        let _ = self.advance(false, look_now);
+        !matches!(&*self.open(), Lazy::Idle)
+    }
+}
+
+/// Links from rank `me` to every other rank of a job placed by `nodes`
+/// (each rank's node), opened on first use: `handle(r)` is rank r's UMP
+/// handle, on which each rank listens. Frames of up to `mc_max` bytes
+/// over MEMORY CHANNEL (ranks on other nodes), `shm_max` over shared
+/// memory. Entry `me` of the result is `None`.
+pub fn lazy_links(
+    me: u32,
+    nodes: &[u32],
+    handle: impl Fn(u32) -> u64,
+    (shm_max, mc_max): (usize, usize),
+) -> Result<Vec<Option<Box<dyn Link>>>, TransportError> {
+    ump::listen(handle(me), ump::Want::Any).map_err(|e| TransportError::Ump(e.to_string()))?;
+    let acceptor = Acceptor::new();
+    let mine = nodes[me as usize];
+    Ok((0..nodes.len() as u32)
+        .map(|r| {
+            (r != me).then(|| {
+                let remote = nodes[r as usize] != mine;
+                Box::new(LazyLink {
+                    rank: r,
+                    me: handle(me),
+                    peer: handle(r),
+                    remote,
+                    max: if remote { mc_max } else { shm_max },
+                    acceptor: acceptor.clone(),
+                    state: std::cell::RefCell::new(Lazy::Idle),
+                }) as Box<dyn Link>
+            })
+        })
+        .collect())
 }
 
 /// One direction of an in-process pipe: frames and the bytes they take.

@@ -122,6 +122,15 @@ struct State {
 }
 
 impl State {
+    /// The channel between `local` and `remote` that is not closed, if
+    /// this process has one.
+    fn find(&self, local: u64, remote: u64) -> Option<i32> {
+        self.chans
+            .iter()
+            .find(|(_, e)| e.ch.local == local && e.ch.remote == remote && !e.ch.is_closed())
+            .map(|(&id, _)| id)
+    }
+
     /// Adds a channel; returns its id.
     fn add(&mut self, e: Entry) -> i32 {
         let id = self.next;
@@ -230,38 +239,85 @@ fn choose(st: &State, local: u64, remote: u64, want: Want) -> Transport {
 /// `remote`; it is complete once the other side opens it too (`wait`
 /// reports [`Event::Open`]; `read` and `write` wait for it).
 pub fn open(local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
+    with(|st| {
+        if st.find(local, remote).is_some() {
+            return Err(UmpError::Busy(format!("channel {local:#x}->{remote:#x} is open in this process")));
+        }
+        open_locked(st, local, remote, want)
+    })
+}
+
+/// [`open`], or the channel between `local` and `remote` this process
+/// has already (opened by it, or accepted for a listener) if it is not
+/// closed: for a layer that opens channels on first use from either side
+/// (MPI), where the other side may have opened first.
+pub fn open_or_join(local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
+    with(|st| match st.find(local, remote) {
+        Some(id) => Ok(id),
+        None => open_locked(st, local, remote, want),
+    })
+}
+
+fn open_locked(st: &mut State, local: u64, remote: u64, want: Want) -> Result<i32, UmpError> {
     if local == remote {
         return Err(UmpError::Invalid(format!("both ends are handle {local:#x}")));
     }
+    if st.chans.len() >= st.cfg.max_channels {
+        return Err(UmpError::TooMany(st.chans.len()));
+    }
+    let mut steps = trace::Steps::new();
+    listen::announce(local);
+    let ch = match choose(st, local, remote, want) {
+        Transport::Shm => open_shm(st, local, remote)?,
+        Transport::Mc => open_mc(st, local, remote)?,
+    };
+    steps.step("our side");
+    tell_listener(st, &ch, &mut steps)?;
+    steps.done(&format!("ump_open {local:#x} -> {remote:#x}"));
+    Ok(st.add(Entry::new(ch, want)))
+}
+
+/// Tells a listener on the other handle that channel `ch` is open on our
+/// side: over MEMORY CHANNEL through its inbox, on this guest through its
+/// folder, once our half exists (the notice names the transport).
+fn tell_listener(st: &State, ch: &Channel, steps: &mut trace::Steps) -> Result<(), UmpError> {
+    let (local, remote) = (ch.local, ch.remote);
+    if ch.transport == Transport::Mc {
+        notify_listener(st, local, remote)?;
+        steps.step("listener told");
+    }
+    if listen_dir(remote).is_dir() {
+        let kind = if ch.transport == Transport::Shm { "shm" } else { "mc" };
+        let tmp = listen_dir(remote).join(format!(".{local:016x}"));
+        if std::fs::write(&tmp, kind).is_ok() {
+            let _ = std::fs::rename(&tmp, listen_dir(remote).join(format!("{local:016x}")));
+        }
+    }
+    Ok(())
+}
+
+/// Tells the other side's listener again about channel `id` while it is
+/// not complete: a listener that started listening after our open (its
+/// inbox or folder did not exist yet) learns of it now. Nothing to do
+/// for a complete channel.
+pub fn renotify(id: i32) -> Result<(), UmpError> {
     with(|st| {
-        if st.chans.len() >= st.cfg.max_channels {
-            return Err(UmpError::TooMany(st.chans.len()));
+        let ch = st.chans.get(&id).map(|e| e.ch.clone()).ok_or(UmpError::NoChannel(id))?;
+        if ch.is_complete() {
+            return Ok(());
         }
-        if st.chans.values().any(|e| e.ch.local == local && e.ch.remote == remote && !e.ch.is_closed()) {
-            return Err(UmpError::Busy(format!("channel {local:#x}->{remote:#x} is open in this process")));
-        }
-        let mut steps = trace::Steps::new();
-        listen::announce(local);
-        let ch = match choose(st, local, remote, want) {
-            Transport::Shm => open_shm(st, local, remote)?,
-            Transport::Mc => open_mc(st, local, remote)?,
-        };
-        steps.step("our side");
-        if ch.transport == Transport::Mc {
-            notify_listener(st, local, remote)?;
-            steps.step("listener told");
-        }
-        steps.done(&format!("ump_open {local:#x} -> {remote:#x}"));
-        // A listener on this guest learns of us through its folder, once our
-        // half exists (the notice names the transport).
-        if listen_dir(remote).is_dir() {
-            let kind = if ch.transport == Transport::Shm { "shm" } else { "mc" };
-            let tmp = listen_dir(remote).join(format!(".{local:016x}"));
-            if std::fs::write(&tmp, kind).is_ok() {
-                let _ = std::fs::rename(&tmp, listen_dir(remote).join(format!("{local:016x}")));
-            }
-        }
-        Ok(st.add(Entry::new(ch, want)))
+        tell_listener(st, &ch, &mut trace::Steps::new())
+    })
+}
+
+/// Channels a listening handle of this process accepted since the last
+/// look (`ump_wait` accepts them too, and reports them as
+/// [`Event::Open`]): their ids and the other side's handle. For a layer
+/// that polls its channels itself instead of calling `wait`.
+pub fn accept_new() -> Result<Vec<(i32, u64)>, UmpError> {
+    with(|st| {
+        let ids = listen::accept(st);
+        Ok(ids.into_iter().filter_map(|id| st.chans.get(&id).map(|e| (id, e.ch.remote))).collect())
     })
 }
 

@@ -109,9 +109,13 @@ pub(crate) fn notify_listener(st: &State, local: u64, remote: u64) -> Result<(),
     {
         Some(&w) => {
             inbox.tx.store(w * 8, local);
-            // Wait until it is in our copy too: the next opener here must see the word taken.
+            // Wait until it is in our copy too: the next opener here must
+            // see the word taken. The listener may have taken the handle
+            // and cleared the word again before we look (it reads 0 then,
+            // as before our store came back), so only for a while: a
+            // store comes back within milliseconds.
             let t0 = Instant::now();
-            while inbox.rx.load(w * 8) != local && t0.elapsed() < Duration::from_secs(5) {
+            while inbox.rx.load(w * 8) != local && t0.elapsed() < INBOX_ECHO_WAIT {
                 std::thread::sleep(Duration::from_micros(100));
             }
             Ok(())
@@ -123,6 +127,9 @@ pub(crate) fn notify_listener(st: &State, local: u64, remote: u64) -> Result<(),
     let _ = i.asdealloc(id);
     r
 }
+
+/// How long an opener waits to see its handle come back in the inbox.
+const INBOX_ECHO_WAIT: Duration = Duration::from_millis(200);
 
 /// `ump_listen`: `local` accepts channels from handles it does not know:
 /// `wait` reports each as [`crate::Event::Open`] of a new channel. On
@@ -167,6 +174,11 @@ pub(crate) fn accept(st: &mut State) -> Vec<i32> {
         }
     }
     for (h, w, peer) in found {
+        // A channel this process opened itself to the same handle (both
+        // sides opening at once) is the one: no second one.
+        if st.find(h, peer).is_some() {
+            st.listening.entry(h).or_default().insert(peer);
+        }
         let fresh = !st.listening.get(&h).is_some_and(|s| s.contains(&peer));
         if fresh {
             match open_mc(st, h, peer) {
@@ -202,6 +214,9 @@ pub(crate) fn accept(st: &mut State) -> Vec<i32> {
                 continue;
             };
             let kind = std::fs::read_to_string(f.path()).unwrap_or_default();
+            if st.find(h, peer).is_some() {
+                st.listening.entry(h).or_default().insert(peer);
+            }
             if st.listening.get(&h).is_some_and(|s| s.contains(&peer)) {
                 let _ = std::fs::remove_file(f.path());
                 continue;

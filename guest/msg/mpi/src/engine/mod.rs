@@ -220,6 +220,10 @@ pub struct Engine {
     leaving: bool,
     /// Per rank: it said goodbye (it is past the job's last barrier).
     bye: Vec<bool>,
+    /// Per rank: we said goodbye.
+    bye_sent: Vec<bool>,
+    /// Per rank that has gone: whether its link was in use.
+    used_gone: Vec<bool>,
     /// Frames and bytes moved (for `MCMPI_STATS`).
     pub stats: Stats,
     /// Per rank: short eager messages sent to it, and received from it.
@@ -306,6 +310,8 @@ impl Engine {
             gone,
             leaving: false,
             bye: vec![false; n],
+            bye_sent: vec![false; n],
+            used_gone: vec![false; n],
             stats: Stats::default(),
             short_sent: vec![0; n],
             short_seen: vec![0; n],

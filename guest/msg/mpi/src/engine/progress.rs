@@ -83,6 +83,9 @@ impl Engine {
             if self.links[p].is_none() {
                 continue;
             }
+            if self.leaving && !self.bye_sent[p] && self.links[p].as_deref().is_some_and(|l| l.in_use(false)) {
+                self.say_bye(p)?;
+            }
             let before = self.out[p].len();
             self.flush_or_part(p)?;
             if self.links[p].is_none() {
@@ -274,6 +277,7 @@ impl Engine {
     /// Rank `p` closed its end (`e`): only a request that needs it fails
     /// from now on. While leaving, what was still queued for it goes too.
     pub(super) fn left(&mut self, p: usize, e: TransportError) {
+        self.used_gone[p] = self.links[p].as_deref().is_some_and(|l| l.in_use(false));
         self.links[p] = None;
         self.gone[p] = Some(e);
         if self.leaving {
@@ -296,15 +300,26 @@ impl Engine {
     /// (goodbye included). Until then it keeps serving. From `leave` on,
     /// a rank that closed is not an error, and what was still queued for
     /// it (credits, reposts) is dropped: it needed nothing more.
+    ///
+    /// A link opened on first use that neither rank used
+    /// ([`Link::in_use`]) needs no goodbye: nothing went over it, so
+    /// nothing on it can need repairing. One the other rank opens while we
+    /// wait gets its goodbye then ([`Engine::progress`]).
     pub fn leave(&mut self) -> Result<(), EngineError> {
         self.leaving = true;
         for p in 0..self.links.len() {
-            if self.links[p].is_some() {
-                self.out[p].push_back(Out::Frame(header(BYE, 0, 0, 0, 0, 0, 0).to_vec()));
-                self.flush_or_part(p)?;
+            if self.links[p].as_deref().is_some_and(|l| l.in_use(true)) {
+                self.say_bye(p)?;
             }
         }
         Ok(())
+    }
+
+    /// Queues our goodbye to rank `p` and sends what fits.
+    fn say_bye(&mut self, p: usize) -> Result<(), EngineError> {
+        self.bye_sent[p] = true;
+        self.out[p].push_back(Out::Frame(header(BYE, 0, 0, 0, 0, 0, 0).to_vec()));
+        self.flush_or_part(p)
     }
 
     /// [`Engine::flush`]; once leaving, a rank that has gone is marked
@@ -322,7 +337,17 @@ impl Engine {
     /// Whether a leaving rank still waits for rank `p`: it is there and
     /// has not said goodbye or not taken everything we sent.
     pub(super) fn waits_for(&self, p: usize) -> bool {
-        self.links[p].as_deref().is_some_and(|l| !(self.bye[p] && self.out[p].is_empty() && l.delivered()))
+        self.links[p]
+            .as_deref()
+            .is_some_and(|l| l.in_use(false) && !(self.bye[p] && self.out[p].is_empty() && l.delivered()))
+    }
+
+    /// Links to other ranks that were ever opened or sent on (those
+    /// opened on first use that neither rank used do not count).
+    pub fn links_in_use(&self) -> usize {
+        (0..self.links.len())
+            .filter(|&p| self.used_gone[p] || self.links[p].as_deref().is_some_and(|l| l.in_use(false)))
+            .count()
     }
 
     /// Whether this rank, leaving, may close its channels: every other

@@ -11,7 +11,7 @@ use super::*;
 use crate::datatype::{Basic, Datatype, Pair};
 use crate::entry;
 use crate::launch::Place;
-use crate::transport::connect_all;
+use crate::transport::{connect_all, lazy_links};
 
 /// How long `MPI_Init` waits for the channels to the other ranks.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -61,12 +61,37 @@ fn init(level: c_int) -> R<c_int> {
             .and_then(|guest| crate::launch::ump_config(place.size, guest, var))
             .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?;
         zcopy_bytes = cfg.dma_spare;
+        let frames = (ump::ring::room(cfg.shm_buffer), ump::ring::room(cfg.mc_buffer));
+        // Where every rank runs (mpiexec says), and whether channels then
+        // open on first use (docs/ump.md, "Channels of a job").
+        let launch_err = |e: crate::launch::LaunchError| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() };
+        let nodes = match var("MCMPI_NODES") {
+            Some(v) => Some(crate::launch::nodes_from_var(&v, place.size).map_err(launch_err)?),
+            None => None,
+        };
+        let lazy = var("MCMPI_LAZY");
+        let nodes = match nodes {
+            Some(n)
+                if crate::launch::opens_on_first_use(&n, lazy.as_deref(), imc_client::layout::ENTRIES)
+                    .map_err(launch_err)? =>
+            {
+                Some(n)
+            }
+            _ => None,
+        };
         ump::init(cfg).map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: format!("UMP: {e}") })?;
         trace.mark("UMP started");
-        let links = connect_all(place.rank, place.size, |r| place.handle(r), CONNECT_TIMEOUT)
-            .map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?;
-        trace.mark("channels to every rank open");
-        links
+        let (links, done) = match nodes {
+            Some(nodes) => {
+                (lazy_links(place.rank, &nodes, |r| place.handle(r), frames), "listening (channels open on first use)")
+            }
+            None => (
+                connect_all(place.rank, place.size, |r| place.handle(r), CONNECT_TIMEOUT),
+                "channels to every rank open",
+            ),
+        };
+        trace.mark(done);
+        links.map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() })?
     } else {
         vec![None]
     };
@@ -231,7 +256,8 @@ fn print_stats(st: &State) {
         "mcmpi stats: rank {}: {} eager, {} rendezvous, {} for want of credit, {} bytes sent, \
          {} unexpected bytes at most, {} bytes of credit per sender, {} data frames read straight into place, \
          data written {} bytes at {:.0} MB/s, data read {} bytes at {:.0} MB/s, \
-         {} one-sided operations, {} one-sided frames, {} one-sided operations applied here, {zero_copy}, {board}",
+         {} one-sided operations, {} one-sided frames, {} one-sided operations applied here, {zero_copy}, {board}, \
+         {} other ranks, {} with a channel",
         st.place.rank,
         s.eager,
         s.rendezvous,
@@ -246,7 +272,9 @@ fn print_stats(st: &State) {
         rate(s.data_in),
         st.eng.rma_ref().stats.ops,
         st.eng.rma_ref().stats.frames,
-        st.eng.rma_ref().stats.applied
+        st.eng.rma_ref().stats.applied,
+        st.place.size.saturating_sub(1),
+        st.eng.links_in_use()
     );
 }
 
