@@ -285,16 +285,19 @@ impl Interrupt {
 pub fn rx_buffer(path: &Path, pages: u64) -> Result<Mapping<ReadWrite>, MemError> {
     let len = usize::try_from(pages * PAGE_SIZE)
         .map_err(|_| MemError::BadMap(format!("{pages} pages do not fit this process")))?;
-    // Cut to nothing first: the kernel then hands out zeroed pages as the
-    // DMA map pins them, instead of this process storing zeroes into a
-    // megabyte a page at a time (about 25 ms a MiB under TCG). The same
-    // file is kept, so a process that has it mapped sees the new contents.
-    match std::fs::OpenOptions::new().write(true).open(path) {
-        Ok(f) => f.set_len(0).map_err(|e| MemError::Os { what: format!("emptying {}", path.display()), err: e })?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(MemError::Os { what: format!("opening {}", path.display()), err: e }),
+    let buf = Mapping::create(path, len)?;
+    // Zeroed by punching out the file's pages: the kernel then hands out
+    // zeroed pages as the DMA map pins them, instead of this process
+    // storing zeroes into a megabyte a page at a time (about 25 ms a MiB
+    // under TCG). The file keeps its size, so a process that has it mapped
+    // reads zeroes, never past the end. Stores where that is refused.
+    use nix::fcntl::{fallocate, FallocateFlags};
+    let punch = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    let punched = buf.file().is_some_and(|f| fallocate(f.as_raw_fd(), punch, 0, len as libc::off_t).is_ok());
+    if !punched {
+        buf.fill(0, len, 0)?;
     }
-    Mapping::create(path, len)
+    Ok(buf)
 }
 
 #[cfg(test)]
@@ -333,6 +336,27 @@ mod tests {
         });
         assert_eq!(bits.load(Ordering::SeqCst), 0x3F, "an update was lost");
         assert_eq!(addr.load(Ordering::SeqCst), 5 << 3);
+    }
+
+    /// A receive buffer made again over an old file reads zero, keeps the
+    /// file (a process that mapped it sees the new contents) and its size.
+    #[test]
+    fn a_receive_buffer_made_again_is_zero_in_the_same_file() {
+        use std::os::unix::fs::MetadataExt;
+        let path = std::env::temp_dir().join(format!("rx-buffer-test-{}", std::process::id()));
+        let old = super::rx_buffer(&path, 2).unwrap();
+        old.write(100, &[0xAB; 64]).unwrap();
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        let new = super::rx_buffer(&path, 2).unwrap();
+        let mut back = vec![0xFFu8; 2 * super::PAGE_SIZE as usize];
+        new.read(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0), "the new buffer is not zero");
+        let mut seen = [0xFFu8; 64];
+        old.read(100, &mut seen).unwrap();
+        assert_eq!(seen, [0; 64], "the old mapping does not see the same file");
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 2 * super::PAGE_SIZE);
+        let _ = std::fs::remove_file(&path);
     }
 
     /// Only the words that change are stored; an entry is read once, and

@@ -355,13 +355,22 @@ impl Engine {
     /// each, for a report of a wait that lasts.
     pub fn describe_links(&self) -> String {
         let mut s = String::new();
+        let mut unused = 0;
         for (p, l) in self.links.iter().enumerate() {
             let state = match (l, &self.gone[p]) {
+                // Opened on first use and used by neither rank: a count.
+                (Some(l), _) if !l.in_use(false) && self.out[p].is_empty() => {
+                    unused += 1;
+                    continue;
+                }
                 (Some(l), _) => l.describe(),
                 (None, Some(e)) => format!("gone: {e}"),
                 (None, None) => continue,
             };
             s.push_str(&format!("  to rank {p}: {} frames queued; {state}\n", self.out[p].len()));
+        }
+        if unused > 0 {
+            s.push_str(&format!("  and {unused} ranks with no channel (none used yet)\n"));
         }
         s
     }

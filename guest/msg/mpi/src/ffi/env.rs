@@ -256,8 +256,8 @@ fn print_stats(st: &State) {
         "mcmpi stats: rank {}: {} eager, {} rendezvous, {} for want of credit, {} bytes sent, \
          {} unexpected bytes at most, {} bytes of credit per sender, {} data frames read straight into place, \
          data written {} bytes at {:.0} MB/s, data read {} bytes at {:.0} MB/s, \
-         {} one-sided operations, {} one-sided frames, {} one-sided operations applied here, {zero_copy}, {board}, \
-         {} other ranks, {} with a channel",
+         {} one-sided operations, {} one-sided frames, {} one-sided operations applied here, \
+         {} other ranks, {} with a channel, {zero_copy}, {board}",
         st.place.rank,
         s.eager,
         s.rendezvous,
