@@ -314,11 +314,9 @@ impl Daemon {
             // soon rather than after a whole idle nap (that was most of a
             // job's start-up on other guests). For a while only: an
             // opener that died leaves the channel half open.
-            let opening = ump::info().is_ok_and(|i| i.channels > 0);
-            let since = *self.opening_since.get_or_insert_with(Instant::now);
-            if !opening {
+            if !ump::info().is_ok_and(|i| i.channels > 0) {
                 self.opening_since = None;
-            } else if since.elapsed() < OPENING_LIMIT {
+            } else if self.opening_since.get_or_insert_with(Instant::now).elapsed() < OPENING_LIMIT {
                 std::thread::sleep(OPENING_NAP);
                 return;
             }

@@ -15,10 +15,9 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-
-use rustc_hash::FxHashMap as HashMap;
 use std::time::{Duration, Instant};
 
+use rustc_hash::FxHashMap as HashMap;
 use thiserror::Error;
 
 /// A link that failed.
@@ -199,9 +198,6 @@ pub fn connect_all(
     Ok(links)
 }
 
-/// How long a link opened on first use waits for the other side.
-pub const OPEN_TIMEOUT: Duration = Duration::from_secs(120);
-
 /// When a rank whose first send waits for the other rank to take the
 /// channel says so on stderr.
 const OPEN_REPORT: Duration = Duration::from_secs(10);
@@ -315,6 +311,8 @@ pub struct LazyLink {
     peer: u64,
     remote: bool,
     max: usize,
+    /// How long the opening waits for the other side.
+    timeout: Duration,
     acceptor: Arc<Acceptor>,
     state: std::cell::RefCell<Lazy>,
 }
@@ -351,8 +349,8 @@ impl LazyLink {
                     )));
                 }
                 *st = Lazy::Open(UmpLink { rank: self.rank, id: *id, ch });
-            } else if since.elapsed() > OPEN_TIMEOUT {
-                return Err(TransportError::NotOpen { rank: self.rank, secs: OPEN_TIMEOUT.as_secs() });
+            } else if since.elapsed() > self.timeout {
+                return Err(TransportError::NotOpen { rank: self.rank, secs: self.timeout.as_secs() });
             } else if let Some(told) = told.as_mut().filter(|t| t.elapsed() > RENOTIFY_EVERY) {
                 *told = Instant::now();
                 ump::renotify(*id).map_err(ump_err)?;
@@ -361,17 +359,15 @@ impl LazyLink {
         Ok(())
     }
 
-    /// The open link, if it is.
-    fn open(&self) -> std::cell::Ref<'_, Lazy> {
+    /// Where the link stands.
+    fn state(&self) -> std::cell::Ref<'_, Lazy> {
         self.state.borrow()
     }
 
     fn not_open(&self) -> TransportError {
         TransportError::Ump(format!("the channel to rank {} is not open", self.rank))
     }
-}
 
-impl LazyLink {
     /// Opens the channel and waits until it is complete. A frame must not
     /// stay queued for a channel that is opening when the MPI call that
     /// sent it returns: nothing would write it while the program computes,
@@ -388,7 +384,7 @@ impl LazyLink {
         let mut said = false;
         loop {
             self.advance(true, false)?;
-            if matches!(&*self.open(), Lazy::Open(_)) {
+            if matches!(&*self.state(), Lazy::Open(_)) {
                 return Ok(());
             }
             if !said && t0.elapsed() >= OPEN_REPORT {
@@ -413,26 +409,26 @@ impl LazyLink {
 impl Link for LazyLink {
     fn room(&self) -> Result<usize, TransportError> {
         self.open_now()?;
-        match &*self.open() {
+        match &*self.state() {
             Lazy::Open(l) => l.room(),
             _ => Ok(0),
         }
     }
     fn send(&self, frame: &[u8]) -> Result<(), TransportError> {
-        match &*self.open() {
+        match &*self.state() {
             Lazy::Open(l) => l.send(frame),
             _ => Err(self.not_open()),
         }
     }
     fn next_len(&self) -> Result<Option<usize>, TransportError> {
         self.advance(false, false)?;
-        match &*self.open() {
+        match &*self.state() {
             Lazy::Open(l) => l.next_len(),
             _ => Ok(None),
         }
     }
     fn recv(&self, buf: &mut [u8]) -> Result<usize, TransportError> {
-        match &*self.open() {
+        match &*self.state() {
             Lazy::Open(l) => l.recv(buf),
             _ => Err(self.not_open()),
         }
@@ -441,13 +437,13 @@ impl Link for LazyLink {
         self.max
     }
     fn send_parts(&self, parts: &[&[u8]]) -> Result<(), TransportError> {
-        match &*self.open() {
+        match &*self.state() {
             Lazy::Open(l) => l.send_parts(parts),
             _ => Err(self.not_open()),
         }
     }
     fn recv_split<'d>(&self, head: &mut [u8], place: &mut Place<'_, 'd>) -> Result<Option<usize>, TransportError> {
-        match &*self.open() {
+        match &*self.state() {
             Lazy::Open(l) => l.recv_split(head, place),
             _ => Ok(None),
         }
@@ -456,14 +452,14 @@ impl Link for LazyLink {
         self.remote
     }
     fn describe(&self) -> String {
-        match &*self.open() {
+        match &*self.state() {
             Lazy::Idle => "not opened (nothing sent either way)".into(),
             Lazy::Opening { since, .. } => format!("opening for {:.1} s", since.elapsed().as_secs_f64()),
             Lazy::Open(l) => l.describe(),
         }
     }
     fn delivered(&self) -> bool {
-        match &*self.open() {
+        match &*self.state() {
             Lazy::Open(l) => l.delivered(),
             // Nothing goes into a link before it is open.
             _ => true,
@@ -472,7 +468,7 @@ impl Link for LazyLink {
     fn in_use(&self, look_now: bool) -> bool {
         // A failed look leaves the link as it was: the next call says more.
         let _ = self.advance(false, look_now);
-        !matches!(&*self.open(), Lazy::Idle)
+        !matches!(&*self.state(), Lazy::Idle)
     }
 }
 
@@ -480,12 +476,14 @@ impl Link for LazyLink {
 /// (each rank's node), opened on first use: `handle(r)` is rank r's UMP
 /// handle, on which each rank listens. Frames of up to `mc_max` bytes
 /// over MEMORY CHANNEL (ranks on other nodes), `shm_max` over shared
-/// memory. Entry `me` of the result is `None`.
+/// memory; an opening waits up to `timeout` for the other side. Entry
+/// `me` of the result is `None`.
 pub fn lazy_links(
     me: u32,
     nodes: &[u32],
     handle: impl Fn(u32) -> u64,
     (shm_max, mc_max): (usize, usize),
+    timeout: Duration,
 ) -> Result<Vec<Option<Box<dyn Link>>>, TransportError> {
     ump::listen(handle(me), ump::Want::Any).map_err(|e| TransportError::Ump(e.to_string()))?;
     let acceptor = Acceptor::new();
@@ -500,6 +498,7 @@ pub fn lazy_links(
                     peer: handle(r),
                     remote,
                     max: if remote { mc_max } else { shm_max },
+                    timeout,
                     acceptor: acceptor.clone(),
                     state: std::cell::RefCell::new(Lazy::Idle),
                 }) as Box<dyn Link>

@@ -160,6 +160,16 @@ pub fn listen(local: u64, want: Want) -> Result<(), UmpError> {
     })
 }
 
+/// Whether listening handle `h` already has its channel from `peer`: it
+/// accepted it, or this process opened that channel itself (both sides
+/// opening at once: that one is the channel, no second one). Recorded.
+fn known(st: &mut State, h: u64, peer: u64) -> bool {
+    if st.find(h, peer).is_some() {
+        st.listening.entry(h).or_default().insert(peer);
+    }
+    st.listening.get(&h).is_some_and(|s| s.contains(&peer))
+}
+
 /// New channels of listening handles (opened from our side too).
 pub(crate) fn accept(st: &mut State) -> Vec<i32> {
     let mut new = Vec::new();
@@ -174,13 +184,7 @@ pub(crate) fn accept(st: &mut State) -> Vec<i32> {
         }
     }
     for (h, w, peer) in found {
-        // A channel this process opened itself to the same handle (both
-        // sides opening at once) is the one: no second one.
-        if st.find(h, peer).is_some() {
-            st.listening.entry(h).or_default().insert(peer);
-        }
-        let fresh = !st.listening.get(&h).is_some_and(|s| s.contains(&peer));
-        if fresh {
+        if !known(st, h, peer) {
             match open_mc(st, h, peer) {
                 Ok(ch) => {
                     st.listening.entry(h).or_default().insert(peer);
@@ -214,10 +218,7 @@ pub(crate) fn accept(st: &mut State) -> Vec<i32> {
                 continue;
             };
             let kind = std::fs::read_to_string(f.path()).unwrap_or_default();
-            if st.find(h, peer).is_some() {
-                st.listening.entry(h).or_default().insert(peer);
-            }
-            if st.listening.get(&h).is_some_and(|s| s.contains(&peer)) {
+            if known(st, h, peer) {
                 let _ = std::fs::remove_file(f.path());
                 continue;
             }

@@ -12,8 +12,10 @@ use crate::datatype::{Basic, Datatype, Pair};
 use crate::entry;
 use crate::launch::Place;
 use crate::transport::{connect_all, lazy_links};
+use imc_client::layout::ENTRIES;
 
-/// How long `MPI_Init` waits for the channels to the other ranks.
+/// How long `MPI_Init` waits for the channels to the other ranks (or,
+/// opened on first use, a first send for its channel).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How long `MPI_Finalize` waits for the other ranks' goodbyes.
@@ -65,26 +67,19 @@ fn init(level: c_int) -> R<c_int> {
         // Where every rank runs (mpiexec says), and whether channels then
         // open on first use (docs/ump.md, "Channels of a job").
         let launch_err = |e: crate::launch::LaunchError| MpiErr { class: MPI_ERR_OTHER, msg: e.to_string() };
-        let nodes = match var("MCMPI_NODES") {
-            Some(v) => Some(crate::launch::nodes_from_var(&v, place.size).map_err(launch_err)?),
-            None => None,
-        };
+        let nodes = var("MCMPI_NODES").map(|v| crate::launch::nodes_from_var(&v, place.size)).transpose();
         let lazy = var("MCMPI_LAZY");
-        let nodes = match nodes {
-            Some(n)
-                if crate::launch::opens_on_first_use(&n, lazy.as_deref(), imc_client::layout::ENTRIES)
-                    .map_err(launch_err)? =>
-            {
-                Some(n)
-            }
+        let nodes = match nodes.map_err(launch_err)? {
+            Some(n) if crate::launch::opens_on_first_use(&n, lazy.as_deref(), ENTRIES).map_err(launch_err)? => Some(n),
             _ => None,
         };
         ump::init(cfg).map_err(|e| MpiErr { class: MPI_ERR_OTHER, msg: format!("UMP: {e}") })?;
         trace.mark("UMP started");
         let (links, done) = match nodes {
-            Some(nodes) => {
-                (lazy_links(place.rank, &nodes, |r| place.handle(r), frames), "listening (channels open on first use)")
-            }
+            Some(nodes) => (
+                lazy_links(place.rank, &nodes, |r| place.handle(r), frames, CONNECT_TIMEOUT),
+                "listening (channels open on first use)",
+            ),
             None => (
                 connect_all(place.rank, place.size, |r| place.handle(r), CONNECT_TIMEOUT),
                 "channels to every rank open",
