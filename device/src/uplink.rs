@@ -8,9 +8,11 @@
 //! - a link to a hub in another process ([`crate::remote::RemoteLink`]),
 //!   over a Unix socket or TCP.
 //!
-//! The receive side is the other direction: whoever delivers ordered writes
-//! calls [`crate::adapter::Shared::deliver`] and friends. Nothing here does
-//! I/O; this module only names the contract.
+//! The receive side is the other direction, a [`Downlink`]: whoever
+//! delivers ordered writes (a hub's ordering step for a local port, a link's
+//! receive thread) hands them to the adapter through it. The two traits are
+//! the whole port API between a hub and an adapter. Nothing here does I/O;
+//! this module only names the contract.
 
 use thiserror::Error;
 
@@ -42,6 +44,24 @@ pub trait Uplink: Send + Sync {
     fn send(&self, w: &WritePacket<'_>) -> Result<(), UplinkError>;
     /// The adapter is idle: whatever was queued goes out now.
     fn flush(&self) {}
+}
+
+/// The receiving side of an adapter's cable: what a deliverer may do to it.
+/// Calls come in the global order, from one deliverer at a time.
+pub trait Downlink: Send + Sync {
+    /// Applies one ordered write. A store to an ACK page is not applied: the
+    /// answer is returned, for the deliverer to put into the global order as
+    /// a write of this node.
+    fn deliver(&self, seq: u64, src: u16, flags: u16, addr: u64, data: &[u8]) -> Option<AckReply>;
+    /// A frame for this adapter failed its CRC on the way: counted by the
+    /// adapter, never applied.
+    fn bad_crc(&self);
+    /// Node `node` joined (`up`) or left, at `seq` in the global order.
+    fn member(&self, seq: u64, node: u16, up: bool);
+    /// The link came up (first join or rejoin).
+    fn link_up(&self, info: &LinkInfo);
+    /// The link went down, for `reason`.
+    fn link_down(&self, reason: &str);
 }
 
 /// The uplink of an adapter that never joined a hub: every write is lost.

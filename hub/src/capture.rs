@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 
-use crate::order::Frame;
+use crate::port::Frame;
 
 /// Writes every ordered frame to a pcap file (link type USER0) from its own
 /// thread, so file I/O never holds up the order.

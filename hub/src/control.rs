@@ -18,13 +18,14 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, info};
 
-use crate::hub::{accept_failed, closed_at_door, CtlView, Hub};
-use crate::order::PortCtl;
+use crate::bounds::{accept_failed, closed_at_door};
+use crate::hub::{CtlView, Hub};
+use crate::port::PortCtl;
 
 /// Longest control request line accepted.
 const MAX_CONTROL_LINE: usize = 4096;
-/// Longest `delay` accepted: on a local port the ordering thread sleeps that
-/// long per frame, holding the bus, so it must stay short.
+/// Longest `delay` accepted: every frame to the port waits that long, one
+/// after another, so it must stay short.
 pub const MAX_DELAY_MICROS: u64 = 1_000_000;
 
 /// A control request (one JSON object per line on the control socket; also
@@ -271,7 +272,7 @@ impl Hub {
         };
         match c {
             Control::Stats => ControlReply::Stats {
-                next_seq: self.shared.seq_hint.load(Ordering::Relaxed),
+                next_seq: self.shared.order.seq_hint.load(Ordering::Relaxed),
                 nodes: ctl
                     .ports
                     .iter()
@@ -283,7 +284,10 @@ impl Hub {
                         writes_in: p.stats.writes_in.load(Ordering::Relaxed),
                         bytes_in: p.stats.bytes_in.load(Ordering::Relaxed),
                         frames_out: p.stats.frames_out.load(Ordering::Relaxed),
-                        queued: p.tx.as_ref().map_or(0, |tx| tx.max_capacity() - tx.capacity()),
+                        queued: p
+                            .tx
+                            .as_ref()
+                            .map_or_else(|| p.held.load(Ordering::Relaxed), |tx| tx.max_capacity() - tx.capacity()),
                         corrupted: p.stats.corrupted.load(Ordering::Relaxed),
                         dropped: p.stats.dropped.load(Ordering::Relaxed),
                         link_gaps: p.stats.link_gaps.load(Ordering::Relaxed),
@@ -291,7 +295,7 @@ impl Hub {
                     .collect(),
                 held_down: ctl.held_down.iter().enumerate().filter(|(_, h)| **h).map(|(i, _)| i as u16).collect(),
                 rejected: self.shared.rejected.load(Ordering::Relaxed),
-                stalled: self.shared.stalled.load(Ordering::Relaxed),
+                stalled: self.shared.order.stalled.load(Ordering::Relaxed),
                 unauthenticated: self.shared.unauthenticated.open(),
                 unauthenticated_closed: self.shared.unauthenticated.closed(),
                 auth_timeouts: self.shared.auth_timeouts.load(Ordering::Relaxed),

@@ -22,9 +22,10 @@
 //!
 //! # Lock order
 //!
-//! 1. the order lock ([`Shared::state`]);
+//! 1. the order lock (`Order::state`);
 //! 2. the control view ([`Shared::ctl`]);
-//! 3. the capture queue ([`Shared::capture`]);
+//! 3. the capture queue (`Order::capture`), a delayed local port's queue
+//!    (`crate::faulty`), a local port's client state;
 //! 4. inside an adapter: its DMA map lock, then its interrupt mutex.
 //!
 //! The nonce source's mutex (challenges for TCP connections) is taken
@@ -69,23 +70,21 @@
 //! released), corrupt the next frames sent to a node (its adapter must count
 //! CRC errors), delay them, and report per-node counters.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::{TcpListener, UnixListener};
-use tracing::{debug, info, info_span, warn, Instrument};
+use tokio::net::UnixListener;
 
-use crate::bounds::Gate;
+use crate::bounds::{Gate, NonceSource};
 use crate::capture::Capture;
 pub use crate::capture::PCAP_DATALINK;
 pub use crate::control::{Control, ControlReply, NodeStats};
-use crate::link_port::{handle, NonceSource};
-use crate::local::LocalPort;
-use crate::order::{PortCtl, State};
+use crate::order::Order;
+pub use crate::port::PortStats;
+use crate::port::{LocalPort, PortCtl};
 
 /// Hub settings.
 #[derive(Debug, Clone)]
@@ -127,23 +126,6 @@ impl Default for HubConfig {
     }
 }
 
-/// Counters kept for every port.
-#[derive(Debug, Default)]
-pub struct PortStats {
-    /// Writes received from this node.
-    pub writes_in: AtomicU64,
-    /// Payload bytes received from this node.
-    pub bytes_in: AtomicU64,
-    /// Frames queued for delivery to this node.
-    pub frames_out: AtomicU64,
-    /// Frames corrupted on purpose on the way to this node.
-    pub corrupted: AtomicU64,
-    /// Writes from this node dropped (destination outside the ports or not up).
-    pub dropped: AtomicU64,
-    /// Frames from this node that went missing (link sequence skipped).
-    pub link_gaps: AtomicU64,
-}
-
 /// The control view: never held across an await.
 pub(crate) struct CtlView {
     pub ports: Vec<Option<Arc<PortCtl>>>,
@@ -155,14 +137,10 @@ pub(crate) struct CtlView {
 /// Everything the hub's threads and tasks share.
 pub(crate) struct Shared {
     pub cfg: HubConfig,
-    /// The order lock (see [`crate::order`]).
-    pub state: Mutex<State>,
+    /// The global order and its lock (see [`crate::order`]).
+    pub order: Order,
     pub ctl: Mutex<CtlView>,
-    /// Copy of the next sequence number for `stats`.
-    pub seq_hint: AtomicU64,
     pub rejected: AtomicU64,
-    pub stalled: AtomicU64,
-    pub capture: Mutex<Option<Capture>>,
     /// Link connections that have not completed their `Hello` yet.
     pub unauthenticated: Arc<Gate>,
     /// Link connections closed at the authentication deadline.
@@ -184,7 +162,6 @@ pub struct Hub {
 impl Hub {
     /// A hub with no adapters yet.
     pub fn new(cfg: HubConfig) -> Hub {
-        let state = State { next_seq: 0, ports: (0..cfg.max_nodes).map(|_| None).collect(), names: HashMap::new() };
         let ctl = CtlView {
             ports: vec![None; cfg.max_nodes],
             held_down: vec![false; cfg.max_nodes],
@@ -192,12 +169,9 @@ impl Hub {
         };
         Hub {
             shared: Arc::new(Shared {
-                state: Mutex::new(state),
+                order: Order::new(cfg.max_nodes, cfg.stall_timeout),
                 ctl: Mutex::new(ctl),
-                seq_hint: AtomicU64::new(0),
                 rejected: AtomicU64::new(0),
-                stalled: AtomicU64::new(0),
-                capture: Mutex::new(None),
                 unauthenticated: Gate::new(cfg.max_unauthenticated),
                 auth_timeouts: AtomicU64::new(0),
                 control_conns: Gate::new(cfg.max_control),
@@ -216,108 +190,8 @@ impl Hub {
     /// Writes every ordered frame (deliveries and membership events) to a
     /// pcap file from now on; see `docs/hub.md` for reading it.
     pub fn capture_to(&self, path: &Path) -> std::io::Result<()> {
-        *self.shared.capture.lock().unwrap() = Some(Capture::open(path)?);
+        *self.shared.order.capture.lock().unwrap() = Some(Capture::open(path)?);
         Ok(())
-    }
-
-    /// Accepts adapters over TCP until `shutdown` completes. Every connection
-    /// must prove the cluster secret ([`HubConfig::secret`], required).
-    pub async fn serve_tcp(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-        if self.shared.cfg.secret.as_ref().is_none_or(|s| s.is_empty()) {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "a TCP hub needs a cluster secret"));
-        }
-        // Opened now, while descriptors are surely free; kept for good.
-        self.shared.nonces.nonce()?;
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => return Ok(()),
-                acc = listener.accept() => {
-                    let (stream, peer) = match acc {
-                        Ok(x) => x,
-                        Err(e) => {
-                            accept_failed("TCP", &e).await;
-                            continue;
-                        }
-                    };
-                    let Some(slot) = self.shared.unauthenticated.enter() else {
-                        closed_at_door("TCP", &self.shared.unauthenticated);
-                        continue;
-                    };
-                    let _ = stream.set_nodelay(true);
-                    let shared = self.shared.clone();
-                    tokio::spawn(async move {
-                        let nonce = match shared.nonces.nonce() {
-                            Ok(n) => n,
-                            Err(e) => {
-                                shared.rejected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                warn!(%peer, "connection closed: no challenge for it: {e}");
-                                return;
-                            }
-                        };
-                        let (r, w) = stream.into_split();
-                        if let Err(e) = handle(shared, r, w, Some(nonce), slot).instrument(info_span!("tcp", %peer)).await {
-                            debug!("link closed: {e}");
-                        }
-                    });
-                }
-            }
-        }
-    }
-
-    /// Accepts adapters on `listener` until `shutdown` completes.
-    pub async fn serve(&self, listener: UnixListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => {
-                    info!("hub shutting down");
-                    return Ok(());
-                }
-                acc = listener.accept() => {
-                    let stream = match acc {
-                        Ok((s, _)) => s,
-                        Err(e) => {
-                            accept_failed("link", &e).await;
-                            continue;
-                        }
-                    };
-                    let Some(slot) = self.shared.unauthenticated.enter() else {
-                        closed_at_door("link", &self.shared.unauthenticated);
-                        continue;
-                    };
-                    let shared = self.shared.clone();
-                    tokio::spawn(async move {
-                        let (r, w) = stream.into_split();
-                        if let Err(e) = handle(shared, r, w, None, slot).await {
-                            debug!("link closed: {e}");
-                        }
-                    });
-                }
-            }
-        }
-    }
-}
-
-/// Pause after a failed `accept()` (out of fds and the like): every listener
-/// of the hub backs off and keeps serving, never gives up.
-pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-
-/// Logs a failed `accept()` on the `what` listener and backs off.
-pub(crate) async fn accept_failed(what: &str, e: &std::io::Error) {
-    warn!("{what} accept failed: {e}");
-    tokio::time::sleep(ACCEPT_BACKOFF).await;
-}
-
-/// Logs a connection on the `what` listener closed at once because `gate`
-/// was full: the first, then each time the count doubles, so a flood is
-/// seen in the log without flooding it.
-pub(crate) fn closed_at_door(what: &str, gate: &Gate) {
-    let n = gate.closed();
-    if n.is_power_of_two() {
-        warn!("{what}: connection closed at once: {} already open, the cap ({n} closed so far)", gate.cap());
-    } else {
-        debug!("{what}: connection closed at once ({n} so far)");
     }
 }
 

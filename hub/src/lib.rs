@@ -3,7 +3,8 @@
 //! # Layout
 //! - [`hub`]: the server's handle and settings; the module doc has the
 //!   ordering, the lock order and flow control.
-//! - `order`: the global order: the ordering step, ports, membership events.
+//! - `order`: the global order: the ordering step, membership events.
+//! - `port`: what a port is: its kinds, counters and faults' settings.
 //! - `link_port`: link ports (remote adapters over sockets).
 //! - `control`: control requests (counters, faults on purpose).
 //! - `capture`: the pcap capture of every ordered frame.
@@ -11,6 +12,8 @@
 //! - [`local`]: local ports: the adapters of guests on this host, served
 //!   over vfio-user by the hub itself, so a store reaches the other guests'
 //!   memory in the thread that received it.
+//! - `faulty`: a local port's faults on purpose (corruption, delay), a
+//!   decorator over its adapter's receiving side.
 //! - crate `link` (`protocol/link/`): the wire format link ports speak.
 //! - `testing` (feature `testing`): a real hub on its own runtime, for tests.
 #![warn(missing_docs)]
@@ -18,9 +21,11 @@
 mod bounds;
 mod capture;
 mod control;
+mod faulty;
 pub mod hub;
 mod link_port;
 pub mod local;
 mod order;
+mod port;
 #[cfg(feature = "testing")]
 pub mod testing;

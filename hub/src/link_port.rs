@@ -1,25 +1,28 @@
 //! Link ports: remote `mc-adapter` processes over a Unix socket or TCP,
 //! speaking the link protocol of crate `link`.
 //!
-//! Each connection has two tokio tasks: a reader (the greeting: challenge,
+//! [`Hub::serve`] and [`Hub::serve_tcp`] accept them. Each connection has
+//! two tokio tasks: a reader (the greeting: challenge,
 //! `Hello` and its proof, within the authentication deadline and without
 //! buffers; then the adapter's writes into the order) and a writer (the port's queue
 //! out to the socket, batched, with link sequence numbers stamped on the way
 //! and faults on purpose applied: corruption, delay).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use device::uplink::WritePacket;
 use link::{self as link, Header, Kind, Msg, ANY_NODE, AUTH_LEN, BROADCAST, HEADER_LEN};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::mpsc;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::bounds::Slot;
-use crate::hub::Shared;
-use crate::order::{Frame, Port, PortCtl, PortKind, MEMBER_ROOM};
+use crate::bounds::{accept_failed, closed_at_door, Slot};
+use crate::hub::{Hub, Shared};
+use crate::order::{Port, PortKind};
+use crate::port::{Frame, PortCtl, MEMBER_ROOM};
 
 /// Bytes buffered for a port after which its writer flushes without
 /// waiting for more.
@@ -45,31 +48,6 @@ async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> std::
 
 fn invalid(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
-}
-
-/// The kernel's random source for authentication challenges, opened once
-/// (on first use) and kept: a challenge costs no file descriptor, so a hub
-/// out of descriptors still authenticates; if it cannot be opened, the one
-/// connection that needed it is refused with the error.
-#[derive(Debug, Default)]
-pub(crate) struct NonceSource(std::sync::Mutex<Option<std::fs::File>>);
-
-impl NonceSource {
-    /// 32 random bytes for one challenge.
-    pub fn nonce(&self) -> std::io::Result<[u8; AUTH_LEN]> {
-        let mut n = [0u8; AUTH_LEN];
-        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let f = match &mut *guard {
-            Some(f) => f,
-            slot => slot.insert(
-                std::fs::File::open("/dev/urandom")
-                    .map_err(|e| std::io::Error::new(e.kind(), format!("cannot open /dev/urandom: {e}")))?,
-            ),
-        };
-        std::io::Read::read_exact(f, &mut n)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot read /dev/urandom: {e}")))?;
-        Ok(n)
-    }
 }
 
 async fn refuse<W: AsyncWrite + Unpin>(shared: &Shared, w: &mut W, reason: &str) -> std::io::Result<()> {
@@ -228,10 +206,8 @@ where
                 // Held back while a delay is set; a shorter (or no) delay set
                 // meanwhile takes effect at once.
                 let held = std::time::Instant::now();
-                loop {
-                    let d = Duration::from_micros(out_port.delay.load(Ordering::Relaxed));
-                    let Some(left) = d.checked_sub(held.elapsed()).filter(|l| !l.is_zero()) else { break };
-                    tokio::time::sleep(left.min(Duration::from_millis(10))).await;
+                while let Some(left) = out_port.hold_left(held) {
+                    tokio::time::sleep(left).await;
                 }
                 write_stamped(&mut w, &send(f), &mut link_seq).await?;
                 // Gather what is queued; give the ordering step one chance to
@@ -277,7 +253,7 @@ where
                         debug!(node, dest, "write to a node outside the hub's ports dropped");
                         continue;
                     }
-                    if !shared.order(node, &WritePacket { dest, flags, addr, data }).await {
+                    if !shared.order.write(node, &WritePacket { dest, flags, addr, data }).await {
                         stats.dropped.fetch_add(1, Ordering::Relaxed);
                         debug!(node, dest, "write to a node that is not up dropped");
                     }
@@ -291,10 +267,10 @@ where
 
     // Leave: free the port and tell everybody.
     {
-        let mut st = shared.state.lock().unwrap();
+        let mut st = shared.order.state.lock().unwrap();
         st.ports[node as usize] = None;
         shared.ctl.lock().unwrap().ports[node as usize] = None;
-        shared.announce(&mut st, node, false);
+        shared.order.announce(&mut st, node, false);
     }
     let _enter = span.enter();
     writer.abort();
@@ -304,6 +280,86 @@ where
         Ok(()) => {}
     }
     result
+}
+
+impl Hub {
+    /// Accepts adapters over TCP until `shutdown` completes. Every connection
+    /// must prove the cluster secret ([`HubConfig::secret`], required).
+    pub async fn serve_tcp(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        if self.shared.cfg.secret.as_ref().is_none_or(|s| s.is_empty()) {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "a TCP hub needs a cluster secret"));
+        }
+        // Opened now, while descriptors are surely free; kept for good.
+        self.shared.nonces.nonce()?;
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                acc = listener.accept() => {
+                    let (stream, peer) = match acc {
+                        Ok(x) => x,
+                        Err(e) => {
+                            accept_failed("TCP", &e).await;
+                            continue;
+                        }
+                    };
+                    let Some(slot) = self.shared.unauthenticated.enter() else {
+                        closed_at_door("TCP", &self.shared.unauthenticated);
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let shared = self.shared.clone();
+                    tokio::spawn(async move {
+                        let nonce = match shared.nonces.nonce() {
+                            Ok(n) => n,
+                            Err(e) => {
+                                shared.rejected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                warn!(%peer, "connection closed: no challenge for it: {e}");
+                                return;
+                            }
+                        };
+                        let (r, w) = stream.into_split();
+                        if let Err(e) = handle(shared, r, w, Some(nonce), slot).instrument(info_span!("tcp", %peer)).await {
+                            debug!("link closed: {e}");
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// Accepts adapters on `listener` until `shutdown` completes.
+    pub async fn serve(&self, listener: UnixListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => {
+                    info!("hub shutting down");
+                    return Ok(());
+                }
+                acc = listener.accept() => {
+                    let stream = match acc {
+                        Ok((s, _)) => s,
+                        Err(e) => {
+                            accept_failed("link", &e).await;
+                            continue;
+                        }
+                    };
+                    let Some(slot) = self.shared.unauthenticated.enter() else {
+                        closed_at_door("link", &self.shared.unauthenticated);
+                        continue;
+                    };
+                    let shared = self.shared.clone();
+                    tokio::spawn(async move {
+                        let (r, w) = stream.into_split();
+                        if let Err(e) = handle(shared, r, w, None, slot).await {
+                            debug!("link closed: {e}");
+                        }
+                    });
+                }
+            }
+        }
+    }
 }
 
 /// Why the hub refused an adapter a port (sent to it in `Refuse`).
@@ -347,7 +403,7 @@ pub enum JoinError {
 
 /// Chooses a node id for a link port, announces it and queues its `Welcome`.
 fn join_link(shared: &Shared, want: u16, name: &str) -> Result<(u16, mpsc::Receiver<Frame>, Arc<PortCtl>), JoinError> {
-    let mut guard = shared.state.lock().unwrap();
+    let mut guard = shared.order.state.lock().unwrap();
     let st = &mut *guard;
     let (held_down, local) = {
         let c = shared.ctl.lock().unwrap();
@@ -370,8 +426,8 @@ fn join_link(shared: &Shared, want: u16, name: &str) -> Result<(u16, mpsc::Recei
     st.remember_name(name, node);
     let (tx, rx) = mpsc::channel(shared.cfg.queue_depth.max(2) + MEMBER_ROOM);
     let ctl = Arc::new(PortCtl::new(name, Some(tx.clone())));
-    shared.announce(st, node, true);
-    let members = Shared::members(st, node);
+    shared.order.announce(st, node, true);
+    let members = st.members(node);
     let welcome = Msg::Welcome { node, max_nodes: max as u16, next_seq: st.next_seq, members }.encode();
     tx.try_send(Arc::new(welcome)).expect("fresh channel has room");
     st.ports[node as usize] = Some(Port { ctl: ctl.clone(), kind: PortKind::Link(tx), failed: AtomicBool::new(false) });

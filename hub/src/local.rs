@@ -20,16 +20,19 @@
 use std::io;
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
-use device::adapter::{Adapter, Shared as Device};
-use device::uplink::{LinkInfo, Uplink, UplinkError, WritePacket};
+use device::adapter::Adapter;
+use device::uplink::{Downlink, LinkInfo, Uplink, UplinkError, WritePacket};
 use device::vfio_user::{Connection, ConnectionConfig};
 use thiserror::Error;
 use tracing::{info, warn};
 
-use crate::hub::{Hub, Shared, ACCEPT_BACKOFF};
-use crate::order::{Port, PortCtl, PortKind};
+use crate::bounds::ACCEPT_BACKOFF;
+use crate::faulty::Faulty;
+use crate::hub::{Hub, Shared};
+use crate::order::{Port, PortKind};
+use crate::port::{Client, LocalPort, PortCtl};
 
 /// Why a local port could not be created.
 #[derive(Debug, Error)]
@@ -63,36 +66,19 @@ pub enum LocalError {
     },
 }
 
-/// Where the local guest's QEMU is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Client {
-    /// None has connected yet (the adapter is powered on, the cable plugged in).
-    Waiting,
-    /// Connected.
-    Connected,
-    /// Its QEMU went away: the node failed.
-    Gone,
-}
-
-/// One local port (kept whether or not it is joined now).
-pub(crate) struct LocalPort {
-    node: u16,
-    name: String,
-    dev: Arc<Device>,
-    client: Mutex<Client>,
-}
-
 /// An adapter's uplink on a local port: the hub's ordering step, run by the
-/// guest's own vfio-user thread.
+/// guest's own vfio-user thread (and by a delayed port's holder thread for
+/// the answers of held ACK stores). It does not keep the hub alive.
 struct LocalUplink {
-    hub: Arc<Shared>,
+    hub: Weak<Shared>,
     node: u16,
     rt: tokio::runtime::Handle,
 }
 
 impl Uplink for LocalUplink {
     fn send(&self, w: &WritePacket<'_>) -> Result<(), UplinkError> {
-        self.hub.order_blocking(self.node, w, &self.rt)
+        let hub = self.hub.upgrade().ok_or(UplinkError::Down)?;
+        hub.order.write_blocking(self.node, w, &self.rt)
     }
 }
 
@@ -128,20 +114,20 @@ impl Hub {
         let port = Arc::new(LocalPort {
             node,
             name: cfg.name.clone(),
-            dev: adapter.shared(),
+            dev: adapter.downlink(),
             client: Mutex::new(Client::Waiting),
+            rt: rt.clone(),
         });
         {
-            let st = self.shared.state.lock().unwrap();
+            let st = self.shared.order.state.lock().unwrap();
             let mut ctl = self.shared.ctl.lock().unwrap();
             if st.ports[node as usize].is_some() || ctl.local[node as usize].is_some() {
                 return Err(LocalError::Taken(node));
             }
             ctl.local[node as usize] = Some(port.clone());
         }
-        adapter.set_uplink(Arc::new(LocalUplink { hub: self.shared.clone(), node, rt }));
-        // Powered on with the cable plugged in: no link error to report.
-        port.dev.err_status_clear(regs::err::LINK_DOWN);
+        adapter.set_uplink(self.local_uplink(node, rt));
+        adapter.plugged_in_at_power_on();
         self.rejoin_local(node);
         let hub = self.clone();
         std::thread::Builder::new()
@@ -173,11 +159,15 @@ impl Hub {
         }
     }
 
+    fn local_uplink(&self, node: u16, rt: tokio::runtime::Handle) -> Arc<dyn Uplink> {
+        Arc::new(LocalUplink { hub: Arc::downgrade(&self.shared), node, rt })
+    }
+
     /// Plugs local port `node` into the cluster, unless it is joined already,
     /// held down by control, or its QEMU went away.
     pub(crate) fn rejoin_local(&self, node: u16) {
         let sh = &self.shared;
-        let mut guard = sh.state.lock().unwrap();
+        let mut guard = sh.order.state.lock().unwrap();
         let st = &mut *guard;
         let port = {
             let ctl = sh.ctl.lock().unwrap();
@@ -190,13 +180,15 @@ impl Hub {
             return;
         }
         let ctl = Arc::new(PortCtl::new(&port.name, None));
-        sh.announce(st, node, true);
-        let members = Shared::members(st, node);
+        let answers = self.local_uplink(node, port.rt.clone());
+        let dev = Arc::new(Faulty::new(node, port.dev.clone(), ctl.clone(), answers, sh.cfg.queue_depth));
+        sh.order.announce(st, node, true);
+        let members = st.members(node);
         st.ports[node as usize] =
-            Some(Port { ctl: ctl.clone(), kind: PortKind::Local(port.dev.clone()), failed: AtomicBool::new(false) });
+            Some(Port { ctl: ctl.clone(), kind: PortKind::Local(dev.clone()), failed: AtomicBool::new(false) });
         st.remember_name(&port.name, node);
         sh.ctl.lock().unwrap().ports[node as usize] = Some(ctl);
-        port.dev.link_up(&LinkInfo { node, max_nodes: sh.cfg.max_nodes as u16, members, next_seq: st.next_seq });
+        dev.link_up(&LinkInfo { node, max_nodes: sh.cfg.max_nodes as u16, members, next_seq: st.next_seq });
         info!(node, name = %port.name, "local port joined");
     }
 
@@ -204,14 +196,14 @@ impl Hub {
     /// and its adapter sees the link go down.
     pub(crate) fn leave_local(&self, node: u16, reason: &str) {
         let sh = &self.shared;
-        let mut st = sh.state.lock().unwrap();
+        let mut st = sh.order.state.lock().unwrap();
         let dev = match st.ports.get(node as usize) {
             Some(Some(Port { kind: PortKind::Local(dev), .. })) => dev.clone(),
             _ => return,
         };
         st.ports[node as usize] = None;
         sh.ctl.lock().unwrap().ports[node as usize] = None;
-        sh.announce(&mut st, node, false);
+        sh.order.announce(&mut st, node, false);
         drop(st);
         dev.link_down(reason);
         info!(node, "local port left: {reason}");

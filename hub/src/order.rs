@@ -1,89 +1,50 @@
 //! The global order: the one lock every write of every node passes through,
 //! the ports it fans out to, and membership events.
 //!
-//! Owns [`State`] (behind [`Shared::state`], the order lock). Threads that
-//! take it: the vfio-user threads of local guests (their stores), the tokio
-//! tasks reading link ports (remote adapters' writes), joins and leaves of
-//! both kinds, and control requests that take a local port down or up.
+//! Owns [`Order`]: the order lock ([`Order::state`], the ports and the next
+//! sequence number), the capture and the counters a step keeps. Threads
+//! that take the lock: the vfio-user threads of local guests (their
+//! stores), the tokio tasks reading link ports (remote adapters' writes),
+//! a delayed local port's holder thread (the answers of held ACK stores),
+//! joins and leaves of both kinds, and control requests that take a local
+//! port down or up.
 //!
-//! One ordering step ([`Shared::try_order`]) numbers a write and, under the
-//! lock, queues it on every receiving link port and applies it to every
-//! receiving local port's guest memory: the numbering thread is the
-//! delivering thread for local ports, so a store reaches another guest on
-//! this host in one hop. Nothing in a step waits: a link port without room
-//! makes the step return [`Step::Full`] before anything is numbered, and the
-//! caller waits for room with the lock released. Steps are driven by one
-//! machine ([`Shared::advance`] over a [`Writing`]: the write, then the ACK
-//! answers it made); a link port's task ([`Shared::order`]) and a local
-//! port's thread ([`Shared::order_blocking`]) differ only in how they wait.
+//! One ordering step ([`Order::try_order`]) numbers a write and, under the
+//! lock, queues it on every receiving link port and hands it to every
+//! receiving local port's adapter: the numbering thread is the delivering
+//! thread for local ports, so a store reaches another guest on this host in
+//! one hop. Nothing in a step waits: a port without room (a link port's
+//! queue, a delayed local port's held frames) makes the step return
+//! [`Step::Full`] before anything is numbered, and the caller waits for room
+//! with the lock released. Steps are driven by one machine
+//! ([`Order::advance`] over a [`Writing`]: the write, then the ACK answers it
+//! made); a link port's task ([`Order::write`]) and a local port's thread
+//! ([`Order::write_blocking`]) differ only in how they wait.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use device::adapter::Shared as Device;
-use device::uplink::{AckReply, UplinkError, WritePacket};
+use device::uplink::{AckReply, Downlink, UplinkError, WritePacket};
 use link::{Msg, BROADCAST, FLAG_LOOPBACK};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::hub::{PortStats, Shared};
-
-/// A frame as queued for link ports: encoded once, shared by every queue.
-pub(crate) type Frame = Arc<Vec<u8>>;
-
-/// Frames every link port's queue keeps free for membership events, which
-/// are queued without waiting: writes wait while fewer slots are free.
-pub(crate) const MEMBER_ROOM: usize = 64;
+use crate::capture::Capture;
+use crate::faulty::Faulty;
+use crate::port::{Frame, PortCtl, MEMBER_ROOM};
 /// Longest wait for room before a writer looks again (a writer's room
 /// signal can come between the step that found no room and the wait).
 const ROOM_POLL: Duration = Duration::from_millis(1);
-
-/// What control requests need of a port. Kept apart from the ordering state
-/// so that `stats` and `link-down` answer at once even while a full receiver
-/// holds the bus.
-pub(crate) struct PortCtl {
-    pub name: String,
-    /// The link port's queue (None for a local port).
-    pub tx: Option<mpsc::Sender<Frame>>,
-    pub stats: Arc<PortStats>,
-    /// Frames still to corrupt on the way out.
-    pub corrupt: AtomicU32,
-    /// Wakes a link port's reader to close the link.
-    pub kick: Notify,
-    /// Microseconds to hold each frame back (fault injection).
-    pub delay: AtomicU64,
-    /// Signalled by a link port's writer each time it has taken frames.
-    pub room: Notify,
-}
-
-impl PortCtl {
-    pub fn new(name: &str, tx: Option<mpsc::Sender<Frame>>) -> PortCtl {
-        PortCtl {
-            name: name.to_string(),
-            tx,
-            stats: Arc::new(PortStats::default()),
-            corrupt: AtomicU32::new(0),
-            kick: Notify::new(),
-            delay: AtomicU64::new(0),
-            room: Notify::new(),
-        }
-    }
-
-    /// Takes one from the corruption count, if any is left.
-    pub fn take_corrupt(&self) -> bool {
-        self.corrupt.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1)).is_ok()
-    }
-}
 
 /// How a port reaches its node.
 pub(crate) enum PortKind {
     /// A remote adapter over a socket: frames go into its writer's queue.
     Link(mpsc::Sender<Frame>),
     /// A guest whose adapter this hub serves: writes are applied to its
-    /// memory by the ordering thread.
-    Local(Arc<Device>),
+    /// memory by the ordering thread, through the port's faults on purpose.
+    Local(Arc<Faulty>),
 }
 
 pub(crate) struct Port {
@@ -93,6 +54,7 @@ pub(crate) struct Port {
     pub failed: AtomicBool,
 }
 
+/// What the order lock guards.
 pub(crate) struct State {
     pub next_seq: u64,
     pub ports: Vec<Option<Port>>,
@@ -100,7 +62,36 @@ pub(crate) struct State {
     pub names: HashMap<String, u16>,
 }
 
+/// The global order: see the module doc.
+pub(crate) struct Order {
+    /// The order lock.
+    pub state: Mutex<State>,
+    /// Where every ordered frame is recorded, if anywhere.
+    pub capture: Mutex<Option<Capture>>,
+    /// Copy of the next sequence number for `stats`.
+    pub seq_hint: AtomicU64,
+    /// Receivers cut off because they stayed full.
+    pub stalled: AtomicU64,
+    /// How long a full receiver may hold the bus.
+    stall_timeout: Duration,
+}
+
 impl State {
+    /// A state for `ports` ports, none joined.
+    fn new(ports: usize) -> State {
+        State { next_seq: 0, ports: (0..ports).map(|_| None).collect(), names: HashMap::new() }
+    }
+
+    /// Members up now (for a `Welcome`), `extra` included.
+    pub fn members(&self, extra: u16) -> Vec<u16> {
+        let mut m: Vec<u16> =
+            self.ports.iter().enumerate().filter(|(_, p)| p.is_some()).map(|(i, _)| i as u16).collect();
+        m.push(extra);
+        m.sort_unstable();
+        m.dedup();
+        m
+    }
+
     /// Most names remembered for sticky node ids (a restarted guest comes
     /// back as the same node): without a bound, every distinct name a client
     /// ever sent would stay in memory.
@@ -147,7 +138,7 @@ pub(crate) enum Outcome {
     NoDest,
 }
 
-/// What a writer does after [`Shared::advance`].
+/// What a writer does after [`Order::advance`].
 pub(crate) enum Next {
     /// Wait for room on this link port (at most [`ROOM_POLL`]), then advance again.
     Wait(Arc<PortCtl>),
@@ -156,7 +147,7 @@ pub(crate) enum Next {
 }
 
 /// One write on its way through the order, with the ACK answers still to
-/// order after it: the state of the step machine ([`Shared::advance`]).
+/// order after it: the state of the step machine ([`Order::advance`]).
 pub(crate) struct Writing<'a, 'w> {
     src: u16,
     w: &'a WritePacket<'w>,
@@ -180,7 +171,18 @@ fn ack_write(a: &AckReply) -> (u16, u16, u64, [u8; 1]) {
     (a.dest, a.flags, a.addr, [a.status])
 }
 
-impl Shared {
+impl Order {
+    /// An order of `ports` ports; a receiver full for `stall_timeout` is cut off.
+    pub(crate) fn new(ports: usize, stall_timeout: Duration) -> Order {
+        Order {
+            state: Mutex::new(State::new(ports)),
+            capture: Mutex::new(None),
+            seq_hint: AtomicU64::new(0),
+            stalled: AtomicU64::new(0),
+            stall_timeout,
+        }
+    }
+
     /// One ordering step for a write of node `src` (see the module doc).
     pub(crate) fn try_order(&self, src: u16, w: &WritePacket<'_>) -> Step {
         let mut guard = self.state.lock().unwrap();
@@ -202,11 +204,18 @@ impl Shared {
             if !wanted(id) || port.failed.load(Ordering::Relaxed) {
                 continue;
             }
-            if let PortKind::Link(tx) = &port.kind {
-                if tx.capacity() <= MEMBER_ROOM && !tx.is_closed() {
-                    return Step::Full(id as u16, port.ctl.clone());
+            match &port.kind {
+                PortKind::Link(tx) => {
+                    if tx.capacity() <= MEMBER_ROOM && !tx.is_closed() {
+                        return Step::Full(id as u16, port.ctl.clone());
+                    }
+                    links = true;
                 }
-                links = true;
+                PortKind::Local(dev) => {
+                    if !dev.has_room(src) {
+                        return Step::Full(id as u16, port.ctl.clone());
+                    }
+                }
             }
         }
         sender.stats.writes_in.fetch_add(1, Ordering::Relaxed);
@@ -236,18 +245,8 @@ impl Shared {
                     let _ = tx.try_send(frame.clone().expect("encoded for link ports"));
                 }
                 PortKind::Local(dev) => {
-                    let d = port.ctl.delay.load(Ordering::Relaxed);
-                    if d > 0 {
-                        // A slow local receiver holds the bus, as on the shared bus.
-                        std::thread::sleep(Duration::from_micros(d));
-                    }
-                    if port.ctl.take_corrupt() {
-                        // The receiving adapter takes it as a frame that
-                        // failed its CRC: counted there, not applied.
-                        port.ctl.stats.corrupted.fetch_add(1, Ordering::Relaxed);
-                        dev.bad_crc();
-                        continue;
-                    }
+                    // Through the port's faults on purpose (crate::faulty):
+                    // a delayed port holds it and answers later itself.
                     if let Some(a) = dev.deliver(seq, src, w.flags, w.addr, w.data) {
                         acks.push((id as u16, a));
                     }
@@ -261,7 +260,7 @@ impl Shared {
     /// ACK answers each ordered write made (each a write of its own, from
     /// the answering node, depth first). Both callers drive this one
     /// machine and differ only in how they wait for room
-    /// ([`Shared::order`], [`Shared::order_blocking`]).
+    /// ([`Order::write`], [`Order::write_blocking`]).
     pub(crate) fn advance(&self, m: &mut Writing<'_, '_>) -> Next {
         loop {
             let (src, step) = match (&m.outcome, m.answers.first()) {
@@ -311,7 +310,7 @@ impl Shared {
 
     /// Orders a write from a link port's reader task, waiting for room when
     /// a receiver's queue is full. False when the write was dropped.
-    pub(crate) async fn order(&self, src: u16, w: &WritePacket<'_>) -> bool {
+    pub(crate) async fn write(&self, src: u16, w: &WritePacket<'_>) -> bool {
         let mut m = Writing::new(src, w);
         loop {
             match self.advance(&mut m) {
@@ -327,7 +326,7 @@ impl Shared {
 
     /// Orders a write from a local guest's vfio-user thread, waiting (on
     /// `rt`) for room when a link port's queue is full.
-    pub(crate) fn order_blocking(
+    pub(crate) fn write_blocking(
         &self,
         src: u16,
         w: &WritePacket<'_>,
@@ -356,7 +355,7 @@ impl Shared {
     /// tries again without it).
     fn still_waiting(&self, first_full: &mut Option<Instant>, id: u16, port: &Arc<PortCtl>) -> bool {
         let since = *first_full.get_or_insert_with(Instant::now);
-        if since.elapsed() < self.cfg.stall_timeout {
+        if since.elapsed() < self.stall_timeout {
             return true;
         }
         self.cut_off(id, port);
@@ -371,7 +370,7 @@ impl Shared {
         let Some(Some(port)) = st.ports.get(id as usize) else { return };
         // The same port still (not a newcomer on the same id).
         if Arc::ptr_eq(&port.ctl, ctl) && !port.failed.swap(true, Ordering::Relaxed) {
-            warn!(node = id, timeout = ?self.cfg.stall_timeout, "receiver stalled with a full queue: cutting it off");
+            warn!(node = id, timeout = ?self.stall_timeout, "receiver stalled with a full queue: cutting it off");
             self.stalled.fetch_add(1, Ordering::Relaxed);
             port.ctl.kick.notify_one();
         }
@@ -407,15 +406,6 @@ impl Shared {
             }
         }
     }
-
-    /// Members up now (for a `Welcome`), `extra` included.
-    pub(crate) fn members(st: &State, extra: u16) -> Vec<u16> {
-        let mut m: Vec<u16> = st.ports.iter().enumerate().filter(|(_, p)| p.is_some()).map(|(i, _)| i as u16).collect();
-        m.push(extra);
-        m.sort_unstable();
-        m.dedup();
-        m
-    }
 }
 
 #[cfg(test)]
@@ -424,7 +414,7 @@ mod tests {
 
     #[test]
     fn remembered_names_are_bounded() {
-        let mut st = State { next_seq: 0, ports: (0..8).map(|_| None).collect(), names: HashMap::new() };
+        let mut st = State::new(8);
         for i in 0..10_000u32 {
             st.remember_name(&format!("guest-{i}"), (i % 8) as u16);
         }

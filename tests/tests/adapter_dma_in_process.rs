@@ -445,8 +445,15 @@ fn dma_bad_input_gets_errors_not_memory() {
     a.adapter.assert_alive();
 }
 
+/// A hub whose ports hold few frames: a delayed receiver holds its senders
+/// back after 16 (as a slow receiver on the shared bus does), instead of
+/// taking a whole transfer into its queue.
+fn slow_hub() -> Hub {
+    Hub::start_with(hub::hub::HubConfig { queue_depth: 16, ..Default::default() })
+}
+
 /// A transfer long enough to be interrupted: B's local port delays every
-/// delivery, so 4 MiB in 512 packets take about 0.5 s.
+/// delivery, so 4 MiB in 512 packets take about 0.5 s (on a [`slow_hub`]).
 fn slow_transfer(hub: &Hub) -> (Layout, Node, Node) {
     let l = Layout { span: 4 << 20 };
     let mut a = l.start(hub, "a", 8 << 20);
@@ -465,7 +472,7 @@ fn slow_transfer(hub: &Hub) -> (Layout, Node, Node) {
 
 #[test]
 fn dma_reset_in_the_middle_aborts_with_an_error() {
-    let hub = Hub::start();
+    let hub = slow_hub();
     let (l, mut a, mut b) = slow_transfer(&hub);
     doorbell(&mut a, 2);
     poll("the transfer to start", || (a.vfio.reg(reg::DMA_BYTES) > 0).then_some(()));
@@ -492,7 +499,7 @@ fn dma_reset_in_the_middle_aborts_with_an_error() {
 
 #[test]
 fn dma_client_gone_in_the_middle_aborts_with_an_error() {
-    let hub = Hub::start();
+    let hub = slow_hub();
     let (l, mut a, b) = slow_transfer(&hub);
     doorbell(&mut a, 2);
     poll("the transfer to start", || (a.vfio.reg(reg::DMA_BYTES) > 0).then_some(()));
@@ -554,7 +561,7 @@ fn dma_4mib_reaches_two_receivers_intact() {
 /// each packet of the transfer is ordered on its own.
 #[test]
 fn dma_large_transfer_does_not_starve_other_stores() {
-    let hub = Hub::start();
+    let hub = slow_hub();
     let (l, mut a, mut b) = slow_transfer(&hub);
     let mut c = l.start(&hub, "c", 8 << 20);
     let flag_page = l.pages() - 1; // the transfer's last page; C stores into it first
@@ -597,7 +604,7 @@ fn wait_retired_long(n: &Node, idx: u32) -> (u32, u32) {
 /// LINK_DOWN: one error, the bytes sent so far in the write-back.
 #[test]
 fn dma_link_down_in_the_middle_ends_the_descriptor() {
-    let hub = Hub::start();
+    let hub = slow_hub();
     let (l, mut a, _b) = slow_transfer(&hub);
     doorbell(&mut a, 1);
     poll("the transfer to start", || (a.vfio.reg(reg::DMA_BYTES) > 0).then_some(()));

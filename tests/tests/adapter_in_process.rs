@@ -879,6 +879,58 @@ fn adapter_corrupt_packet_counted_not_applied() {
     assert_eq!(b.vfio.reg(reg::ERR_STATUS), 0);
 }
 
+/// A delay on a local port holds that port's deliveries only: the other
+/// receivers get the same writes at once, the held ones arrive in order
+/// (through the port's corruption count) once the delay is lifted, and an
+/// ACK store held at a delayed port is still answered.
+#[test]
+fn a_delayed_local_port_holds_only_its_own_deliveries() {
+    let hub = Hub::start();
+    let mut a = Node::start(&hub, "a", IOVA, RAM_OFF, RAM);
+    let mut b = Node::start_local(&hub, "b", IOVA, RAM_OFF, RAM);
+    let mut c = Node::start_local(&hub, "c", IOVA, RAM_OFF, RAM);
+    let (nb, nc) = (b.adapter.node, c.adapter.node);
+    a.vfio.set_pct(0, pct::TX, 0);
+    for r in [&mut b, &mut c] {
+        r.vfio.set_pct(0, pct::RX, rx_buf(0));
+    }
+    // Long enough that C's copies cannot be late by comparison.
+    hub.control_ok(Control::Delay { node: nb, micros: 1_000_000 });
+    hub.control_ok(Control::Corrupt { node: nb, count: 1 });
+    for (k, off) in [0x00u64, 0x40, 0x80].into_iter().enumerate() {
+        a.vfio.region_write(BAR_TX, off, &[0x11 * (k as u8 + 1); 8], true);
+        assert_eq!(a.vfio.reg(reg::ERR_STATUS), 0);
+    }
+    poll("C to receive all three", || (c.vfio.reg(reg::RX_PACKETS) == 3).then_some(()));
+    assert_eq!(b.vfio.reg(reg::RX_PACKETS), 0, "B's deliveries are held");
+    assert_eq!(b.vfio.reg(reg::ERR_COUNT), 0, "nothing applied to B yet, not even the corruption");
+    let held = hub.node_stats(nb).queued;
+    assert!((2..=3).contains(&held), "B holds {held} frames");
+    assert_eq!(hub.node_stats(nc).queued, 0);
+    assert_eq!(c.vfio.reg(reg::ERR_COUNT), 0, "the corruption was B's alone");
+    // Lifted: what is held goes out at once, in order, the first corrupted.
+    hub.control_ok(Control::Delay { node: nb, micros: 0 });
+    poll("B to apply the rest", || (b.vfio.reg(reg::RX_PACKETS) == 2).then_some(()));
+    assert_eq!(b.vfio.reg(reg::ERR_COUNT), 1);
+    assert_eq!(b.vfio.reg(reg::ERR_STATUS), err::CRC);
+    assert_zero_except("B's RAM", &b.ram.all(), &[(ram_at(0, 0x40) as usize, 8), (ram_at(0, 0x80) as usize, 8)]);
+    assert_eq!(b.ram.read(ram_at(0, 0x80), 8), vec![0x33; 8]);
+    assert_eq!(hub.node_stats(nb).queued, 0);
+    b.vfio.set_reg(reg::ERR_STATUS, err::CRC);
+
+    // An ACK store held at B: B's port answers it once it is applied.
+    let buf = 0x2000;
+    a.vfio.set_pct(7, pct::TX | pct::RX | pct::ACK, IOVA + buf);
+    hub.control_ok(Control::Delay { node: nb, micros: 200_000 });
+    a.vfio.region_write(BAR_TX, 7 * PAGE_SIZE, &[0x5A; 8], true);
+    let at = |n: u16| RAM_OFF + buf + n as u64;
+    poll("C's answer", || (a.ram.read(at(nc), 1)[0] != 0).then_some(()));
+    poll("B's answer, after its delay", || (a.ram.read(at(nb), 1)[0] != 0).then_some(()));
+    assert_eq!(a.ram.read(at(nb), 1)[0], 0x80, "B has no error");
+    assert_eq!(a.ram.read(at(nc), 1)[0], 0x80);
+    hub.control_ok(Control::Delay { node: nb, micros: 0 });
+}
+
 /// xorshift64*: a tiny seeded generator, so a failure can be replayed.
 struct Rng(u64);
 

@@ -40,7 +40,7 @@ use crate::dma::DmaSpace;
 use crate::link_client::HubAddr;
 use crate::pci::{ConfigSpace, CONFIG_SIZE};
 use crate::regs::{self, err, int, pct, MSIX_VECTORS, PAGE_SIZE};
-use crate::uplink::{LinkInfo, Unplugged, Uplink};
+use crate::uplink::{AckReply, Downlink, LinkInfo, Unplugged, Uplink};
 use crate::vfio_user::{self, region, region_flags, Device, Errno, IrqSet, RegionInfo};
 
 /// Node id value of `NODE` while the adapter is not joined to a hub.
@@ -244,6 +244,24 @@ impl Shared {
     }
 }
 
+impl Downlink for Shared {
+    fn deliver(&self, seq: u64, src: u16, flags: u16, addr: u64, data: &[u8]) -> Option<AckReply> {
+        Shared::deliver(self, seq, src, flags, addr, data)
+    }
+    fn bad_crc(&self) {
+        Shared::bad_crc(self)
+    }
+    fn member(&self, seq: u64, node: u16, up: bool) {
+        Shared::member(self, seq, node, up)
+    }
+    fn link_up(&self, info: &LinkInfo) {
+        Shared::link_up(self, info)
+    }
+    fn link_down(&self, reason: &str) {
+        Shared::link_down(self, reason)
+    }
+}
+
 /// The adapter device.
 pub struct Adapter {
     shared: Arc<Shared>,
@@ -296,6 +314,18 @@ impl Adapter {
     /// The state deliverers use (a hub's local port keeps it).
     pub fn shared(&self) -> Arc<Shared> {
         self.shared.clone()
+    }
+
+    /// The receiving side of the adapter's cable, for a deliverer that
+    /// should see nothing else of it (a hub's local port).
+    pub fn downlink(&self) -> Arc<dyn Downlink> {
+        self.shared.clone()
+    }
+
+    /// Powered on with the cable plugged in: no link error is latched, as
+    /// there is when an adapter starts unplugged.
+    pub fn plugged_in_at_power_on(&self) {
+        self.shared.err_status_clear(err::LINK_DOWN);
     }
 
     /// Plugs the adapter's cable in: its writes go to `uplink` from now on.
