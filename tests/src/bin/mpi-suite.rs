@@ -63,11 +63,14 @@ struct Args {
     /// The folder with libmpi_abi.so.1 (LD_LIBRARY_PATH of the ranks).
     #[arg(long)]
     lib: Option<PathBuf>,
-    /// Seconds a test may run before all its ranks are killed.
+    /// Seconds a test may run before all its ranks are killed (a list line's
+    /// `timeLimit=N` raises it for that test).
     #[arg(long, default_value_t = 60)]
     timeout: u64,
     /// Start ranks with this launcher command instead of starting them here
-    /// on the host: its words, then `-n N prog args`.
+    /// on the host: its words, then `-n N prog args`. A word `{timeout}` is
+    /// replaced by the test's time limit in seconds (for the launcher's own
+    /// limit); this runner then waits 20 s longer before it kills the launcher.
     #[arg(long)]
     mpiexec: Option<String>,
     /// With `--mpiexec`: the ranks run where the programs are seen under
@@ -96,11 +99,19 @@ struct Entry {
     nprocs: u32,
     /// Command-line arguments of the program.
     args: Vec<String>,
+    /// Its own time limit in seconds (`timeLimit=N`, as in the suite's
+    /// testlist files), when longer than the run's.
+    time_limit: Option<u64>,
     /// The list's comment: `pass`, or why the test cannot pass yet.
     status: String,
 }
 
 impl Entry {
+    /// Seconds this test may run in a run whose limit is `timeout`.
+    fn limit(&self, timeout: u64) -> u64 {
+        self.time_limit.map_or(timeout, |t| t.max(timeout))
+    }
+
     /// Whether the list says not to run this test.
     fn skipped(&self) -> bool {
         self.status.starts_with("skip")
@@ -159,12 +170,21 @@ fn parse_list(text: &str) -> Result<Vec<Entry>> {
         if nprocs == 0 || !name.contains('/') {
             bail!("line {}: expected 'dir/name nprocs [args]'", i + 1);
         }
-        out.push(Entry {
-            name: name.to_string(),
-            nprocs,
-            args: words.map(str::to_string).collect(),
-            status: comment.to_string(),
-        });
+        let mut args = Vec::new();
+        let mut time_limit = None;
+        for w in words {
+            match w.strip_prefix("timeLimit=") {
+                Some(v) => {
+                    let secs: u64 = v.parse().with_context(|| format!("line {}: bad timeLimit '{v}'", i + 1))?;
+                    if secs == 0 {
+                        bail!("line {}: timeLimit must be at least 1 s", i + 1);
+                    }
+                    time_limit = Some(secs);
+                }
+                None => args.push(w.to_string()),
+            }
+        }
+        out.push(Entry { name: name.to_string(), nprocs, args, time_limit, status: comment.to_string() });
     }
     Ok(out)
 }
@@ -537,7 +557,8 @@ fn run_test(p: &Paths, args: &Args, e: &Entry, exe: &Path, job: u32) -> Result<(
     };
     if let Some(mpiexec) = &args.mpiexec {
         let log = logs.join("out");
-        let mut words = mpiexec.split_whitespace();
+        let limit = e.limit(args.timeout).to_string();
+        let mut words = mpiexec.split_whitespace().map(|w| if w == "{timeout}" { limit.as_str() } else { w });
         let mut cmd = Command::new(words.next().context("--mpiexec is empty")?);
         cmd.args(words);
         let prog = match &args.share {
@@ -560,7 +581,8 @@ fn run_test(p: &Paths, args: &Args, e: &Entry, exe: &Path, job: u32) -> Result<(
             files.push(log);
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let launcher_limits = args.mpiexec.as_deref().is_some_and(|m| m.split_whitespace().any(|w| w == "{timeout}"));
+    let deadline = Instant::now() + Duration::from_secs(e.limit(args.timeout) + if launcher_limits { 20 } else { 0 });
     let mut codes: Vec<Option<std::process::ExitStatus>> = vec![None; children.len()];
     let mut first_bad: Option<Instant> = None;
     let timed_out = loop {
@@ -741,7 +763,7 @@ fn run() -> Result<bool> {
         let detail = match &outcome {
             Outcome::Pass => String::new(),
             Outcome::Build(m) | Outcome::Fail(m) => m.clone(),
-            Outcome::Timeout => format!("killed after {} s", args.timeout),
+            Outcome::Timeout => format!("killed after {} s", e.limit(args.timeout)),
             Outcome::Missing(f) => format!("needs {f}"),
             Outcome::Skipped => e.status.clone(),
         };
@@ -819,5 +841,16 @@ mod tests {
         assert!(!l[1].expected_pass());
         assert!(parse_list("pt2pt/x\n").is_err());
         assert!(parse_list("x 2\n").is_err());
+    }
+
+    #[test]
+    fn a_time_limit_is_taken_out_of_the_arguments_and_only_raises_the_runs() {
+        let l = parse_list("comm/ctxsplit 4 timeLimit=300 --loopcount 9 # pass\npt2pt/a 2 # pass\n").unwrap();
+        assert_eq!(l[0].args, vec!["--loopcount", "9"]);
+        assert_eq!((l[0].time_limit, l[0].limit(60), l[0].limit(400)), (Some(300), 300, 400));
+        assert_eq!((l[1].time_limit, l[1].limit(60)), (None, 60));
+        let e = parse_list("comm/x 4 timeLimit=soon\n").unwrap_err();
+        assert!(format!("{e:#}").contains("bad timeLimit 'soon'"), "{e:#}");
+        assert!(parse_list("comm/x 4 timeLimit=0\n").is_err());
     }
 }
