@@ -1,12 +1,13 @@
 //! [`AdapterHw`]: [`Hw`] on the real adapter, through the guest driver:
 //! imcd's own pages in one receive buffer (`/dev/shm/imcd-meta`), one
-//! receive buffer per received region (`/dev/shm/imc-region-<id>`), the
+//! receive buffer per received region (`/dev/shm/imc-region-<id>`, made
+//! then or a spare renamed: [`crate::spares`]), the
 //! page control table, the MSI-X interrupt, and the files processes map
 //! (error count, ACK answers), and the transmit DMA set-up processes use
 //! (the node's one descriptor ring, a source area per process; see
 //! `docs/imc.md`, "Transmit DMA").
 //!
-//! Shared by imcd's main thread and mapper; the region buffers and the DMA
+//! Shared by imcd's main thread, mapper and `spares` thread; the region buffers and the DMA
 //! state are behind mutexes, and every change of a PCT entry goes through
 //! the driver's [`Adapter::update_page`] (both threads program entries).
 
@@ -15,7 +16,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,7 @@ use regs::{int, pct, reg, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
 use crate::bus::AdapterBus;
 use crate::hw::{DmaArea, Handout, Hw, HwError, Notified, DMA_AREA_MAX};
 use crate::regions::RegionDesc;
+use crate::spares::{self, Spare, Spares};
 
 fn iova(page: u64) -> u64 {
     RX_IOVA_BASE + page * PAGE_SIZE
@@ -42,11 +44,30 @@ fn os(what: &str) -> impl FnOnce(std::io::Error) -> HwError + '_ {
     move |err| HwError::Os { what: what.to_string(), err }
 }
 
-/// A region this node receives: its buffer, the buffer's file, first page.
+/// A region this node receives: its buffer, the buffer's file, first
+/// page, the IOVA its buffer is mapped at, and the spare slot it came from.
 struct Rx {
     buf: Mapping<ReadWrite>,
     path: PathBuf,
     first: u64,
+    iova: u64,
+    slot: Option<usize>,
+}
+
+/// The file of spare receive buffer slot `slot`.
+fn spare_path(slot: usize) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/imcd-spare-{slot}"))
+}
+
+/// Removes the spare buffers' files an imcd that was killed left behind
+/// (their DMA maps went with its VFIO container).
+fn remove_stale_spares() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
+    for e in dir.flatten() {
+        if e.file_name().to_string_lossy().starts_with("imcd-spare-") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Where the node's transmit DMA ring lives (root's only: processes get
@@ -79,6 +100,8 @@ pub struct AdapterHw {
     irq: Option<Interrupt>,
     tx_offset: u64,
     rx: Mutex<HashMap<u32, Rx>>,
+    /// Receive buffers mapped ahead of need ([`crate::spares`]).
+    spares: Spares<Mapping<ReadWrite>>,
     /// Regions with transmit enabled here: id -> (first page, pages).
     tx: Mutex<HashMap<u32, (u64, u64)>>,
     dma: Mutex<Dma>,
@@ -98,15 +121,63 @@ impl AdapterHw {
             let off = if keep.contains(&p) { pct::RX | pct::INT } else { pct::RX | pct::TX | pct::LOOPBACK | pct::INT };
             a.update_page(p, |bits, iova| (bits & !off, iova));
         }
-        let _ = a.dev.unmap_dma(iova(r.first), pages * PAGE_SIZE);
+        let _ = a.dev.unmap_dma(r.iova, pages * PAGE_SIZE);
         drop(r.buf);
         let _ = std::fs::remove_file(r.path);
+        if let Some(slot) = r.slot {
+            self.spares.free(slot);
+        }
+    }
+
+    /// IOVA of spare slot `slot`: above the transmit DMA source areas.
+    fn spare_iova(&self, slot: usize) -> u64 {
+        self.dma_src_base() + DMA_AREAS as u64 * DMA_AREA_MAX + slot as u64 * spares::MAX_PAGES * PAGE_SIZE
+    }
+
+    /// Keeps spare receive buffers ready until `stop` (the `spares` thread;
+    /// see [`crate::spares`]).
+    pub fn keep_spares(&self, stop: &AtomicBool) {
+        let drop_spare = |s: Spare<Mapping<ReadWrite>>| {
+            let _ = self.a.dev.unmap_dma(self.spare_iova(s.slot), s.pages * PAGE_SIZE);
+            drop(s.buf);
+            let _ = std::fs::remove_file(spare_path(s.slot));
+        };
+        let make = |slot, pages| {
+            let buf = rx_buffer(&spare_path(slot), pages).map_err(|e| e.to_string())?;
+            self.a.dev.map_dma(&buf, self.spare_iova(slot)).map_err(|e| e.to_string())?;
+            Ok(buf)
+        };
+        self.spares.run(stop, make, drop_spare);
+        self.spares.drain().into_iter().for_each(drop_spare);
+    }
+
+    /// A receive buffer for `r` at `path`: a spare renamed there if one is
+    /// ready, else one made and mapped now. Returns it, the IOVA of its
+    /// first page and its spare slot.
+    fn rx_buffer_for(&self, r: &RegionDesc, path: &Path) -> Result<(Mapping<ReadWrite>, u64, Option<usize>), HwError> {
+        if let Some(s) = self.spares.take(r.pages) {
+            let at = self.spare_iova(s.slot);
+            match std::fs::rename(spare_path(s.slot), path) {
+                Ok(()) => return Ok((s.buf, at, Some(s.slot))),
+                Err(e) => {
+                    eprintln!("imcd: spare receive buffer {} not used: {e}", s.slot);
+                    let _ = self.a.dev.unmap_dma(at, s.pages * PAGE_SIZE);
+                    drop(s.buf);
+                    let _ = std::fs::remove_file(spare_path(s.slot));
+                    self.spares.free(s.slot);
+                }
+            }
+        }
+        let buf = rx_buffer(path, r.pages).map_err(mem("region buffer"))?;
+        self.a.dev.map_dma(&buf, iova(r.first_page)).map_err(|e| HwError::Device(e.to_string()))?;
+        Ok((buf, iova(r.first_page), None))
     }
 
     /// Opens the adapter (waiting up to 30 s for its link), and sets up
     /// imcd's pages, the interrupt and the files processes map.
     pub fn open() -> Result<AdapterHw, HwError> {
         let a = Adapter::open().map_err(|e| HwError::Device(e.to_string()))?;
+        remove_stale_spares();
         let t0 = Instant::now();
         let me = loop {
             if let Some(n) = a.node() {
@@ -167,6 +238,7 @@ impl AdapterHw {
             irq,
             tx_offset,
             rx: Mutex::new(HashMap::new()),
+            spares: Spares::default(),
             tx: Mutex::new(HashMap::new()),
             dma: Mutex::new(Dma::default()),
             notify_lost,
@@ -290,14 +362,12 @@ impl Hw for AdapterHw {
             // would take them away from it.
             return Err(HwError::Landing { id: r.id, why: "a process of this node receives it into its area".into() });
         }
-        let a = &self.a;
         let path = PathBuf::from(format!("/dev/shm/imc-region-{}", r.id));
-        let buf = rx_buffer(&path, r.pages).map_err(mem("region buffer"))?;
-        a.dev.map_dma(&buf, iova(r.first_page)).map_err(|e| HwError::Device(e.to_string()))?;
+        let (buf, at, slot) = self.rx_buffer_for(r, &path)?;
         for p in r.first_page..r.first_page + r.pages {
-            a.update_page(p, |bits, _| (bits | pct::RX, iova(p)));
+            self.a.update_page(p, |bits, _| (bits | pct::RX, at + (p - r.first_page) * PAGE_SIZE));
         }
-        rx.insert(r.id, Rx { buf, path, first: r.first_page });
+        rx.insert(r.id, Rx { buf, path, first: r.first_page, iova: at, slot });
         Ok(())
     }
     fn region_word(&self, id: u32, off: u64) -> Option<u64> {

@@ -8,6 +8,7 @@
 //! - [`hw`]: the adapter as the node logic sees it ([`hw::Hw`]); the logic
 //!   is generic over it.
 //! - [`adapter`]: [`hw::Hw`] on the real adapter (VFIO, receive buffers, PCT).
+//! - [`spares`]: receive buffers mapped ahead of need (the `spares` thread).
 //! - [`sim`]: [`hw::Hw`] on a simulated cluster, for in-process tests.
 //! - [`node`]: imcd's own pages (host table, acks, error counts) and the
 //!   start-up join.
@@ -38,5 +39,6 @@ pub mod node;
 pub mod regions;
 pub mod relay;
 pub mod sim;
+pub mod spares;
 pub mod toggled;
 pub mod watch;

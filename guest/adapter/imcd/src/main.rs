@@ -82,6 +82,11 @@ fn run(settings: Settings) -> Result<()> {
     std::thread::scope(|s| -> Result<()> {
         let mapper = Mapper::new(&node, settings.flap_grace)?;
         let mapper_thread = s.spawn(|| mapper.run(&stop, &woken));
+        // Without it every receive buffer is mapped when asked for.
+        if let Err(e) = std::thread::Builder::new().name("spares".into()).spawn_scoped(s, || node.hw.keep_spares(&stop))
+        {
+            eprintln!("imcd: no spare receive buffers (cannot start their thread: {e})");
+        }
         // On an error here the mapper must be stopped too, or the scope
         // would wait for it for ever and the error never be seen.
         let mut d = match Daemon::new(&node, settings) {
