@@ -401,7 +401,7 @@ impl LazyLink {
                 looked = Instant::now();
                 self.acceptor.look()?;
             }
-            crate::engine::backoff(&mut idle);
+            crate::engine::wait::backoff(&mut idle);
         }
     }
 }

@@ -63,7 +63,7 @@ mod progress;
 mod rendezvous;
 #[cfg(test)]
 mod tests;
-mod wait;
+pub(crate) mod wait;
 mod zcopy;
 
 use std::collections::VecDeque;
