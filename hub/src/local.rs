@@ -67,15 +67,30 @@ pub enum LocalError {
 }
 
 /// An adapter's uplink on a local port: the hub's ordering step, run by the
-/// guest's own vfio-user thread (and by a delayed port's holder thread for
-/// the answers of held ACK stores). It does not keep the hub alive.
+/// guest's own vfio-user thread.
 struct LocalUplink {
-    hub: Weak<Shared>,
+    hub: Arc<Shared>,
     node: u16,
     rt: tokio::runtime::Handle,
 }
 
 impl Uplink for LocalUplink {
+    fn send(&self, w: &WritePacket<'_>) -> Result<(), UplinkError> {
+        self.hub.order.write_blocking(self.node, w, &self.rt)
+    }
+}
+
+/// The same for a delayed port's holder thread, which orders the answers of
+/// held ACK stores. Kept in the port (so in the hub's state), it must not
+/// keep the hub alive: it holds it weakly, and once the hub is gone an
+/// answer is lost as on a link that went down.
+struct AnswerUplink {
+    hub: Weak<Shared>,
+    node: u16,
+    rt: tokio::runtime::Handle,
+}
+
+impl Uplink for AnswerUplink {
     fn send(&self, w: &WritePacket<'_>) -> Result<(), UplinkError> {
         let hub = self.hub.upgrade().ok_or(UplinkError::Down)?;
         hub.order.write_blocking(self.node, w, &self.rt)
@@ -126,7 +141,7 @@ impl Hub {
             }
             ctl.local[node as usize] = Some(port.clone());
         }
-        adapter.set_uplink(self.local_uplink(node, rt));
+        adapter.set_uplink(Arc::new(LocalUplink { hub: self.shared.clone(), node, rt }));
         adapter.plugged_in_at_power_on();
         self.rejoin_local(node);
         let hub = self.clone();
@@ -159,10 +174,6 @@ impl Hub {
         }
     }
 
-    fn local_uplink(&self, node: u16, rt: tokio::runtime::Handle) -> Arc<dyn Uplink> {
-        Arc::new(LocalUplink { hub: Arc::downgrade(&self.shared), node, rt })
-    }
-
     /// Plugs local port `node` into the cluster, unless it is joined already,
     /// held down by control, or its QEMU went away.
     pub(crate) fn rejoin_local(&self, node: u16) {
@@ -180,7 +191,7 @@ impl Hub {
             return;
         }
         let ctl = Arc::new(PortCtl::new(&port.name, None));
-        let answers = self.local_uplink(node, port.rt.clone());
+        let answers = Arc::new(AnswerUplink { hub: Arc::downgrade(&self.shared), node, rt: port.rt.clone() });
         let dev = Arc::new(Faulty::new(node, port.dev.clone(), ctl.clone(), answers, sh.cfg.queue_depth));
         sh.order.announce(st, node, true);
         let members = st.members(node);

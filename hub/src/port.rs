@@ -76,7 +76,9 @@ impl PortCtl {
 
     /// Takes one from the corruption count, if any is left.
     pub fn take_corrupt(&self) -> bool {
-        self.corrupt.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1)).is_ok()
+        // Nearly always none: one load, no read-modify-write.
+        self.corrupt.load(Ordering::Relaxed) != 0
+            && self.corrupt.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1)).is_ok()
     }
 
     /// The delay set now, if any.
