@@ -42,7 +42,9 @@
 //! When a receiver's queue is full, writers to it wait for room: back-pressure
 //! to the senders, as on the original shared bus. Memory is bounded by
 //! `ports × queue_depth × frame` (frames are shared between ports, so usually
-//! far less). Local ports take a write as it is ordered and never fill.
+//! far less). Local ports take a write as it is ordered and never fill,
+//! unless a delay is set on one: then it holds up to `queue_depth` frames
+//! of other nodes' writes and is full the same way (`crate::faulty`).
 //!
 //! Connections not trusted yet are bounded too ([`crate::bounds`]): at most
 //! [`HubConfig::max_unauthenticated`] link connections before their `Hello`
@@ -68,7 +70,8 @@
 //! [`Hub::control`] (the `--control` socket, `mc-hub ctl`) can hold a node's
 //! link down (its connection is closed, or its local port unplugged, until
 //! released), corrupt the next frames sent to a node (its adapter must count
-//! CRC errors), delay them, and report per-node counters.
+//! CRC errors), delay them (only that node's deliveries wait), and report
+//! per-node counters.
 
 use std::future::Future;
 use std::path::Path;

@@ -123,7 +123,8 @@ pub(crate) enum Step {
     NotUp,
     /// Point-to-point to a node that is not up: dropped, no number taken.
     NoDest,
-    /// This link port has no room: nothing done; wait for room and retry.
+    /// This port has no room (a link port's queue, a delayed local port's
+    /// held frames): nothing done; wait for room and retry.
     Full(u16, Arc<PortCtl>),
 }
 
