@@ -102,3 +102,12 @@ pub struct AckReply {
     /// Error status bits 0–6 with bit 7 set.
     pub status: u8,
 }
+
+impl AckReply {
+    /// The answer as the write it is, from the answering node: one byte,
+    /// point-to-point to the ACK's sender, with the flags the answering
+    /// adapter chose (a sender answering itself sets loopback).
+    pub fn write(&self) -> WritePacket<'_> {
+        WritePacket { dest: self.dest, flags: self.flags, addr: self.addr, data: std::slice::from_ref(&self.status) }
+    }
+}

@@ -32,7 +32,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use device::uplink::{AckReply, Downlink, LinkInfo, Uplink, WritePacket};
+use device::uplink::{AckReply, Downlink, LinkInfo, Uplink};
 use tracing::warn;
 
 use crate::port::PortCtl;
@@ -133,8 +133,7 @@ impl Faulty {
                 if let Some(a) = answer {
                     // Lost only if this node left meanwhile, as the answer
                     // of a remote adapter whose link went down.
-                    let _ =
-                        answers.send(&WritePacket { dest: a.dest, flags: a.flags, addr: a.addr, data: &[a.status] });
+                    let _ = answers.send(&a.write());
                 }
             }
         })?;

@@ -166,12 +166,6 @@ impl<'a, 'w> Writing<'a, 'w> {
     }
 }
 
-/// The answer write an ACK receiver sends back (flags as the answering
-/// adapter chose them: a sender answering itself sets loopback).
-fn ack_write(a: &AckReply) -> (u16, u16, u64, [u8; 1]) {
-    (a.dest, a.flags, a.addr, [a.status])
-}
-
 impl Order {
     /// An order of `ports` ports; a receiver full for `stall_timeout` is cut off.
     pub(crate) fn new(ports: usize, stall_timeout: Duration) -> Order {
@@ -267,10 +261,7 @@ impl Order {
             let (src, step) = match (&m.outcome, m.answers.first()) {
                 (None, _) => (m.src, self.try_order(m.src, m.w)),
                 (Some(_), None) => return Next::Finished(m.outcome.expect("set")),
-                (Some(_), Some(&(from, ref a))) => {
-                    let (dest, flags, addr, data) = ack_write(a);
-                    (from, self.try_order(from, &WritePacket { dest, flags, addr, data: &data }))
-                }
+                (Some(_), Some(&(from, ref a))) => (from, self.try_order(from, &a.write())),
             };
             let first = m.outcome.is_none();
             match step {

@@ -137,11 +137,7 @@ impl AdapterHw {
     /// Keeps spare receive buffers ready until `stop` (the `spares` thread;
     /// see [`crate::spares`]).
     pub fn keep_spares(&self, stop: &AtomicBool) {
-        let drop_spare = |s: Spare<Mapping<ReadWrite>>| {
-            let _ = self.a.dev.unmap_dma(self.spare_iova(s.slot), s.pages * PAGE_SIZE);
-            drop(s.buf);
-            let _ = std::fs::remove_file(spare_path(s.slot));
-        };
+        let drop_spare = |s| self.drop_spare(s);
         let make = |slot, pages| {
             let buf = rx_buffer(&spare_path(slot), pages).map_err(|e| e.to_string())?;
             self.a.dev.map_dma(&buf, self.spare_iova(slot)).map_err(|e| e.to_string())?;
@@ -149,6 +145,14 @@ impl AdapterHw {
         };
         self.spares.run(stop, make, drop_spare);
         self.spares.drain().into_iter().for_each(drop_spare);
+    }
+
+    /// Undoes a spare: its DMA map, its memory and its file (its slot is
+    /// the caller's to free).
+    fn drop_spare(&self, s: Spare<Mapping<ReadWrite>>) {
+        let _ = self.a.dev.unmap_dma(self.spare_iova(s.slot), s.pages * PAGE_SIZE);
+        drop(s.buf);
+        let _ = std::fs::remove_file(spare_path(s.slot));
     }
 
     /// A receive buffer for `r` at `path`: a spare renamed there if one is
@@ -161,10 +165,9 @@ impl AdapterHw {
                 Ok(()) => return Ok((s.buf, at, Some(s.slot))),
                 Err(e) => {
                     eprintln!("imcd: spare receive buffer {} not used: {e}", s.slot);
-                    let _ = self.a.dev.unmap_dma(at, s.pages * PAGE_SIZE);
-                    drop(s.buf);
-                    let _ = std::fs::remove_file(spare_path(s.slot));
-                    self.spares.free(s.slot);
+                    let slot = s.slot;
+                    self.drop_spare(s);
+                    self.spares.free(slot);
                 }
             }
         }
