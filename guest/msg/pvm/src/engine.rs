@@ -1,0 +1,450 @@
+//! Messages between tasks: UMP channels opened on first use, PVM messages
+//! cut into frames that fit a channel's ring, and the queue of messages
+//! that arrived and wait for `pvm_recv` (seed 000, "PVM": messages go
+//! through UMP, with the intermediate buffers PVM's semantics need).
+//!
+//! A task listens on its UMP handle (made from its TID and the virtual
+//! machine's number), and opens a channel to a task the first time it
+//! sends to it; the receiver takes the channel at its next PVM call. Over
+//! shared memory inside a guest, over MEMORY CHANNEL between guests: UMP
+//! chooses.
+//!
+//! A send waits until its frames are in the ring (the receiver's ring
+//! absorbs them, and the receiver's every PVM call drains its rings into
+//! its queue), and while it waits it drains its own rings, so tasks that
+//! send to each other at once never wait for each other for ever.
+//!
+//! Owned by the thread calling PVM (under the C layer's lock).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use ump::Channel;
+
+/// What went wrong moving a message.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error("UMP: {0}")]
+    Ump(#[from] ump::UmpError),
+    #[error("UMP channel to t{tid:x}: {err}")]
+    Chan { tid: i32, err: ump::ChanError },
+    #[error("task t{0:x} is not there (it exited, or never was)")]
+    NoTask(i32),
+    #[error("task t{tid:x} did not take the channel opened to it within {secs} s (is it in a PVM call?)")]
+    NotTaken { tid: i32, secs: u64 },
+    #[error("a message of {0} bytes is larger than PVM messages go (4 GiB)")]
+    TooBig(usize),
+}
+
+/// First bytes of every frame.
+const MAGIC: u32 = u32::from_le_bytes(*b"PVMf");
+/// Bytes of a frame header: magic, source, tag, context, encoding,
+/// message length, flags, message number.
+pub const FRAME_HDR: usize = 32;
+const FIRST: u32 = 1;
+const LAST: u32 = 2;
+
+/// How long a send waits for the receiver to take a new channel.
+pub const TAKE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a waiting task checks that the task it waits for exists.
+const CHECK_EVERY: Duration = Duration::from_millis(250);
+
+/// A message that arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Msg {
+    pub src: i32,
+    pub tag: i32,
+    pub ctx: i32,
+    pub enc: i32,
+    pub data: Vec<u8>,
+}
+
+/// A frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    pub src: i32,
+    pub tag: i32,
+    pub ctx: i32,
+    pub enc: i32,
+    pub total: u32,
+    pub flags: u32,
+    pub seq: u32,
+}
+
+impl Frame {
+    pub fn encode(&self) -> [u8; FRAME_HDR] {
+        let mut h = [0u8; FRAME_HDR];
+        let words = [
+            MAGIC,
+            self.src as u32,
+            self.tag as u32,
+            self.ctx as u32,
+            self.enc as u32,
+            self.total,
+            self.flags,
+            self.seq,
+        ];
+        for (c, w) in h.chunks_exact_mut(4).zip(words) {
+            c.copy_from_slice(&w.to_le_bytes());
+        }
+        h
+    }
+
+    pub fn decode(f: &[u8]) -> Option<Frame> {
+        if f.len() < FRAME_HDR {
+            return None;
+        }
+        let w = |i: usize| u32::from_le_bytes([f[i * 4], f[i * 4 + 1], f[i * 4 + 2], f[i * 4 + 3]]);
+        (w(0) == MAGIC).then(|| Frame {
+            src: w(1) as i32,
+            tag: w(2) as i32,
+            ctx: w(3) as i32,
+            enc: w(4) as i32,
+            total: w(5),
+            flags: w(6),
+            seq: w(7),
+        })
+    }
+}
+
+/// Cuts a message into frames of at most `max` bytes.
+pub fn frames(head: Frame, data: &[u8], max: usize) -> Vec<Vec<u8>> {
+    let room = max.saturating_sub(FRAME_HDR).max(1);
+    let n = data.len().div_ceil(room).max(1);
+    (0..n)
+        .map(|i| {
+            let part = &data[(i * room).min(data.len())..((i + 1) * room).min(data.len())];
+            let mut flags = 0;
+            if i == 0 {
+                flags |= FIRST;
+            }
+            if i == n - 1 {
+                flags |= LAST;
+            }
+            let mut f = Vec::with_capacity(FRAME_HDR + part.len());
+            f.extend_from_slice(&Frame { flags, ..head }.encode());
+            f.extend_from_slice(part);
+            f
+        })
+        .collect()
+}
+
+/// Puts frames back together, per sender.
+#[derive(Default)]
+pub struct Assembler {
+    partial: HashMap<i32, (Frame, Vec<u8>)>,
+}
+
+impl Assembler {
+    /// Takes one frame; returns a whole message when this was its last
+    /// frame, or an error for a frame that does not belong where it is.
+    pub fn frame(&mut self, f: &[u8]) -> Result<Option<Msg>, String> {
+        let h = Frame::decode(f).ok_or_else(|| format!("a frame of {} bytes without a PVM header", f.len()))?;
+        let body = &f[FRAME_HDR..];
+        if h.flags & FIRST != 0 {
+            if self.partial.remove(&h.src).is_some() {
+                return Err(format!("t{:x} started a message before ending the last", h.src));
+            }
+            self.partial.insert(h.src, (h, Vec::with_capacity(h.total as usize)));
+        }
+        let Some((first, data)) = self.partial.get_mut(&h.src) else {
+            return Err(format!("a middle frame from t{:x} without its start", h.src));
+        };
+        if first.seq != h.seq || data.len() + body.len() > first.total as usize {
+            self.partial.remove(&h.src);
+            return Err(format!("frames of two messages from t{:x} mixed up", h.src));
+        }
+        data.extend_from_slice(body);
+        if h.flags & LAST == 0 {
+            return Ok(None);
+        }
+        let Some((first, data)) = self.partial.remove(&h.src) else { return Ok(None) };
+        if data.len() != first.total as usize {
+            return Err(format!("a message from t{:x} of {} bytes ended at {}", h.src, first.total, data.len()));
+        }
+        Ok(Some(Msg { src: first.src, tag: first.tag, ctx: first.ctx, enc: first.enc, data }))
+    }
+}
+
+/// Whether message `m` is what a receive for (`tid`, `tag`, `ctx`)
+/// wants (-1: any task, any tag).
+pub fn matches(m: &Msg, tid: i32, tag: i32, ctx: i32) -> bool {
+    (tid == -1 || m.src == tid) && (tag == -1 || m.tag == tag) && m.ctx == ctx
+}
+
+/// The UMP handle of task `tid` in virtual machine `vm`.
+pub fn handle(vm: u16, tid: i32) -> u64 {
+    0x5056_0000_0000_0000 | u64::from(vm) << 32 | u64::from(tid as u32)
+}
+
+/// A channel to another task.
+struct Peer {
+    id: i32,
+    ch: Option<Arc<Channel>>,
+}
+
+/// A task's messaging.
+pub struct Engine {
+    pub me: i32,
+    vm: u16,
+    peers: HashMap<i32, Peer>,
+    inbox: VecDeque<Msg>,
+    asm: Assembler,
+    seq: u32,
+    scratch: Vec<u8>,
+    /// Frames that did not belong (dropped), for `pvm_perror`-style reports.
+    pub bad_frames: u64,
+}
+
+impl Engine {
+    /// Starts UMP for task `me` and listens on its handle.
+    pub fn start(me: i32, vm: u16) -> Result<Engine, EngineError> {
+        ump::init(ump::Config::from_env().map_err(|e| ump::UmpError::Invalid(e.to_string()))?)?;
+        ump::listen(handle(vm, me), ump::Want::Any)?;
+        Ok(Engine {
+            me,
+            vm,
+            peers: HashMap::new(),
+            inbox: VecDeque::new(),
+            asm: Assembler::default(),
+            seq: 0,
+            scratch: Vec::new(),
+            bad_frames: 0,
+        })
+    }
+
+    /// One round: takes new channels, and drains every ring into the
+    /// queue. Returns whether anything arrived.
+    pub fn progress(&mut self) -> Result<bool, EngineError> {
+        for (id, remote) in ump::accept_new()? {
+            let tid = remote as u32 as i32;
+            self.peers.entry(tid).or_insert(Peer { id, ch: None });
+        }
+        let mut moved = false;
+        let mut gone = Vec::new();
+        for (&tid, p) in self.peers.iter_mut() {
+            if p.ch.is_none() {
+                let ch = ump::chan(p.id)?;
+                if !ch.poll_open() {
+                    continue;
+                }
+                p.ch = Some(ch);
+            }
+            let Some(ch) = p.ch.as_ref() else { continue };
+            while let Some(n) = ch.pending() {
+                if self.scratch.len() < n {
+                    self.scratch.resize(n, 0);
+                }
+                match ch.read(&mut self.scratch[..n], Some(Instant::now() + Duration::from_secs(10))) {
+                    Ok(n) => match self.asm.frame(&self.scratch[..n]) {
+                        Ok(Some(m)) => {
+                            self.inbox.push_back(m);
+                            moved = true;
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            self.bad_frames += 1;
+                            eprintln!("libpvm [t{:x}]: dropped a frame from t{tid:x}: {e}", self.me);
+                        }
+                    },
+                    Err(_) => {
+                        gone.push(tid);
+                        break;
+                    }
+                }
+            }
+            if ch.peer_closed() && ch.pending().is_none() {
+                gone.push(tid);
+            }
+        }
+        for tid in gone {
+            if let Some(p) = self.peers.remove(&tid) {
+                let _ = ump::close(p.id);
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Takes the first queued message for (`tid`, `tag`, `ctx`).
+    pub fn take(&mut self, tid: i32, tag: i32, ctx: i32) -> Option<Msg> {
+        let i = self.inbox.iter().position(|m| matches(m, tid, tag, ctx))?;
+        self.inbox.remove(i)
+    }
+
+    /// The first queued message for (`tid`, `tag`, `ctx`), left queued.
+    pub fn peek(&self, tid: i32, tag: i32, ctx: i32) -> Option<&Msg> {
+        self.inbox.iter().find(|m| matches(m, tid, tag, ctx))
+    }
+
+    /// Sends a message to `dest`; returns once it is all in the channel.
+    /// `exists` says whether a task is still there (the task table).
+    pub fn send(
+        &mut self,
+        dest: i32,
+        (tag, ctx, enc): (i32, i32, i32),
+        data: &[u8],
+        exists: &mut dyn FnMut(i32) -> bool,
+    ) -> Result<(), EngineError> {
+        let total = u32::try_from(data.len()).map_err(|_| EngineError::TooBig(data.len()))?;
+        if dest == self.me {
+            self.inbox.push_back(Msg { src: dest, tag, ctx, enc, data: data.to_vec() });
+            return Ok(());
+        }
+        let ch = self.open(dest, exists)?;
+        self.seq = self.seq.wrapping_add(1);
+        let head = Frame { src: self.me, tag, ctx, enc, total, flags: 0, seq: self.seq };
+        let mut idle = 0u32;
+        let mut checked = Instant::now();
+        for f in frames(head, data, ch.max_unsplit()) {
+            loop {
+                let room = ch.room().map_err(|err| EngineError::Chan { tid: dest, err })?;
+                if room >= f.len() {
+                    ch.write(&f, Some(Instant::now() + Duration::from_secs(10)))
+                        .map_err(|err| EngineError::Chan { tid: dest, err })?;
+                    break;
+                }
+                if ch.peer_closed() || ch.is_closed() {
+                    return Err(EngineError::NoTask(dest));
+                }
+                if self.progress()? {
+                    idle = 0;
+                }
+                if checked.elapsed() > CHECK_EVERY {
+                    checked = Instant::now();
+                    if !exists(dest) {
+                        return Err(EngineError::NoTask(dest));
+                    }
+                }
+                backoff(&mut idle);
+            }
+        }
+        Ok(())
+    }
+
+    /// The complete channel to `dest`, opened (and waited for) if needed.
+    fn open(&mut self, dest: i32, exists: &mut dyn FnMut(i32) -> bool) -> Result<Arc<Channel>, EngineError> {
+        if !self.peers.contains_key(&dest) {
+            if !exists(dest) {
+                return Err(EngineError::NoTask(dest));
+            }
+            let id = ump::open_or_join(handle(self.vm, self.me), handle(self.vm, dest), ump::Want::Any)?;
+            self.peers.insert(dest, Peer { id, ch: None });
+        }
+        let t0 = Instant::now();
+        let mut checked = t0;
+        let mut idle = 0u32;
+        loop {
+            self.progress()?;
+            match self.peers.get(&dest) {
+                Some(Peer { ch: Some(ch), .. }) => return Ok(ch.clone()),
+                Some(_) => {}
+                None => return Err(EngineError::NoTask(dest)),
+            }
+            if checked.elapsed() > CHECK_EVERY {
+                checked = Instant::now();
+                if !exists(dest) {
+                    if let Some(p) = self.peers.remove(&dest) {
+                        let _ = ump::close(p.id);
+                    }
+                    return Err(EngineError::NoTask(dest));
+                }
+                if let Some(p) = self.peers.get(&dest) {
+                    let _ = ump::renotify(p.id);
+                }
+            }
+            if t0.elapsed() > TAKE_TIMEOUT {
+                return Err(EngineError::NotTaken { tid: dest, secs: TAKE_TIMEOUT.as_secs() });
+            }
+            backoff(&mut idle);
+        }
+    }
+
+    /// Waits (draining rings) until every task we wrote to has read it
+    /// all, the task is gone, or `limit` passed; then stops UMP.
+    pub fn finish(mut self, limit: Duration, exists: &mut dyn FnMut(i32) -> bool) {
+        let t0 = Instant::now();
+        let mut idle = 0u32;
+        loop {
+            let _ = self.progress();
+            let waiting: Vec<i32> = self
+                .peers
+                .iter()
+                .filter(|(_, p)| p.ch.as_ref().is_some_and(|c| c.consumed() < c.produced() && !c.peer_closed()))
+                .map(|(&t, _)| t)
+                .collect();
+            if waiting.is_empty() || t0.elapsed() > limit || !waiting.iter().any(|&t| exists(t)) {
+                break;
+            }
+            backoff(&mut idle);
+        }
+        let _ = ump::exit();
+    }
+}
+
+/// How a waiting task waits: yields first (another task of this guest
+/// may need the CPU), then naps that lengthen to 1 ms.
+pub fn backoff(idle: &mut u32) {
+    *idle = idle.saturating_add(1);
+    if *idle < 256 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(50 << ((*idle - 256) / 64).min(4)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(src: i32, total: usize, seq: u32) -> Frame {
+        Frame { src, tag: 7, ctx: 0, enc: 0, total: total as u32, flags: 0, seq }
+    }
+
+    #[test]
+    fn messages_are_cut_to_the_ring_and_put_back_together() {
+        for len in [0usize, 1, 31, 32, 33, 1000, 4096] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
+            let fs = frames(head(0x40001, len, 1), &data, 64 + FRAME_HDR);
+            assert_eq!(fs.len(), len.div_ceil(64).max(1));
+            assert!(fs.iter().all(|f| f.len() <= 64 + FRAME_HDR));
+            let mut a = Assembler::default();
+            let mut out = None;
+            for f in &fs {
+                assert!(out.is_none());
+                out = a.frame(f).unwrap();
+            }
+            let m = out.unwrap();
+            assert_eq!((m.src, m.tag, m.data), (0x40001, 7, data));
+        }
+    }
+
+    #[test]
+    fn two_senders_interleave_and_bad_frames_are_refused() {
+        let mut a = Assembler::default();
+        let fa = frames(head(1, 100, 1), &[1u8; 100], 82);
+        let fb = frames(head(2, 100, 1), &[2u8; 100], 82);
+        assert_eq!(fa.len(), 2);
+        assert_eq!(a.frame(&fa[0]).unwrap(), None);
+        assert_eq!(a.frame(&fb[0]).unwrap(), None);
+        assert_eq!(a.frame(&fb[1]).unwrap().unwrap().data, vec![2u8; 100]);
+        assert_eq!(a.frame(&fa[1]).unwrap().unwrap().data, vec![1u8; 100]);
+        assert!(a.frame(&[0u8; 10]).is_err());
+        assert!(a.frame(&fa[1]).is_err(), "a middle frame without its start");
+        let other = frames(head(1, 100, 2), &[3u8; 100], 82);
+        assert_eq!(a.frame(&fa[0]).unwrap(), None);
+        assert!(a.frame(&other[1]).is_err(), "frames of two messages");
+    }
+
+    #[test]
+    fn wildcards_match() {
+        let m = Msg { src: 5, tag: 9, ctx: 0, enc: 0, data: vec![] };
+        assert!(matches(&m, -1, -1, 0));
+        assert!(matches(&m, 5, 9, 0));
+        assert!(!matches(&m, 6, -1, 0));
+        assert!(!matches(&m, -1, 8, 0));
+        assert!(!matches(&m, -1, -1, 1));
+        assert_ne!(handle(1, 0x40001), handle(2, 0x40001));
+    }
+}

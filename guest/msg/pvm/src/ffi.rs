@@ -1,0 +1,1325 @@
+//! The C interface: every `pvm_*` call of `pvm3.h`, the data symbols PVM
+//! programs reach (`pvm_errno`, `pvm_errlist`, `pvm_nerr`, ...), and the
+//! few internal calls Debian's example programs import (`pvmsleep`,
+//! `pvmgetclock`, `lpvmerr`, ...). A call that is not implemented returns
+//! `PvmNotImpl` (docs/pvm.md lists them).
+//!
+//! The task's state is one [`Pvm`] behind one lock, made by the first call
+//! that needs it (PVM enrolls a task on its first call).
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_long, c_void, CStr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::consts::{self, err, opt};
+use crate::engine::{self, Engine, EngineError};
+use crate::pack::{Buffer, InPlace};
+use crate::spawn;
+use crate::table::{self, State, Table, TableError};
+
+/// One task's PVM.
+pub struct Pvm {
+    table: Table,
+    host: u32,
+    me: i32,
+    ptid: i32,
+    siblings: Vec<c_int>,
+    eng: Engine,
+    bufs: HashMap<c_int, Buffer>,
+    next_buf: c_int,
+    sbuf: c_int,
+    rbuf: c_int,
+    ctx: c_int,
+    opts: [c_int; opt::LAST as usize + 1],
+    children: Vec<std::process::Child>,
+    /// What `pvm_config` and `pvm_tasks` hand out stays here until the
+    /// next such call.
+    hosts_out: Vec<PvmHostInfo>,
+    tasks_out: Vec<PvmTaskInfo>,
+    strings: Vec<std::ffi::CString>,
+}
+
+// SAFETY: the raw pointers in `hosts_out` and `tasks_out` point into
+// `strings`, which the same `Pvm` owns; they move with it.
+unsafe impl Send for Pvm {}
+
+/// `struct pvmhostinfo`.
+#[repr(C)]
+pub struct PvmHostInfo {
+    pub hi_tid: c_int,
+    pub hi_name: *const c_char,
+    pub hi_arch: *const c_char,
+    pub hi_speed: c_int,
+    pub hi_dsig: c_int,
+}
+
+/// `struct pvmtaskinfo`.
+#[repr(C)]
+pub struct PvmTaskInfo {
+    pub ti_tid: c_int,
+    pub ti_ptid: c_int,
+    pub ti_host: c_int,
+    pub ti_flag: c_int,
+    pub ti_a_out: *const c_char,
+    pub ti_pid: c_int,
+}
+
+/// `struct pvmminfo`.
+#[repr(C)]
+pub struct PvmMInfo {
+    pub len: c_int,
+    pub ctx: c_int,
+    pub tag: c_int,
+    pub wid: c_int,
+    pub enc: c_int,
+    pub crc: c_int,
+    pub src: c_int,
+    pub dst: c_int,
+}
+
+// SAFETY (for the statics below): C programs read and write these words
+// directly, as PVM's ABI has them do; this library writes them only under
+// the state lock.
+/// The error code of the last failed call.
+#[no_mangle]
+pub static mut pvm_errno: c_int = 0;
+/// How many entries `pvm_errlist` has.
+#[no_mangle]
+pub static mut pvm_nerr: c_int = consts::ERRLIST.len() as c_int;
+/// The task's current message context (`pvm_getcontext`).
+#[no_mangle]
+pub static mut pvmmyctx: c_int = 0;
+
+/// A table of C string pointers that C code may read.
+#[repr(transparent)]
+pub struct CStrTable<const N: usize>(pub [*const c_char; N]);
+// SAFETY: the pointers are to 'static, immutable, NUL-terminated strings.
+unsafe impl<const N: usize> Sync for CStrTable<N> {}
+
+macro_rules! errlist {
+    ($($s:literal),* $(,)?) => {
+        CStrTable([$(concat!($s, "\0").as_ptr() as *const c_char),*])
+    };
+}
+
+/// Error messages by negated code (`pvm_errlist[-code]`).
+#[no_mangle]
+pub static pvm_errlist: CStrTable<37> = errlist!(
+    "Error 0",
+    "Error 1",
+    "Bad parameter",
+    "Count mismatch",
+    "Value too large",
+    "End of buffer",
+    "No such host",
+    "No such file",
+    "Permission denied",
+    "Error 9",
+    "Malloc failed",
+    "Error 11",
+    "Can't decode message",
+    "Error 13",
+    "Can't contact local daemon",
+    "No current buffer",
+    "No such buffer",
+    "Null group name",
+    "Already in group",
+    "No such group",
+    "Not in group",
+    "No such instance",
+    "Host failed",
+    "No parent task",
+    "Not implemented",
+    "Pvmd system error",
+    "Version mismatch",
+    "Out of resources",
+    "Duplicate host",
+    "Can't start pvmd",
+    "Already in progress",
+    "No such task",
+    "Not Found",
+    "Already exists",
+    "Host not in master",
+    "Parent not set",
+    "IP address is loopback",
+);
+
+/// The tracer's event table (`pvmtevinfo`), descriptor list
+/// (`pvmtevdidlist`) and trace control (`pvmctrc`): tracing is not
+/// implemented, so they stay zero; they exist, with Debian's sizes,
+/// because Debian's programs link to them.
+#[no_mangle]
+pub static mut pvmtevinfo: [u8; 6104] = [0; 6104];
+#[no_mangle]
+pub static mut pvmtevdidlist: [u8; 1968] = [0; 1968];
+#[no_mangle]
+pub static mut pvmctrc: [u8; 68] = [0; 68];
+
+static STATE: Mutex<Option<Pvm>> = Mutex::new(None);
+
+fn set_errno(code: c_int) {
+    // SAFETY: see the statics above; written under STATE's lock or by the
+    // one thread that reports an error before any state exists.
+    unsafe { pvm_errno = code };
+}
+
+/// Reports a failed call as PVM does (with `PvmAutoErr` on) and returns
+/// its code.
+fn fail(call: &str, me: i32, auto: c_int, code: c_int) -> c_int {
+    set_errno(code);
+    if auto != 0 && code != err::NO_DATA {
+        if me > 0 {
+            eprintln!("libpvm [t{me:x}]: {call}(): {}", consts::message(code));
+        } else {
+            eprintln!("libpvm [pid{}]: {call}(): {}", std::process::id(), consts::message(code));
+        }
+    }
+    code
+}
+
+/// Runs `f` on the task's state, enrolling it first; turns an error code
+/// into PVM's report.
+fn with(call: &str, f: impl FnOnce(&mut Pvm) -> Result<c_int, c_int>) -> c_int {
+    let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if g.is_none() {
+        match Pvm::enroll() {
+            Ok(p) => *g = Some(p),
+            Err(e) => {
+                eprintln!("libpvm [pid{}]: {call}(): cannot enroll: {e}", std::process::id());
+                return fail(call, 0, 1, err::SYS_ERR);
+            }
+        }
+    }
+    let Some(p) = g.as_mut() else { return fail(call, 0, 1, err::SYS_ERR) };
+    p.reap();
+    match f(p) {
+        Ok(v) => v,
+        Err(code) => fail(call, p.me, p.opts[opt::AUTO_ERR as usize], code),
+    }
+}
+
+fn engine_code(e: &EngineError) -> c_int {
+    match e {
+        EngineError::NoTask(_) => err::NO_TASK,
+        EngineError::TooBig(_) => err::OVERFLOW,
+        _ => err::SYS_ERR,
+    }
+}
+
+/// This guest's MEMORY CHANNEL node plus one (host numbers start at 1),
+/// or 1 off a cluster.
+fn my_host() -> u32 {
+    std::fs::read_to_string("/run/mc-node").ok().and_then(|s| s.trim().parse::<u32>().ok()).unwrap_or(0) + 1
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into())
+}
+
+/// The name a task is listed under: its program's file name.
+fn program_name() -> String {
+    std::env::args().next().map(|a| a.rsplit('/').next().unwrap_or(&a).to_string()).unwrap_or_default()
+}
+
+impl Pvm {
+    fn enroll() -> Result<Pvm, String> {
+        let host = my_host();
+        let table = Table::open(&table::vm_dir(), host).map_err(|e| e.to_string())?;
+        let pid = std::process::id() as i32;
+        let given = std::env::var(spawn::ENV_TID).ok().and_then(|v| v.parse::<i32>().ok());
+        let siblings = std::env::var(spawn::ENV_SIBLINGS)
+            .ok()
+            .map(|v| v.split(',').filter_map(|t| t.parse().ok()).collect())
+            .unwrap_or_default();
+        // Our children must not take our TID for theirs.
+        std::env::remove_var(spawn::ENV_TID);
+        std::env::remove_var(spawn::ENV_SIBLINGS);
+        let (me, ptid) = match given.map(|t| table.enroll(t, pid)) {
+            Some(Ok(t)) => (t.tid, t.ptid),
+            _ => (
+                table.add(err::NO_PARENT, pid, 0, State::Running, &program_name()).map_err(|e| e.to_string())?,
+                err::NO_PARENT,
+            ),
+        };
+        let vm = table.vm_id().map_err(|e| e.to_string())?;
+        let eng = Engine::start(me, vm).map_err(|e| {
+            let _ = table.remove(me);
+            e.to_string()
+        })?;
+        let mut opts = [0; opt::LAST as usize + 1];
+        opts[opt::ROUTE as usize] = consts::ALLOW_DIRECT;
+        opts[opt::AUTO_ERR as usize] = 1;
+        opts[opt::FRAG_SIZE as usize] = 4096;
+        opts[opt::POLL_TYPE as usize] = 1;
+        Ok(Pvm {
+            table,
+            host,
+            me,
+            ptid,
+            siblings,
+            eng,
+            bufs: HashMap::new(),
+            next_buf: 1,
+            sbuf: 0,
+            rbuf: 0,
+            ctx: 0,
+            opts,
+            children: Vec::new(),
+            hosts_out: Vec::new(),
+            tasks_out: Vec::new(),
+            strings: Vec::new(),
+        })
+    }
+
+    /// Collects children that have ended (they stay zombies otherwise).
+    fn reap(&mut self) {
+        self.children.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
+    }
+
+    fn exists(table: &Table, tid: i32) -> bool {
+        // A table that cannot be read says nothing: go on waiting.
+        table.find(tid).map(|t| t.is_some()).unwrap_or(true)
+    }
+
+    fn new_buf(&mut self, b: Buffer) -> c_int {
+        let id = self.next_buf;
+        self.next_buf = if self.next_buf == c_int::MAX { 1 } else { self.next_buf + 1 };
+        self.bufs.insert(id, b);
+        id
+    }
+
+    fn sbuf(&mut self) -> Result<&mut Buffer, c_int> {
+        if self.sbuf == 0 {
+            return Err(err::NO_BUF);
+        }
+        self.bufs.get_mut(&self.sbuf).ok_or(err::NO_BUF)
+    }
+
+    fn rbuf(&mut self) -> Result<&mut Buffer, c_int> {
+        if self.rbuf == 0 {
+            return Err(err::NO_BUF);
+        }
+        self.bufs.get_mut(&self.rbuf).ok_or(err::NO_BUF)
+    }
+
+    /// The send buffer's bytes, reading in-place data from the caller.
+    fn outgoing(&mut self) -> Result<(Vec<u8>, c_int), c_int> {
+        let b = self.sbuf()?;
+        let enc = b.enc;
+        let data = b.flatten(|r, out| {
+            for i in 0..r.count {
+                let at = r.addr + i * r.stride * r.size;
+                // SAFETY: PvmDataInPlace's contract: the caller keeps the
+                // packed data alive and unchanged until it is sent; `at`
+                // is inside the span the caller passed to pvm_pk*.
+                out.extend_from_slice(unsafe { std::slice::from_raw_parts(at as *const u8, r.size) });
+            }
+        });
+        Ok((data, enc))
+    }
+
+    fn send(&mut self, tid: c_int, tag: c_int) -> Result<c_int, c_int> {
+        if tag < 0 {
+            return Err(err::BAD_PARAM);
+        }
+        let (data, enc) = self.outgoing()?;
+        let table = &self.table;
+        self.eng
+            .send(tid, (tag, self.ctx, enc), &data, &mut |t| Self::exists(table, t))
+            .map_err(|e| engine_code(&e))?;
+        Ok(0)
+    }
+
+    /// Makes message `m` the active receive buffer; returns its id.
+    fn deliver(&mut self, m: engine::Msg) -> c_int {
+        if self.rbuf != 0 {
+            self.bufs.remove(&self.rbuf);
+        }
+        let id = self.new_buf(Buffer::received(m.enc, m.data, m.src, m.tag, m.ctx));
+        self.rbuf = id;
+        id
+    }
+
+    /// Waits for a message for (`tid`, `tag`) until `deadline` (None: for
+    /// ever); Ok(0) when the time ran out.
+    fn recv(&mut self, tid: c_int, tag: c_int, deadline: Option<Instant>) -> Result<c_int, c_int> {
+        let mut idle = 0u32;
+        let mut checked = Instant::now();
+        loop {
+            if let Some(m) = self.eng.take(tid, tag, self.ctx) {
+                return Ok(self.deliver(m));
+            }
+            if self.eng.progress().map_err(|e| engine_code(&e))? {
+                idle = 0;
+                continue;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(0);
+            }
+            if tid > 0 && checked.elapsed() > Duration::from_secs(1) {
+                // Nothing can come from a task that is not there.
+                checked = Instant::now();
+                if !Self::exists(&self.table, tid) && self.eng.peek(tid, tag, self.ctx).is_none() {
+                    let _ = self.eng.progress();
+                    if let Some(m) = self.eng.take(tid, tag, self.ctx) {
+                        return Ok(self.deliver(m));
+                    }
+                    return Err(err::NO_TASK);
+                }
+            }
+            engine::backoff(&mut idle);
+        }
+    }
+}
+
+/// A C string argument, or `PvmBadParam`.
+///
+/// # Safety
+/// `p` is null or points to a NUL-terminated string.
+unsafe fn cstr<'a>(p: *const c_char) -> Result<&'a str, c_int> {
+    if p.is_null() {
+        return Err(err::BAD_PARAM);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| err::BAD_PARAM)
+}
+
+/// Stores `v` through `p` unless it is null.
+///
+/// # Safety
+/// `p` is null or points to a writable `T`.
+unsafe fn put<T>(p: *mut T, v: T) {
+    if !p.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { p.write(v) };
+    }
+}
+
+// ---------------------------------------------------------------- tasks --
+
+/// `pvm_mytid`: this task's TID (enrolling it).
+#[no_mangle]
+pub extern "C" fn pvm_mytid() -> c_int {
+    with("pvm_mytid", |p| Ok(p.me))
+}
+
+/// `pvm_parent`: the TID of the task that spawned this one.
+#[no_mangle]
+pub extern "C" fn pvm_parent() -> c_int {
+    with("pvm_parent", |p| if p.ptid > 0 { Ok(p.ptid) } else { Err(err::NO_PARENT) })
+}
+
+/// `pvm_exit`: leaves PVM once what this task sent has been read (or
+/// its readers are gone).
+#[no_mangle]
+pub extern "C" fn pvm_exit() -> c_int {
+    let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut p) = g.take() else { return 0 };
+    p.reap();
+    let table = &p.table;
+    p.eng.finish(Duration::from_secs(30), &mut |t| Pvm::exists(table, t));
+    let _ = p.table.remove(p.me);
+    // Children keep running (as with PVM); they are collected by init.
+    std::mem::forget(p.children);
+    0
+}
+
+/// `pvm_spawn`: starts `ntask` copies of `task` on this host.
+///
+/// # Safety
+/// `task` and `where_` are null or C strings, `argv` is null or a
+/// null-terminated array of C strings, `tids` is null or holds `ntask`
+/// ints.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_spawn(
+    task: *const c_char,
+    argv: *const *const c_char,
+    flag: c_int,
+    where_: *const c_char,
+    ntask: c_int,
+    tids: *mut c_int,
+) -> c_int {
+    with("pvm_spawn", |p| {
+        // SAFETY: the caller's contract for each pointer.
+        let task = unsafe { cstr(task) }?;
+        if ntask < 1 {
+            return Err(err::BAD_PARAM);
+        }
+        let mut args = Vec::new();
+        if !argv.is_null() {
+            for i in 0.. {
+                // SAFETY: argv is a null-terminated array.
+                let a = unsafe { *argv.add(i) };
+                if a.is_null() {
+                    break;
+                }
+                // SAFETY: each entry is a C string.
+                args.push(unsafe { CStr::from_ptr(a) }.to_string_lossy().into_owned());
+            }
+        }
+        let place = if where_.is_null() { "" } else { unsafe { cstr(where_) }.unwrap_or("") };
+        let mine = hostname();
+        let here = place.is_empty() || place == "." || place == mine || place == "localhost" || place == consts::ARCH;
+        if flag & (consts::TASK_HOST | consts::TASK_ARCH) != 0 && !here {
+            for i in 0..ntask as usize {
+                // SAFETY: tids holds ntask ints.
+                unsafe { put(tids.wrapping_add(i), err::NO_HOST) };
+            }
+            return Err(err::NO_HOST);
+        }
+        let path = match spawn::find(task, &|k| std::env::var(k).ok()) {
+            Ok(path) => path,
+            Err(code) => {
+                for i in 0..ntask as usize {
+                    // SAFETY: tids holds ntask ints.
+                    unsafe { put(tids.wrapping_add(i), code) };
+                }
+                return Err(code);
+            }
+        };
+        let ptid = if flag & consts::NO_SPAWN_PARENT != 0 { err::NO_PARENT } else { p.me };
+        let mut new = Vec::new();
+        for _ in 0..ntask {
+            match p.table.add(ptid, 0, flag, State::Starting, task) {
+                Ok(t) => new.push(t),
+                Err(TableError::Full) => break,
+                Err(_) => return Err(err::SYS_ERR),
+            }
+        }
+        let siblings = new.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",");
+        let mut started = 0;
+        for (i, &t) in new.iter().enumerate() {
+            let code = match std::process::Command::new(&path)
+                .args(&args)
+                .env(spawn::ENV_TID, t.to_string())
+                .env(spawn::ENV_SIBLINGS, &siblings)
+                .stdin(std::process::Stdio::null())
+                .spawn()
+            {
+                Ok(child) => {
+                    let _ = p.table.set_pid(t, child.id() as i32);
+                    p.children.push(child);
+                    started += 1;
+                    t
+                }
+                Err(_) => {
+                    let _ = p.table.remove(t);
+                    err::CANT_START
+                }
+            };
+            // SAFETY: tids holds ntask ints.
+            unsafe { put(tids.wrapping_add(i), code) };
+        }
+        for i in new.len()..ntask as usize {
+            // SAFETY: tids holds ntask ints.
+            unsafe { put(tids.wrapping_add(i), err::OUT_OF_RES) };
+        }
+        Ok(started)
+    })
+}
+
+/// `pvm_kill`: ends another task (SIGTERM).
+#[no_mangle]
+pub extern "C" fn pvm_kill(tid: c_int) -> c_int {
+    with("pvm_kill", |p| {
+        if tid == p.me {
+            return Err(err::BAD_PARAM);
+        }
+        let t = p.table.find(tid).map_err(|_| err::SYS_ERR)?.ok_or(err::NO_TASK)?;
+        if t.pid <= 0 {
+            return Err(err::NO_TASK);
+        }
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(t.pid), nix::sys::signal::Signal::SIGTERM)
+            .map_err(|_| err::NO_TASK)?;
+        let _ = p.table.remove(tid);
+        Ok(0)
+    })
+}
+
+/// `pvm_sendsig`: sends signal `sig` to a task.
+#[no_mangle]
+pub extern "C" fn pvm_sendsig(tid: c_int, sig: c_int) -> c_int {
+    with("pvm_sendsig", |p| {
+        let t = p.table.find(tid).map_err(|_| err::SYS_ERR)?.ok_or(err::NO_TASK)?;
+        let sig = nix::sys::signal::Signal::try_from(sig).map_err(|_| err::BAD_PARAM)?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(t.pid), sig).map_err(|_| err::NO_TASK)?;
+        Ok(0)
+    })
+}
+
+/// `pvm_pstat`: `PvmOk` if the task is there, else `PvmNoTask`.
+#[no_mangle]
+pub extern "C" fn pvm_pstat(tid: c_int) -> c_int {
+    with("pvm_pstat", |p| match p.table.find(tid) {
+        Ok(Some(_)) => Ok(0),
+        Ok(None) => Err(err::NO_TASK),
+        Err(_) => Err(err::SYS_ERR),
+    })
+}
+
+/// `pvm_mstat`: `PvmOk` if the host is in the virtual machine.
+///
+/// # Safety
+/// `host` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_mstat(host: *const c_char) -> c_int {
+    with("pvm_mstat", |_| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { cstr(host) }?;
+        if h == hostname() || h == "localhost" {
+            Ok(0)
+        } else {
+            Err(err::NO_HOST)
+        }
+    })
+}
+
+/// `pvm_tidtohost`: the TID of the daemon of the task's host.
+#[no_mangle]
+pub extern "C" fn pvm_tidtohost(tid: c_int) -> c_int {
+    tid & table::TID_HOST
+}
+
+/// `pvm_siblings`: the TIDs spawned by the same `pvm_spawn` call.
+///
+/// # Safety
+/// `tids` is null or a writable pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_siblings(tids: *mut *const c_int) -> c_int {
+    with("pvm_siblings", |p| {
+        if p.siblings.is_empty() {
+            p.siblings.push(p.me);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { put(tids, p.siblings.as_ptr()) };
+        Ok(p.siblings.len() as c_int)
+    })
+}
+
+/// `pvm_config`: the hosts of the virtual machine.
+///
+/// # Safety
+/// Each pointer is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_config(nhost: *mut c_int, narch: *mut c_int, hostp: *mut *const PvmHostInfo) -> c_int {
+    with("pvm_config", |p| {
+        let name = std::ffi::CString::new(hostname()).unwrap_or_default();
+        let arch = std::ffi::CString::new(consts::ARCH).unwrap_or_default();
+        p.hosts_out = vec![PvmHostInfo {
+            hi_tid: table::tid(p.host, 0),
+            hi_name: name.as_ptr(),
+            hi_arch: arch.as_ptr(),
+            hi_speed: 1000,
+            hi_dsig: consts::DSIG,
+        }];
+        p.strings = vec![name, arch];
+        // SAFETY: the caller's contract.
+        unsafe {
+            put(nhost, 1);
+            put(narch, 1);
+            put(hostp, p.hosts_out.as_ptr());
+        }
+        Ok(0)
+    })
+}
+
+/// `pvm_tasks`: tasks of the virtual machine (`where` 0), of one host
+/// (a daemon's TID) or one task.
+///
+/// # Safety
+/// Each pointer is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_tasks(where_: c_int, ntask: *mut c_int, taskp: *mut *const PvmTaskInfo) -> c_int {
+    with("pvm_tasks", |p| {
+        let all = p.table.tasks().map_err(|_| err::SYS_ERR)?;
+        let chosen: Vec<_> = all
+            .into_iter()
+            .filter(|t| {
+                where_ == 0 || (where_ & table::TID_LOCAL == 0 && t.tid & table::TID_HOST == where_) || t.tid == where_
+            })
+            .collect();
+        if chosen.is_empty() && where_ != 0 {
+            return Err(if where_ & table::TID_LOCAL == 0 { err::NO_HOST } else { err::NO_TASK });
+        }
+        p.strings = chosen.iter().map(|t| std::ffi::CString::new(t.name.clone()).unwrap_or_default()).collect();
+        p.tasks_out = chosen
+            .iter()
+            .zip(&p.strings)
+            .map(|(t, n)| PvmTaskInfo {
+                ti_tid: t.tid,
+                ti_ptid: if t.ptid > 0 { t.ptid } else { 0 },
+                ti_host: t.tid & table::TID_HOST,
+                ti_flag: t.flag,
+                ti_a_out: n.as_ptr(),
+                ti_pid: t.pid,
+            })
+            .collect();
+        // SAFETY: the caller's contract.
+        unsafe {
+            put(ntask, p.tasks_out.len() as c_int);
+            put(taskp, p.tasks_out.as_ptr());
+        }
+        Ok(0)
+    })
+}
+
+// -------------------------------------------------------------- buffers --
+
+/// `pvm_mkbuf`: a new, empty buffer with encoding `enc`.
+#[no_mangle]
+pub extern "C" fn pvm_mkbuf(enc: c_int) -> c_int {
+    with("pvm_mkbuf", |p| {
+        if !(consts::DATA_DEFAULT..=consts::DATA_IN_PLACE).contains(&enc) {
+            return Err(err::BAD_PARAM);
+        }
+        Ok(p.new_buf(Buffer::new(enc)))
+    })
+}
+
+/// `pvm_initsend`: clears the send buffer (a new one with encoding `enc`).
+#[no_mangle]
+pub extern "C" fn pvm_initsend(enc: c_int) -> c_int {
+    with("pvm_initsend", |p| {
+        if !(consts::DATA_DEFAULT..=consts::DATA_IN_PLACE).contains(&enc) {
+            return Err(err::BAD_PARAM);
+        }
+        if p.sbuf != 0 {
+            p.bufs.remove(&p.sbuf);
+        }
+        p.sbuf = p.new_buf(Buffer::new(enc));
+        Ok(p.sbuf)
+    })
+}
+
+/// `pvm_freebuf`.
+#[no_mangle]
+pub extern "C" fn pvm_freebuf(id: c_int) -> c_int {
+    with("pvm_freebuf", |p| {
+        if id < 0 {
+            return Err(err::BAD_PARAM);
+        }
+        if id == 0 {
+            return Ok(0);
+        }
+        p.bufs.remove(&id).ok_or(err::NO_SUCH_BUF)?;
+        if p.sbuf == id {
+            p.sbuf = 0;
+        }
+        if p.rbuf == id {
+            p.rbuf = 0;
+        }
+        Ok(0)
+    })
+}
+
+/// `pvm_getsbuf`.
+#[no_mangle]
+pub extern "C" fn pvm_getsbuf() -> c_int {
+    with("pvm_getsbuf", |p| Ok(p.sbuf))
+}
+
+/// `pvm_getrbuf`.
+#[no_mangle]
+pub extern "C" fn pvm_getrbuf() -> c_int {
+    with("pvm_getrbuf", |p| Ok(p.rbuf))
+}
+
+/// `pvm_setsbuf`: makes `id` the send buffer (0: none); returns the old.
+#[no_mangle]
+pub extern "C" fn pvm_setsbuf(id: c_int) -> c_int {
+    with("pvm_setsbuf", |p| {
+        if id != 0 && !p.bufs.contains_key(&id) {
+            return Err(if id < 0 { err::BAD_PARAM } else { err::NO_SUCH_BUF });
+        }
+        Ok(std::mem::replace(&mut p.sbuf, id))
+    })
+}
+
+/// `pvm_setrbuf`: makes `id` the receive buffer (0: none); returns the old.
+#[no_mangle]
+pub extern "C" fn pvm_setrbuf(id: c_int) -> c_int {
+    with("pvm_setrbuf", |p| {
+        if id != 0 && !p.bufs.contains_key(&id) {
+            return Err(if id < 0 { err::BAD_PARAM } else { err::NO_SUCH_BUF });
+        }
+        if let Some(b) = p.bufs.get_mut(&id) {
+            b.rewind();
+        }
+        Ok(std::mem::replace(&mut p.rbuf, id))
+    })
+}
+
+/// `pvm_bufinfo`: a buffer's length, tag and source.
+///
+/// # Safety
+/// Each out-pointer is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_bufinfo(id: c_int, bytes: *mut c_int, tag: *mut c_int, tid: *mut c_int) -> c_int {
+    with("pvm_bufinfo", |p| {
+        if id <= 0 {
+            return Err(err::BAD_PARAM);
+        }
+        let b = p.bufs.get(&id).ok_or(err::NO_SUCH_BUF)?;
+        let (src, t, _) = b.from.unwrap_or((p.me, -1, p.ctx));
+        // SAFETY: the caller's contract.
+        unsafe {
+            put(bytes, b.len() as c_int);
+            put(tag, t);
+            put(tid, src);
+        }
+        Ok(0)
+    })
+}
+
+/// `pvm_getminfo`: a buffer's header.
+///
+/// # Safety
+/// `info` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_getminfo(id: c_int, info: *mut PvmMInfo) -> c_int {
+    with("pvm_getminfo", |p| {
+        let b = p.bufs.get(&id).ok_or(err::NO_SUCH_BUF)?;
+        let (src, tag, ctx) = b.from.unwrap_or((p.me, -1, p.ctx));
+        let m = PvmMInfo { len: b.len() as c_int, ctx, tag, wid: 0, enc: b.enc, crc: 0, src, dst: p.me };
+        // SAFETY: the caller's contract.
+        unsafe { put(info, m) };
+        Ok(0)
+    })
+}
+
+// -------------------------------------------------------------- packing --
+
+/// Packs `n` items of `size` bytes, `stride` apart, from `addr`.
+fn pack_items(call: &str, addr: *const c_void, n: c_int, stride: c_int, size: usize) -> c_int {
+    with(call, |p| {
+        if n < 0 || stride < 1 || (addr.is_null() && n > 0) {
+            return Err(err::BAD_PARAM);
+        }
+        let r = InPlace { addr: addr as usize, count: n as usize, size, stride: stride as usize };
+        let b = p.sbuf()?;
+        if b.enc == consts::DATA_IN_PLACE {
+            b.pack_ref(r)?;
+        } else if n > 0 {
+            // SAFETY: pvm_pk*'s contract: `addr` holds n items `stride`
+            // apart, which is `span` bytes from `addr`.
+            let data = unsafe { std::slice::from_raw_parts(addr as *const u8, r.span()) };
+            b.pack(data, r.count, size, r.stride)?;
+        }
+        Ok(0)
+    })
+}
+
+/// Unpacks `n` items of `size` bytes, `stride` apart, to `addr`.
+fn unpack_items(call: &str, addr: *mut c_void, n: c_int, stride: c_int, size: usize) -> c_int {
+    with(call, |p| {
+        if n < 0 || stride < 1 || (addr.is_null() && n > 0) {
+            return Err(err::BAD_PARAM);
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        let r = InPlace { addr: addr as usize, count: n as usize, size, stride: stride as usize };
+        // SAFETY: pvm_upk*'s contract: `addr` has room for n items
+        // `stride` apart.
+        let out = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, r.span()) };
+        p.rbuf()?.unpack(out, r.count, size, r.stride)?;
+        Ok(0)
+    })
+}
+
+macro_rules! pk_upk {
+    ($($pk:ident $upk:ident $t:ty, $size:expr;)*) => {$(
+        #[doc = concat!("`", stringify!($pk), "`: packs `n` items `stride` apart.")]
+        #[no_mangle]
+        pub extern "C" fn $pk(addr: *const $t, n: c_int, stride: c_int) -> c_int {
+            pack_items(stringify!($pk), addr as *const c_void, n, stride, $size)
+        }
+        #[doc = concat!("`", stringify!($upk), "`: unpacks `n` items `stride` apart.")]
+        #[no_mangle]
+        pub extern "C" fn $upk(addr: *mut $t, n: c_int, stride: c_int) -> c_int {
+            unpack_items(stringify!($upk), addr as *mut c_void, n, stride, $size)
+        }
+    )*};
+}
+
+pk_upk! {
+    pvm_pkbyte pvm_upkbyte c_char, 1;
+    pvm_pkshort pvm_upkshort i16, 2;
+    pvm_pkushort pvm_upkushort u16, 2;
+    pvm_pkint pvm_upkint c_int, 4;
+    pvm_pkuint pvm_upkuint u32, 4;
+    pvm_pklong pvm_upklong c_long, 8;
+    pvm_pkulong pvm_upkulong u64, 8;
+    pvm_pkfloat pvm_upkfloat f32, 4;
+    pvm_pkdouble pvm_upkdouble f64, 8;
+    pvm_pkcplx pvm_upkcplx f32, 8;
+    pvm_pkdcplx pvm_upkdcplx f64, 16;
+}
+
+/// `pvm_pkstr`: packs a NUL-terminated string.
+///
+/// # Safety
+/// `s` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_pkstr(s: *const c_char) -> c_int {
+    with("pvm_pkstr", |p| {
+        if s.is_null() {
+            return Err(err::BAD_PARAM);
+        }
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { CStr::from_ptr(s) }.to_bytes();
+        p.sbuf()?.pack_str(bytes);
+        Ok(0)
+    })
+}
+
+/// `pvm_upkstr`: unpacks a string (the caller's buffer must hold it).
+///
+/// # Safety
+/// `s` is null or has room for the string packed.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_upkstr(s: *mut c_char) -> c_int {
+    with("pvm_upkstr", |p| {
+        if s.is_null() {
+            return Err(err::BAD_PARAM);
+        }
+        let b = p.rbuf()?;
+        // PVM's contract: the caller's buffer holds the packed string; its
+        // length is in the message, checked against what is left.
+        let n = b.left();
+        // SAFETY: the caller's buffer holds the string, which is at most
+        // the rest of the message long.
+        let out = unsafe { std::slice::from_raw_parts_mut(s as *mut u8, n) };
+        b.unpack_str(out)?;
+        Ok(0)
+    })
+}
+
+// ------------------------------------------------------------ messaging --
+
+/// `pvm_send`: sends the send buffer to `tid` with tag `tag`.
+#[no_mangle]
+pub extern "C" fn pvm_send(tid: c_int, tag: c_int) -> c_int {
+    with("pvm_send", |p| p.send(tid, tag))
+}
+
+/// `pvm_mcast`: sends the send buffer to each of `ntask` tasks.
+///
+/// # Safety
+/// `tids` holds `ntask` ints.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_mcast(tids: *const c_int, ntask: c_int, tag: c_int) -> c_int {
+    with("pvm_mcast", |p| {
+        if ntask < 0 || (tids.is_null() && ntask > 0) {
+            return Err(err::BAD_PARAM);
+        }
+        // SAFETY: the caller's contract.
+        let list = if ntask == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(tids, ntask as usize) } };
+        let mut first_err = 0;
+        for &t in list {
+            if t == p.me {
+                continue;
+            }
+            if let Err(e) = p.send(t, tag) {
+                first_err = if first_err == 0 { e } else { first_err };
+            }
+        }
+        if first_err != 0 {
+            Err(first_err)
+        } else {
+            Ok(0)
+        }
+    })
+}
+
+/// `pvm_recv`: waits for a message from `tid` (-1: any) with tag `tag`
+/// (-1: any); returns its buffer, now the receive buffer.
+#[no_mangle]
+pub extern "C" fn pvm_recv(tid: c_int, tag: c_int) -> c_int {
+    with("pvm_recv", |p| p.recv(tid, tag, None))
+}
+
+/// `pvm_nrecv`: `pvm_recv` that returns 0 at once when nothing is there.
+#[no_mangle]
+pub extern "C" fn pvm_nrecv(tid: c_int, tag: c_int) -> c_int {
+    with("pvm_nrecv", |p| p.recv(tid, tag, Some(Instant::now())))
+}
+
+/// `pvm_trecv`: `pvm_recv` that gives up after `tmout` (null: never).
+///
+/// # Safety
+/// `tmout` is null or a valid `struct timeval`.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_trecv(tid: c_int, tag: c_int, tmout: *const libc::timeval) -> c_int {
+    with("pvm_trecv", |p| {
+        let deadline = if tmout.is_null() {
+            None
+        } else {
+            // SAFETY: the caller's contract.
+            let tv = unsafe { *tmout };
+            if tv.tv_sec < 0 || tv.tv_usec < 0 {
+                return Err(err::BAD_PARAM);
+            }
+            Some(Instant::now() + Duration::from_secs(tv.tv_sec as u64) + Duration::from_micros(tv.tv_usec as u64))
+        };
+        p.recv(tid, tag, deadline)
+    })
+}
+
+/// `pvm_probe`: whether a message for (`tid`, `tag`) is there: a buffer
+/// id to inspect it with `pvm_bufinfo` (the message stays to be
+/// received), or 0.
+#[no_mangle]
+pub extern "C" fn pvm_probe(tid: c_int, tag: c_int) -> c_int {
+    with("pvm_probe", |p| {
+        p.eng.progress().map_err(|e| engine_code(&e))?;
+        let ctx = p.ctx;
+        let Some(m) = p.eng.peek(tid, tag, ctx).cloned() else { return Ok(0) };
+        Ok(p.new_buf(Buffer::received(m.enc, m.data, m.src, m.tag, m.ctx)))
+    })
+}
+
+/// The bytes of one item of PVM type code `ty`.
+fn type_size(ty: c_int) -> Option<usize> {
+    Some(match ty {
+        0 | 1 => 1, // PVM_STR, PVM_BYTE
+        2 | 9 => 2,
+        3 | 10 | 4 => 4,
+        5 | 6 | 8 | 11 => 8,
+        7 => 16,
+        _ => return None,
+    })
+}
+
+/// `pvm_psend`: packs `len` items of type `ty` from `buf` and sends
+/// them, in one call.
+///
+/// # Safety
+/// `buf` holds `len` items of type `ty`.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_psend(tid: c_int, tag: c_int, buf: *const c_void, len: c_int, ty: c_int) -> c_int {
+    with("pvm_psend", |p| {
+        let size = type_size(ty).ok_or(err::BAD_PARAM)?;
+        if len < 0 || tag < 0 || (buf.is_null() && len > 0) {
+            return Err(err::BAD_PARAM);
+        }
+        let data = if len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { std::slice::from_raw_parts(buf as *const u8, len as usize * size) }
+        };
+        let table = &p.table;
+        p.eng
+            .send(tid, (tag, p.ctx, consts::DATA_RAW), data, &mut |t| Pvm::exists(table, t))
+            .map_err(|e| engine_code(&e))?;
+        Ok(0)
+    })
+}
+
+/// `pvm_precv`: receives a message into `buf` (room for `len` items of
+/// type `ty`), reporting its source, tag and length in items.
+///
+/// # Safety
+/// `buf` has room for `len` items of type `ty`; the out-pointers are null
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_precv(
+    tid: c_int,
+    tag: c_int,
+    buf: *mut c_void,
+    len: c_int,
+    ty: c_int,
+    rtid: *mut c_int,
+    rtag: *mut c_int,
+    rlen: *mut c_int,
+) -> c_int {
+    with("pvm_precv", |p| {
+        let size = type_size(ty).ok_or(err::BAD_PARAM)?;
+        if len < 0 || (buf.is_null() && len > 0) {
+            return Err(err::BAD_PARAM);
+        }
+        let mut idle = 0u32;
+        let m = loop {
+            if let Some(m) = p.eng.take(tid, tag, p.ctx) {
+                break m;
+            }
+            if !p.eng.progress().map_err(|e| engine_code(&e))? {
+                engine::backoff(&mut idle);
+            }
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            put(rtid, m.src);
+            put(rtag, m.tag);
+            put(rlen, (m.data.len() / size) as c_int);
+        }
+        let room = len as usize * size;
+        let n = m.data.len().min(room);
+        if n > 0 {
+            // SAFETY: `buf` has room for `len` items, `n` bytes at most.
+            unsafe { std::ptr::copy_nonoverlapping(m.data.as_ptr(), buf as *mut u8, n) };
+        }
+        if m.data.len() > room {
+            return Err(err::NO_MEM);
+        }
+        Ok(0)
+    })
+}
+
+// ------------------------------------------------------ options, errors --
+
+/// `pvm_setopt`: sets an option; returns its old value.
+#[no_mangle]
+pub extern "C" fn pvm_setopt(what: c_int, val: c_int) -> c_int {
+    with("pvm_setopt", |p| {
+        if !(1..=opt::LAST).contains(&what) {
+            return Err(err::BAD_PARAM);
+        }
+        Ok(std::mem::replace(&mut p.opts[what as usize], val))
+    })
+}
+
+/// `pvm_getopt`: an option's value.
+#[no_mangle]
+pub extern "C" fn pvm_getopt(what: c_int) -> c_int {
+    with("pvm_getopt", |p| {
+        if !(1..=opt::LAST).contains(&what) {
+            return Err(err::BAD_PARAM);
+        }
+        Ok(p.opts[what as usize])
+    })
+}
+
+/// `pvm_perror`: prints `msg` and the last error's message.
+///
+/// # Safety
+/// `msg` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_perror(msg: *const c_char) -> c_int {
+    let me = STATE.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|p| p.me).unwrap_or(0);
+    // SAFETY: the caller's contract.
+    let msg = if msg.is_null() { String::new() } else { unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned() };
+    // SAFETY: see the statics.
+    let code = unsafe { pvm_errno };
+    let who = if me > 0 { format!("t{me:x}") } else { format!("pid{}", std::process::id()) };
+    eprintln!("libpvm [{who}]: {msg}: {}", consts::message(code));
+    0
+}
+
+/// `lpvmerr`: PVM's internal error report (`f()`: message), returning
+/// the code; some example programs call it.
+///
+/// # Safety
+/// `f` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn lpvmerr(f: *const c_char, code: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    let call = if f.is_null() { String::new() } else { unsafe { CStr::from_ptr(f) }.to_string_lossy().into_owned() };
+    let (me, auto) = STATE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map(|p| (p.me, p.opts[opt::AUTO_ERR as usize]))
+        .unwrap_or((0, 1));
+    fail(&call, me, auto, code)
+}
+
+/// `pvm_version`: "3.4.6".
+#[no_mangle]
+pub extern "C" fn pvm_version() -> *const c_char {
+    c"3.4.6".as_ptr()
+}
+
+/// `pvm_archcode`: the data-format class of an architecture name (every
+/// guest is LINUX64: 1; unknown names 0).
+///
+/// # Safety
+/// `arch` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_archcode(arch: *const c_char) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { cstr(arch) } {
+        Ok(a) if a == consts::ARCH => 1,
+        _ => 0,
+    }
+}
+
+/// `pvmgettmp`: the folder of PVM's files (`PVM_TMP`, else /tmp).
+#[no_mangle]
+pub extern "C" fn pvmgettmp() -> *const c_char {
+    static TMP: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+    TMP.get_or_init(|| {
+        std::ffi::CString::new(std::env::var("PVM_TMP").unwrap_or_else(|_| "/tmp".into())).unwrap_or_default()
+    })
+    .as_ptr()
+}
+
+/// `pvmsleep`: sleeps `secs` seconds (PVM's helper).
+#[no_mangle]
+pub extern "C" fn pvmsleep(secs: c_int) -> c_int {
+    std::thread::sleep(Duration::from_secs(secs.max(0) as u64));
+    0
+}
+
+/// `pvmgetclock`: the time of day into `tv` (PVM's helper).
+///
+/// # Safety
+/// `tv` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pvmgetclock(tv: *mut libc::timeval) -> c_int {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    // SAFETY: the caller's contract.
+    unsafe {
+        put(
+            tv,
+            libc::timeval { tv_sec: now.as_secs() as libc::time_t, tv_usec: now.subsec_micros() as libc::suseconds_t },
+        )
+    };
+    0
+}
+
+/// `pvmnametag`: the name of a system message tag (PVM's helper for
+/// trace output); there are none, so always null with `*found` 0.
+///
+/// # Safety
+/// `found` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pvmnametag(tag: c_int, found: *mut c_int) -> *const c_char {
+    let _ = tag;
+    // SAFETY: the caller's contract.
+    unsafe { put(found, 0) };
+    std::ptr::null()
+}
+
+/// `pvmdisplaymhfinfo`: PVM's debugging dump of message handlers; there
+/// is nothing to show while message handlers are not implemented.
+#[no_mangle]
+pub extern "C" fn pvmdisplaymhfinfo() -> c_int {
+    0
+}
+
+// ------------------------------------------------------------- contexts --
+
+/// `pvm_getcontext`: the current message context.
+#[no_mangle]
+pub extern "C" fn pvm_getcontext() -> c_int {
+    with("pvm_getcontext", |p| Ok(p.ctx))
+}
+
+/// `pvm_setcontext`: sets the message context; returns the old one.
+#[no_mangle]
+pub extern "C" fn pvm_setcontext(ctx: c_int) -> c_int {
+    with("pvm_setcontext", |p| {
+        if ctx < 0 {
+            return Err(err::BAD_PARAM);
+        }
+        // SAFETY: see the statics.
+        unsafe { pvmmyctx = ctx };
+        Ok(std::mem::replace(&mut p.ctx, ctx))
+    })
+}
+
+/// `pvm_newcontext`: a context no other task of the virtual machine has
+/// (built from this task's TID and a count).
+#[no_mangle]
+pub extern "C" fn pvm_newcontext() -> c_int {
+    static COUNT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+    with("pvm_newcontext", |p| {
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if n > 0xff {
+            return Err(err::OUT_OF_RES);
+        }
+        // 12 host bits and 10 task bits of the TID, 8 bits of count.
+        let host = (p.me & table::TID_HOST) >> table::HOST_SHIFT & 0x3f;
+        Ok(host << 24 | (p.me & 0x3ff) << 14 | n << 6 | 1)
+    })
+}
+
+/// `pvm_freecontext`: a context is no longer used.
+#[no_mangle]
+pub extern "C" fn pvm_freecontext(ctx: c_int) -> c_int {
+    with("pvm_freecontext", |_| if ctx < 0 { Err(err::BAD_PARAM) } else { Ok(0) })
+}
+
+// ------------------------------------------------- not implemented yet --
+
+macro_rules! not_impl {
+    ($($name:ident($($arg:ident: $t:ty),*);)*) => {$(
+        #[doc = concat!("`", stringify!($name), "`: not implemented yet (docs/pvm.md); returns `PvmNotImpl`.")]
+        #[no_mangle]
+        pub extern "C" fn $name($($arg: $t),*) -> c_int {
+            $(let _ = $arg;)*
+            with(stringify!($name), |_| Err(err::NOT_IMPL))
+        }
+    )*};
+}
+
+type Cp = *const c_char;
+type Ip = *mut c_int;
+type Vp = *mut c_void;
+
+not_impl! {
+    pvm_notify(what: c_int, tag: c_int, cnt: c_int, tids: Ip);
+    pvm_joingroup(g: Cp);
+    pvm_lvgroup(g: Cp);
+    pvm_gsize(g: Cp);
+    pvm_getinst(g: Cp, tid: c_int);
+    pvm_gettid(g: Cp, inst: c_int);
+    pvm_barrier(g: Cp, count: c_int);
+    pvm_bcast(g: Cp, tag: c_int);
+    pvm_freezegroup(g: Cp, size: c_int);
+    pvm_reduce(f: Vp, data: Vp, n: c_int, ty: c_int, tag: c_int, g: Cp, root: c_int);
+    pvm_gather(res: Vp, data: Vp, n: c_int, ty: c_int, tag: c_int, g: Cp, root: c_int);
+    pvm_scatter(res: Vp, data: Vp, n: c_int, ty: c_int, tag: c_int, g: Cp, root: c_int);
+    pvm_putinfo(name: Cp, buf: c_int, flags: c_int);
+    pvm_recvinfo(name: Cp, index: c_int, flags: c_int);
+    pvm_delinfo(name: Cp, index: c_int, flags: c_int);
+    pvm_getmboxinfo(pattern: Cp, n: Ip, classes: Vp);
+    pvm_addmhf(src: c_int, tag: c_int, ctx: c_int, f: Vp);
+    pvm_delmhf(mhid: c_int);
+    pvm_addhosts(names: Vp, n: c_int, infos: Ip);
+    pvm_delhosts(names: Vp, n: c_int, infos: Ip);
+    pvm_halt();
+    pvm_hostsync(host: c_int, clk: Vp, delta: Vp);
+    pvm_getfds(fds: Vp);
+    pvm_tickle(narg: c_int, argp: Ip, nresp: Ip, resp: Ip);
+    pvm_settmask(who: c_int, mask: Vp);
+    pvm_gettmask(who: c_int, mask: Vp);
+    pvm_reg_tracer(a: c_int, b: c_int, c: c_int, d: c_int, e: Cp, f: c_int, g: c_int);
+    pvm_reg_rm(infos: Vp);
+    pvm_reg_hoster();
+    pvm_reg_tasker();
+    pvm_export(name: Cp);
+    pvm_unexport(name: Cp);
+    pvm_setminfo(id: c_int, info: Vp);
+    pvm_start_pvmd(argc: c_int, argv: Vp, block: c_int);
+    pvm_catchout(f: Vp);
+    pvm_pkmesg(id: c_int);
+    pvm_pkmesgbody(id: c_int);
+    pvm_upkmesg();
+    pvm_getnoresets(tids: Vp, n: Ip);
+    pvm_delete(name: Cp, req: c_int);
+    pvm_insert(name: Cp, req: c_int, data: c_int);
+    pvm_lookup(name: Cp, req: c_int, data: Ip);
+}
+
+/// The predefined reductions of `pvm_reduce` (`PvmSum`, `PvmProduct`,
+/// `PvmMax`, `PvmMin`): they exist as functions programs pass by
+/// address; `pvm_reduce` is not implemented yet, so they do nothing.
+macro_rules! reductions {
+    ($($name:ident),*) => {$(
+        #[doc = concat!("`", stringify!($name), "`: a predefined `pvm_reduce` function.")]
+        #[no_mangle]
+        pub extern "C" fn $name(ty: *mut c_int, x: *mut c_void, y: *mut c_void, n: *mut c_int, info: *mut c_int) {
+            let _ = (ty, x, y, n);
+            if !info.is_null() {
+                // SAFETY: pvm_reduce's contract: info points to an int.
+                unsafe { *info = err::NOT_IMPL };
+            }
+        }
+    )*};
+}
+
+reductions!(PvmSum, PvmProduct, PvmMax, PvmMin);

@@ -1,0 +1,19 @@
+//! PVM 3.4 on UMP and MEMORY CHANNEL, in the manner of Digital's PVM
+//! (seed 000, "PVM"): operations run in-line in the calling task, tables
+//! every task shares instead of a master daemon, messages over UMP. Built
+//! into a drop-in `libpvm3.so.3` (and `libgpvm3.so.3`) for PVM programs
+//! built against Debian's PVM 3.4.6 (`scripts/build-pvm.sh`, docs/pvm.md).
+//!
+//! - [`consts`]: `pvm3.h`'s numbers and error messages.
+//! - [`pack`]: message buffers, packing and unpacking.
+//! - [`table`]: the task table and the TID layout.
+//! - [`engine`]: messages over UMP channels, and the queue of arrived ones.
+//! - [`spawn`]: where a spawned program is found.
+//! - [`ffi`]: the C interface.
+
+pub mod consts;
+pub mod engine;
+pub mod ffi;
+pub mod pack;
+pub mod spawn;
+pub mod table;

@@ -1,0 +1,334 @@
+//! The task table: every task of the virtual machine with its TID,
+//! parent, process, flags and program, in a file every task maps under a
+//! lock (seed 000, "PVM": operations run in-line; `pvm_mytid` takes a lock
+//! on the global task table, takes a TID and releases the lock; no daemon
+//! is involved). Also the TID layout PVM programs rely on.
+//!
+//! The file is `$PVM_TMP/pvmmc.<uid>/tasks` (`PVM_TMP` defaults to `/tmp`):
+//! one virtual machine per user and folder. Entries of processes that are
+//! gone (or zombies) are freed by whoever looks next.
+//!
+//! Touched by the thread calling PVM in each task (under the C layer's
+//! lock); tasks exclude each other with `flock`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+use thiserror::Error;
+
+/// TID bits: the host field (PVM's `TIDHOST`).
+pub const TID_HOST: i32 = 0x3ffc_0000;
+/// TID bits: the task's number on its host (`TIDLOCAL`).
+pub const TID_LOCAL: i32 = 0x0003_ffff;
+/// Shift of the host field.
+pub const HOST_SHIFT: u32 = 18;
+
+/// The TID of task `local` on host `host` (host numbers start at 1).
+pub fn tid(host: u32, local: u32) -> i32 {
+    ((host << HOST_SHIFT) as i32 & TID_HOST) | (local as i32 & TID_LOCAL)
+}
+
+/// The host number of a TID.
+pub fn host_of(tid: i32) -> u32 {
+    ((tid & TID_HOST) >> HOST_SHIFT) as u32
+}
+
+/// Tasks one table holds.
+pub const MAX_TASKS: usize = 1024;
+/// Bytes of a program name kept per task.
+pub const NAME_MAX: usize = 104;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"PVMMCTB1");
+const HEADER: usize = 64;
+const ENTRY: usize = 128;
+
+/// What went wrong with the table.
+#[derive(Debug, Error)]
+pub enum TableError {
+    #[error("the task table {path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
+    #[error("the task table {0} is not one of ours (bad magic); remove it")]
+    Foreign(PathBuf),
+    #[error("the task table is full: {MAX_TASKS} tasks (table::MAX_TASKS)")]
+    Full,
+    #[error("no task t{0:x} in the table")]
+    NoTask(i32),
+}
+
+/// A task's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Spawned: its TID is taken, the process has not enrolled yet.
+    Starting,
+    /// Enrolled.
+    Running,
+}
+
+/// One task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    pub tid: i32,
+    pub ptid: i32,
+    pub pid: i32,
+    pub flag: i32,
+    pub state: State,
+    pub name: String,
+}
+
+impl Task {
+    fn encode(&self, out: &mut [u8]) {
+        out.fill(0);
+        out[0..4].copy_from_slice(&self.tid.to_le_bytes());
+        out[4..8].copy_from_slice(&self.ptid.to_le_bytes());
+        out[8..12].copy_from_slice(&self.pid.to_le_bytes());
+        out[12..16].copy_from_slice(&self.flag.to_le_bytes());
+        out[16] = match self.state {
+            State::Starting => 1,
+            State::Running => 2,
+        };
+        let name = self.name.as_bytes();
+        let n = name.len().min(NAME_MAX - 1);
+        out[24..24 + n].copy_from_slice(&name[..n]);
+    }
+
+    fn decode(e: &[u8]) -> Option<Task> {
+        let int = |at: usize| i32::from_le_bytes([e[at], e[at + 1], e[at + 2], e[at + 3]]);
+        let state = match e[16] {
+            1 => State::Starting,
+            2 => State::Running,
+            _ => return None,
+        };
+        let name = &e[24..24 + NAME_MAX];
+        let end = name.iter().position(|&b| b == 0).unwrap_or(NAME_MAX);
+        Some(Task {
+            tid: int(0),
+            ptid: int(4),
+            pid: int(8),
+            flag: int(12),
+            state,
+            name: String::from_utf8_lossy(&name[..end]).into_owned(),
+        })
+    }
+}
+
+/// Whether process `pid` of this machine is alive (a zombie is not).
+pub fn alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name's closing parenthesis.
+        Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+/// The table of one virtual machine.
+pub struct Table {
+    path: PathBuf,
+    host: u32,
+}
+
+/// The folder of this user's virtual machine: `$PVM_TMP/pvmmc.<uid>`.
+pub fn vm_dir() -> PathBuf {
+    let tmp = std::env::var_os("PVM_TMP").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
+    tmp.join(format!("pvmmc.{}", nix::unistd::getuid()))
+}
+
+/// A table's contents, read under its lock.
+struct Locked {
+    file: Flock<File>,
+    next: u32,
+    tasks: Vec<Option<Task>>,
+}
+
+impl Table {
+    /// The table in folder `dir` (made if missing) for host `host`.
+    pub fn open(dir: &Path, host: u32) -> Result<Table, TableError> {
+        let io = |err| TableError::Io { path: dir.to_path_buf(), err };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        Ok(Table { path: dir.join("tasks"), host })
+    }
+
+    /// A 16-bit number naming this virtual machine (its table file), so
+    /// that two on one machine never share a UMP handle.
+    pub fn vm_id(&self) -> Result<u16, TableError> {
+        drop(self.lock()?);
+        let m = std::fs::metadata(&self.path).map_err(|err| self.io(err))?;
+        let h = (m.dev() ^ m.ino().rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        Ok((h >> 48) as u16)
+    }
+
+    fn io(&self, err: std::io::Error) -> TableError {
+        TableError::Io { path: self.path.clone(), err }
+    }
+
+    fn lock(&self) -> Result<Locked, TableError> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.path)
+            .map_err(|err| self.io(err))?;
+        let mut file = Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| self.io(e.into()))?;
+        let mut raw = Vec::new();
+        file.read_to_end(&mut raw).map_err(|err| self.io(err))?;
+        if raw.is_empty() {
+            return Ok(Locked { file, next: 1, tasks: vec![None; MAX_TASKS] });
+        }
+        if raw.len() != HEADER + MAX_TASKS * ENTRY
+            || u64::from_le_bytes(raw[..8].try_into().unwrap_or_default()) != MAGIC
+        {
+            return Err(TableError::Foreign(self.path.clone()));
+        }
+        let next = u32::from_le_bytes([raw[8], raw[9], raw[10], raw[11]]);
+        let tasks = raw[HEADER..].chunks_exact(ENTRY).map(Task::decode).collect();
+        Ok(Locked { file, next, tasks })
+    }
+
+    fn store(&self, l: &mut Locked) -> Result<(), TableError> {
+        let mut raw = vec![0u8; HEADER + MAX_TASKS * ENTRY];
+        raw[..8].copy_from_slice(&MAGIC.to_le_bytes());
+        raw[8..12].copy_from_slice(&l.next.to_le_bytes());
+        for (t, e) in l.tasks.iter().zip(raw[HEADER..].chunks_exact_mut(ENTRY)) {
+            if let Some(t) = t {
+                t.encode(e);
+            }
+        }
+        l.file.seek(SeekFrom::Start(0)).map_err(|err| self.io(err))?;
+        l.file.write_all(&raw).map_err(|err| self.io(err))
+    }
+
+    /// Frees the entries of processes that are gone; returns their tasks.
+    fn reap(l: &mut Locked) -> Vec<Task> {
+        let mut gone = Vec::new();
+        for e in l.tasks.iter_mut() {
+            if e.as_ref().is_some_and(|t| t.pid != 0 && !alive(t.pid)) {
+                gone.extend(e.take());
+            }
+        }
+        gone
+    }
+
+    /// Takes a TID for a new task (state `Starting` with `pid` 0 until
+    /// [`Table::set_pid`], or `Running` for the calling process).
+    pub fn add(&self, ptid: i32, pid: i32, flag: i32, state: State, name: &str) -> Result<i32, TableError> {
+        let mut l = self.lock()?;
+        Self::reap(&mut l);
+        let slot = l.tasks.iter().position(Option::is_none).ok_or(TableError::Full)?;
+        // The next local number not in use (PVM counts up, then wraps).
+        let used: std::collections::HashSet<i32> = l.tasks.iter().flatten().map(|t| t.tid & TID_LOCAL).collect();
+        let mut local = l.next.max(1);
+        while used.contains(&(local as i32)) {
+            local = if local as i32 >= TID_LOCAL { 1 } else { local + 1 };
+        }
+        l.next = if local as i32 >= TID_LOCAL { 1 } else { local + 1 };
+        let t = tid(self.host, local);
+        l.tasks[slot] = Some(Task { tid: t, ptid, pid, flag, state, name: name.into() });
+        self.store(&mut l)?;
+        Ok(t)
+    }
+
+    /// Records the process of a spawned task.
+    pub fn set_pid(&self, tid: i32, pid: i32) -> Result<(), TableError> {
+        self.update(tid, |t| t.pid = pid)
+    }
+
+    /// A spawned task enrolls: its process, now running. Returns its entry.
+    pub fn enroll(&self, tid: i32, pid: i32) -> Result<Task, TableError> {
+        let mut out = None;
+        self.update(tid, |t| {
+            t.pid = pid;
+            t.state = State::Running;
+            out = Some(t.clone());
+        })?;
+        out.ok_or(TableError::NoTask(tid))
+    }
+
+    fn update(&self, tid: i32, f: impl FnOnce(&mut Task)) -> Result<(), TableError> {
+        let mut l = self.lock()?;
+        let t = l.tasks.iter_mut().flatten().find(|t| t.tid == tid).ok_or(TableError::NoTask(tid))?;
+        f(t);
+        self.store(&mut l)
+    }
+
+    /// Removes a task (it exits, or its spawn failed).
+    pub fn remove(&self, tid: i32) -> Result<(), TableError> {
+        let mut l = self.lock()?;
+        for e in l.tasks.iter_mut() {
+            if e.as_ref().is_some_and(|t| t.tid == tid) {
+                *e = None;
+            }
+        }
+        self.store(&mut l)
+    }
+
+    /// Every task, after freeing those whose process is gone.
+    pub fn tasks(&self) -> Result<Vec<Task>, TableError> {
+        let mut l = self.lock()?;
+        if !Self::reap(&mut l).is_empty() {
+            self.store(&mut l)?;
+        }
+        Ok(l.tasks.into_iter().flatten().collect())
+    }
+
+    /// The task with TID `tid`, if it is there.
+    pub fn find(&self, tid: i32) -> Result<Option<Task>, TableError> {
+        Ok(self.tasks()?.into_iter().find(|t| t.tid == tid))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tids_have_pvms_layout() {
+        assert_eq!(tid(1, 1), 0x40001);
+        assert_eq!(tid(4, 0x3ffff), 0x13ffff);
+        assert_eq!(host_of(0x80002), 2);
+        assert_eq!(format!("t{:x}", tid(1, 2)), "t40002");
+    }
+
+    #[test]
+    fn tids_are_unique_reused_and_freed_with_their_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Table::open(dir.path(), 1).unwrap();
+        let me = std::process::id() as i32;
+        let a = t.add(-23, me, 0, State::Running, "a").unwrap();
+        let b = t.add(a, 0, 0, State::Starting, "b").unwrap();
+        assert_eq!((a, b), (0x40001, 0x40002));
+        // A process that is gone loses its entry at the next look.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        t.set_pid(b, pid).unwrap();
+        let tasks = t.tasks().unwrap();
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(tasks[0].name, "a");
+        assert_eq!(tasks[0].state, State::Running);
+        // Numbers go on counting before they are reused.
+        let c = t.add(a, me, 0, State::Running, "c").unwrap();
+        assert_eq!(c, 0x40003);
+        t.remove(a).unwrap();
+        assert_eq!(t.find(a).unwrap(), None);
+        assert!(matches!(t.enroll(b, me), Err(TableError::NoTask(_))));
+        assert_ne!(t.vm_id().unwrap(), Table::open(tempfile::tempdir().unwrap().path(), 1).unwrap().vm_id().unwrap());
+    }
+
+    #[test]
+    fn a_full_table_names_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Table::open(dir.path(), 2).unwrap();
+        let me = std::process::id() as i32;
+        for _ in 0..MAX_TASKS {
+            t.add(-23, me, 0, State::Running, "x").unwrap();
+        }
+        let e = t.add(-23, me, 0, State::Running, "x").unwrap_err();
+        assert!(e.to_string().contains("MAX_TASKS"), "{e}");
+    }
+}
