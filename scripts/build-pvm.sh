@@ -27,7 +27,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cat >"$TMP/exports.map" <<'MAP'
 {
-    global: pvm_*; Pvm*; pvmsleep; pvmgetclock; pvmgettmp; lpvmerr; pvmtevinfo; pvmtevdidlist; pvmctrc; pvmmyctx; pvmnametag; pvmdisplaymhfinfo;
+    global: pvm*; Pvm*; lpvmerr;
     local: *;
 };
 MAP

@@ -14,6 +14,10 @@
 #     mpich source package in $MC_CACHE/mpich-src (step mpich-suite)
 #   - NetPIPE's source (Debian's netpipe) in $MC_CACHE/netpipe-src, for the
 #     MPI benchmark (step netpipe)
+#   - the PVM library (libpvm3.so.3, step rust) and Debian's PVM 3.4.6
+#     packages unpacked in $MC_CACHE/pvm/root (step pvm): the example
+#     programs it must run unchanged, pvm-dev's pvm3.h, the real PVM
+#     as the peer
 #
 # Idempotent: every step checks its own result and skips work already done.
 # Cache folder: $MC_CACHE (default: <repo>/.cache, ignored by git).
@@ -25,7 +29,7 @@
 # cargo-machete into $MC_CACHE/cargo-machete, which finds dependencies a
 # crate declares and never uses.
 #
-# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust mpich mpich-suite netpipe image fuzz lint"]
+# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust mpich mpich-suite netpipe pvm image fuzz lint"]
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -283,6 +287,8 @@ setup_rust() {
         || die "building the C programs failed"
     step "rust: linking the MPI library (target/release/libmpi_abi.so.1)"
     "$REPO/scripts/build-mpi.sh" || die "building libmpi_abi.so.1 failed"
+    step "rust: linking the PVM library (target/release/libpvm3.so.3, libgpvm3.so.3)"
+    "$REPO/scripts/build-pvm.sh" || die "building libpvm3.so.3 failed"
 }
 
 # ---------------------------------------------------------------- mpich -----
@@ -375,6 +381,29 @@ setup_netpipe() {
     echo "$ORIG_VER" >"$dir/.done"
 }
 
+# ------------------------------------------------------------------ pvm -----
+# Debian bookworm's PVM 3.4.6 binary packages, unpacked (never installed)
+# in $MC_CACHE/pvm/root: the example programs our libpvm3.so.3 must run
+# unchanged, pvm-dev's pvm3.h for the header check, and the real PVM
+# (pvmd, its libpvm3.so.3, libtirpc3) as the peer.
+PVM_DEBS="libpvm3 pvm pvm-dev pvm-examples libtirpc3"
+setup_pvm() {
+    local dir=$MC_CACHE/pvm
+    if [ -f "$dir/.done" ] && [ -f "$dir/root/usr/include/pvm3.h" ] && [ -x "$dir/root/usr/bin/master1" ]; then
+        step "pvm: Debian's PVM $(cat "$dir/.done") cached ($dir/root)"
+        return
+    fi
+    step "pvm: fetching Debian's $PVM_DEBS"
+    rm -rf "$dir.tmp"; mkdir -p "$dir.tmp/debs"
+    (cd "$dir.tmp/debs" && apt-get download -q $PVM_DEBS >"$MC_CACHE/pvm-fetch.log" 2>&1) \
+        || { tail "$MC_CACHE/pvm-fetch.log"; die "apt-get download $PVM_DEBS failed"; }
+    local d
+    for d in "$dir.tmp"/debs/*.deb; do dpkg -x "$d" "$dir.tmp/root" || die "unpacking $d failed"; done
+    [ -f "$dir.tmp/root/usr/include/pvm3.h" ] || die "pvm-dev has no /usr/include/pvm3.h"
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+    dpkg-deb -f "$dir"/debs/libpvm3_*.deb Version >"$dir/.done"
+}
+
 # ---------------------------------------------------------------- image -----
 setup_image() {
     step "image: building the guest initramfs"
@@ -418,11 +447,11 @@ setup_lint() {
     cargo_tool_install lint cargo-machete "$CARGO_MACHETE_VERSION" " (about a minute, once)" --debug
 }
 
-for s in ${ONLY:-apt qemu kernel rust mpich mpich-suite netpipe image}; do
+for s in ${ONLY:-apt qemu kernel rust mpich mpich-suite netpipe pvm image}; do
     case "$s" in
-        apt|qemu|kernel|rust|mpich|netpipe|image|fuzz|lint) "setup_$s" ;;
+        apt|qemu|kernel|rust|mpich|netpipe|pvm|image|fuzz|lint) "setup_$s" ;;
         mpich-suite) setup_mpich_suite ;;
-        *) die "unknown step '$s' (steps: apt qemu kernel rust mpich mpich-suite netpipe image fuzz lint)" ;;
+        *) die "unknown step '$s' (steps: apt qemu kernel rust mpich mpich-suite netpipe pvm image fuzz lint)" ;;
     esac
 done
 step "setup complete (cache: $MC_CACHE)"

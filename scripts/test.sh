@@ -17,7 +17,7 @@ FAST_ONLY=0
 [ "${1:-}" = "--fast" ] && FAST_ONLY=1
 
 if [ "$FAST_ONLY" = 1 ]; then
-    scripts/setup.sh --only "rust mpich mpich-suite lint"
+    scripts/setup.sh --only "rust mpich mpich-suite pvm lint"
 else
     scripts/setup.sh
     scripts/setup.sh --only lint

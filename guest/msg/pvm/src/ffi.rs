@@ -458,6 +458,7 @@ pub unsafe extern "C" fn pvm_spawn(
                 args.push(unsafe { CStr::from_ptr(a) }.to_string_lossy().into_owned());
             }
         }
+        // SAFETY: the caller's contract: `where_` is null or a C string.
         let place = if where_.is_null() { "" } else { unsafe { cstr(where_) }.unwrap_or("") };
         let mine = hostname();
         let here = place.is_empty() || place == "." || place == mine || place == "localhost" || place == consts::ARCH;
@@ -831,13 +832,19 @@ fn unpack_items(call: &str, addr: *mut c_void, n: c_int, stride: c_int, size: us
 macro_rules! pk_upk {
     ($($pk:ident $upk:ident $t:ty, $size:expr;)*) => {$(
         #[doc = concat!("`", stringify!($pk), "`: packs `n` items `stride` apart.")]
+        ///
+        /// # Safety
+        /// `addr` holds `n` items `stride` items apart.
         #[no_mangle]
-        pub extern "C" fn $pk(addr: *const $t, n: c_int, stride: c_int) -> c_int {
+        pub unsafe extern "C" fn $pk(addr: *const $t, n: c_int, stride: c_int) -> c_int {
             pack_items(stringify!($pk), addr as *const c_void, n, stride, $size)
         }
         #[doc = concat!("`", stringify!($upk), "`: unpacks `n` items `stride` apart.")]
+        ///
+        /// # Safety
+        /// `addr` has room for `n` items `stride` items apart.
         #[no_mangle]
-        pub extern "C" fn $upk(addr: *mut $t, n: c_int, stride: c_int) -> c_int {
+        pub unsafe extern "C" fn $upk(addr: *mut $t, n: c_int, stride: c_int) -> c_int {
             unpack_items(stringify!($upk), addr as *mut c_void, n, stride, $size)
         }
     )*};
@@ -1180,6 +1187,40 @@ pub unsafe extern "C" fn pvmgetclock(tv: *mut libc::timeval) -> c_int {
     0
 }
 
+/// `pvm_strerror`: the message of the last error (`pvm_errno`).
+#[no_mangle]
+pub extern "C" fn pvm_strerror() -> *const c_char {
+    // SAFETY: see the statics.
+    let code = unsafe { pvm_errno };
+    match code.checked_neg().and_then(|i| usize::try_from(i).ok()) {
+        Some(i) if i < pvm_errlist.0.len() => pvm_errlist.0[i],
+        _ => c"Unknown error".as_ptr(),
+    }
+}
+
+/// `pvmgetrsh`: the remote shell PVM would start daemons with
+/// (`PVM_RSH`, else rsh); this PVM starts none.
+#[no_mangle]
+pub extern "C" fn pvmgetrsh() -> *const c_char {
+    static RSH: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+    RSH.get_or_init(|| {
+        std::ffi::CString::new(std::env::var("PVM_RSH").unwrap_or_else(|_| "/usr/bin/rsh".into())).unwrap_or_default()
+    })
+    .as_ptr()
+}
+
+/// A receive-matching function of `pvm_recvf`.
+pub type MatchFn = Option<extern "C" fn(c_int, c_int, c_int) -> c_int>;
+
+/// `pvm_recvf`: not implemented yet (docs/pvm.md): reports `PvmNotImpl`
+/// and returns no function, keeping PVM's own matching.
+#[no_mangle]
+pub extern "C" fn pvm_recvf(new: MatchFn) -> MatchFn {
+    let _ = new;
+    with("pvm_recvf", |_| Err(err::NOT_IMPL));
+    None
+}
+
 /// `pvmnametag`: the name of a system message tag (PVM's helper for
 /// trace output); there are none, so always null with `*found` 0.
 ///
@@ -1311,13 +1352,14 @@ not_impl! {
 macro_rules! reductions {
     ($($name:ident),*) => {$(
         #[doc = concat!("`", stringify!($name), "`: a predefined `pvm_reduce` function.")]
+        ///
+        /// # Safety
+        /// `info` is null or points to an int.
         #[no_mangle]
-        pub extern "C" fn $name(ty: *mut c_int, x: *mut c_void, y: *mut c_void, n: *mut c_int, info: *mut c_int) {
+        pub unsafe extern "C" fn $name(ty: *mut c_int, x: *mut c_void, y: *mut c_void, n: *mut c_int, info: *mut c_int) {
             let _ = (ty, x, y, n);
-            if !info.is_null() {
-                // SAFETY: pvm_reduce's contract: info points to an int.
-                unsafe { *info = err::NOT_IMPL };
-            }
+            // SAFETY: the caller's contract.
+            unsafe { put(info, err::NOT_IMPL) };
         }
     )*};
 }
