@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tests::run_ok as run;
 
@@ -247,15 +247,23 @@ impl Vm {
     /// Runs `exe` as a task of this VM; returns its standard output
     /// (with its tasks', which inherit it).
     fn run(&self, exe: &Path, args: &[&str]) -> String {
+        self.run_with(exe, args, "", true)
+    }
+
+    /// [`Vm::run`] with `input` on standard input; `ok`: the program must
+    /// exit 0 (Debian's `timing` always exits 1).
+    fn run_with(&self, exe: &Path, args: &[&str], input: &str, ok: bool) -> String {
         let out = self.dir.path().join("out");
         let f = std::fs::File::create(&out).unwrap();
+        let input_file = self.dir.path().join("in");
+        std::fs::write(&input_file, input).unwrap();
         let mut child = Command::new(exe)
             .args(args)
             .env("PVM_ROOT", self.dir.path().join("root"))
             .env("PVM_TMP", self.dir.path())
             .env("LD_LIBRARY_PATH", self.dir.path().join("lib"))
             .env_remove("PVM_EP")
-            .stdin(Stdio::null())
+            .stdin(std::fs::File::open(&input_file).unwrap())
             .stdout(f.try_clone().unwrap())
             .stderr(f)
             .spawn()
@@ -274,7 +282,7 @@ impl Vm {
         // Spawned tasks may still be writing their last lines.
         std::thread::sleep(Duration::from_millis(300));
         let text = std::fs::read_to_string(&out).unwrap();
-        assert!(status.success(), "{} failed ({status}):\n{text}", exe.display());
+        assert!(!ok || status.success(), "{} failed ({status}):\n{text}", exe.display());
         text
     }
 }
@@ -303,6 +311,42 @@ fn debians_hello_and_master1_run_unchanged() {
         let value = a.trim_start_matches("I got ").split(" from ").next().unwrap();
         assert_eq!(value, b.trim_end_matches(')'), "{out}");
     }
+}
+
+#[test]
+fn debians_group_programs_and_timing_run_unchanged() {
+    let Some(deb) = debian() else { return };
+    let vm = Vm::new(Some(&deb));
+    let bin = |n: &str| deb.join("usr/bin").join(n);
+    // A 10 x 10 Toeplitz matrix over 4 tasks: freezegroup, reduce with
+    // PvmSum and a user function, barrier.
+    let out = vm.run_with(&bin("gexample"), &[], "10\n4\n", true);
+    for want in ["--> Using 4 processors <--", "The 1-Norm is 55", "The product of column 1 is 3.6288e+06"] {
+        assert!(out.contains(want), "gexample: no {want:?}:\n{out}");
+    }
+    // Reduce (PvmSum, PvmProduct, a user function), scatter and gather.
+    // (trsg exits 1 by design.)
+    let out = vm.run_with(&bin("trsg"), &[], "4\n5\n", false);
+    assert!(out.contains("Test OK: Sum of Squares of first 20 integers is 2870"), "trsg:\n{out}");
+    assert!(out.contains("Test Ok: Received") && !out.contains("ERROR"), "trsg:\n{out}");
+    // Four copies join a group and meet at a barrier.
+    let out = vm.run(&bin("gexamp"), &["4"]);
+    assert_eq!(out.lines().filter(|l| l.ends_with(": sync")).count(), 4, "gexamp:\n{out}");
+    // 32 groups joined, instances checked, three tnb tasks at a barrier
+    // and a broadcast, every group left.
+    let out = vm.run(&bin("thb"), &["3"]);
+    assert!(out.contains("leaving all the groups") && out.contains("done."), "thb:\n{out}");
+    assert!(!out.contains("not myself") && !out.contains("trouble"), "thb:\n{out}");
+    let out = vm.run(&bin("tst"), &[]);
+    assert!(
+        out.contains("joined prognosis 0, negative 0") && out.contains("left prognosis 0, negative 0"),
+        "tst:\n{out}"
+    );
+    let out = vm.run(&bin("joinleave"), &[]);
+    assert!(out.contains("Joined 10000 times"), "joinleave:\n{out}");
+    // Round trips with timing_slave; it exits 1 by design, so its "done".
+    let out = vm.run_with(&bin("timing"), &[], "", false);
+    assert!(out.contains("Avg uSec") && out.trim_end().ends_with("done"), "timing:\n{out}");
 }
 
 #[test]

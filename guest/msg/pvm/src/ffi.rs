@@ -14,13 +14,16 @@ use std::time::{Duration, Instant};
 
 use crate::consts::{self, err, opt};
 use crate::engine::{self, Engine, EngineError};
+use crate::group::{self, Arrival, GroupTable};
 use crate::pack::{Buffer, InPlace};
+use crate::reduce::{self, Op};
 use crate::spawn;
 use crate::table::{self, State, Table, TableError};
 
 /// One task's PVM.
 pub struct Pvm {
     table: Table,
+    groups: GroupTable,
     host: u32,
     me: i32,
     ptid: i32,
@@ -253,6 +256,7 @@ impl Pvm {
         opts[opt::FRAG_SIZE as usize] = 4096;
         opts[opt::POLL_TYPE as usize] = 1;
         Ok(Pvm {
+            groups: GroupTable::open(&table::vm_dir()),
             table,
             host,
             me,
@@ -404,10 +408,17 @@ pub extern "C" fn pvm_mytid() -> c_int {
     with("pvm_mytid", |p| Ok(p.me))
 }
 
-/// `pvm_parent`: the TID of the task that spawned this one.
+/// `pvm_parent`: the TID of the task that spawned this one, or
+/// `PvmNoParent`: a normal answer that programs test for, so it is not
+/// reported as an error (it sets `pvm_errno`).
 #[no_mangle]
 pub extern "C" fn pvm_parent() -> c_int {
-    with("pvm_parent", |p| if p.ptid > 0 { Ok(p.ptid) } else { Err(err::NO_PARENT) })
+    let ptid = with("pvm_parent", |p| Ok(p.ptid));
+    if ptid <= 0 {
+        set_errno(err::NO_PARENT);
+        return err::NO_PARENT;
+    }
+    ptid
 }
 
 /// `pvm_exit`: leaves PVM once what this task sent has been read (or
@@ -417,6 +428,7 @@ pub extern "C" fn pvm_exit() -> c_int {
     let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(mut p) = g.take() else { return 0 };
     p.reap();
+    let _ = p.groups.leave_all(p.me, &|_| true);
     let table = &p.table;
     p.eng.finish(Duration::from_secs(30), &mut |t| Pvm::exists(table, t));
     let _ = p.table.remove(p.me);
@@ -988,7 +1000,7 @@ pub extern "C" fn pvm_probe(tid: c_int, tag: c_int) -> c_int {
 }
 
 /// The bytes of one item of PVM type code `ty`.
-fn type_size(ty: c_int) -> Option<usize> {
+pub(crate) fn type_size(ty: c_int) -> Option<usize> {
     Some(match ty {
         0 | 1 => 1, // PVM_STR, PVM_BYTE
         2 | 9 => 2,
@@ -1303,17 +1315,6 @@ type Vp = *mut c_void;
 
 not_impl! {
     pvm_notify(what: c_int, tag: c_int, cnt: c_int, tids: Ip);
-    pvm_joingroup(g: Cp);
-    pvm_lvgroup(g: Cp);
-    pvm_gsize(g: Cp);
-    pvm_getinst(g: Cp, tid: c_int);
-    pvm_gettid(g: Cp, inst: c_int);
-    pvm_barrier(g: Cp, count: c_int);
-    pvm_bcast(g: Cp, tag: c_int);
-    pvm_freezegroup(g: Cp, size: c_int);
-    pvm_reduce(f: Vp, data: Vp, n: c_int, ty: c_int, tag: c_int, g: Cp, root: c_int);
-    pvm_gather(res: Vp, data: Vp, n: c_int, ty: c_int, tag: c_int, g: Cp, root: c_int);
-    pvm_scatter(res: Vp, data: Vp, n: c_int, ty: c_int, tag: c_int, g: Cp, root: c_int);
     pvm_putinfo(name: Cp, buf: c_int, flags: c_int);
     pvm_recvinfo(name: Cp, index: c_int, flags: c_int);
     pvm_delinfo(name: Cp, index: c_int, flags: c_int);
@@ -1346,22 +1347,408 @@ not_impl! {
     pvm_lookup(name: Cp, req: c_int, data: Ip);
 }
 
-/// The predefined reductions of `pvm_reduce` (`PvmSum`, `PvmProduct`,
-/// `PvmMax`, `PvmMin`): they exist as functions programs pass by
-/// address; `pvm_reduce` is not implemented yet, so they do nothing.
+/// The predefined reductions of `pvm_reduce`: `x = x op y` for `*n`
+/// items of type `*ty`; `*info` is 0, or `PvmBadParam` for a type the
+/// reduction does not take ([`reduce::apply`]).
 macro_rules! reductions {
-    ($($name:ident),*) => {$(
+    ($($name:ident $op:expr),*) => {$(
         #[doc = concat!("`", stringify!($name), "`: a predefined `pvm_reduce` function.")]
         ///
         /// # Safety
-        /// `info` is null or points to an int.
+        /// `ty`, `n` and `info` point to ints; `x` and `y` hold `*n` items
+        /// of type `*ty`.
         #[no_mangle]
         pub unsafe extern "C" fn $name(ty: *mut c_int, x: *mut c_void, y: *mut c_void, n: *mut c_int, info: *mut c_int) {
-            let _ = (ty, x, y, n);
             // SAFETY: the caller's contract.
-            unsafe { put(info, err::NOT_IMPL) };
+            let code = unsafe { reduce_raw($op, ty, x, y, n) };
+            // SAFETY: the caller's contract.
+            unsafe { put(info, code) };
         }
     )*};
 }
 
-reductions!(PvmSum, PvmProduct, PvmMax, PvmMin);
+/// One predefined reduction on the caller's memory.
+///
+/// # Safety
+/// As for the functions [`reductions`] makes.
+unsafe fn reduce_raw(op: Op, ty: *mut c_int, x: *mut c_void, y: *mut c_void, n: *mut c_int) -> c_int {
+    if ty.is_null() || n.is_null() || x.is_null() || y.is_null() {
+        return err::BAD_PARAM;
+    }
+    // SAFETY: the caller's contract.
+    let (ty, n) = unsafe { (*ty, *n) };
+    let Some(size) = type_size(ty) else { return err::BAD_PARAM };
+    if n < 0 {
+        return err::BAD_PARAM;
+    }
+    let len = n as usize * size;
+    // SAFETY: x and y hold n items of type ty.
+    let (xs, ys) =
+        unsafe { (std::slice::from_raw_parts_mut(x as *mut u8, len), std::slice::from_raw_parts(y as *const u8, len)) };
+    match reduce::apply(op, ty, xs, ys, n as usize) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+reductions!(PvmSum Op::Sum, PvmProduct Op::Product, PvmMax Op::Max, PvmMin Op::Min);
+
+// --------------------------------------------------------------- groups --
+
+/// The context of the library's own messages (barrier releases): below
+/// every context a program can set (`pvm_setcontext` takes 0 and up).
+const SYS_CTX: c_int = c_int::MIN + 7;
+/// The tag of a barrier release.
+const BARRIER_TAG: c_int = 1;
+
+impl Pvm {
+    /// The TIDs of the tasks there now (for dropping gone group members).
+    fn live(&self) -> Result<std::collections::HashSet<i32>, c_int> {
+        Ok(self.table.tasks().map_err(|_| err::SYS_ERR)?.into_iter().map(|t| t.tid).collect())
+    }
+
+    fn members(&self, g: &str) -> Result<Vec<(i32, i32)>, c_int> {
+        let live = self.live()?;
+        self.groups.members(g, &|t| live.contains(&t))
+    }
+
+    /// The member with instance `inst`.
+    fn member_tid(&self, g: &str, inst: c_int) -> Result<c_int, c_int> {
+        self.members(g)?.into_iter().find(|&(_, i)| i == inst).map(|(t, _)| t).ok_or(err::NO_INST)
+    }
+
+    /// Receives the next message from `tid` with `tag` in the current
+    /// context, without making it the receive buffer.
+    fn take_from(&mut self, tid: c_int, tag: c_int, ctx: c_int) -> Result<engine::Msg, c_int> {
+        let mut idle = 0u32;
+        let mut checked = Instant::now();
+        loop {
+            if let Some(m) = self.eng.take(tid, tag, ctx) {
+                return Ok(m);
+            }
+            if self.eng.progress().map_err(|e| engine_code(&e))? {
+                idle = 0;
+                continue;
+            }
+            if tid > 0 && checked.elapsed() > Duration::from_secs(1) {
+                checked = Instant::now();
+                if !Self::exists(&self.table, tid) {
+                    let _ = self.eng.progress();
+                    return self.eng.take(tid, tag, ctx).ok_or(err::NO_TASK);
+                }
+            }
+            engine::backoff(&mut idle);
+        }
+    }
+
+    /// Sends raw bytes to `tid` in context `ctx`.
+    fn send_raw(&mut self, tid: c_int, tag: c_int, ctx: c_int, data: &[u8]) -> Result<(), c_int> {
+        let table = &self.table;
+        self.eng
+            .send(tid, (tag, ctx, consts::DATA_RAW), data, &mut |t| Self::exists(table, t))
+            .map_err(|e| engine_code(&e))
+    }
+}
+
+/// A group name argument.
+///
+/// # Safety
+/// `g` is null or a C string.
+unsafe fn group_name<'a>(g: *const c_char) -> Result<&'a str, c_int> {
+    // SAFETY: the caller's contract.
+    let n = if g.is_null() { None } else { Some(unsafe { cstr(g) }?) };
+    group::name(n)
+}
+
+/// `pvm_joingroup`: joins a group (made if new); returns the instance.
+///
+/// # Safety
+/// `g` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_joingroup(g: *const c_char) -> c_int {
+    with("pvm_joingroup", |p| {
+        // SAFETY: the caller's contract.
+        let g = unsafe { group_name(g) }?;
+        let live = p.live()?;
+        p.groups.join(g, p.me, &|t| live.contains(&t))
+    })
+}
+
+/// `pvm_lvgroup`: leaves a group.
+///
+/// # Safety
+/// `g` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_lvgroup(g: *const c_char) -> c_int {
+    with("pvm_lvgroup", |p| {
+        // SAFETY: the caller's contract.
+        let g = unsafe { group_name(g) }?;
+        let live = p.live()?;
+        p.groups.leave(g, p.me, &|t| live.contains(&t)).map(|()| 0)
+    })
+}
+
+/// `pvm_gsize`: a group's members.
+///
+/// # Safety
+/// `g` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_gsize(g: *const c_char) -> c_int {
+    with("pvm_gsize", |p| {
+        // SAFETY: the caller's contract.
+        let g = unsafe { group_name(g) }?;
+        Ok(p.members(g)?.len() as c_int)
+    })
+}
+
+/// `pvm_getinst`: the instance of task `tid` in a group.
+///
+/// # Safety
+/// `g` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_getinst(g: *const c_char, tid: c_int) -> c_int {
+    with("pvm_getinst", |p| {
+        // SAFETY: the caller's contract.
+        let g = unsafe { group_name(g) }?;
+        p.members(g)?.into_iter().find(|&(t, _)| t == tid).map(|(_, i)| i).ok_or(err::NOT_IN_GROUP)
+    })
+}
+
+/// `pvm_gettid`: the TID of instance `inst` of a group.
+///
+/// # Safety
+/// `g` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_gettid(g: *const c_char, inst: c_int) -> c_int {
+    with("pvm_gettid", |p| {
+        // SAFETY: the caller's contract.
+        let g = unsafe { group_name(g) }?;
+        p.member_tid(g, inst)
+    })
+}
+
+/// `pvm_freezegroup`: waits until `size` tasks have joined (-1: the size
+/// now), then the group takes no more.
+///
+/// # Safety
+/// `g` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_freezegroup(g: *const c_char, size: c_int) -> c_int {
+    with("pvm_freezegroup", |p| {
+        // SAFETY: the caller's contract.
+        let g = unsafe { group_name(g) }?;
+        let mut idle = 0u32;
+        loop {
+            let live = p.live()?;
+            if p.groups.freeze(g, p.me, size, &|t| live.contains(&t))? {
+                return Ok(0);
+            }
+            // Messages keep arriving while it waits.
+            p.eng.progress().map_err(|e| engine_code(&e))?;
+            engine::backoff(&mut idle);
+        }
+    })
+}
+
+/// `pvm_barrier`: waits until `count` members (-1: all) have reached it.
+///
+/// # Safety
+/// `g` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_barrier(g: *const c_char, count: c_int) -> c_int {
+    with("pvm_barrier", |p| {
+        // SAFETY: the caller's contract.
+        let g = unsafe { group_name(g) }?;
+        let live = p.live()?;
+        match p.groups.arrive(g, p.me, count, &|t| live.contains(&t))? {
+            Arrival::Release { waiting, generation } => {
+                let me = p.me;
+                for t in waiting.into_iter().filter(|&t| t != me) {
+                    // A waiter that is gone meanwhile needs no release.
+                    let _ = p.send_raw(t, BARRIER_TAG, SYS_CTX, &generation.to_le_bytes());
+                }
+            }
+            Arrival::Wait(_) => {
+                p.take_from(-1, BARRIER_TAG, SYS_CTX)?;
+            }
+        }
+        Ok(0)
+    })
+}
+
+/// `pvm_bcast`: sends the send buffer to every other member of a group.
+///
+/// # Safety
+/// `g` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_bcast(g: *const c_char, tag: c_int) -> c_int {
+    with("pvm_bcast", |p| {
+        // SAFETY: the caller's contract.
+        let g = unsafe { group_name(g) }?;
+        for (t, _) in p.members(g)? {
+            if t != p.me {
+                p.send(t, tag)?;
+            }
+        }
+        Ok(0)
+    })
+}
+
+/// The bytes of `count` items of type `ty` at `addr`, checked.
+fn span(addr: *const c_void, count: c_int, ty: c_int) -> Result<usize, c_int> {
+    let size = type_size(ty).ok_or(err::BAD_PARAM)?;
+    if count < 0 || (addr.is_null() && count > 0) {
+        return Err(err::BAD_PARAM);
+    }
+    Ok(count as usize * size)
+}
+
+/// `pvm_reduce`: combines every member's `data` with `func` into the
+/// root's (instance `root`); other members' data is left as it was.
+///
+/// # Safety
+/// `data` holds `count` items of type `ty`; `func` is a reduction as
+/// `pvm3.h` declares it; `g` is a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_reduce(
+    func: Option<unsafe extern "C" fn(*mut c_int, *mut c_void, *mut c_void, *mut c_int, *mut c_int)>,
+    data: *mut c_void,
+    count: c_int,
+    ty: c_int,
+    tag: c_int,
+    g: *const c_char,
+    root: c_int,
+) -> c_int {
+    with("pvm_reduce", |p| {
+        // SAFETY: the caller's contract.
+        let g = unsafe { group_name(g) }?;
+        let func = func.ok_or(err::BAD_PARAM)?;
+        let len = span(data, count, ty)?;
+        let root_tid = p.member_tid(g, root)?;
+        let members = p.members(g)?;
+        if !members.iter().any(|&(t, _)| t == p.me) {
+            return Err(err::NOT_IN_GROUP);
+        }
+        // SAFETY: data holds count items of type ty.
+        let mine = unsafe { std::slice::from_raw_parts_mut(data as *mut u8, len) };
+        if root_tid != p.me {
+            return p.send_raw(root_tid, tag, p.ctx, mine).map(|()| 0);
+        }
+        let me = p.me;
+        for (t, _) in members.into_iter().filter(|&(t, _)| t != me) {
+            let mut m = p.take_from(t, tag, p.ctx)?;
+            if m.data.len() != len {
+                return Err(err::MISMATCH);
+            }
+            let (mut ty, mut n, mut info) = (ty, count, 0);
+            // SAFETY: func is a reduction over count items of type ty; both
+            // buffers hold that many.
+            unsafe {
+                func(&mut ty, mine.as_mut_ptr() as *mut c_void, m.data.as_mut_ptr() as *mut c_void, &mut n, &mut info)
+            };
+            if info < 0 {
+                return Err(info);
+            }
+        }
+        Ok(0)
+    })
+}
+
+/// `pvm_gather`: the root (instance `root`) collects every member's
+/// `count` items into `result`, by instance.
+///
+/// # Safety
+/// `data` holds `count` items of type `ty`; at the root `result` has room
+/// for `count` items per instance up to the highest; `g` is a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_gather(
+    result: *mut c_void,
+    data: *const c_void,
+    count: c_int,
+    ty: c_int,
+    tag: c_int,
+    g: *const c_char,
+    root: c_int,
+) -> c_int {
+    with("pvm_gather", |p| {
+        // SAFETY: the caller's contract.
+        let g = unsafe { group_name(g) }?;
+        let len = span(data, count, ty)?;
+        let root_tid = p.member_tid(g, root)?;
+        let members = p.members(g)?;
+        // SAFETY: data holds count items of type ty.
+        let mine = unsafe { std::slice::from_raw_parts(data as *const u8, len) };
+        if root_tid != p.me {
+            return p.send_raw(root_tid, tag, p.ctx, mine).map(|()| 0);
+        }
+        if result.is_null() && len > 0 {
+            return Err(err::BAD_PARAM);
+        }
+        let slots = members.iter().map(|&(_, i)| i as usize + 1).max().unwrap_or(0);
+        // SAFETY: at the root, result has room for count items per instance.
+        let out = unsafe { std::slice::from_raw_parts_mut(result as *mut u8, len * slots) };
+        for (t, inst) in members {
+            let at = inst as usize * len;
+            if t == p.me {
+                out[at..at + len].copy_from_slice(mine);
+                continue;
+            }
+            let m = p.take_from(t, tag, p.ctx)?;
+            if m.data.len() != len {
+                return Err(err::MISMATCH);
+            }
+            out[at..at + len].copy_from_slice(&m.data);
+        }
+        Ok(0)
+    })
+}
+
+/// `pvm_scatter`: the root (instance `root`) sends each member its
+/// `count` items of `data` (by instance) into its `result`.
+///
+/// # Safety
+/// `result` has room for `count` items of type `ty`; at the root `data`
+/// holds `count` items per instance up to the highest; `g` is a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_scatter(
+    result: *mut c_void,
+    data: *const c_void,
+    count: c_int,
+    ty: c_int,
+    tag: c_int,
+    g: *const c_char,
+    root: c_int,
+) -> c_int {
+    with("pvm_scatter", |p| {
+        // SAFETY: the caller's contract.
+        let g = unsafe { group_name(g) }?;
+        let len = span(result, count, ty)?;
+        let root_tid = p.member_tid(g, root)?;
+        // SAFETY: result has room for count items of type ty.
+        let out = unsafe { std::slice::from_raw_parts_mut(result as *mut u8, len) };
+        if root_tid != p.me {
+            let m = p.take_from(root_tid, tag, p.ctx)?;
+            if m.data.len() != len {
+                return Err(err::MISMATCH);
+            }
+            out.copy_from_slice(&m.data);
+            return Ok(0);
+        }
+        if data.is_null() && len > 0 {
+            return Err(err::BAD_PARAM);
+        }
+        let members = p.members(g)?;
+        let slots = members.iter().map(|&(_, i)| i as usize + 1).max().unwrap_or(0);
+        // SAFETY: at the root, data holds count items per instance.
+        let all = unsafe { std::slice::from_raw_parts(data as *const u8, len * slots) };
+        for (t, inst) in members {
+            let part = &all[inst as usize * len..(inst as usize + 1) * len];
+            if t == p.me {
+                out.copy_from_slice(part);
+            } else {
+                p.send_raw(t, tag, p.ctx, part)?;
+            }
+        }
+        Ok(0)
+    })
+}

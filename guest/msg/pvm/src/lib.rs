@@ -14,6 +14,9 @@
 pub mod consts;
 pub mod engine;
 pub mod ffi;
+pub mod group;
+pub mod locked;
 pub mod pack;
+pub mod reduce;
 pub mod spawn;
 pub mod table;

@@ -11,13 +11,12 @@
 //! Touched by the thread calling PVM in each task (under the C layer's
 //! lock); tasks exclude each other with `flock`.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{Flock, FlockArg};
 use thiserror::Error;
+
+use crate::locked;
 
 /// TID bits: the host field (PVM's `TIDHOST`).
 pub const TID_HOST: i32 = 0x3ffc_0000;
@@ -48,8 +47,8 @@ const ENTRY: usize = 128;
 /// What went wrong with the table.
 #[derive(Debug, Error)]
 pub enum TableError {
-    #[error("the task table {path}: {err}")]
-    Io { path: PathBuf, err: std::io::Error },
+    #[error("the task table {0}")]
+    Io(#[from] locked::LockedError),
     #[error("the task table {0} is not one of ours (bad magic); remove it")]
     Foreign(PathBuf),
     #[error("the task table is full: {MAX_TASKS} tasks (table::MAX_TASKS)")]
@@ -140,7 +139,6 @@ pub fn vm_dir() -> PathBuf {
 
 /// A table's contents, read under its lock.
 struct Locked {
-    file: Flock<File>,
     next: u32,
     tasks: Vec<Option<Task>>,
 }
@@ -148,59 +146,46 @@ struct Locked {
 impl Table {
     /// The table in folder `dir` (made if missing) for host `host`.
     pub fn open(dir: &Path, host: u32) -> Result<Table, TableError> {
-        let io = |err| TableError::Io { path: dir.to_path_buf(), err };
-        std::fs::create_dir_all(dir).map_err(io)?;
+        std::fs::create_dir_all(dir).map_err(|err| locked::LockedError { path: dir.to_path_buf(), err })?;
         Ok(Table { path: dir.join("tasks"), host })
     }
 
     /// A 16-bit number naming this virtual machine (its table file), so
     /// that two on one machine never share a UMP handle.
     pub fn vm_id(&self) -> Result<u16, TableError> {
-        drop(self.lock()?);
-        let m = std::fs::metadata(&self.path).map_err(|err| self.io(err))?;
+        self.with(|_| Ok(()))?;
+        let m = std::fs::metadata(&self.path).map_err(|err| locked::LockedError { path: self.path.clone(), err })?;
         let h = (m.dev() ^ m.ino().rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         Ok((h >> 48) as u16)
     }
 
-    fn io(&self, err: std::io::Error) -> TableError {
-        TableError::Io { path: self.path.clone(), err }
-    }
-
-    fn lock(&self) -> Result<Locked, TableError> {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&self.path)
-            .map_err(|err| self.io(err))?;
-        let mut file = Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| self.io(e.into()))?;
-        let mut raw = Vec::new();
-        file.read_to_end(&mut raw).map_err(|err| self.io(err))?;
-        if raw.is_empty() {
-            return Ok(Locked { file, next: 1, tasks: vec![None; MAX_TASKS] });
-        }
-        if raw.len() != HEADER + MAX_TASKS * ENTRY
-            || u64::from_le_bytes(raw[..8].try_into().unwrap_or_default()) != MAGIC
-        {
-            return Err(TableError::Foreign(self.path.clone()));
-        }
-        let next = u32::from_le_bytes([raw[8], raw[9], raw[10], raw[11]]);
-        let tasks = raw[HEADER..].chunks_exact(ENTRY).map(Task::decode).collect();
-        Ok(Locked { file, next, tasks })
-    }
-
-    fn store(&self, l: &mut Locked) -> Result<(), TableError> {
-        let mut raw = vec![0u8; HEADER + MAX_TASKS * ENTRY];
-        raw[..8].copy_from_slice(&MAGIC.to_le_bytes());
-        raw[8..12].copy_from_slice(&l.next.to_le_bytes());
-        for (t, e) in l.tasks.iter().zip(raw[HEADER..].chunks_exact_mut(ENTRY)) {
-            if let Some(t) = t {
-                t.encode(e);
+    /// Runs `f` on the table under its lock, storing what it changed.
+    fn with<R>(&self, f: impl FnOnce(&mut Locked) -> Result<R, TableError>) -> Result<R, TableError> {
+        locked::update(&self.path, |raw| {
+            let mut l = if raw.is_empty() {
+                Locked { next: 1, tasks: vec![None; MAX_TASKS] }
+            } else if raw.len() != HEADER + MAX_TASKS * ENTRY
+                || u64::from_le_bytes(raw[..8].try_into().unwrap_or_default()) != MAGIC
+            {
+                return Err(TableError::Foreign(self.path.clone()));
+            } else {
+                Locked {
+                    next: u32::from_le_bytes([raw[8], raw[9], raw[10], raw[11]]),
+                    tasks: raw[HEADER..].chunks_exact(ENTRY).map(Task::decode).collect(),
+                }
+            };
+            let r = f(&mut l)?;
+            raw.clear();
+            raw.resize(HEADER + MAX_TASKS * ENTRY, 0);
+            raw[..8].copy_from_slice(&MAGIC.to_le_bytes());
+            raw[8..12].copy_from_slice(&l.next.to_le_bytes());
+            for (t, e) in l.tasks.iter().zip(raw[HEADER..].chunks_exact_mut(ENTRY)) {
+                if let Some(t) = t {
+                    t.encode(e);
+                }
             }
-        }
-        l.file.seek(SeekFrom::Start(0)).map_err(|err| self.io(err))?;
-        l.file.write_all(&raw).map_err(|err| self.io(err))
+            Ok(r)
+        })?
     }
 
     /// Frees the entries of processes that are gone; returns their tasks.
@@ -217,63 +202,63 @@ impl Table {
     /// Takes a TID for a new task (state `Starting` with `pid` 0 until
     /// [`Table::set_pid`], or `Running` for the calling process).
     pub fn add(&self, ptid: i32, pid: i32, flag: i32, state: State, name: &str) -> Result<i32, TableError> {
-        let mut l = self.lock()?;
-        Self::reap(&mut l);
-        let slot = l.tasks.iter().position(Option::is_none).ok_or(TableError::Full)?;
-        // The next local number not in use (PVM counts up, then wraps).
-        let used: std::collections::HashSet<i32> = l.tasks.iter().flatten().map(|t| t.tid & TID_LOCAL).collect();
-        let mut local = l.next.max(1);
-        while used.contains(&(local as i32)) {
-            local = if local as i32 >= TID_LOCAL { 1 } else { local + 1 };
-        }
-        l.next = if local as i32 >= TID_LOCAL { 1 } else { local + 1 };
-        let t = tid(self.host, local);
-        l.tasks[slot] = Some(Task { tid: t, ptid, pid, flag, state, name: name.into() });
-        self.store(&mut l)?;
-        Ok(t)
+        let host = self.host;
+        self.with(|l| {
+            Self::reap(l);
+            let slot = l.tasks.iter().position(Option::is_none).ok_or(TableError::Full)?;
+            // The next local number not in use (PVM counts up, then wraps).
+            let used: std::collections::HashSet<i32> = l.tasks.iter().flatten().map(|t| t.tid & TID_LOCAL).collect();
+            let mut local = l.next.max(1);
+            while used.contains(&(local as i32)) {
+                local = if local as i32 >= TID_LOCAL { 1 } else { local + 1 };
+            }
+            l.next = if local as i32 >= TID_LOCAL { 1 } else { local + 1 };
+            let t = tid(host, local);
+            l.tasks[slot] = Some(Task { tid: t, ptid, pid, flag, state, name: name.into() });
+            Ok(t)
+        })
     }
 
     /// Records the process of a spawned task.
     pub fn set_pid(&self, tid: i32, pid: i32) -> Result<(), TableError> {
-        self.update(tid, |t| t.pid = pid)
+        self.update(tid, |t| t.pid = pid).map(drop)
     }
 
     /// A spawned task enrolls: its process, now running. Returns its entry.
     pub fn enroll(&self, tid: i32, pid: i32) -> Result<Task, TableError> {
-        let mut out = None;
         self.update(tid, |t| {
             t.pid = pid;
             t.state = State::Running;
-            out = Some(t.clone());
-        })?;
-        out.ok_or(TableError::NoTask(tid))
+        })
     }
 
-    fn update(&self, tid: i32, f: impl FnOnce(&mut Task)) -> Result<(), TableError> {
-        let mut l = self.lock()?;
-        let t = l.tasks.iter_mut().flatten().find(|t| t.tid == tid).ok_or(TableError::NoTask(tid))?;
-        f(t);
-        self.store(&mut l)
+    /// Changes task `tid` with `f`; returns it as changed.
+    fn update(&self, tid: i32, f: impl FnOnce(&mut Task)) -> Result<Task, TableError> {
+        self.with(|l| {
+            let t = l.tasks.iter_mut().flatten().find(|t| t.tid == tid).ok_or(TableError::NoTask(tid))?;
+            f(t);
+            Ok(t.clone())
+        })
     }
 
     /// Removes a task (it exits, or its spawn failed).
     pub fn remove(&self, tid: i32) -> Result<(), TableError> {
-        let mut l = self.lock()?;
-        for e in l.tasks.iter_mut() {
-            if e.as_ref().is_some_and(|t| t.tid == tid) {
-                *e = None;
+        self.with(|l| {
+            for e in l.tasks.iter_mut() {
+                if e.as_ref().is_some_and(|t| t.tid == tid) {
+                    *e = None;
+                }
             }
-        }
-        self.store(&mut l)
+            Ok(())
+        })
     }
 
     /// Every task, after freeing those whose process is gone.
     pub fn tasks(&self) -> Result<Vec<Task>, TableError> {
-        let mut l = self.lock()?;
-        if !Self::reap(&mut l).is_empty() {
-            self.store(&mut l)?;
-        }
-        Ok(l.tasks.into_iter().flatten().collect())
+        self.with(|l| {
+            Self::reap(l);
+            Ok(l.tasks.iter().flatten().cloned().collect())
+        })
     }
 
     /// The task with TID `tid`, if it is there.
