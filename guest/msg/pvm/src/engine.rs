@@ -6,8 +6,8 @@
 //! A task listens on its UMP handle (made from its TID and the virtual
 //! machine's number), and opens a channel to a task the first time it
 //! sends to it; the receiver takes the channel at its next PVM call. Over
-//! shared memory inside a guest, over MEMORY CHANNEL between guests: UMP
-//! chooses.
+//! shared memory to a task of the same host (TID host field), over MEMORY
+//! CHANNEL between guests.
 //!
 //! A send waits until its frames are in the ring (the receiver's ring
 //! absorbs them, and the receiver's every PVM call drains its rings into
@@ -329,7 +329,15 @@ impl Engine {
             if !exists(dest) {
                 return Err(EngineError::NoTask(dest));
             }
-            let id = ump::open_or_join(handle(self.vm, self.me), handle(self.vm, dest), ump::Want::Any)?;
+            // The TIDs' host fields say where the other task is: shared
+            // memory on this machine, MEMORY CHANNEL between guests (a
+            // task spawned here may not listen yet, so UMP could not tell).
+            let want = if crate::table::host_of(dest) == crate::table::host_of(self.me) {
+                ump::Want::Shm
+            } else {
+                ump::Want::Mc
+            };
+            let id = ump::open_or_join(handle(self.vm, self.me), handle(self.vm, dest), want)?;
             self.peers.insert(dest, Peer { id, ch: None });
         }
         let t0 = Instant::now();
