@@ -8,6 +8,8 @@
  *   - pvm_mcast, pvm_probe, pvm_nrecv, pvm_trecv's timeout, tag and TID
  *     wildcards, pvm_psend/pvm_precv, a message of 1 MiB;
  *   - pvm_parent, pvm_siblings, pvm_tasks, pvm_config, pvm_bufinfo;
+ *   - pvm_notify(PvmTaskExit): a task killed with pvm_kill is reported,
+ *     and a task already gone at once;
  *   - errors: spawning a program that is not there (PvmNoFile), sending
  *     to a task that is not there (PvmNoTask), a bad buffer (PvmNoSuchBuf).
  * Prints "api: ok" at the end; any failure prints what and exits 1.
@@ -167,12 +169,29 @@ int main(int argc, char **argv)
             break;
         }
 
+    /* Notification: a killed task is reported, and one already gone at
+     * once; both from a daemon TID of this host. */
+    CHECK(pvm_notify(PvmTaskExit, 66, 1, &tids[1]) == 0, "notify");
+    CHECK(pvm_kill(tids[1]) == 0, "kill");
+    struct timeval ten = { 10, 0 };
+    bufid = pvm_trecv(-1, 66, &ten);
+    CHECK(bufid > 0, "no exit notification within 10 s");
+    if (bufid > 0) {
+        int gone = 0;
+        pvm_upkint(&gone, 1, 1);
+        pvm_bufinfo(bufid, &bytes, &tag, &src);
+        CHECK(gone == tids[1] && (src & 0x80000000) && (src & 0x3ffc0000) == (me & 0x3ffc0000),
+              "notification of %x from %x", gone, src);
+    }
+    CHECK(pvm_notify(PvmTaskExit, 67, 1, &tids[1]) == 0, "notify on a task gone");
+    CHECK(pvm_nrecv(-1, 67) > 0, "a task already gone is reported at once");
+    CHECK(pvm_pstat(tids[1]) == PvmNoTask, "pstat of a killed task");
+
     /* Errors. */
     CHECK(pvm_freebuf(123456) == PvmNoSuchBuf, "freebuf");
     pvm_initsend(PvmDataDefault);
     pvm_initsend(PvmDataDefault);
-    for (int w = 0; w < 2; w++)
-        pvm_send(tids[w], 99);
+    pvm_send(tids[0], 99);
     CHECK(pvm_send(me + 1000, 1) == PvmNoTask, "send to nobody");
     pvm_exit();
     printf(failures ? "api: %d failures\n" : "api: ok\n", failures);

@@ -283,18 +283,31 @@ impl Engine {
     pub fn send(
         &mut self,
         dest: i32,
+        what: (i32, i32, i32),
+        data: &[u8],
+        exists: &mut dyn FnMut(i32) -> bool,
+    ) -> Result<(), EngineError> {
+        self.send_from(self.me, dest, what, data, exists)
+    }
+
+    /// [`Engine::send`] with `src` as the sender the receiver sees (a
+    /// notification comes from the host's daemon TID, as in PVM).
+    pub fn send_from(
+        &mut self,
+        src: i32,
+        dest: i32,
         (tag, ctx, enc): (i32, i32, i32),
         data: &[u8],
         exists: &mut dyn FnMut(i32) -> bool,
     ) -> Result<(), EngineError> {
         let total = u32::try_from(data.len()).map_err(|_| EngineError::TooBig(data.len()))?;
         if dest == self.me {
-            self.inbox.push_back(Msg { src: dest, tag, ctx, enc, data: data.to_vec() });
+            self.inbox.push_back(Msg { src, tag, ctx, enc, data: data.to_vec() });
             return Ok(());
         }
         let ch = self.open(dest, exists)?;
         self.seq = self.seq.wrapping_add(1);
-        let head = Frame { src: self.me, tag, ctx, enc, total, flags: 0, seq: self.seq };
+        let head = Frame { src, tag, ctx, enc, total, flags: 0, seq: self.seq };
         let mut idle = 0u32;
         let mut checked = Instant::now();
         for f in frames(head, data, ch.max_unsplit()) {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::consts::{self, err, opt};
 use crate::engine::{self, Engine, EngineError};
 use crate::group::{self, Arrival, GroupTable};
+use crate::notify::{self, Notify};
 use crate::pack::{Buffer, InPlace};
 use crate::reduce::{self, Op};
 use crate::spawn;
@@ -24,6 +25,9 @@ use crate::table::{self, State, Table, TableError};
 pub struct Pvm {
     table: Table,
     groups: GroupTable,
+    notify: Notify,
+    /// When this task last sent the notifications that were due.
+    looked: Instant,
     host: u32,
     me: i32,
     ptid: i32,
@@ -257,6 +261,8 @@ impl Pvm {
         opts[opt::POLL_TYPE as usize] = 1;
         Ok(Pvm {
             groups: GroupTable::open(&table::vm_dir()),
+            notify: Notify::open(&table::vm_dir()),
+            looked: Instant::now(),
             table,
             host,
             me,
@@ -279,6 +285,36 @@ impl Pvm {
     /// Collects children that have ended (they stay zombies otherwise).
     fn reap(&mut self) {
         self.children.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
+    }
+
+    /// The TID notifications come from: the daemon's of this host.
+    fn daemon_tid(&self) -> i32 {
+        (0x8000_0000u32 as i32) | (self.me & table::TID_HOST)
+    }
+
+    /// Sends the notifications that are due (tasks gone without leaving).
+    fn send_due(&mut self) -> Result<(), c_int> {
+        self.looked = Instant::now();
+        let live: std::collections::HashSet<i32> =
+            self.table.tasks().map_err(|_| err::SYS_ERR)?.into_iter().map(|t| t.tid).collect();
+        let src = self.daemon_tid();
+        for (to, tag, ctx, on) in self.notify.due(&live)? {
+            let table = &self.table;
+            // A watcher gone meanwhile needs no message.
+            let _ = self.eng.send_from(src, to, (tag, ctx, consts::DATA_DEFAULT), &on.to_ne_bytes(), &mut |t| {
+                Self::exists(table, t)
+            });
+        }
+        Ok(())
+    }
+
+    /// What a waiting task does about once a second besides waiting:
+    /// sends the notifications that are due.
+    fn now_and_then(&mut self) -> Result<(), c_int> {
+        if self.looked.elapsed() >= Duration::from_secs(1) {
+            self.send_due()?;
+        }
+        Ok(())
     }
 
     fn exists(table: &Table, tid: i32) -> bool {
@@ -361,6 +397,7 @@ impl Pvm {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(0);
             }
+            self.now_and_then()?;
             if tid > 0 && checked.elapsed() > Duration::from_secs(1) {
                 // Nothing can come from a task that is not there.
                 checked = Instant::now();
@@ -429,9 +466,11 @@ pub extern "C" fn pvm_exit() -> c_int {
     let Some(mut p) = g.take() else { return 0 };
     p.reap();
     let _ = p.groups.leave_all(p.me, &|_| true);
+    let _ = p.table.remove(p.me);
+    // Those who asked to hear of our exit hear it now.
+    let _ = p.send_due();
     let table = &p.table;
     p.eng.finish(Duration::from_secs(30), &mut |t| Pvm::exists(table, t));
-    let _ = p.table.remove(p.me);
     // Children keep running (as with PVM); they are collected by init.
     std::mem::forget(p.children);
     0
@@ -529,6 +568,55 @@ pub unsafe extern "C" fn pvm_spawn(
             unsafe { put(tids.wrapping_add(i), err::OUT_OF_RES) };
         }
         Ok(started)
+    })
+}
+
+/// `pvm_notify`: asks for a message with tag `tag` when one of the
+/// `cnt` tasks in `tids` exits (`PvmTaskExit`; the message holds its TID,
+/// one int, and comes from the host's daemon TID), when one of the hosts
+/// `tids` leaves (`PvmHostDelete`), or when hosts are added (`PvmHostAdd`,
+/// `cnt` messages, -1: for ever). `| PvmNotifyCancel` withdraws requests.
+/// A task already gone is reported at once.
+///
+/// # Safety
+/// `tids` holds `cnt` ints (for `PvmTaskExit` and `PvmHostDelete`).
+#[no_mangle]
+pub unsafe extern "C" fn pvm_notify(what: c_int, tag: c_int, cnt: c_int, tids: *const c_int) -> c_int {
+    with("pvm_notify", |p| {
+        let cancel = what & consts::NOTIFY_CANCEL != 0;
+        let kind = what & !consts::NOTIFY_CANCEL;
+        let list: Vec<i32> = match kind {
+            consts::TASK_EXIT | consts::HOST_DELETE => {
+                if cnt < 0 || (cnt > 0 && tids.is_null()) {
+                    return Err(err::BAD_PARAM);
+                }
+                if cnt == 0 {
+                    Vec::new()
+                } else {
+                    // SAFETY: the caller's contract.
+                    unsafe { std::slice::from_raw_parts(tids, cnt as usize) }.to_vec()
+                }
+            }
+            consts::HOST_ADD => vec![0],
+            _ => return Err(err::BAD_PARAM),
+        };
+        let reqs: Vec<notify::Request> =
+            list.into_iter().map(|on| notify::Request { what: kind, on, to: p.me, tag, ctx: p.ctx }).collect();
+        if kind == consts::HOST_DELETE && !cancel {
+            // A host not in the virtual machine is reported at once; this
+            // one's leaving ends every task, so its requests never fire.
+            let mine = p.me & table::TID_HOST;
+            let src = p.daemon_tid();
+            for r in reqs.iter().filter(|r| r.on & table::TID_HOST != mine) {
+                let table = &p.table;
+                let _ = p.eng.send_from(src, p.me, (tag, p.ctx, consts::DATA_DEFAULT), &r.on.to_ne_bytes(), &mut |t| {
+                    Pvm::exists(table, t)
+                });
+            }
+        }
+        p.notify.add(&reqs, cancel)?;
+        p.send_due()?;
+        Ok(0)
     })
 }
 
@@ -1065,6 +1153,7 @@ pub unsafe extern "C" fn pvm_precv(
                 break m;
             }
             if !p.eng.progress().map_err(|e| engine_code(&e))? {
+                p.now_and_then()?;
                 engine::backoff(&mut idle);
             }
         };
@@ -1314,7 +1403,6 @@ type Ip = *mut c_int;
 type Vp = *mut c_void;
 
 not_impl! {
-    pvm_notify(what: c_int, tag: c_int, cnt: c_int, tids: Ip);
     pvm_putinfo(name: Cp, buf: c_int, flags: c_int);
     pvm_recvinfo(name: Cp, index: c_int, flags: c_int);
     pvm_delinfo(name: Cp, index: c_int, flags: c_int);
@@ -1430,6 +1518,7 @@ impl Pvm {
                 idle = 0;
                 continue;
             }
+            self.now_and_then()?;
             if tid > 0 && checked.elapsed() > Duration::from_secs(1) {
                 checked = Instant::now();
                 if !Self::exists(&self.table, tid) {
@@ -1545,6 +1634,7 @@ pub unsafe extern "C" fn pvm_freezegroup(g: *const c_char, size: c_int) -> c_int
             }
             // Messages keep arriving while it waits.
             p.eng.progress().map_err(|e| engine_code(&e))?;
+            p.now_and_then()?;
             engine::backoff(&mut idle);
         }
     })

@@ -16,6 +16,7 @@ pub mod engine;
 pub mod ffi;
 pub mod group;
 pub mod locked;
+pub mod notify;
 pub mod pack;
 pub mod reduce;
 pub mod spawn;

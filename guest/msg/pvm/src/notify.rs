@@ -1,0 +1,139 @@
+//! `pvm_notify`'s requests: who wants a message with which tag when a
+//! task exits (`PvmTaskExit`), a host leaves (`PvmHostDelete`) or one is
+//! added (`PvmHostAdd`). No daemon sends them: the task that exits sends
+//! those about itself at `pvm_exit`, and any task that looks ([`due`],
+//! from its waits about once a second and from `pvm_notify`) sends those
+//! about tasks that are gone without leaving (killed). A task that asks
+//! about a task already gone gets its message at once, as in PVM.
+//!
+//! Stored in `$PVM_TMP/pvmmc.<uid>/notify` ([`crate::locked`]). Touched
+//! by the thread calling PVM (under the C layer's lock).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::consts::err;
+use crate::locked;
+
+/// Requests one virtual machine holds.
+pub const MAX_REQUESTS: usize = 4096;
+
+/// One request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// What is watched: `PvmTaskExit`, `PvmHostDelete`, `PvmHostAdd`.
+    pub what: i32,
+    /// The TID (task exit) or host TID (host delete) watched; 0 for
+    /// host additions.
+    pub on: i32,
+    /// Who gets the message, with which tag and context.
+    pub to: i32,
+    pub tag: i32,
+    pub ctx: i32,
+}
+
+/// A message to send: to whom, tag, context, and the TID it reports.
+pub type Due = (i32, i32, i32, i32);
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Requests {
+    list: Vec<Request>,
+}
+
+/// The requests of a virtual machine.
+pub struct Notify {
+    path: PathBuf,
+}
+
+impl Notify {
+    /// The requests in folder `dir` (the task table's).
+    pub fn open(dir: &Path) -> Notify {
+        Notify { path: dir.join("notify") }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Requests) -> Result<R, i32>) -> Result<R, i32> {
+        locked::update(&self.path, |raw| {
+            let mut r: Requests = if raw.is_empty() {
+                Requests::default()
+            } else {
+                serde_json::from_slice(raw).map_err(|_| err::SYS_ERR)?
+            };
+            let out = f(&mut r);
+            *raw = serde_json::to_vec(&r).map_err(|_| err::SYS_ERR)?;
+            out
+        })
+        .map_err(|_| err::SYS_ERR)?
+    }
+
+    /// Adds requests (`cancel`: removes the matching ones instead).
+    pub fn add(&self, reqs: &[Request], cancel: bool) -> Result<(), i32> {
+        self.with(|r| {
+            if cancel {
+                r.list.retain(|x| {
+                    !reqs.iter().any(|q| q.what == x.what && q.on == x.on && q.to == x.to && q.tag == x.tag)
+                });
+                return Ok(());
+            }
+            if r.list.len() + reqs.len() > MAX_REQUESTS {
+                return Err(err::OUT_OF_RES);
+            }
+            r.list.extend_from_slice(reqs);
+            Ok(())
+        })
+    }
+
+    /// Takes the task-exit requests about tasks not in `live`, and drops
+    /// every request of a task not in `live`: the messages to send now.
+    pub fn due(&self, live: &HashSet<i32>) -> Result<Vec<Due>, i32> {
+        self.with(|r| {
+            let mut out = Vec::new();
+            r.list.retain(|q| {
+                if !live.contains(&q.to) {
+                    return false;
+                }
+                if q.what == crate::consts::TASK_EXIT && !live.contains(&q.on) {
+                    out.push((q.to, q.tag, q.ctx, q.on));
+                    return false;
+                }
+                true
+            });
+            Ok(out)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consts::{HOST_DELETE, TASK_EXIT};
+
+    fn req(what: i32, on: i32, to: i32, tag: i32) -> Request {
+        Request { what, on, to, tag, ctx: 0 }
+    }
+
+    #[test]
+    fn an_exit_is_reported_once_to_each_watcher_that_is_still_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = Notify::open(dir.path());
+        n.add(
+            &[
+                req(TASK_EXIT, 5, 1, 9),
+                req(TASK_EXIT, 6, 1, 9),
+                req(TASK_EXIT, 5, 2, 7),
+                req(HOST_DELETE, 0x80000, 1, 3),
+            ],
+            false,
+        )
+        .unwrap();
+        n.add(&[req(TASK_EXIT, 5, 3, 1)], false).unwrap();
+        n.add(&[req(TASK_EXIT, 6, 1, 9)], true).unwrap();
+        let live: HashSet<i32> = [1, 2, 6].into_iter().collect();
+        let mut due = n.due(&live).unwrap();
+        due.sort();
+        assert_eq!(due, vec![(1, 9, 0, 5), (2, 7, 0, 5)], "task 3 is gone and gets nothing");
+        assert_eq!(n.due(&live).unwrap(), vec![], "each once");
+        assert_eq!(n.due(&[1].into_iter().collect()).unwrap(), vec![], "the cancelled request stays cancelled");
+    }
+}
