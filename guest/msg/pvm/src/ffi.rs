@@ -214,12 +214,6 @@ fn engine_code(e: &EngineError) -> c_int {
     }
 }
 
-/// This guest's MEMORY CHANNEL node plus one (host numbers start at 1),
-/// or 1 off a cluster.
-fn my_host() -> u32 {
-    std::fs::read_to_string("/run/mc-node").ok().and_then(|s| s.trim().parse::<u32>().ok()).unwrap_or(0) + 1
-}
-
 fn hostname() -> String {
     nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into())
 }
@@ -231,8 +225,9 @@ fn program_name() -> String {
 
 impl Pvm {
     fn enroll() -> Result<Pvm, String> {
-        let host = my_host();
-        let table = Table::open(&table::vm_dir(), host).map_err(|e| e.to_string())?;
+        let vm = crate::vm::open()?;
+        let table = vm.tasks;
+        let host = table.host();
         let pid = std::process::id() as i32;
         let given = std::env::var(spawn::ENV_TID).ok().and_then(|v| v.parse::<i32>().ok());
         let siblings = std::env::var(spawn::ENV_SIBLINGS)
@@ -249,7 +244,7 @@ impl Pvm {
                 err::NO_PARENT,
             ),
         };
-        let vm = table.vm_id().map_err(|e| e.to_string())?;
+        let (groups, notify, vm) = (vm.groups, vm.notify, vm.id);
         let eng = Engine::start(me, vm).map_err(|e| {
             let _ = table.remove(me);
             e.to_string()
@@ -260,8 +255,8 @@ impl Pvm {
         opts[opt::FRAG_SIZE as usize] = 4096;
         opts[opt::POLL_TYPE as usize] = 1;
         Ok(Pvm {
-            groups: GroupTable::open(&table::vm_dir()),
-            notify: Notify::open(&table::vm_dir()),
+            groups,
+            notify,
             looked: Instant::now(),
             table,
             host,

@@ -8,17 +8,17 @@
 //! itself under the lock; the last one takes the list and sends each
 //! waiter a release message (`ffi`), and the barrier starts afresh.
 //!
-//! Stored in `$PVM_TMP/pvmmc.<uid>/groups` ([`crate::locked`]). Members
+//! Stored as JSON ([`crate::store`]: MEMORY CHANNEL space in a cluster,
+//! else `$PVM_TMP/pvmmc.<uid>/groups`). Members
 //! whose task is gone leave at the next look. Touched by the thread
 //! calling PVM (under the C layer's lock).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::consts::err;
-use crate::locked;
+use crate::store::Store;
 
 /// Bytes of a group name, at most.
 pub const NAME_MAX: usize = 255;
@@ -54,7 +54,7 @@ pub enum Arrival {
 
 /// The group table of a virtual machine.
 pub struct GroupTable {
-    path: PathBuf,
+    store: Store,
 }
 
 /// A group name, checked: `PvmNullGroup` for none or an empty one.
@@ -67,30 +67,31 @@ pub fn name(n: Option<&str>) -> Result<&str, i32> {
 }
 
 impl GroupTable {
-    /// The table in folder `dir` (the task table's).
-    pub fn open(dir: &Path) -> GroupTable {
-        GroupTable { path: dir.join("groups") }
+    /// The table in `store`.
+    pub fn open(store: Store) -> GroupTable {
+        GroupTable { store }
     }
 
     /// Runs `f` on the table under its lock, after dropping members that
     /// `alive` says are gone (and groups left empty).
     fn with<R>(&self, alive: &dyn Fn(i32) -> bool, f: impl FnOnce(&mut Groups) -> Result<R, i32>) -> Result<R, i32> {
-        locked::update(&self.path, |raw| {
-            let mut g: Groups = if raw.is_empty() {
-                Groups::default()
-            } else {
-                serde_json::from_slice(raw).map_err(|_| err::SYS_ERR)?
-            };
-            for grp in g.groups.values_mut() {
-                grp.members.retain(|&(t, _)| alive(t));
-                grp.waiting.retain(|&t| alive(t));
-            }
-            g.groups.retain(|_, grp| !grp.members.is_empty());
-            let r = f(&mut g);
-            *raw = serde_json::to_vec(&g).map_err(|_| err::SYS_ERR)?;
-            r
-        })
-        .map_err(|_| err::SYS_ERR)?
+        self.store
+            .update(|raw| {
+                let mut g: Groups = if raw.is_empty() {
+                    Groups::default()
+                } else {
+                    serde_json::from_slice(raw).map_err(|_| err::SYS_ERR)?
+                };
+                for grp in g.groups.values_mut() {
+                    grp.members.retain(|&(t, _)| alive(t));
+                    grp.waiting.retain(|&t| alive(t));
+                }
+                g.groups.retain(|_, grp| !grp.members.is_empty());
+                let r = f(&mut g);
+                *raw = serde_json::to_vec(&g).map_err(|_| err::SYS_ERR)?;
+                r
+            })
+            .map_err(|_| err::SYS_ERR)?
     }
 
     /// `pvm_joingroup`: the lowest free instance number.
@@ -203,7 +204,7 @@ mod tests {
     #[test]
     fn instances_are_the_lowest_free_and_members_leave() {
         let dir = tempfile::tempdir().unwrap();
-        let t = GroupTable::open(dir.path());
+        let t = GroupTable::open(Store::file(dir.path(), crate::store::Kind::Groups).unwrap());
         let all = |_| true;
         assert_eq!(t.join("g", 10, &all), Ok(0));
         assert_eq!(t.join("g", 11, &all), Ok(1));
@@ -226,7 +227,7 @@ mod tests {
     #[test]
     fn the_last_task_at_a_barrier_releases_the_others_and_it_starts_afresh() {
         let dir = tempfile::tempdir().unwrap();
-        let t = GroupTable::open(dir.path());
+        let t = GroupTable::open(Store::file(dir.path(), crate::store::Kind::Groups).unwrap());
         let all = |_| true;
         for tid in 1..=3 {
             t.join("b", tid, &all).unwrap();

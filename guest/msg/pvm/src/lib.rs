@@ -20,4 +20,6 @@ pub mod notify;
 pub mod pack;
 pub mod reduce;
 pub mod spawn;
+pub mod store;
 pub mod table;
+pub mod vm;

@@ -6,16 +6,16 @@
 //! about tasks that are gone without leaving (killed). A task that asks
 //! about a task already gone gets its message at once, as in PVM.
 //!
-//! Stored in `$PVM_TMP/pvmmc.<uid>/notify` ([`crate::locked`]). Touched
+//! Stored as JSON ([`crate::store`]: MEMORY CHANNEL space in a cluster,
+//! else `$PVM_TMP/pvmmc.<uid>/notify`). Touched
 //! by the thread calling PVM (under the C layer's lock).
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::consts::err;
-use crate::locked;
+use crate::store::Store;
 
 /// Requests one virtual machine holds.
 pub const MAX_REQUESTS: usize = 4096;
@@ -44,27 +44,28 @@ struct Requests {
 
 /// The requests of a virtual machine.
 pub struct Notify {
-    path: PathBuf,
+    store: Store,
 }
 
 impl Notify {
-    /// The requests in folder `dir` (the task table's).
-    pub fn open(dir: &Path) -> Notify {
-        Notify { path: dir.join("notify") }
+    /// The requests in `store`.
+    pub fn open(store: Store) -> Notify {
+        Notify { store }
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Requests) -> Result<R, i32>) -> Result<R, i32> {
-        locked::update(&self.path, |raw| {
-            let mut r: Requests = if raw.is_empty() {
-                Requests::default()
-            } else {
-                serde_json::from_slice(raw).map_err(|_| err::SYS_ERR)?
-            };
-            let out = f(&mut r);
-            *raw = serde_json::to_vec(&r).map_err(|_| err::SYS_ERR)?;
-            out
-        })
-        .map_err(|_| err::SYS_ERR)?
+        self.store
+            .update(|raw| {
+                let mut r: Requests = if raw.is_empty() {
+                    Requests::default()
+                } else {
+                    serde_json::from_slice(raw).map_err(|_| err::SYS_ERR)?
+                };
+                let out = f(&mut r);
+                *raw = serde_json::to_vec(&r).map_err(|_| err::SYS_ERR)?;
+                out
+            })
+            .map_err(|_| err::SYS_ERR)?
     }
 
     /// Adds requests (`cancel`: removes the matching ones instead).
@@ -116,7 +117,7 @@ mod tests {
     #[test]
     fn an_exit_is_reported_once_to_each_watcher_that_is_still_there() {
         let dir = tempfile::tempdir().unwrap();
-        let n = Notify::open(dir.path());
+        let n = Notify::open(Store::file(dir.path(), crate::store::Kind::Notify).unwrap());
         n.add(
             &[
                 req(TASK_EXIT, 5, 1, 9),

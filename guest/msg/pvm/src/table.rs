@@ -12,11 +12,11 @@
 //! lock); tasks exclude each other with `flock`.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::locked;
+use crate::store::{Store, StoreError};
 
 /// TID bits: the host field (PVM's `TIDHOST`).
 pub const TID_HOST: i32 = 0x3ffc_0000;
@@ -43,14 +43,17 @@ pub const NAME_MAX: usize = 104;
 const MAGIC: u64 = u64::from_le_bytes(*b"PVMMCTB1");
 const HEADER: usize = 64;
 const ENTRY: usize = 128;
+/// Bytes of the table's image.
+pub const IMAGE: usize = HEADER + MAX_TASKS * ENTRY;
+const _: () = assert!(IMAGE == crate::store::TASKS_IMAGE);
 
 /// What went wrong with the table.
 #[derive(Debug, Error)]
 pub enum TableError {
-    #[error("the task table {0}")]
-    Io(#[from] locked::LockedError),
-    #[error("the task table {0} is not one of ours (bad magic); remove it")]
-    Foreign(PathBuf),
+    #[error("the task table: {0}")]
+    Store(#[from] StoreError),
+    #[error("the task table is not one of ours (bad magic); remove {0}")]
+    Foreign(String),
     #[error("the task table is full: {MAX_TASKS} tasks (table::MAX_TASKS)")]
     Full,
     #[error("no task t{0:x} in the table")]
@@ -127,7 +130,7 @@ pub fn alive(pid: i32) -> bool {
 
 /// The table of one virtual machine.
 pub struct Table {
-    path: PathBuf,
+    store: Store,
     host: u32,
 }
 
@@ -144,31 +147,42 @@ struct Locked {
 }
 
 impl Table {
-    /// The table in folder `dir` (made if missing) for host `host`.
-    pub fn open(dir: &Path, host: u32) -> Result<Table, TableError> {
-        std::fs::create_dir_all(dir).map_err(|err| locked::LockedError { path: dir.to_path_buf(), err })?;
-        Ok(Table { path: dir.join("tasks"), host })
+    /// The table in `store`, for a task of host `host`.
+    pub fn open(store: Store, host: u32) -> Table {
+        Table { store, host }
     }
 
-    /// A 16-bit number naming this virtual machine (its table file), so
-    /// that two on one machine never share a UMP handle.
-    pub fn vm_id(&self) -> Result<u16, TableError> {
+    /// This task's host number.
+    pub fn host(&self) -> u32 {
+        self.host
+    }
+
+    /// A 16-bit number naming a virtual machine kept in files (its table
+    /// file), so that two on one machine never share a UMP handle.
+    pub fn file_vm_id(&self) -> Result<Option<u16>, TableError> {
+        let Some(path) = self.store.path() else { return Ok(None) };
         self.with(|_| Ok(()))?;
-        let m = std::fs::metadata(&self.path).map_err(|err| locked::LockedError { path: self.path.clone(), err })?;
+        let m = std::fs::metadata(path)
+            .map_err(|err| StoreError::File(crate::locked::LockedError { path: path.to_path_buf(), err }))?;
         let h = (m.dev() ^ m.ino().rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        Ok((h >> 48) as u16)
+        Ok(Some((h >> 48) as u16))
     }
 
     /// Runs `f` on the table under its lock, storing what it changed.
     fn with<R>(&self, f: impl FnOnce(&mut Locked) -> Result<R, TableError>) -> Result<R, TableError> {
-        locked::update(&self.path, |raw| {
+        let where_ = || self.store.path().map_or("the MEMORY CHANNEL region".to_string(), |p| p.display().to_string());
+        self.store.update(|raw| {
+            // An image shorter than the table (a region read up to its
+            // last non-zero byte) is zeros to the end.
             let mut l = if raw.is_empty() {
                 Locked { next: 1, tasks: vec![None; MAX_TASKS] }
-            } else if raw.len() != HEADER + MAX_TASKS * ENTRY
+            } else if raw.len() > IMAGE
+                || raw.len() < 8
                 || u64::from_le_bytes(raw[..8].try_into().unwrap_or_default()) != MAGIC
             {
-                return Err(TableError::Foreign(self.path.clone()));
+                return Err(TableError::Foreign(where_()));
             } else {
+                raw.resize(IMAGE, 0);
                 Locked {
                     next: u32::from_le_bytes([raw[8], raw[9], raw[10], raw[11]]),
                     tasks: raw[HEADER..].chunks_exact(ENTRY).map(Task::decode).collect(),
@@ -176,7 +190,7 @@ impl Table {
             };
             let r = f(&mut l)?;
             raw.clear();
-            raw.resize(HEADER + MAX_TASKS * ENTRY, 0);
+            raw.resize(IMAGE, 0);
             raw[..8].copy_from_slice(&MAGIC.to_le_bytes());
             raw[8..12].copy_from_slice(&l.next.to_le_bytes());
             for (t, e) in l.tasks.iter().zip(raw[HEADER..].chunks_exact_mut(ENTRY)) {
@@ -188,11 +202,12 @@ impl Table {
         })?
     }
 
-    /// Frees the entries of processes that are gone; returns their tasks.
-    fn reap(l: &mut Locked) -> Vec<Task> {
+    /// Frees the entries of this host's processes that are gone (only
+    /// this host can tell); returns their tasks.
+    fn reap(l: &mut Locked, host: u32) -> Vec<Task> {
         let mut gone = Vec::new();
         for e in l.tasks.iter_mut() {
-            if e.as_ref().is_some_and(|t| t.pid != 0 && !alive(t.pid)) {
+            if e.as_ref().is_some_and(|t| host_of(t.tid) == host && t.pid != 0 && !alive(t.pid)) {
                 gone.extend(e.take());
             }
         }
@@ -202,9 +217,24 @@ impl Table {
     /// Takes a TID for a new task (state `Starting` with `pid` 0 until
     /// [`Table::set_pid`], or `Running` for the calling process).
     pub fn add(&self, ptid: i32, pid: i32, flag: i32, state: State, name: &str) -> Result<i32, TableError> {
-        let host = self.host;
+        self.add_on(self.host, ptid, pid, flag, state, name)
+    }
+
+    /// [`Table::add`] for a task of host `host` (spawned there by its
+    /// daemon).
+    pub fn add_on(
+        &self,
+        host: u32,
+        ptid: i32,
+        pid: i32,
+        flag: i32,
+        state: State,
+        name: &str,
+    ) -> Result<i32, TableError> {
+        let me = self.host;
         self.with(|l| {
-            Self::reap(l);
+            Self::reap(l, me);
+            Self::reap(l, host);
             let slot = l.tasks.iter().position(Option::is_none).ok_or(TableError::Full)?;
             // The next local number not in use (PVM counts up, then wraps).
             let used: std::collections::HashSet<i32> = l.tasks.iter().flatten().map(|t| t.tid & TID_LOCAL).collect();
@@ -255,8 +285,9 @@ impl Table {
 
     /// Every task, after freeing those whose process is gone.
     pub fn tasks(&self) -> Result<Vec<Task>, TableError> {
+        let host = self.host;
         self.with(|l| {
-            Self::reap(l);
+            Self::reap(l, host);
             Ok(l.tasks.iter().flatten().cloned().collect())
         })
     }
@@ -282,7 +313,7 @@ mod tests {
     #[test]
     fn tids_are_unique_reused_and_freed_with_their_process() {
         let dir = tempfile::tempdir().unwrap();
-        let t = Table::open(dir.path(), 1).unwrap();
+        let t = Table::open(Store::file(dir.path(), crate::store::Kind::Tasks).unwrap(), 1);
         let me = std::process::id() as i32;
         let a = t.add(-23, me, 0, State::Running, "a").unwrap();
         let b = t.add(a, 0, 0, State::Starting, "b").unwrap();
@@ -302,13 +333,15 @@ mod tests {
         t.remove(a).unwrap();
         assert_eq!(t.find(a).unwrap(), None);
         assert!(matches!(t.enroll(b, me), Err(TableError::NoTask(_))));
-        assert_ne!(t.vm_id().unwrap(), Table::open(tempfile::tempdir().unwrap().path(), 1).unwrap().vm_id().unwrap());
+        let other = tempfile::tempdir().unwrap();
+        let other = Table::open(Store::file(other.path(), crate::store::Kind::Tasks).unwrap(), 1);
+        assert_ne!(t.file_vm_id().unwrap(), other.file_vm_id().unwrap());
     }
 
     #[test]
     fn a_full_table_names_its_limit() {
         let dir = tempfile::tempdir().unwrap();
-        let t = Table::open(dir.path(), 2).unwrap();
+        let t = Table::open(Store::file(dir.path(), crate::store::Kind::Tasks).unwrap(), 2);
         let me = std::process::id() as i32;
         for _ in 0..MAX_TASKS {
             t.add(-23, me, 0, State::Running, "x").unwrap();

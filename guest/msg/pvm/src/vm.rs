@@ -1,0 +1,59 @@
+//! Which virtual machine a task belongs to and where its tables live: in
+//! a guest with imcd, the cluster's one virtual machine per user, its
+//! tables in MEMORY CHANNEL space; elsewhere (the host, a guest without
+//! imcd) this machine's, in files under `$PVM_TMP/pvmmc.<uid>/`
+//! ([`crate::store`]). Made once per task, at enrollment, on the thread
+//! calling PVM.
+
+use crate::group::GroupTable;
+use crate::notify::Notify;
+use crate::store::{Kind, McTables, Store, StoreError};
+use crate::table::{self, Table, TableError};
+
+/// A task's view of its virtual machine.
+pub struct Vm {
+    pub tasks: Table,
+    pub groups: GroupTable,
+    pub notify: Notify,
+    /// The 16-bit number in every UMP handle of the virtual machine.
+    pub id: u16,
+}
+
+/// This guest's MEMORY CHANNEL node, if it is in a cluster.
+pub fn node() -> Option<u32> {
+    std::fs::read_to_string("/run/mc-node").ok().and_then(|s| s.trim().parse().ok())
+}
+
+/// The host number of a node (host numbers start at 1, as in PVM).
+pub fn host_of_node(node: u32) -> u32 {
+    node + 1
+}
+
+/// The node of a host number.
+pub fn node_of_host(host: u32) -> u32 {
+    host.saturating_sub(1)
+}
+
+/// The virtual machine of this process. `PVM_MC_FILES=1` keeps the
+/// tables in files even in a cluster (one virtual machine per guest).
+pub fn open() -> Result<Vm, String> {
+    let node = node();
+    let host = host_of_node(node.unwrap_or(0));
+    let files = std::env::var("PVM_MC_FILES").is_ok_and(|v| v == "1");
+    if let (Some(_), false) = (node, files) {
+        let id = 0x4000 | (u32::from(nix::unistd::getuid()) & 0x3fff) as u16;
+        let mc = McTables::open(id).map_err(|e| format!("the tables in MEMORY CHANNEL space: {e}"))?;
+        let t = |k| mc.table(k).map_err(|e: StoreError| format!("the {k:?} table in MEMORY CHANNEL space: {e}"));
+        return Ok(Vm {
+            tasks: Table::open(t(Kind::Tasks)?, host),
+            groups: GroupTable::open(t(Kind::Groups)?),
+            notify: Notify::open(t(Kind::Notify)?),
+            id,
+        });
+    }
+    let dir = table::vm_dir();
+    let f = |k| Store::file(&dir, k).map_err(|e| e.to_string());
+    let tasks = Table::open(f(Kind::Tasks)?, host);
+    let id = tasks.file_vm_id().map_err(|e: TableError| e.to_string())?.unwrap_or(0);
+    Ok(Vm { tasks, groups: GroupTable::open(f(Kind::Groups)?), notify: Notify::open(f(Kind::Notify)?), id })
+}
