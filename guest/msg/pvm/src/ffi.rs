@@ -48,7 +48,10 @@ pub struct Pvm {
 }
 
 // SAFETY: the raw pointers in `hosts_out` and `tasks_out` point into
-// `strings`, which the same `Pvm` owns; they move with it.
+// `strings`, which the same `Pvm` owns; they move with it. The tables'
+// shared connection to imcd and lock set (`Rc`s in `store::McTable`) are
+// held only by this `Pvm`'s tables, so they move with it too, and the
+// state lock lets one thread at a time use them.
 unsafe impl Send for Pvm {}
 
 /// `struct pvmhostinfo`.

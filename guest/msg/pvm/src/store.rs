@@ -100,8 +100,8 @@ pub struct McTable {
     kind: Kind,
     tx: Mapping<ReadWrite>,
     rx: Mapping<ReadOnly>,
-    locks: std::sync::Arc<imc_client::LockSet>,
-    _imc: std::sync::Arc<imc_client::Imc>,
+    locks: std::rc::Rc<imc_client::LockSet>,
+    _imc: std::rc::Rc<imc_client::Imc>,
 }
 
 /// The region key of virtual machine `vm`'s table `kind` (the user
@@ -113,8 +113,8 @@ fn key(vm: u16, kind: Kind) -> u64 {
 /// The tables of one virtual machine in MEMORY CHANNEL space: one
 /// connection to imcd and one lock set for all.
 pub struct McTables {
-    imc: std::sync::Arc<imc_client::Imc>,
-    locks: std::sync::Arc<imc_client::LockSet>,
+    imc: std::rc::Rc<imc_client::Imc>,
+    locks: std::rc::Rc<imc_client::LockSet>,
     vm: u16,
 }
 
@@ -123,7 +123,7 @@ impl McTables {
     pub fn open(vm: u16) -> Result<McTables, StoreError> {
         let imc = imc_client::Imc::connect()?;
         let (locks, _) = imc.lkalloc(key(vm, Kind::Tasks), 3, 0o600, false)?;
-        Ok(McTables { imc: std::sync::Arc::new(imc), locks: std::sync::Arc::new(locks), vm })
+        Ok(McTables { imc: std::rc::Rc::new(imc), locks: std::rc::Rc::new(locks), vm })
     }
 
     /// Table `kind`, allocated coherently on first use.

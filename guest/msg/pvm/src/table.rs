@@ -170,7 +170,8 @@ impl Table {
 
     /// Runs `f` on the table under its lock, storing what it changed.
     fn with<R>(&self, f: impl FnOnce(&mut Locked) -> Result<R, TableError>) -> Result<R, TableError> {
-        let where_ = || self.store.path().map_or("the MEMORY CHANNEL region".to_string(), |p| p.display().to_string());
+        let where_ =
+            || self.store.path().map_or_else(|| "the MEMORY CHANNEL region".to_string(), |p| p.display().to_string());
         self.store.update(|raw| {
             // An image shorter than the table (a region read up to its
             // last non-zero byte) is zeros to the end.
