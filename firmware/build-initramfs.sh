@@ -22,7 +22,7 @@ CACHE=${1:?usage: build-initramfs.sh CACHE_DIR}
 KDIR=$CACHE/kernel
 KVER=$(cat "$KDIR/version" 2>/dev/null) || { echo "no kernel in $KDIR: run scripts/setup.sh" >&2; exit 1; }
 GUEST_BIN=$REPO/target/guest/x86_64-unknown-linux-gnu/release
-BINS=(mc-agent mctool imcd imc-bench ump-tool figure6 mpid mpiexec)
+BINS=(mc-agent mctool imcd imc-bench ump-tool figure6 mpid mpiexec pvmd)
 SO_DIR=$REPO/target/release
 MODULES=(virtio_pci virtio_console vfio_pci vfio_iommu_type1 virtio_net 9pnet_virtio 9p)
 # glibc runtime: required, then taken when the host has them.

@@ -267,6 +267,20 @@ impl Engine {
         Ok(moved)
     }
 
+    /// Whether any channel is open (a daemon with one may get a request
+    /// on it, which no listener would wake it for).
+    pub fn has_peers(&self) -> bool {
+        !self.peers.is_empty()
+    }
+
+    /// Closes the channel to `tid` (the other side reads what we sent
+    /// before it sees the close).
+    pub fn close(&mut self, tid: i32) {
+        if let Some(p) = self.peers.remove(&tid) {
+            let _ = ump::close(p.id);
+        }
+    }
+
     /// Takes the first queued message for (`tid`, `tag`, `ctx`).
     pub fn take(&mut self, tid: i32, tag: i32, ctx: i32) -> Option<Msg> {
         let i = self.inbox.iter().position(|m| matches(m, tid, tag, ctx))?;

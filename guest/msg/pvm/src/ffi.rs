@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::consts::{self, err, opt};
+use crate::daemon;
 use crate::engine::{self, Engine, EngineError};
 use crate::group::{self, Arrival, GroupTable};
 use crate::notify::{self, Notify};
@@ -40,6 +41,8 @@ pub struct Pvm {
     ctx: c_int,
     opts: [c_int; opt::LAST as usize + 1],
     children: Vec<std::process::Child>,
+    /// Where the next copy spawned without a place goes (round robin).
+    next_host: usize,
     /// What `pvm_config` and `pvm_tasks` hand out stays here until the
     /// next such call.
     hosts_out: Vec<PvmHostInfo>,
@@ -274,6 +277,7 @@ impl Pvm {
             ctx: 0,
             opts,
             children: Vec::new(),
+            next_host: 0,
             hosts_out: Vec::new(),
             tasks_out: Vec::new(),
             strings: Vec::new(),
@@ -509,64 +513,142 @@ pub unsafe extern "C" fn pvm_spawn(
         }
         // SAFETY: the caller's contract: `where_` is null or a C string.
         let place = if where_.is_null() { "" } else { unsafe { cstr(where_) }.unwrap_or("") };
-        let mine = hostname();
-        let here = place.is_empty() || place == "." || place == mine || place == "localhost" || place == consts::ARCH;
-        if flag & (consts::TASK_HOST | consts::TASK_ARCH) != 0 && !here {
-            for i in 0..ntask as usize {
-                // SAFETY: tids holds ntask ints.
-                unsafe { put(tids.wrapping_add(i), err::NO_HOST) };
-            }
+        let out = |i: usize, v: c_int| {
+            // SAFETY: tids holds ntask ints.
+            unsafe { put(tids.wrapping_add(i), v) }
+        };
+        let hosts = p.spawn_hosts(flag, place);
+        if hosts.is_empty() {
+            (0..ntask as usize).for_each(|i| out(i, err::NO_HOST));
             return Err(err::NO_HOST);
         }
-        let path = match spawn::find(task, &|k| std::env::var(k).ok()) {
-            Ok(path) => path,
-            Err(code) => {
-                for i in 0..ntask as usize {
-                    // SAFETY: tids holds ntask ints.
-                    unsafe { put(tids.wrapping_add(i), code) };
-                }
-                return Err(code);
-            }
-        };
         let ptid = if flag & consts::NO_SPAWN_PARENT != 0 { err::NO_PARENT } else { p.me };
-        let mut new = Vec::new();
+        // Every copy's host and TID first (pvm_siblings lists them all).
+        let mut plan: Vec<(u32, c_int)> = Vec::new();
         for _ in 0..ntask {
-            match p.table.add(ptid, 0, flag, State::Starting, task) {
-                Ok(t) => new.push(t),
+            let (h, _) = hosts[p.next_host % hosts.len()];
+            p.next_host += 1;
+            match p.table.add_on(h, ptid, 0, flag, State::Starting, task) {
+                Ok(t) => plan.push((h, t)),
                 Err(TableError::Full) => break,
                 Err(_) => return Err(err::SYS_ERR),
             }
         }
-        let siblings = new.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",");
-        let mut started = 0;
-        for (i, &t) in new.iter().enumerate() {
-            let code = match std::process::Command::new(&path)
-                .args(&args)
-                .env(spawn::ENV_TID, t.to_string())
-                .env(spawn::ENV_SIBLINGS, &siblings)
-                .stdin(std::process::Stdio::null())
-                .spawn()
-            {
-                Ok(child) => {
-                    let _ = p.table.set_pid(t, child.id() as i32);
-                    p.children.push(child);
-                    started += 1;
-                    t
-                }
-                Err(_) => {
-                    let _ = p.table.remove(t);
-                    err::CANT_START
-                }
+        let siblings: Vec<c_int> = plan.iter().map(|&(_, t)| t).collect();
+        let mut results = vec![err::OUT_OF_RES; ntask as usize];
+        let mine = p.host;
+        let local: Vec<usize> = (0..plan.len()).filter(|&i| plan[i].0 == mine).collect();
+        let env: Vec<(String, String)> =
+            daemon::PASSED_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
+        if !local.is_empty() {
+            let req = daemon::SpawnRequest {
+                task: task.to_string(),
+                args: args.clone(),
+                env: env.clone(),
+                tids: local.iter().map(|&i| plan[i].1).collect(),
+                siblings: siblings.clone(),
             };
-            // SAFETY: tids holds ntask ints.
-            unsafe { put(tids.wrapping_add(i), code) };
+            for (k, (t, r)) in daemon::start(&req, &mut p.children).into_iter().enumerate() {
+                results[local[k]] = match r {
+                    Ok(pid) => {
+                        let _ = p.table.set_pid(t, pid as i32);
+                        t
+                    }
+                    Err(code) => {
+                        let _ = p.table.remove(t);
+                        code
+                    }
+                };
+            }
         }
-        for i in new.len()..ntask as usize {
-            // SAFETY: tids holds ntask ints.
-            unsafe { put(tids.wrapping_add(i), err::OUT_OF_RES) };
+        for (h, dtid) in hosts.iter().copied().filter(|&(h, _)| h != mine) {
+            let idx: Vec<usize> = (0..plan.len()).filter(|&i| plan[i].0 == h).collect();
+            if idx.is_empty() {
+                continue;
+            }
+            let req = daemon::SpawnRequest {
+                task: task.to_string(),
+                args: args.clone(),
+                env: env.clone(),
+                tids: idx.iter().map(|&i| plan[i].1).collect(),
+                siblings: siblings.clone(),
+            };
+            match p.spawn_remote(dtid, &req) {
+                Ok(r) if r.len() == idx.len() => idx.iter().zip(r).for_each(|(&i, v)| results[i] = v),
+                other => {
+                    let code = other.err().unwrap_or(err::D_SYS_ERR);
+                    for &i in &idx {
+                        let _ = p.table.remove(plan[i].1);
+                        results[i] = code;
+                    }
+                }
+            }
+        }
+        for (i, &v) in results.iter().enumerate() {
+            out(i, v);
+        }
+        let started = results.iter().filter(|&&v| v > 0).count() as c_int;
+        if started == 0 {
+            return Err(results.first().copied().filter(|&v| v < 0).unwrap_or(err::CANT_START));
         }
         Ok(started)
     })
+}
+
+impl Pvm {
+    /// The hosts a spawn may use, in round-robin order starting after this
+    /// one: (host number, daemon TID). Off a cluster, or with no daemon,
+    /// this host alone.
+    fn spawn_hosts(&self, flag: c_int, place: &str) -> Vec<(u32, i32)> {
+        let tasks = self.table.tasks().unwrap_or_default();
+        let mut hosts: Vec<(u32, i32, String)> = daemon::hosts(&tasks);
+        if !hosts.iter().any(|h| h.0 == self.host) {
+            hosts.push((self.host, daemon::daemon_tid(self.host), hostname()));
+            hosts.sort();
+        }
+        let here = |p: &str| p.is_empty() || p == "." || p == "localhost";
+        if flag & consts::TASK_HOST != 0 && !here(place) {
+            return hosts.into_iter().filter(|h| h.2 == place).map(|h| (h.0, h.1)).collect();
+        }
+        if flag & consts::TASK_HOST != 0 {
+            return vec![(self.host, daemon::daemon_tid(self.host))];
+        }
+        if flag & consts::TASK_ARCH != 0 && !place.is_empty() && place != consts::ARCH {
+            return Vec::new();
+        }
+        let at = hosts.iter().position(|h| h.0 == self.host).unwrap_or(0);
+        let n = hosts.len();
+        (1..=n).map(|k| &hosts[(at + k) % n]).map(|h| (h.0, h.1)).collect()
+    }
+
+    /// Asks host daemon `dtid` to start `req`'s copies; its answer.
+    fn spawn_remote(&mut self, dtid: i32, req: &daemon::SpawnRequest) -> Result<Vec<c_int>, c_int> {
+        let body = serde_json::to_vec(req).map_err(|_| err::SYS_ERR)?;
+        let table = &self.table;
+        self.eng
+            .send(dtid, (daemon::SPAWN_TAG, SYS_CTX, consts::DATA_RAW), &body, &mut |t| Self::exists(table, t))
+            .map_err(|e| {
+                eprintln!("libpvm [t{:x}]: pvm_spawn(): asking t{dtid:x} to start {}: {e}", self.me, req.task);
+                engine_code(&e)
+            })?;
+        let t0 = Instant::now();
+        let mut idle = 0u32;
+        let answer = loop {
+            if let Some(m) = self.eng.take(dtid, daemon::SPAWNED_TAG, SYS_CTX) {
+                break m;
+            }
+            if !self.eng.progress().map_err(|e| engine_code(&e))? {
+                if t0.elapsed() > Duration::from_secs(30) {
+                    self.eng.close(dtid);
+                    return Err(err::D_SYS_ERR);
+                }
+                engine::backoff(&mut idle);
+            }
+        };
+        // A new request opens a new channel, which wakes the daemon.
+        self.eng.close(dtid);
+        serde_json::from_slice::<daemon::Spawned>(&answer.data).map(|s| s.results).map_err(|_| err::D_SYS_ERR)
+    }
 }
 
 /// `pvm_notify`: asks for a message with tag `tag` when one of the
@@ -629,8 +711,7 @@ pub extern "C" fn pvm_kill(tid: c_int) -> c_int {
         if t.pid <= 0 {
             return Err(err::NO_TASK);
         }
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(t.pid), nix::sys::signal::Signal::SIGTERM)
-            .map_err(|_| err::NO_TASK)?;
+        signal(p, &t, libc::SIGTERM)?;
         let _ = p.table.remove(tid);
         Ok(0)
     })
@@ -641,10 +722,24 @@ pub extern "C" fn pvm_kill(tid: c_int) -> c_int {
 pub extern "C" fn pvm_sendsig(tid: c_int, sig: c_int) -> c_int {
     with("pvm_sendsig", |p| {
         let t = p.table.find(tid).map_err(|_| err::SYS_ERR)?.ok_or(err::NO_TASK)?;
-        let sig = nix::sys::signal::Signal::try_from(sig).map_err(|_| err::BAD_PARAM)?;
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(t.pid), sig).map_err(|_| err::NO_TASK)?;
+        nix::sys::signal::Signal::try_from(sig).map_err(|_| err::BAD_PARAM)?;
+        signal(p, &t, sig)?;
         Ok(0)
     })
+}
+
+/// Sends signal `sig` to task `t`: directly on this host, as a cluster
+/// signal (`imc_kill`, through imcd) on another.
+fn signal(p: &Pvm, t: &table::Task, sig: c_int) -> Result<(), c_int> {
+    if table::host_of(t.tid) == p.host {
+        let s = nix::sys::signal::Signal::try_from(sig).map_err(|_| err::BAD_PARAM)?;
+        return nix::sys::signal::kill(nix::unistd::Pid::from_raw(t.pid), s).map_err(|_| err::NO_TASK);
+    }
+    let node = crate::vm::node_of_host(table::host_of(t.tid));
+    let imc = imc_client::Imc::connect().map_err(|_| err::SYS_ERR)?;
+    let hosts = imc.gethosts().map_err(|_| err::SYS_ERR)?;
+    let name = hosts.into_iter().find(|(n, _)| *n == node).map(|(_, name)| name).ok_or(err::NO_HOST)?;
+    imc.kill(&name, t.pid, sig).map_err(|_| err::NO_TASK)
 }
 
 /// `pvm_pstat`: `PvmOk` if the task is there, else `PvmNoTask`.
@@ -663,10 +758,11 @@ pub extern "C" fn pvm_pstat(tid: c_int) -> c_int {
 /// `host` is null or a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_mstat(host: *const c_char) -> c_int {
-    with("pvm_mstat", |_| {
+    with("pvm_mstat", |p| {
         // SAFETY: the caller's contract.
         let h = unsafe { cstr(host) }?;
-        if h == hostname() || h == "localhost" {
+        let tasks = p.table.tasks().map_err(|_| err::SYS_ERR)?;
+        if h == hostname() || h == "localhost" || daemon::hosts(&tasks).iter().any(|x| x.2 == h) {
             Ok(0)
         } else {
             Err(err::NO_HOST)
@@ -703,19 +799,29 @@ pub unsafe extern "C" fn pvm_siblings(tids: *mut *const c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn pvm_config(nhost: *mut c_int, narch: *mut c_int, hostp: *mut *const PvmHostInfo) -> c_int {
     with("pvm_config", |p| {
-        let name = std::ffi::CString::new(hostname()).unwrap_or_default();
+        let tasks = p.table.tasks().map_err(|_| err::SYS_ERR)?;
+        let mut hosts = daemon::hosts(&tasks);
+        if !hosts.iter().any(|h| h.0 == p.host) {
+            hosts.push((p.host, daemon::daemon_tid(p.host), hostname()));
+            hosts.sort();
+        }
         let arch = std::ffi::CString::new(consts::ARCH).unwrap_or_default();
-        p.hosts_out = vec![PvmHostInfo {
-            hi_tid: table::tid(p.host, 0),
-            hi_name: name.as_ptr(),
-            hi_arch: arch.as_ptr(),
-            hi_speed: 1000,
-            hi_dsig: consts::DSIG,
-        }];
-        p.strings = vec![name, arch];
+        p.strings = hosts.iter().map(|h| std::ffi::CString::new(h.2.clone()).unwrap_or_default()).collect();
+        p.hosts_out = hosts
+            .iter()
+            .zip(&p.strings)
+            .map(|(h, name)| PvmHostInfo {
+                hi_tid: table::tid(h.0, 0),
+                hi_name: name.as_ptr(),
+                hi_arch: arch.as_ptr(),
+                hi_speed: 1000,
+                hi_dsig: consts::DSIG,
+            })
+            .collect();
+        p.strings.push(arch);
         // SAFETY: the caller's contract.
         unsafe {
-            put(nhost, 1);
+            put(nhost, p.hosts_out.len() as c_int);
             put(narch, 1);
             put(hostp, p.hosts_out.as_ptr());
         }
@@ -734,6 +840,7 @@ pub unsafe extern "C" fn pvm_tasks(where_: c_int, ntask: *mut c_int, taskp: *mut
         let all = p.table.tasks().map_err(|_| err::SYS_ERR)?;
         let chosen: Vec<_> = all
             .into_iter()
+            .filter(|t| t.tid & table::TID_LOCAL != 0)
             .filter(|t| {
                 where_ == 0 || (where_ & table::TID_LOCAL == 0 && t.tid & table::TID_HOST == where_) || t.tid == where_
             })
@@ -1481,11 +1588,7 @@ reductions!(PvmSum Op::Sum, PvmProduct Op::Product, PvmMax Op::Max, PvmMin Op::M
 
 // --------------------------------------------------------------- groups --
 
-/// The context of the library's own messages (barrier releases): below
-/// every context a program can set (`pvm_setcontext` takes 0 and up).
-const SYS_CTX: c_int = c_int::MIN + 7;
-/// The tag of a barrier release.
-const BARRIER_TAG: c_int = 1;
+use crate::daemon::{BARRIER_TAG, SYS_CTX};
 
 impl Pvm {
     /// The TIDs of the tasks there now (for dropping gone group members).

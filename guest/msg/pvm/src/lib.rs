@@ -12,6 +12,7 @@
 //! - [`ffi`]: the C interface.
 
 pub mod consts;
+pub mod daemon;
 pub mod engine;
 pub mod ffi;
 pub mod group;

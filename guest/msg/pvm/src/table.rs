@@ -250,6 +250,21 @@ impl Table {
         })
     }
 
+    /// Puts a host's daemon entry (task number 0) in the table, replacing
+    /// an old one of a daemon that is gone.
+    pub fn put(&self, daemon: i32, pid: i32, name: &str) -> Result<(), TableError> {
+        self.with(|l| {
+            for e in l.tasks.iter_mut() {
+                if e.as_ref().is_some_and(|t| t.tid == daemon) {
+                    *e = None;
+                }
+            }
+            let slot = l.tasks.iter().position(Option::is_none).ok_or(TableError::Full)?;
+            l.tasks[slot] = Some(Task { tid: daemon, ptid: 0, pid, flag: 0, state: State::Running, name: name.into() });
+            Ok(())
+        })
+    }
+
     /// Records the process of a spawned task.
     pub fn set_pid(&self, tid: i32, pid: i32) -> Result<(), TableError> {
         self.update(tid, |t| t.pid = pid).map(drop)

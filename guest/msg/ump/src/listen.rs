@@ -163,11 +163,18 @@ pub fn listen(local: u64, want: Want) -> Result<(), UmpError> {
 /// Whether listening handle `h` already has its channel from `peer`: it
 /// accepted it, or this process opened that channel itself (both sides
 /// opening at once: that one is the channel, no second one). Recorded.
+/// Once this process has closed that channel, it is not known any more:
+/// a new notice from `peer` is a new channel (PVM's spawn requests open
+/// one per request).
 fn known(st: &mut State, h: u64, peer: u64) -> bool {
     if st.find(h, peer).is_some() {
         st.listening.entry(h).or_default().insert(peer);
+        return true;
     }
-    st.listening.get(&h).is_some_and(|s| s.contains(&peer))
+    if let Some(s) = st.listening.get_mut(&h) {
+        s.remove(&peer);
+    }
+    false
 }
 
 /// New channels of listening handles (opened from our side too).

@@ -2,7 +2,8 @@
 //! listener accepts a channel it did not ask for (`accept_new`), two sides
 //! that open at once get one channel, not two (`open_or_join`, and the
 //! listener skips a channel its process opened itself), and an opener whose
-//! listener came later tells it again (`renotify`). Both ends of each
+//! listener came later tells it again (`renotify`), and a channel both
+//! sides closed can be opened again. Both ends of each
 //! shared-memory channel are in this process. (One test: UMP state is per
 //! process.)
 
@@ -82,5 +83,17 @@ fn channels_open_on_first_use_from_either_side() {
     ump::renotify(e).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(ump::accept_new().unwrap(), vec![], "a renotify of a complete channel made another one");
+
+    // 4. Both sides close a channel; the same opener opens again: the
+    //    listener accepts the new channel (one request per channel, as PVM's
+    //    daemon takes them).
+    ump::close(a).unwrap();
+    ump::close(b).unwrap();
+    let g = ump::open_or_join(h(1), h(2), Want::Shm).unwrap();
+    let k = accepted_from(h(1)).expect("the listener did not accept a channel reopened after both sides closed");
+    complete(g);
+    complete(k);
+    ump::write(g, b"again").unwrap();
+    assert_eq!(ump::read(k, &mut buf).unwrap(), 5);
     ump::exit().unwrap();
 }

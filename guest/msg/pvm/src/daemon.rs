@@ -1,0 +1,220 @@
+//! `pvmd`, the daemon of one guest: it does only what a task cannot do
+//! in-line (seed 000, "PVM": the daemon relays what cannot run in-line,
+//! such as starting a process on another node; all daemons are equal).
+//!
+//! - Spawns programs on its guest for tasks of other guests: a request
+//!   names the TIDs the spawner took for them in the task table, the
+//!   program, its arguments and the spawner's search path; the daemon
+//!   starts each copy with its TID and answers with what became of each.
+//! - Is the host's entry in the task table (TID with task number 0, the
+//!   host's name): `pvm_config` lists hosts from these entries.
+//! - About once a second, frees the entries of this guest's tasks that
+//!   died without leaving and sends the notifications that are due, and
+//!   collects the processes it started.
+//! - Sleeps in between: a request opens a new UMP channel (both sides
+//!   close it after the answer), which wakes the daemon's listener.
+//!
+//! Its own thread does everything; the spawn messages are JSON in a
+//! context of the library's own ([`SYS_CTX`]).
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::consts::{self, err};
+use crate::engine::{Engine, Msg};
+use crate::spawn;
+use crate::table::{self, State};
+use crate::vm;
+
+/// The context of the library's own messages: below every context a
+/// program can set (`pvm_setcontext` takes 0 and up).
+pub const SYS_CTX: i32 = i32::MIN + 7;
+/// Tag of a barrier release (see `ffi`).
+pub const BARRIER_TAG: i32 = 1;
+/// Tag of a spawn request to a daemon.
+pub const SPAWN_TAG: i32 = 2;
+/// Tag of a daemon's answer.
+pub const SPAWNED_TAG: i32 = 3;
+
+/// Environment variables a spawner passes with a request: where to look
+/// for the program, as on the spawner's guest.
+pub const PASSED_ENV: [&str; 5] = ["PVM_ROOT", "PVM_ARCH", "PVM_EP", "HOME", "PVM_TMP"];
+
+/// A spawn request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnRequest {
+    pub task: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// The TIDs taken for the copies (state starting, on this host).
+    pub tids: Vec<i32>,
+    /// Every TID of the `pvm_spawn` call, for `pvm_siblings`.
+    pub siblings: Vec<i32>,
+}
+
+/// A daemon's answer: per TID, the TID (started) or an error code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spawned {
+    pub results: Vec<i32>,
+}
+
+/// The TID of host `host`'s daemon in the task table (task number 0).
+pub fn daemon_tid(host: u32) -> i32 {
+    table::tid(host, 0)
+}
+
+/// Starts `req`'s copies here; `on_start(tid, pid)` records each.
+pub fn start(req: &SpawnRequest, children: &mut Vec<std::process::Child>) -> Vec<(i32, Result<u32, i32>)> {
+    let env = |k: &str| req.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let path = spawn::find(&req.task, &env);
+    let siblings = req.siblings.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",");
+    req.tids
+        .iter()
+        .map(|&t| {
+            let r = path.clone().and_then(|path| {
+                let mut cmd = std::process::Command::new(&path);
+                cmd.args(&req.args)
+                    .env(spawn::ENV_TID, t.to_string())
+                    .env(spawn::ENV_SIBLINGS, &siblings)
+                    .stdin(std::process::Stdio::null());
+                for (k, v) in &req.env {
+                    cmd.env(k, v);
+                }
+                match cmd.spawn() {
+                    Ok(child) => {
+                        let pid = child.id();
+                        children.push(child);
+                        Ok(pid)
+                    }
+                    Err(_) => Err(err::CANT_START),
+                }
+            });
+            (t, r)
+        })
+        .collect()
+}
+
+/// Runs the daemon for ever (returns only an error that stops it).
+pub fn run(wait_for_imcd: Duration) -> Result<(), String> {
+    let t0 = Instant::now();
+    let v = loop {
+        match vm::open() {
+            Ok(v) => break v,
+            Err(e) if t0.elapsed() < wait_for_imcd => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let host = v.tasks.host();
+    let me = daemon_tid(host);
+    let name = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
+    v.tasks.put(me, std::process::id() as i32, &name).map_err(|e| e.to_string())?;
+    let mut eng = Engine::start(me, v.id).map_err(|e| e.to_string())?;
+    let waker = ump::listen_waker(crate::engine::handle(v.id, me)).map_err(|e| e.to_string())?;
+    eprintln!("pvmd: host {host} ({name}), t{me:x}, virtual machine {:#x}", v.id);
+    let mut children: Vec<std::process::Child> = Vec::new();
+    let mut looked = Instant::now();
+    loop {
+        let moved = eng.progress().map_err(|e| e.to_string())?;
+        while let Some(m) = eng.take(-1, SPAWN_TAG, SYS_CTX) {
+            serve(&v, &mut eng, &mut children, m);
+        }
+        if looked.elapsed() >= Duration::from_secs(1) {
+            looked = Instant::now();
+            children.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
+            notify_due(&v, &mut eng, me);
+        }
+        if !moved {
+            waker.sleep(Duration::from_millis(if eng.has_peers() { 5 } else { 1000 }));
+        }
+    }
+}
+
+/// Answers one spawn request and closes its channel.
+fn serve(v: &vm::Vm, eng: &mut Engine, children: &mut Vec<std::process::Child>, m: Msg) {
+    let from = m.src;
+    let results = match serde_json::from_slice::<SpawnRequest>(&m.data) {
+        Ok(req) => start(&req, children)
+            .into_iter()
+            .map(|(t, r)| match r {
+                Ok(pid) => {
+                    let _ = v.tasks.set_pid(t, pid as i32);
+                    t
+                }
+                Err(code) => {
+                    let _ = v.tasks.remove(t);
+                    code
+                }
+            })
+            .collect(),
+        Err(e) => {
+            eprintln!("pvmd: a bad spawn request from t{from:x}: {e}");
+            vec![]
+        }
+    };
+    let reply = serde_json::to_vec(&Spawned { results }).unwrap_or_default();
+    let tasks = &v.tasks;
+    if let Err(e) = eng.send(from, (SPAWNED_TAG, SYS_CTX, consts::DATA_RAW), &reply, &mut |t| {
+        tasks.find(t).map(|x| x.is_some()).unwrap_or(true)
+    }) {
+        eprintln!("pvmd: answering t{from:x}: {e}");
+    }
+    // Both sides close the channel after the answer, so the next request
+    // opens a new one (which wakes this daemon's listener) and neither
+    // side has an old one left.
+    eng.close(from);
+}
+
+/// Sends the notifications due (tasks of this guest gone without leaving).
+fn notify_due(v: &vm::Vm, eng: &mut Engine, me: i32) {
+    let Ok(tasks) = v.tasks.tasks() else { return };
+    let live: std::collections::HashSet<i32> = tasks.into_iter().map(|t| t.tid).collect();
+    let Ok(due) = v.notify.due(&live) else { return };
+    let src = (0x8000_0000u32 as i32) | (me & table::TID_HOST);
+    for (to, tag, ctx, on) in due {
+        let _ = eng.send_from(src, to, (tag, ctx, consts::DATA_DEFAULT), &on.to_ne_bytes(), &mut |t| live.contains(&t));
+    }
+}
+
+/// Hosts of the virtual machine: (host number, daemon TID, name), from
+/// the daemons' entries.
+pub fn hosts(tasks: &[table::Task]) -> Vec<(u32, i32, String)> {
+    let mut h: Vec<_> = tasks
+        .iter()
+        .filter(|t| t.tid & table::TID_LOCAL == 0 && t.state == State::Running)
+        .map(|t| (table::host_of(t.tid), t.tid, t.name.clone()))
+        .collect();
+    h.sort();
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_starts_each_copy_with_its_tid_or_says_why_not() {
+        let req = SpawnRequest {
+            task: "/bin/true".into(),
+            args: vec![],
+            env: vec![],
+            tids: vec![0x40005, 0x40006],
+            siblings: vec![0x40005, 0x40006],
+        };
+        let mut children = Vec::new();
+        let r = start(&req, &mut children);
+        assert_eq!(r.len(), 2);
+        assert!(r.iter().all(|(_, x)| x.is_ok()));
+        for c in &mut children {
+            assert!(c.wait().unwrap().success());
+        }
+        let missing =
+            SpawnRequest { task: "no-such-program".into(), env: vec![("PVM_ROOT".into(), "/nowhere".into())], ..req };
+        assert!(start(&missing, &mut children).iter().all(|(_, x)| *x == Err(err::NO_FILE)));
+        let j = serde_json::to_vec(&missing).unwrap();
+        assert_eq!(serde_json::from_slice::<SpawnRequest>(&j).unwrap(), missing);
+    }
+}
