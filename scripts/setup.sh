@@ -41,7 +41,7 @@ while [ $# -gt 0 ]; do
     case "$arg" in
         --no-apt) NO_APT=1 ;;
         --only) ONLY="${1:?--only needs a list of steps}"; shift ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^# Usage:/p' "$0"; exit 0 ;;
         *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done

@@ -3,6 +3,7 @@
  * same binary, on Debian's): run without arguments it is the master; it
  * spawns two copies of itself as workers (argument "worker") and checks:
  *   - every pk/upk type, with strides, through a worker and back;
+ *   - pvm_packf / pvm_unpackf (values, counted arrays with a stride, strings);
  *   - PvmDataRaw and PvmDataInPlace (data changed after packing but before
  *     sending is sent changed);
  *   - pvm_mcast, pvm_probe, pvm_nrecv, pvm_trecv's timeout, tag and TID
@@ -140,6 +141,24 @@ int main(int argc, char **argv)
     int back[3];
     pvm_upkint(back, 3, 1);
     CHECK(back[0] == 1 && back[1] == 20 && back[2] == 3, "in place %d %d %d", back[0], back[1], back[2]);
+
+    /* pvm_packf / pvm_unpackf: values, counted arrays with a stride, a
+     * string, through a worker and back. */
+    {
+        int five[10] = { 1, 0, 2, 0, 3, 0, 4, 0, 5, 0 }, got5[5] = { 0 }, seven = 0;
+        double half = 0;
+        short sh = 0;
+        char word[16] = "";
+        CHECK(pvm_packf("%+ %d %5.2d %lf %hd %s", PvmDataDefault, 7, five, 2.5, (short)-3, "packf") == 0, "packf");
+        pvm_send(tids[0], 10);
+        pvm_recv(tids[0], 110);
+        CHECK(pvm_unpackf("%d %5d %lf %hd %s", &seven, got5, &half, &sh, word) == 0, "unpackf");
+        CHECK(seven == 7 && half == 2.5 && sh == -3 && strcmp(word, "packf") == 0, "unpackf values %d %g %d %s", seven,
+              half, sh, word);
+        for (int k = 0; k < 5; k++)
+            CHECK(got5[k] == k + 1, "packf stride: item %d is %d", k, got5[k]);
+        CHECK(pvm_packf("%q", 1) == PvmBadParam, "a bad conversion");
+    }
 
     /* Multicast, then probe and receive in the other order. */
     int x = 42;

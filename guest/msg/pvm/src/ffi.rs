@@ -110,53 +110,20 @@ pub struct CStrTable<const N: usize>(pub [*const c_char; N]);
 // SAFETY: the pointers are to 'static, immutable, NUL-terminated strings.
 unsafe impl<const N: usize> Sync for CStrTable<N> {}
 
-macro_rules! errlist {
-    ($($s:literal),* $(,)?) => {
-        CStrTable([$(concat!($s, "\0").as_ptr() as *const c_char),*])
-    };
+/// `pvm_errlist`'s pointers, from [`consts::ERRLIST`].
+const fn errlist() -> [*const c_char; consts::ERRLIST.len()] {
+    let mut t = [std::ptr::null(); consts::ERRLIST.len()];
+    let mut i = 0;
+    while i < t.len() {
+        t[i] = consts::ERRLIST[i].as_ptr();
+        i += 1;
+    }
+    t
 }
 
 /// Error messages by negated code (`pvm_errlist[-code]`).
 #[no_mangle]
-pub static pvm_errlist: CStrTable<37> = errlist!(
-    "Error 0",
-    "Error 1",
-    "Bad parameter",
-    "Count mismatch",
-    "Value too large",
-    "End of buffer",
-    "No such host",
-    "No such file",
-    "Permission denied",
-    "Error 9",
-    "Malloc failed",
-    "Error 11",
-    "Can't decode message",
-    "Error 13",
-    "Can't contact local daemon",
-    "No current buffer",
-    "No such buffer",
-    "Null group name",
-    "Already in group",
-    "No such group",
-    "Not in group",
-    "No such instance",
-    "Host failed",
-    "No parent task",
-    "Not implemented",
-    "Pvmd system error",
-    "Version mismatch",
-    "Out of resources",
-    "Duplicate host",
-    "Can't start pvmd",
-    "Already in progress",
-    "No such task",
-    "Not Found",
-    "Already exists",
-    "Host not in master",
-    "Parent not set",
-    "IP address is loopback",
-);
+pub static pvm_errlist: CStrTable<{ consts::ERRLIST.len() }> = CStrTable(errlist());
 
 /// The tracer's event table (`pvmtevinfo`), descriptor list
 /// (`pvmtevdidlist`) and trace control (`pvmctrc`): tracing is not
