@@ -639,6 +639,10 @@ fn imcd_killed_during_a_job_is_restarted_and_the_node_serves_again() {
     });
     assert!(log.contains("sent the directory by a running node"), "{log}");
     c.poll_until(2, &["cat", "/var/log/mpid.log"], 60, |o| o.matches("listening on handle").count() >= 2);
+    // The PVM daemon let go of its MEMORY CHANNEL too, and holds the PVM
+    // tables again under the new imcd.
+    let pvmd = c.poll_until(2, &["cat", "/var/log/pvmd.log"], 60, |o| o.matches("pvmd: host 3 (node2)").count() >= 2);
+    assert!(pvmd.contains("MEMORY CHANNEL released; waiting for imcd"), "{pvmd}");
     let back = t0.elapsed();
     let (rc, out) = mpirun_ppn(name, 3, Some(1), "ring");
     assert_eq!((rc, out.contains(" No Errors")), (Some(0), true), "ring on all three after the restart:\n{out}");

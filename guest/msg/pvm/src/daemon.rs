@@ -11,6 +11,8 @@
 //! - About once a second, frees the entries of this guest's tasks that
 //!   died without leaving and sends the notifications that are due, and
 //!   collects the processes it started.
+//! - When imcd goes away, lets go of every MEMORY CHANNEL mapping (a new
+//!   imcd cannot own the adapter while any is held) and waits for it.
 //! - Sleeps in between: a request opens a new UMP channel (both sides
 //!   close it after the answer), which wakes the daemon's listener.
 //!
@@ -95,19 +97,39 @@ pub fn start(req: &SpawnRequest, children: &mut Vec<std::process::Child>) -> Vec
         .collect()
 }
 
-/// Runs the daemon for ever (returns only an error that stops it).
+/// Runs the daemon for ever (returns only an error that stops it). When
+/// imcd goes away, the daemon lets go of every MEMORY CHANNEL mapping (a
+/// new imcd cannot own the adapter while any is held) and waits for it.
 pub fn run(wait_for_imcd: Duration) -> Result<(), String> {
-    let t0 = Instant::now();
-    let v = loop {
-        match vm::open() {
-            Ok(v) => break v,
-            Err(e) if t0.elapsed() < wait_for_imcd => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(500));
+    let mut wait = wait_for_imcd;
+    loop {
+        let t0 = Instant::now();
+        let v = loop {
+            match vm::open() {
+                Ok(v) => break v,
+                Err(e) if t0.elapsed() < wait => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
+        };
+        match serve(v) {
+            Ok(()) => eprintln!("pvmd: imcd went away: MEMORY CHANNEL released; waiting for imcd"),
+            // imcd going away mid-way shows as any error; start afresh.
+            Err(e) => {
+                eprintln!("pvmd: {e}; starting afresh");
+                std::thread::sleep(Duration::from_secs(1));
+            }
         }
-    };
+        // A restarted imcd may take a while (its adapter is free once every
+        // process let go); wait for it as long as it takes.
+        wait = Duration::MAX;
+    }
+}
+
+/// Serves until imcd goes away.
+fn serve(v: vm::Vm) -> Result<(), String> {
     let host = v.tasks.host();
     let me = daemon_tid(host);
     let name = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
@@ -118,12 +140,19 @@ pub fn run(wait_for_imcd: Duration) -> Result<(), String> {
     let mut children: Vec<std::process::Child> = Vec::new();
     let mut looked = Instant::now();
     loop {
-        let moved = eng.progress().map_err(|e| e.to_string())?;
+        let moved = eng.progress().unwrap_or(false);
         while let Some(m) = eng.take(-1, SPAWN_TAG, SYS_CTX) {
-            serve(&v, &mut eng, &mut children, m);
+            serve_one(&v, &mut eng, &mut children, m);
         }
         if looked.elapsed() >= Duration::from_secs(1) {
             looked = Instant::now();
+            if !v.tasks.imcd_alive() {
+                drop(waker);
+                eng.stop();
+                // The processes it started go on; they are init's now.
+                std::mem::forget(children);
+                return Ok(());
+            }
             children.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
             notify_due(&v, &mut eng, me);
         }
@@ -134,7 +163,7 @@ pub fn run(wait_for_imcd: Duration) -> Result<(), String> {
 }
 
 /// Answers one spawn request and closes its channel.
-fn serve(v: &vm::Vm, eng: &mut Engine, children: &mut Vec<std::process::Child>, m: Msg) {
+fn serve_one(v: &vm::Vm, eng: &mut Engine, children: &mut Vec<std::process::Child>, m: Msg) {
     let from = m.src;
     let results = match serde_json::from_slice::<SpawnRequest>(&m.data) {
         Ok(req) => start(&req, children)

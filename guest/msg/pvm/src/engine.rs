@@ -396,6 +396,12 @@ impl Engine {
         }
     }
 
+    /// Stops UMP at once (imcd is gone: every MEMORY CHANNEL mapping must
+    /// go).
+    pub fn stop(self) {
+        let _ = ump::exit();
+    }
+
     /// Waits (draining rings) until every task we wrote to has read it
     /// all, the task is gone, or `limit` passed; then stops UMP.
     pub fn finish(mut self, limit: Duration, exists: &mut dyn FnMut(i32) -> bool) {

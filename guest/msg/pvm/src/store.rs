@@ -161,6 +161,15 @@ impl Store {
         }
     }
 
+    /// False once the imcd that handed out this table's mappings has gone
+    /// away: they must be dropped before a new imcd can own the adapter.
+    pub fn imcd_alive(&self) -> bool {
+        match self {
+            Store::File(_) => true,
+            Store::Mc(t) => t._imc.daemon_alive(),
+        }
+    }
+
     /// The file's path, or None in MEMORY CHANNEL space.
     pub fn path(&self) -> Option<&Path> {
         match self {

@@ -152,6 +152,12 @@ impl Table {
         Table { store, host }
     }
 
+    /// Whether the imcd behind the table is still there (always, for a
+    /// file).
+    pub fn imcd_alive(&self) -> bool {
+        self.store.imcd_alive()
+    }
+
     /// This task's host number.
     pub fn host(&self) -> u32 {
         self.host
