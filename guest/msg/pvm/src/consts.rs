@@ -147,6 +147,18 @@ pub const DONT_ROUTE: i32 = 1;
 pub const ALLOW_DIRECT: i32 = 2;
 pub const ROUTE_DIRECT: i32 = 3;
 
+/// The bytes of one item of PVM type code `ty`.
+pub fn type_size(ty: i32) -> Option<usize> {
+    Some(match ty {
+        0 | 1 => 1, // PVM_STR, PVM_BYTE
+        2 | 9 => 2,
+        3 | 10 | 4 => 4,
+        5 | 6 | 8 | 11 => 8,
+        7 => 16,
+        _ => return None,
+    })
+}
+
 /// The architecture name every guest reports (x86_64 Linux).
 pub const ARCH: &str = "LINUX64";
 /// The data signature of `ARCH` (`pvmhostinfo.hi_dsig`): little-endian,

@@ -1159,18 +1159,6 @@ pub extern "C" fn pvm_probe(tid: c_int, tag: c_int) -> c_int {
     })
 }
 
-/// The bytes of one item of PVM type code `ty`.
-pub(crate) fn type_size(ty: c_int) -> Option<usize> {
-    Some(match ty {
-        0 | 1 => 1, // PVM_STR, PVM_BYTE
-        2 | 9 => 2,
-        3 | 10 | 4 => 4,
-        5 | 6 | 8 | 11 => 8,
-        7 => 16,
-        _ => return None,
-    })
-}
-
 /// `pvm_psend`: packs `len` items of type `ty` from `buf` and sends
 /// them, in one call.
 ///
@@ -1179,7 +1167,7 @@ pub(crate) fn type_size(ty: c_int) -> Option<usize> {
 #[no_mangle]
 pub unsafe extern "C" fn pvm_psend(tid: c_int, tag: c_int, buf: *const c_void, len: c_int, ty: c_int) -> c_int {
     with("pvm_psend", |p| {
-        let size = type_size(ty).ok_or(err::BAD_PARAM)?;
+        let size = consts::type_size(ty).ok_or(err::BAD_PARAM)?;
         if len < 0 || tag < 0 || (buf.is_null() && len > 0) {
             return Err(err::BAD_PARAM);
         }
@@ -1215,7 +1203,7 @@ pub unsafe extern "C" fn pvm_precv(
     rlen: *mut c_int,
 ) -> c_int {
     with("pvm_precv", |p| {
-        let size = type_size(ty).ok_or(err::BAD_PARAM)?;
+        let size = consts::type_size(ty).ok_or(err::BAD_PARAM)?;
         if len < 0 || (buf.is_null() && len > 0) {
             return Err(err::BAD_PARAM);
         }
@@ -1537,7 +1525,7 @@ unsafe fn reduce_raw(op: Op, ty: *mut c_int, x: *mut c_void, y: *mut c_void, n: 
     }
     // SAFETY: the caller's contract.
     let (ty, n) = unsafe { (*ty, *n) };
-    let Some(size) = type_size(ty) else { return err::BAD_PARAM };
+    let Some(size) = consts::type_size(ty) else { return err::BAD_PARAM };
     if n < 0 {
         return err::BAD_PARAM;
     }
@@ -1754,7 +1742,7 @@ pub unsafe extern "C" fn pvm_bcast(g: *const c_char, tag: c_int) -> c_int {
 
 /// The bytes of `count` items of type `ty` at `addr`, checked.
 fn span(addr: *const c_void, count: c_int, ty: c_int) -> Result<usize, c_int> {
-    let size = type_size(ty).ok_or(err::BAD_PARAM)?;
+    let size = consts::type_size(ty).ok_or(err::BAD_PARAM)?;
     if count < 0 || (addr.is_null() && count > 0) {
         return Err(err::BAD_PARAM);
     }

@@ -48,7 +48,7 @@ add2_float!(f32, f64);
 
 /// Applies `op` to `n` items of PVM type `ty`: `x = x op y`.
 pub fn apply(op: Op, ty: i32, x: &mut [u8], y: &[u8], n: usize) -> Result<(), i32> {
-    let size = crate::ffi::type_size(ty).ok_or(err::BAD_PARAM)?;
+    let size = crate::consts::type_size(ty).ok_or(err::BAD_PARAM)?;
     if x.len() < n * size || y.len() < n * size {
         return Err(err::BAD_PARAM);
     }
