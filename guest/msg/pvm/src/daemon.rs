@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::consts::{self, err};
 use crate::engine::{Engine, Msg};
+use crate::notify::Notify;
 use crate::spawn;
 use crate::table::{self, State};
 use crate::vm;
@@ -154,7 +155,7 @@ fn serve(v: vm::Vm) -> Result<(), String> {
                 return Ok(());
             }
             children.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
-            notify_due(&v, &mut eng, me);
+            let _ = send_notifications(&v.tasks, &v.notify, &mut eng, me);
         }
         if !moved {
             waker.sleep(Duration::from_millis(if eng.has_peers() { 5 } else { 1000 }));
@@ -197,15 +198,26 @@ fn serve_one(v: &vm::Vm, eng: &mut Engine, children: &mut Vec<std::process::Chil
     eng.close(from);
 }
 
-/// Sends the notifications due (tasks of this guest gone without leaving).
-fn notify_due(v: &vm::Vm, eng: &mut Engine, me: i32) {
-    let Ok(tasks) = v.tasks.tasks() else { return };
-    let live: std::collections::HashSet<i32> = tasks.into_iter().map(|t| t.tid).collect();
-    let Ok(due) = v.notify.due(&live) else { return };
-    let src = (0x8000_0000u32 as i32) | (me & table::TID_HOST);
-    for (to, tag, ctx, on) in due {
-        let _ = eng.send_from(src, to, (tag, ctx, consts::DATA_DEFAULT), &on.to_ne_bytes(), &mut |t| live.contains(&t));
+/// The TID notifications come from, as in PVM: the daemon flag
+/// (`0x80000000`) with the host field of `tid`, the task or daemon that
+/// noticed.
+pub fn notifier_tid(tid: i32) -> i32 {
+    (0x8000_0000u32 as i32) | (tid & table::TID_HOST)
+}
+
+/// Sends the notifications that are due (requests about tasks no longer
+/// in the task table), from `notifier_tid(me)`; used by the daemon and by
+/// every waiting task.
+pub fn send_notifications(tasks: &table::Table, notify: &Notify, eng: &mut Engine, me: i32) -> Result<(), i32> {
+    let live: std::collections::HashSet<i32> =
+        tasks.tasks().map_err(|_| err::SYS_ERR)?.into_iter().map(|t| t.tid).collect();
+    for (to, tag, ctx, on) in notify.due(&live)? {
+        // A watcher gone meanwhile needs no message.
+        let _ = eng.send_from(notifier_tid(me), to, (tag, ctx, consts::DATA_DEFAULT), &on.to_ne_bytes(), &mut |t| {
+            live.contains(&t)
+        });
     }
+    Ok(())
 }
 
 /// Hosts of the virtual machine: (host number, daemon TID, name), from

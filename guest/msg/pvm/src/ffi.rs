@@ -256,25 +256,10 @@ impl Pvm {
         self.children.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
     }
 
-    /// The TID notifications come from: the daemon's of this host.
-    fn daemon_tid(&self) -> i32 {
-        (0x8000_0000u32 as i32) | (self.me & table::TID_HOST)
-    }
-
     /// Sends the notifications that are due (tasks gone without leaving).
     fn send_due(&mut self) -> Result<(), c_int> {
         self.looked = Instant::now();
-        let live: std::collections::HashSet<i32> =
-            self.table.tasks().map_err(|_| err::SYS_ERR)?.into_iter().map(|t| t.tid).collect();
-        let src = self.daemon_tid();
-        for (to, tag, ctx, on) in self.notify.due(&live)? {
-            let table = &self.table;
-            // A watcher gone meanwhile needs no message.
-            let _ = self.eng.send_from(src, to, (tag, ctx, consts::DATA_DEFAULT), &on.to_ne_bytes(), &mut |t| {
-                Self::exists(table, t)
-            });
-        }
-        Ok(())
+        daemon::send_notifications(&self.table, &self.notify, &mut self.eng, self.me)
     }
 
     /// What a waiting task does about once a second besides waiting:
@@ -353,29 +338,43 @@ impl Pvm {
     /// Waits for a message for (`tid`, `tag`) until `deadline` (None: for
     /// ever); Ok(0) when the time ran out.
     fn recv(&mut self, tid: c_int, tag: c_int, deadline: Option<Instant>) -> Result<c_int, c_int> {
+        Ok(match self.wait_for(tid, tag, self.ctx, deadline)? {
+            Some(m) => self.deliver(m),
+            None => 0,
+        })
+    }
+
+    /// The next message from `tid` (-1: any) with `tag` (-1: any) in
+    /// context `ctx`, waited for until `deadline` (None: for ever; Ok(None)
+    /// when the time ran out), not made the receive buffer. Nothing can
+    /// come from a task that is not there: `PvmNoTask` once it is gone
+    /// and left nothing queued.
+    fn wait_for(
+        &mut self,
+        tid: c_int,
+        tag: c_int,
+        ctx: c_int,
+        deadline: Option<Instant>,
+    ) -> Result<Option<engine::Msg>, c_int> {
         let mut idle = 0u32;
         let mut checked = Instant::now();
         loop {
-            if let Some(m) = self.eng.take(tid, tag, self.ctx) {
-                return Ok(self.deliver(m));
+            if let Some(m) = self.eng.take(tid, tag, ctx) {
+                return Ok(Some(m));
             }
             if self.eng.progress().map_err(|e| engine_code(&e))? {
                 idle = 0;
                 continue;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(0);
+                return Ok(None);
             }
             self.now_and_then()?;
             if tid > 0 && checked.elapsed() > Duration::from_secs(1) {
-                // Nothing can come from a task that is not there.
                 checked = Instant::now();
-                if !Self::exists(&self.table, tid) && self.eng.peek(tid, tag, self.ctx).is_none() {
+                if !Self::exists(&self.table, tid) {
                     let _ = self.eng.progress();
-                    if let Some(m) = self.eng.take(tid, tag, self.ctx) {
-                        return Ok(self.deliver(m));
-                    }
-                    return Err(err::NO_TASK);
+                    return self.eng.take(tid, tag, ctx).map(Some).ok_or(err::NO_TASK);
                 }
             }
             engine::backoff(&mut idle);
@@ -653,7 +652,7 @@ pub unsafe extern "C" fn pvm_notify(what: c_int, tag: c_int, cnt: c_int, tids: *
             // A host not in the virtual machine is reported at once; this
             // one's leaving ends every task, so its requests never fire.
             let mine = p.me & table::TID_HOST;
-            let src = p.daemon_tid();
+            let src = daemon::notifier_tid(p.me);
             for r in reqs.iter().filter(|r| r.on & table::TID_HOST != mine) {
                 let table = &p.table;
                 let _ = p.eng.send_from(src, p.me, (tag, p.ctx, consts::DATA_DEFAULT), &r.on.to_ne_bytes(), &mut |t| {
@@ -1558,32 +1557,13 @@ impl Pvm {
 
     /// The member with instance `inst`.
     fn member_tid(&self, g: &str, inst: c_int) -> Result<c_int, c_int> {
-        self.members(g)?.into_iter().find(|&(_, i)| i == inst).map(|(t, _)| t).ok_or(err::NO_INST)
+        instance_tid(&self.members(g)?, inst)
     }
 
-    /// Receives the next message from `tid` with `tag` in the current
-    /// context, without making it the receive buffer.
+    /// Receives the next message from `tid` with `tag` in context `ctx`,
+    /// without making it the receive buffer ([`Pvm::wait_for`], for ever).
     fn take_from(&mut self, tid: c_int, tag: c_int, ctx: c_int) -> Result<engine::Msg, c_int> {
-        let mut idle = 0u32;
-        let mut checked = Instant::now();
-        loop {
-            if let Some(m) = self.eng.take(tid, tag, ctx) {
-                return Ok(m);
-            }
-            if self.eng.progress().map_err(|e| engine_code(&e))? {
-                idle = 0;
-                continue;
-            }
-            self.now_and_then()?;
-            if tid > 0 && checked.elapsed() > Duration::from_secs(1) {
-                checked = Instant::now();
-                if !Self::exists(&self.table, tid) {
-                    let _ = self.eng.progress();
-                    return self.eng.take(tid, tag, ctx).ok_or(err::NO_TASK);
-                }
-            }
-            engine::backoff(&mut idle);
-        }
+        self.wait_for(tid, tag, ctx, None)?.ok_or(err::SYS_ERR)
     }
 
     /// Sends raw bytes to `tid` in context `ctx`.
@@ -1593,6 +1573,11 @@ impl Pvm {
             .send(tid, (tag, ctx, consts::DATA_RAW), data, &mut |t| Self::exists(table, t))
             .map_err(|e| engine_code(&e))
     }
+}
+
+/// The TID of instance `inst` among `members` (TID, instance).
+fn instance_tid(members: &[(i32, i32)], inst: c_int) -> Result<c_int, c_int> {
+    members.iter().find(|&&(_, i)| i == inst).map(|&(t, _)| t).ok_or(err::NO_INST)
 }
 
 /// A group name argument.
@@ -1770,8 +1755,8 @@ pub unsafe extern "C" fn pvm_reduce(
         let g = unsafe { group_name(g) }?;
         let func = func.ok_or(err::BAD_PARAM)?;
         let len = span(data, count, ty)?;
-        let root_tid = p.member_tid(g, root)?;
         let members = p.members(g)?;
+        let root_tid = instance_tid(&members, root)?;
         if !members.iter().any(|&(t, _)| t == p.me) {
             return Err(err::NOT_IN_GROUP);
         }
@@ -1820,8 +1805,8 @@ pub unsafe extern "C" fn pvm_gather(
         // SAFETY: the caller's contract.
         let g = unsafe { group_name(g) }?;
         let len = span(data, count, ty)?;
-        let root_tid = p.member_tid(g, root)?;
         let members = p.members(g)?;
+        let root_tid = instance_tid(&members, root)?;
         // SAFETY: data holds count items of type ty.
         let mine = unsafe { std::slice::from_raw_parts(data as *const u8, len) };
         if root_tid != p.me {
