@@ -385,11 +385,13 @@ setup_netpipe() {
 # Debian bookworm's PVM 3.4.6 binary packages, unpacked (never installed)
 # in $MC_CACHE/pvm/root: the example programs our libpvm3.so.3 must run
 # unchanged, pvm-dev's pvm3.h for the header check, and the real PVM
-# (pvmd, its libpvm3.so.3, libtirpc3) as the peer.
-PVM_DEBS="libpvm3 pvm pvm-dev pvm-examples libtirpc3"
+# (pvmd, its libpvm3.so.3, and libtirpc3 with the Kerberos libraries it
+# needs, which the guests lack) as the peer.
+PVM_DEBS="libpvm3 pvm pvm-dev pvm-examples libtirpc3 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libcom-err2 libkrb5support0 libkeyutils1"
 setup_pvm() {
     local dir=$MC_CACHE/pvm
-    if [ -f "$dir/.done" ] && [ -f "$dir/root/usr/include/pvm3.h" ] && [ -x "$dir/root/usr/bin/master1" ]; then
+    if [ -f "$dir/.done" ] && [ -f "$dir/root/usr/include/pvm3.h" ] && [ -x "$dir/root/usr/bin/master1" ] \
+        && [ -e "$dir/root/usr/lib/x86_64-linux-gnu/libkrb5.so.3" ]; then
         step "pvm: Debian's PVM $(cat "$dir/.done") cached ($dir/root)"
         return
     fi

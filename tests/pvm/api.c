@@ -11,8 +11,10 @@
  *   - pvm_parent, pvm_siblings, pvm_tasks, pvm_config, pvm_bufinfo;
  *   - pvm_notify(PvmTaskExit): a task killed with pvm_kill is reported,
  *     and a task already gone at once;
- *   - errors: spawning a program that is not there (PvmNoFile), sending
- *     to a task that is not there (PvmNoTask), a bad buffer (PvmNoSuchBuf).
+ *   - errors: spawning a program that is not there (none started,
+ *     PvmNoFile in tids), sending to a task that is not there (PvmNoTask;
+ *     0 on Debian's PVM, which drops it: run with API_PEER=debian there),
+ *     a bad buffer (PvmNoSuchBuf).
  * Prints "api: ok" at the end; any failure prints what and exits 1.
  */
 #include <stdio.h>
@@ -21,6 +23,9 @@
 #include <pvm3.h>
 
 static int failures;
+/* With API_TRACE set, each part announces itself on stderr (to see where a
+ * PVM stops). */
+#define STEP(name) do { if (getenv("API_TRACE")) fprintf(stderr, "api: %s\n", name); } while (0)
 #define CHECK(c, ...) do { if (!(c)) { printf("api: FAILED %s: ", #c); printf(__VA_ARGS__); printf("\n"); failures++; } } while (0)
 
 enum { N = 6, BIG = 1 << 20 };
@@ -46,10 +51,11 @@ static void worker(void)
         if (tag == 50) { /* psend/precv: double every int */
             static int v[BIG / 4];
             int rtid, rtag, rlen;
+            /* The length comes in bytes, as under Debian's PVM. */
             pvm_precv(parent, 50, v, BIG / 4, PVM_INT, &rtid, &rtag, &rlen);
-            for (int i = 0; i < rlen; i++)
+            for (int i = 0; i < rlen / 4; i++)
                 v[i] *= 2;
-            pvm_psend(parent, 150, v, rlen, PVM_INT);
+            pvm_psend(parent, 150, v, rlen / 4, PVM_INT);
             continue;
         }
         pvm_setsbuf(pvm_getrbuf());
@@ -74,7 +80,8 @@ int main(int argc, char **argv)
     pvm_setopt(PvmAutoErr, 0);
     CHECK(me > 0, "mytid %d", me);
     CHECK(pvm_parent() == PvmNoParent, "parent %d", pvm_parent());
-    CHECK(pvm_spawn("no-such-program-here", NULL, 0, "", 1, tids) == PvmNoFile && tids[0] == PvmNoFile, "%d", tids[0]);
+    /* None started, the reason in tids. */
+    CHECK(pvm_spawn("no-such-program-here", NULL, 0, "", 1, tids) == 0 && tids[0] == PvmNoFile, "%d", tids[0]);
     n = pvm_spawn(argv[0], wargs, 0, "", 2, tids);
     CHECK(n == 2, "spawned %d (%d %d)", n, tids[0], tids[1]);
     if (n != 2)
@@ -98,12 +105,16 @@ int main(int argc, char **argv)
     struct pvmhostinfo *hi;
     CHECK(pvm_config(&nhost, &narch, &hi) == 0 && nhost >= 1 && strcmp(hi[0].hi_arch, "LINUX64") == 0, "config");
 
+    STEP("types");
     /* Every type, with a stride of 2 on the way out. */
     char b[2 * N]; short s[2 * N]; int i4[2 * N]; long l[2 * N]; float f[2 * N]; double d[2 * N];
     unsigned short us[2 * N]; unsigned int ui[2 * N]; unsigned long ul[2 * N]; float c[4 * N]; double dc[4 * N];
     for (int k = 0; k < 2 * N; k++) {
-        b[k] = k; s[k] = -k; i4[k] = k * 1000; l[k] = -k * 100000000000L; f[k] = k / 4.0f; d[k] = k / 8.0;
-        us[k] = k + 60000; ui[k] = k + 4000000000u; ul[k] = k + 10000000000000000000ul;
+        /* Longs of 31 bits: Debian's PVM packs them with XDR in 4 bytes
+         * and does not extend the sign back (64-bit and negative values
+         * go raw, below). */
+        b[k] = k; s[k] = -k; i4[k] = k * 1000; l[k] = k * 100000000L; f[k] = k / 4.0f; d[k] = k / 8.0;
+        us[k] = k + 60000; ui[k] = k + 4000000000u; ul[k] = k + 4000000000ul;
         c[2 * k] = k; c[2 * k + 1] = -k; dc[2 * k] = k / 3.0; dc[2 * k + 1] = -k / 3.0;
     }
     pvm_initsend(PvmDataDefault);
@@ -131,6 +142,21 @@ int main(int argc, char **argv)
         CHECK(pvm_upkint(i2, 1, 1) == PvmNoData, "reading past the end");
     }
 
+    STEP("in place");
+    /* PvmDataRaw: 64-bit longs as they are. */
+    {
+        long wide[2] = { -123456789012345L, 0 }, wide2[2];
+        unsigned long uwide = 10000000000000000000ul, uwide2 = 0;
+        pvm_initsend(PvmDataRaw);
+        pvm_pklong(wide, 2, 1);
+        pvm_pkulong(&uwide, 1, 1);
+        pvm_send(tids[1], 11);
+        pvm_recv(tids[1], 111);
+        pvm_upklong(wide2, 2, 1);
+        pvm_upkulong(&uwide2, 1, 1);
+        CHECK(wide2[0] == wide[0] && wide2[1] == 0 && uwide2 == uwide, "raw longs %ld %lu", wide2[0], uwide2);
+    }
+
     /* In place: the data as it is when sent. */
     int live[3] = { 1, 2, 3 };
     pvm_initsend(PvmDataInPlace);
@@ -142,6 +168,7 @@ int main(int argc, char **argv)
     pvm_upkint(back, 3, 1);
     CHECK(back[0] == 1 && back[1] == 20 && back[2] == 3, "in place %d %d %d", back[0], back[1], back[2]);
 
+    STEP("packf");
     /* pvm_packf / pvm_unpackf: values, counted arrays with a stride, a
      * string, through a worker and back. */
     {
@@ -160,6 +187,7 @@ int main(int argc, char **argv)
         CHECK(pvm_packf("%q", 1) == PvmBadParam, "a bad conversion");
     }
 
+    STEP("mcast");
     /* Multicast, then probe and receive in the other order. */
     int x = 42;
     pvm_initsend(PvmDataRaw);
@@ -174,6 +202,7 @@ int main(int argc, char **argv)
     struct timeval short_wait = { 0, 200000 };
     CHECK(pvm_trecv(-1, 1234, &short_wait) == 0, "trecv times out");
 
+    STEP("psend");
     /* psend/precv, 1 MiB. */
     static int big[BIG / 4], twice[BIG / 4];
     for (int k = 0; k < BIG / 4; k++)
@@ -183,13 +212,14 @@ int main(int argc, char **argv)
     pvm_psend(tids[0], 50, big, BIG / 4, PVM_INT);
     int rtid, rtag, rlen;
     CHECK(pvm_precv(tids[0], 150, twice, BIG / 4, PVM_INT, &rtid, &rtag, &rlen) == 0, "precv");
-    CHECK(rtid == tids[0] && rtag == 150 && rlen == BIG / 4, "precv %x %d %d", rtid, rtag, rlen);
+    CHECK(rtid == tids[0] && rtag == 150 && rlen == BIG, "precv %x %d %d", rtid, rtag, rlen);
     for (int k = 0; k < BIG / 4; k++)
         if (twice[k] != 2 * k) {
             CHECK(0, "1 MiB item %d: %d", k, twice[k]);
             break;
         }
 
+    STEP("notify");
     /* Notification: a killed task is reported, and one already gone at
      * once; both from a daemon TID. */
     CHECK(pvm_notify(PvmTaskExit, 66, 1, &tids[1]) == 0, "notify");
@@ -201,9 +231,9 @@ int main(int argc, char **argv)
         int gone = 0;
         pvm_upkint(&gone, 1, 1);
         pvm_bufinfo(bufid, &bytes, &tag, &src);
-        /* From a daemon TID: the notifier's host, which in a cluster is
-         * the host that saw the task go. */
-        CHECK(gone == tids[1] && (src & 0x80000000) && (src & 0x3ffc0000) != 0,
+        /* From a daemon TID (ours: of the host that saw the task go;
+         * Debian's: 0x80000000). */
+        CHECK(gone == tids[1] && (src & 0x80000000),
               "notification of %x from %x", gone, src);
     }
     CHECK(pvm_notify(PvmTaskExit, 67, 1, &tids[1]) == 0, "notify on a task gone");
@@ -212,12 +242,16 @@ int main(int argc, char **argv)
     CHECK(pvm_trecv(-1, 67, &ten) > 0, "a task already gone is reported at once");
     CHECK(pvm_pstat(tids[1]) == PvmNoTask, "pstat of a killed task");
 
+    STEP("errors");
     /* Errors. */
     CHECK(pvm_freebuf(123456) == PvmNoSuchBuf, "freebuf");
     pvm_initsend(PvmDataDefault);
     pvm_initsend(PvmDataDefault);
     pvm_send(tids[0], 99);
-    CHECK(pvm_send(me + 1000, 1) == PvmNoTask, "send to nobody");
+    /* Ours reports it; Debian's PVM drops the message and returns 0
+     * (API_PEER=debian, docs/pvm.md "Differences"). */
+    int nobody = pvm_send(me + 1000, 1);
+    CHECK(nobody == PvmNoTask || (getenv("API_PEER") && nobody == 0), "send to nobody: %d", nobody);
     pvm_exit();
     printf(failures ? "api: %d failures\n" : "api: ok\n", failures);
     return failures != 0;

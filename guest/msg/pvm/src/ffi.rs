@@ -553,11 +553,9 @@ pub unsafe extern "C" fn pvm_spawn(
         for (i, &v) in results.iter().enumerate() {
             out(i, v);
         }
-        let started = results.iter().filter(|&&v| v > 0).count() as c_int;
-        if started == 0 {
-            return Err(results.first().copied().filter(|&v| v < 0).unwrap_or(err::CANT_START));
-        }
-        Ok(started)
+        // As Debian's PVM: the number started, each failure's code in
+        // `tids` (a program not found is 0 started, `tids[0]` PvmNoFile).
+        Ok(results.iter().filter(|&&v| v > 0).count() as c_int)
     })
 }
 
@@ -1185,7 +1183,8 @@ pub unsafe extern "C" fn pvm_psend(tid: c_int, tag: c_int, buf: *const c_void, l
 }
 
 /// `pvm_precv`: receives a message into `buf` (room for `len` items of
-/// type `ty`), reporting its source, tag and length in items.
+/// type `ty`), reporting its source, tag and length in bytes (as
+/// Debian's PVM 3.4.6 does, whatever the type).
 ///
 /// # Safety
 /// `buf` has room for `len` items of type `ty`; the out-pointers are null
@@ -1220,7 +1219,7 @@ pub unsafe extern "C" fn pvm_precv(
         unsafe {
             put(rtid, m.src);
             put(rtag, m.tag);
-            put(rlen, (m.data.len() / size) as c_int);
+            put(rlen, m.data.len() as c_int);
         }
         let room = len as usize * size;
         let n = m.data.len().min(room);
