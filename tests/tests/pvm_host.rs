@@ -18,9 +18,13 @@
 //!   daemon, console and group tools, listed with the reason.
 //! - Runs, unchanged and with their output checked: Debian's `hello`
 //!   (spawns `hello_other`, which answers) and `master1` (spawns three
-//!   `slave1`, each returns its share); our `tests/pvm/api.c` (every
-//!   pk/upk type, in-place data, multicast, probe, timeouts, psend/precv
-//!   of 1 MiB, the errors).
+//!   `slave1`, each returns its share); the group programs and `timing`;
+//!   the mailbox programs (`lmbi`, `gmbi`, `rme`, `task0`/`task1`/
+//!   `task_end`), the context programs (`inherita`, `inheritb` and their
+//!   children) and the message-handler pair (`mhf_server` driven by
+//!   `mhf_tickle`'s menu); our `tests/pvm/api.c` (every pk/upk type,
+//!   in-place data, multicast, probe, timeouts, psend/precv of 1 MiB,
+//!   the errors).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -253,21 +257,65 @@ impl Vm {
     /// [`Vm::run`] with `input` on standard input; `ok`: the program must
     /// exit 0 (Debian's `timing` always exits 1).
     fn run_with(&self, exe: &Path, args: &[&str], input: &str, ok: bool) -> String {
-        let out = self.dir.path().join("out");
-        let f = std::fs::File::create(&out).unwrap();
         let input_file = self.dir.path().join("in");
         std::fs::write(&input_file, input).unwrap();
-        let mut child = Command::new(exe)
+        let child = self.start(exe, args, "out", std::fs::File::open(&input_file).unwrap().into());
+        self.finish(child, exe, "out", ok)
+    }
+
+    /// Starts `exe` as a task of this VM, its output in file `name` of
+    /// the VM's folder.
+    fn start(&self, exe: &Path, args: &[&str], name: &str, stdin: std::process::Stdio) -> std::process::Child {
+        let f = std::fs::File::create(self.dir.path().join(name)).unwrap();
+        Command::new(exe)
             .args(args)
             .env("PVM_ROOT", self.dir.path().join("root"))
             .env("PVM_TMP", self.dir.path())
             .env("LD_LIBRARY_PATH", self.dir.path().join("lib"))
             .env_remove("PVM_EP")
-            .stdin(std::fs::File::open(&input_file).unwrap())
+            .stdin(stdin)
             .stdout(f.try_clone().unwrap())
             .stderr(f)
             .spawn()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// Waits (30 s at most) until Debian's `gmbi` lists `n` mailbox
+    /// classes matching `pattern`: a task started with [`Vm::start`] has
+    /// got that far (its output, to a file, comes only at its exit).
+    fn wait_for_classes(&self, gmbi: &Path, pattern: &str, n: usize) {
+        let want = format!("gmbi: {n} mbox entries returned.");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.run(gmbi, &[pattern]);
+            if out.contains(&want) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no {want:?} in 30 s:\n{out}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs `exe` with `chunks` written to its standard input one at a
+    /// time, 300 ms apart (an interactive program, given time to act on
+    /// each answer); returns its output.
+    fn run_paced(&self, exe: &Path, args: &[&str], chunks: &[&str]) -> String {
+        use std::io::Write;
+        let mut child = self.start(exe, args, "paced", std::process::Stdio::piped());
+        let mut stdin = child.stdin.take().unwrap();
+        for c in chunks {
+            std::thread::sleep(Duration::from_millis(300));
+            stdin.write_all(c.as_bytes()).unwrap();
+            stdin.flush().unwrap();
+        }
+        drop(stdin);
+        self.finish(child, exe, "paced", true)
+    }
+
+    /// Waits (60 s at most) for a task started with [`Vm::start`] to
+    /// end; returns its output. `ok`: it must exit 0.
+    fn finish(&self, mut child: std::process::Child, exe: &Path, name: &str, ok: bool) -> String {
+        let out = self.dir.path().join(name);
         let deadline = Instant::now() + Duration::from_secs(60);
         let status = loop {
             if let Some(s) = child.try_wait().unwrap() {
@@ -365,4 +413,171 @@ fn the_pvm_calls_work_between_processes() {
         .arg("-lpvm3"));
     let out = vm.run(&exe, &[]);
     assert!(out.lines().any(|l| l == "api: ok"), "{out}");
+}
+
+/// The first hex TID after `prefix` on a line of `out`.
+fn tid_after(out: &str, prefix: &str) -> String {
+    let l = out
+        .lines()
+        .find_map(|l| l.split_once(prefix).map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("no {prefix:?}:\n{out}"));
+    l.chars().take_while(|c| c.is_ascii_hexdigit()).collect()
+}
+
+/// The number after `prefix` on the first line of `out` that has it.
+fn number_after(out: &str, prefix: &str) -> i64 {
+    let l = out
+        .lines()
+        .find_map(|l| l.split_once(prefix).map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("no {prefix:?}:\n{out}"));
+    l.chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect::<String>().parse().unwrap()
+}
+
+#[test]
+fn debians_mailbox_programs_run_unchanged() {
+    let Some(deb) = debian() else { return };
+    let vm = Vm::new(Some(&deb));
+    let bin = |n: &str| deb.join("usr/bin").join(n);
+    // Three persistent classes that outlive their task.
+    let out = vm.run(&bin("lmbi"), &["3", "mp", "e"]);
+    let a = tid_after(&out, "lmbi: t");
+    for i in 0..3 {
+        assert!(out.contains(&format!("just inserted entry <t{a}lmbi{i}> at index 0.")), "lmbi:\n{out}");
+    }
+    let out = vm.run(&bin("gmbi"), &[]);
+    assert!(out.contains("gmbi: 3 mbox entries returned."), "gmbi:\n{out}");
+    for i in 0..3 {
+        assert!(out.contains(&format!("class name: <t{a}lmbi{i}>")), "gmbi:\n{out}");
+    }
+    let owned = "indices <0>\towner_tid <t0>\tflags <3> = <PvmMboxMultiInstance PvmMboxPersistent >";
+    assert_eq!(out.matches(owned).count(), 3, "persistent, their owner gone:\n{out}");
+    // Two overwritable ones of a task that stays, waiting for "END".
+    let waiting = vm.start(&bin("lmbi"), &["2", "mo", "w"], "lmbi-w", std::process::Stdio::null());
+    vm.wait_for_classes(&bin("gmbi"), "t*lmbi*", 5);
+    let out = vm.run(&bin("gmbi"), &["t*lmbi*"]);
+    let b = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("gmbi: class name: <t"))
+        .map(|r| r.split("lmbi").next().unwrap_or_default().to_string())
+        .find(|t| *t != a)
+        .unwrap_or_else(|| panic!("gmbi:\n{out}"));
+    let theirs = format!("owner_tid <t{b}>\tflags <6> = <PvmMboxOverWritable PvmMboxMultiInstance >");
+    assert_eq!(out.matches(&theirs).count(), 2, "gmbi:\n{out}");
+    let out = vm.run(&bin("gmbi"), &[&format!("t{b}*1")]);
+    assert!(out.contains("gmbi: 1 mbox entries returned.") && out.contains(&format!("<t{b}lmbi1>")), "{out}");
+    // A locked entry cannot be removed by another task; an overwritable
+    // one can.
+    let out = vm.run_with(&bin("rme"), &[&format!("t{a}lmbi0"), "0"], "", false);
+    assert!(out.contains("Key locked by another task, can't delete."), "rme:\n{out}");
+    let out = vm.run(&bin("rme"), &[&format!("t{b}lmbi0"), "0"]);
+    assert!(!out.contains("rme: no service"), "rme:\n{out}");
+    let out = vm.run_with(&bin("rme"), &[&format!("t{b}lmbi0"), "0"], "", false);
+    assert!(out.contains(&format!("no service running for <t{b}lmbi0> index <0>")), "rme:\n{out}");
+    // task_end reads lmbi's entry (its TID and context lead the
+    // message) and sends it "END"; its entries go with it.
+    let out = vm.run(&bin("task_end"), &[&format!("t{b}lmbi1"), "0"]);
+    assert!(out.contains(&format!("id: {b}   with their context: 0")), "task_end:\n{out}");
+    let out = vm.finish(waiting, &bin("lmbi"), "lmbi-w", true);
+    assert!(out.contains(&format!("lmbi: t{b} END.")), "lmbi:\n{out}");
+    let out = vm.run(&bin("gmbi"), &[]);
+    assert!(out.contains("gmbi: 3 mbox entries returned.") && !out.contains(&format!("t{b}lmbi")), "gmbi:\n{out}");
+}
+
+#[test]
+fn debians_service_and_context_programs_run_unchanged() {
+    let Some(deb) = debian() else { return };
+    let vm = Vm::new(Some(&deb));
+    let bin = |n: &str| deb.join("usr/bin").join(n);
+    // task0 offers a service in a new context through the mailbox;
+    // task1 finds it there and talks to it in that context.
+    let server = vm.start(&bin("task0"), &["svc"], "task0", std::process::Stdio::null());
+    vm.wait_for_classes(&bin("gmbi"), "svc", 1);
+    let out = vm.run(&bin("gmbi"), &["svc"]);
+    let s = tid_after(&out, "owner_tid <t");
+    let out = vm.run(&bin("task1"), &["svc"]);
+    let ctx = number_after(&out, "and with context: ");
+    assert!(ctx > 0, "task1:\n{out}");
+    for (n, args) in [(1, &["svc"][..]), (2, &["svc", "0", "f"][..])] {
+        let out = if n == 1 { out.clone() } else { vm.run(&bin("task1"), args) };
+        assert!(out.contains(&format!("tid: {s} and with context: {ctx}")), "task1:\n{out}");
+        assert!(
+            out.contains(&format!("from task t{s} welcome to my server - you are service request number {n}.")),
+            "task1:\n{out}"
+        );
+    }
+    // The name is taken: a second server is refused.
+    let out = vm.run_with(&bin("task0"), &["svc"], "", false);
+    assert!(out.contains("Key locked by another task, can't delete."), "task0:\n{out}");
+    let out = vm.run(&bin("task_end"), &["svc", "0"]);
+    assert!(out.contains(&format!("id: {s}   with their context: {ctx}")), "task_end:\n{out}");
+    let t0 = vm.finish(server, &bin("task0"), "task0", true);
+    assert!(t0.contains("just inserted service name <svc> at index 0."), "task0:\n{t0}");
+    assert!(t0.contains(&format!("task0: t{s} on machine")) && t0.contains(&format!("with context {ctx}.")), "{t0}");
+    assert!(t0.contains("END  Request number 3.") && t0.contains("handled 3 service requests."), "task0:\n{t0}");
+
+    // A spawned task starts in its parent's context.
+    let out = vm.run(&bin("inherita"), &["inherit1"]);
+    let c = number_after(&out, "with changed context ");
+    assert!(c > 0, "{out}");
+    assert!(out.contains("I just spawned inherit2 as tid t"), "{out}");
+    let lines: Vec<_> = out.lines().filter(|l| l.contains("with context")).collect();
+    assert_eq!(lines.len(), 5, "inherit1 twice, its spawn, inherit2, END:\n{out}");
+    assert!(lines.iter().all(|l| l.contains(&format!("with context {c}."))), "inherita inherit1:\n{out}");
+    assert!(out.contains("END - sent from inherit1") && out.contains("with original context 0."), "{out}");
+    // inherit3 makes a context of its own and spawns in it.
+    let out = vm.run(&bin("inherita"), &["inherit3"]);
+    let c = number_after(&out, "with changed context ");
+    let c3 = out
+        .lines()
+        .filter_map(|l| l.split_once("inherit3: I just spawned inherit2 as tid t"))
+        .map(|(_, r)| number_after(r, "with context "))
+        .next()
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(c3 != c && c3 > 0, "inherit3's own context:\n{out}");
+    assert!(out.contains(&format!("with context {c3}.\n")) && out.contains("END - sent from inherit3"), "{out}");
+    let inherit2 = out.lines().find(|l| l.contains("\tinherit2 t")).unwrap_or_else(|| panic!("{out}"));
+    assert!(inherit2.contains(&format!("with context {c3}.")), "inherit2 in inherit3's context:\n{out}");
+    // Two children in two contexts, each heard in its own.
+    let out = vm.run(&bin("inheritb"), &[]);
+    let c1 = number_after(&out, "with new #1 context ");
+    let c2 = number_after(&out, "with new #2 context ");
+    assert!(c1 != c2, "{out}");
+    assert!(out.contains(&format!("with context {c2}. <-- received from 2nd inherit2.")), "inheritb:\n{out}");
+    assert!(out.contains(&format!("with context {c1}. <-- received from 1st inherit2.")), "inheritb:\n{out}");
+}
+
+#[test]
+fn debians_message_handler_programs_run_unchanged() {
+    let Some(deb) = debian() else { return };
+    let vm = Vm::new(Some(&deb));
+    let bin = |n: &str| deb.join("usr/bin").join(n);
+    // mhf_server registers in the mailbox; mhf_tickle (a menu on
+    // standard input) finds it there and has it load a handler for its
+    // tag 5 in context 0, sends a message the handler must catch, asks
+    // the server to list its handlers, deletes the handler, sends again
+    // (now nothing catches it), and ends the server.
+    let server = vm.start(&bin("mhf_server"), &[], "server", std::process::Stdio::null());
+    vm.wait_for_classes(&bin("gmbi"), "mhf_server", 1);
+    let out = vm.run_paced(
+        &bin("mhf_tickle"),
+        &[],
+        &["1\n5\n0\n1\n", "4\n5\n0\n1\nhello there\n", "0\n", "2\n0\n", "4\n5\n0\n1\nagain\n", "9\n"],
+    );
+    let t = tid_after(&out, "mhf_tickle: message source tid: t");
+    let srv = vm.finish(server, &bin("mhf_server"), "server", true);
+    assert!(srv.contains("just inserted server <mhf_server> at mailbox 0"), "{srv}");
+    let at = |want: &str| srv.find(want).unwrap_or_else(|| panic!("mhf_server: no {want:?}:\n{srv}"));
+    let loaded = at(&format!("pvm_addmhf( src = t{t}, tag = 5, ctx = 0 )  -> loaded SC1"));
+    let caught = at("string_catcher1: string_catcher1 received message -->> <hello there>");
+    let hit = at("HIT:  ping target 1 - SC1   strings match <hello there>.");
+    let listed =
+        at(&format!("mhf_server t{}: mhf_server: PMH: Are you talking to me!!!", tid_after(&srv, "mhf_server: t")));
+    let deleted = at("DMH: AFTER delete with pvm_delmhf( mhid = 0 )");
+    let missed =
+        at("NO HIT:  lmh = 1 - SC1   mhf_catch = -99 - ?C?   strings NO match - local <again>   mhf <NO MATCH>.");
+    assert!(loaded < caught && caught < hit && hit < listed && listed < deleted && deleted < missed, "order:\n{srv}");
+    assert!(srv[listed..deleted].contains(&format!("mhid 0: src t{t} tag 5 ctx 0")), "the list:\n{srv}");
+    assert!(srv[deleted..].contains("0 message handler(s)"), "{srv}");
+    assert!(!srv.contains("received message -->> <again>"), "a deleted handler ran:\n{srv}");
+    assert!(srv.contains("CEAT: Termiate Self..."), "{srv}");
 }

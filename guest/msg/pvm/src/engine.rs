@@ -185,12 +185,52 @@ struct Peer {
     ch: Option<Arc<Channel>>,
 }
 
+/// The queue of arrived messages, in the order they came, and how many
+/// at its back are new since the last [`Inbox::claim_fresh`] (message
+/// handlers see each message once, as it arrives).
+#[derive(Default)]
+struct Inbox {
+    q: VecDeque<Msg>,
+    fresh: usize,
+}
+
+impl Inbox {
+    fn push(&mut self, m: Msg) {
+        self.q.push_back(m);
+        self.fresh += 1;
+    }
+
+    /// Takes the first message `want` accepts.
+    fn take(&mut self, want: impl Fn(&Msg) -> bool) -> Option<Msg> {
+        let i = self.q.iter().position(want)?;
+        if i + self.fresh >= self.q.len() {
+            self.fresh -= 1;
+        }
+        self.q.remove(i)
+    }
+
+    /// Takes the new messages `want` accepts; all are old after.
+    fn claim_fresh(&mut self, want: impl Fn(&Msg) -> bool) -> Vec<Msg> {
+        let mut i = self.q.len() - self.fresh;
+        let mut out = Vec::new();
+        while i < self.q.len() {
+            if want(&self.q[i]) {
+                out.extend(self.q.remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        self.fresh = 0;
+        out
+    }
+}
+
 /// A task's messaging.
 pub struct Engine {
     pub me: i32,
     vm: u16,
     peers: HashMap<i32, Peer>,
-    inbox: VecDeque<Msg>,
+    inbox: Inbox,
     asm: Assembler,
     seq: u32,
     scratch: Vec<u8>,
@@ -207,7 +247,7 @@ impl Engine {
             me,
             vm,
             peers: HashMap::new(),
-            inbox: VecDeque::new(),
+            inbox: Inbox::default(),
             asm: Assembler::default(),
             seq: 0,
             scratch: Vec::new(),
@@ -240,7 +280,7 @@ impl Engine {
                 match ch.read(&mut self.scratch[..n], Some(Instant::now() + Duration::from_secs(10))) {
                     Ok(n) => match self.asm.frame(&self.scratch[..n]) {
                         Ok(Some(m)) => {
-                            self.inbox.push_back(m);
+                            self.inbox.push(m);
                             moved = true;
                         }
                         Ok(None) => {}
@@ -283,13 +323,19 @@ impl Engine {
 
     /// Takes the first queued message for (`tid`, `tag`, `ctx`).
     pub fn take(&mut self, tid: i32, tag: i32, ctx: i32) -> Option<Msg> {
-        let i = self.inbox.iter().position(|m| matches(m, tid, tag, ctx))?;
-        self.inbox.remove(i)
+        self.inbox.take(|m| matches(m, tid, tag, ctx))
+    }
+
+    /// Takes, in the order they came, the messages that arrived since the
+    /// last call and `want` accepts (what message handlers claim); the
+    /// others stay queued, no longer new.
+    pub fn claim_fresh(&mut self, want: impl Fn(&Msg) -> bool) -> Vec<Msg> {
+        self.inbox.claim_fresh(want)
     }
 
     /// The first queued message for (`tid`, `tag`, `ctx`), left queued.
     pub fn peek(&self, tid: i32, tag: i32, ctx: i32) -> Option<&Msg> {
-        self.inbox.iter().find(|m| matches(m, tid, tag, ctx))
+        self.inbox.q.iter().find(|m| matches(m, tid, tag, ctx))
     }
 
     /// Sends a message to `dest`; returns once it is all in the channel.
@@ -316,7 +362,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let total = u32::try_from(data.len()).map_err(|_| EngineError::TooBig(data.len()))?;
         if dest == self.me {
-            self.inbox.push_back(Msg { src, tag, ctx, enc, data: data.to_vec() });
+            self.inbox.push(Msg { src, tag, ctx, enc, data: data.to_vec() });
             return Ok(());
         }
         let ch = self.open(dest, exists)?;
@@ -476,6 +522,30 @@ mod tests {
         let other = frames(head(1, 100, 2), &[3u8; 100], 82);
         assert_eq!(a.frame(&fa[0]).unwrap(), None);
         assert!(a.frame(&other[1]).is_err(), "frames of two messages");
+    }
+
+    #[test]
+    fn handlers_see_each_message_once_as_it_arrives() {
+        let m = |tag| Msg { src: 5, tag, ctx: 0, enc: 0, data: vec![] };
+        let mut q = Inbox::default();
+        q.push(m(1));
+        q.push(m(2));
+        assert_eq!(q.claim_fresh(|m| m.tag == 9).len(), 0);
+        q.push(m(9));
+        q.push(m(3));
+        q.push(m(9));
+        // A receive takes a new one: the count of new ones follows.
+        assert_eq!(q.take(|m| m.tag == 3).unwrap().tag, 3);
+        q.push(m(4));
+        let got: Vec<i32> = q.claim_fresh(|m| m.tag != 4).iter().map(|m| m.tag).collect();
+        assert_eq!(got, vec![9, 9], "only the new ones, in order; 1 and 2 came before");
+        assert_eq!(q.claim_fresh(|_| true).len(), 0, "nothing new");
+        let left: Vec<i32> = q.q.iter().map(|m| m.tag).collect();
+        assert_eq!(left, vec![1, 2, 4]);
+        // Taking an old message leaves the new count alone.
+        q.push(m(5));
+        assert_eq!(q.take(|m| m.tag == 1).unwrap().tag, 1);
+        assert_eq!(q.claim_fresh(|_| true).iter().map(|m| m.tag).collect::<Vec<_>>(), vec![5]);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! The task's state is one [`Pvm`] behind one lock, made by the first call
 //! that needs it (PVM enrolls a task on its first call).
 
-use std::collections::HashMap;
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -16,6 +17,8 @@ use crate::consts::{self, err, opt};
 use crate::daemon;
 use crate::engine::{self, Engine, EngineError};
 use crate::group::{self, Arrival, GroupTable};
+use crate::mbox::{self, Mailbox, MboxError};
+use crate::mhf::{self, Handlers};
 use crate::notify::{self, Notify};
 use crate::pack::{Buffer, InPlace};
 use crate::reduce::{self, Op};
@@ -27,6 +30,11 @@ pub struct Pvm {
     table: Table,
     groups: GroupTable,
     notify: Notify,
+    mbox: Mailbox,
+    /// Message handlers, and the messages they claimed that wait for
+    /// their handler to run (outside the state lock).
+    handlers: Handlers,
+    mhf_due: VecDeque<(mhf::HandlerFn, engine::Msg)>,
     /// When this task last sent the notifications that were due.
     looked: Instant,
     host: u32,
@@ -48,10 +56,16 @@ pub struct Pvm {
     hosts_out: Vec<PvmHostInfo>,
     tasks_out: Vec<PvmTaskInfo>,
     strings: Vec<std::ffi::CString>,
+    /// What `pvm_getmboxinfo` hands out, kept until its next call: the
+    /// structures, their names and their arrays.
+    mbox_out: Vec<PvmMboxInfo>,
+    mbox_names: Vec<std::ffi::CString>,
+    mbox_ints: Vec<Vec<c_int>>,
 }
 
 // SAFETY: the raw pointers in `hosts_out` and `tasks_out` point into
-// `strings`, which the same `Pvm` owns; they move with it. The tables'
+// `strings`, those in `mbox_out` into `mbox_names` and `mbox_ints`, which
+// the same `Pvm` owns; they move with it. The tables'
 // shared connection to imcd and lock set (`Rc`s in `store::McTable`) are
 // held only by this `Pvm`'s tables, so they move with it too, and the
 // state lock lets one thread at a time use them.
@@ -76,6 +90,16 @@ pub struct PvmTaskInfo {
     pub ti_flag: c_int,
     pub ti_a_out: *const c_char,
     pub ti_pid: c_int,
+}
+
+/// `struct pvmmboxinfo`.
+#[repr(C)]
+pub struct PvmMboxInfo {
+    pub mi_name: *const c_char,
+    pub mi_nentries: c_int,
+    pub mi_indices: *const c_int,
+    pub mi_owners: *const c_int,
+    pub mi_flags: *const c_int,
 }
 
 /// `struct pvmminfo`.
@@ -160,22 +184,86 @@ fn fail(call: &str, me: i32, auto: c_int, code: c_int) -> c_int {
 
 /// Runs `f` on the task's state, enrolling it first; turns an error code
 /// into PVM's report.
-fn with(call: &str, f: impl FnOnce(&mut Pvm) -> Result<c_int, c_int>) -> c_int {
-    let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
-    if g.is_none() {
-        match Pvm::enroll() {
-            Ok(p) => *g = Some(p),
-            Err(e) => {
-                eprintln!("libpvm [pid{}]: {call}(): cannot enroll: {e}", std::process::id());
-                return fail(call, 0, 1, err::SYS_ERR);
+fn with(call: &str, f: impl FnMut(&mut Pvm) -> Result<c_int, c_int>) -> c_int {
+    with_quiet(call, &[], f)
+}
+
+/// What a call that waits for a message returns when message handlers
+/// must run first: the C layer runs them with the lock released and
+/// calls it again. Never returned to a program.
+const RUN_HANDLERS: c_int = c_int::MIN + 1;
+
+thread_local! {
+    /// Whether this thread is inside a message handler (whose PVM calls
+    /// run no handlers themselves).
+    static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// [`with`], where the codes in `quiet` are normal answers that set
+/// `pvm_errno` without a report (as PVM's mailbox calls do). Message
+/// handlers for the messages the call drained run after it, outside the
+/// lock; a wait that has them to run ([`RUN_HANDLERS`]) runs them, then
+/// `f` again.
+fn with_quiet(call: &str, quiet: &[c_int], mut f: impl FnMut(&mut Pvm) -> Result<c_int, c_int>) -> c_int {
+    loop {
+        let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            match Pvm::enroll() {
+                Ok(p) => *g = Some(p),
+                Err(e) => {
+                    eprintln!("libpvm [pid{}]: {call}(): cannot enroll: {e}", std::process::id());
+                    return fail(call, 0, 1, err::SYS_ERR);
+                }
             }
         }
+        let Some(p) = g.as_mut() else { return fail(call, 0, 1, err::SYS_ERR) };
+        p.reap();
+        let r = f(p);
+        p.claim_handled();
+        let due = std::mem::take(&mut p.mhf_due);
+        let out = match r {
+            Err(RUN_HANDLERS) => {
+                drop(g);
+                run_handlers(due);
+                continue;
+            }
+            Ok(v) => v,
+            Err(code) if quiet.contains(&code) => code,
+            Err(code) => fail(call, p.me, p.opts[opt::AUTO_ERR as usize], code),
+        };
+        drop(g);
+        if !due.is_empty() {
+            run_handlers(due);
+        }
+        if out < 0 {
+            set_errno(out);
+        }
+        return out;
     }
-    let Some(p) = g.as_mut() else { return fail(call, 0, 1, err::SYS_ERR) };
-    p.reap();
-    match f(p) {
-        Ok(v) => v,
-        Err(code) => fail(call, p.me, p.opts[opt::AUTO_ERR as usize], code),
+}
+
+/// What a task had before a message handler ran, to put back after.
+struct Saved {
+    sbuf: c_int,
+    rbuf: c_int,
+    ctx: c_int,
+}
+
+/// Calls each handler with its message, the lock released while it runs.
+fn run_handlers(due: VecDeque<(mhf::HandlerFn, engine::Msg)>) {
+    for (f, m) in due {
+        let entered = STATE.lock().unwrap_or_else(|e| e.into_inner()).as_mut().map(|p| p.enter_handler(m));
+        // The task left PVM in an earlier handler: nothing more to run.
+        let Some((id, saved)) = entered else { return };
+        IN_HANDLER.with(|h| h.set(true));
+        // SAFETY: `f` is a function the program registered with
+        // pvm_addmhf, `int (*)(int)` as pvm3.h declares; it gets the
+        // buffer id of its message.
+        unsafe { f(id) };
+        IN_HANDLER.with(|h| h.set(false));
+        if let Some(p) = STATE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            p.leave_handler(saved);
+        }
     }
 }
 
@@ -217,7 +305,12 @@ impl Pvm {
                 err::NO_PARENT,
             ),
         };
-        let (groups, notify, vm) = (vm.groups, vm.notify, vm.id);
+        let (groups, notify, mbox, vm) = (vm.groups, vm.notify, vm.mbox, vm.id);
+        // A spawned task starts in its parent's context, as in PVM.
+        let ctx = std::env::var(spawn::ENV_CTX).ok().and_then(|v| v.parse::<c_int>().ok()).unwrap_or(0);
+        std::env::remove_var(spawn::ENV_CTX);
+        // SAFETY: see the statics; the state lock is held by our caller.
+        unsafe { pvmmyctx = ctx };
         let eng = Engine::start(me, vm).map_err(|e| {
             let _ = table.remove(me);
             e.to_string()
@@ -230,6 +323,9 @@ impl Pvm {
         Ok(Pvm {
             groups,
             notify,
+            mbox,
+            handlers: Handlers::default(),
+            mhf_due: VecDeque::new(),
             looked: Instant::now(),
             table,
             host,
@@ -241,14 +337,67 @@ impl Pvm {
             next_buf: 1,
             sbuf: 0,
             rbuf: 0,
-            ctx: 0,
+            ctx,
             opts,
             children: Vec::new(),
             next_host: 0,
             hosts_out: Vec::new(),
             tasks_out: Vec::new(),
             strings: Vec::new(),
+            mbox_out: Vec::new(),
+            mbox_names: Vec::new(),
+            mbox_ints: Vec::new(),
         })
+    }
+
+    /// Moves the messages that arrived since the last look and a handler
+    /// wants, in the order they came, to those waiting for their handler;
+    /// the others stay queued, to be received (as in PVM, a handler gets
+    /// what arrives once it is there). Not inside a handler, whose calls
+    /// run none.
+    fn claim_handled(&mut self) {
+        if IN_HANDLER.with(Cell::get) {
+            return;
+        }
+        let hs = &self.handlers;
+        for m in self.eng.claim_fresh(|m| m.ctx != SYS_CTX && hs.find(m).is_some()) {
+            if let Some(f) = hs.find(&m) {
+                self.mhf_due.push_back((f, m));
+            }
+        }
+    }
+
+    /// Sets the current context (and `pvmmyctx`, which programs read).
+    fn set_ctx(&mut self, ctx: c_int) -> c_int {
+        // SAFETY: see the statics; under the state lock.
+        unsafe { pvmmyctx = ctx };
+        std::mem::replace(&mut self.ctx, ctx)
+    }
+
+    /// Before a handler runs: its message becomes the receive buffer and
+    /// the context, with no send buffer; returns the buffer's id and what
+    /// to put back.
+    fn enter_handler(&mut self, m: engine::Msg) -> (c_int, Saved) {
+        let id = self.new_buf(Buffer::received(m.enc, m.data, m.src, m.tag, m.ctx));
+        let saved = Saved {
+            sbuf: std::mem::replace(&mut self.sbuf, 0),
+            rbuf: std::mem::replace(&mut self.rbuf, id),
+            ctx: self.set_ctx(m.ctx),
+        };
+        (id, saved)
+    }
+
+    /// After a handler ran: frees the send and receive buffers it left
+    /// current and puts back the task's own (those it has not freed).
+    fn leave_handler(&mut self, s: Saved) {
+        self.set_ctx(s.ctx);
+        for cur in [self.sbuf, self.rbuf] {
+            if cur != 0 && cur != s.sbuf && cur != s.rbuf {
+                self.bufs.remove(&cur);
+            }
+        }
+        self.sbuf = if self.bufs.contains_key(&s.sbuf) { s.sbuf } else { 0 };
+        self.rbuf = if self.bufs.contains_key(&s.rbuf) { s.rbuf } else { 0 };
     }
 
     /// Collects children that have ended (they stay zombies otherwise).
@@ -299,7 +448,14 @@ impl Pvm {
 
     /// The send buffer's bytes, reading in-place data from the caller.
     fn outgoing(&mut self) -> Result<(Vec<u8>, c_int), c_int> {
-        let b = self.sbuf()?;
+        self.sbuf()?;
+        self.flat(self.sbuf)
+    }
+
+    /// Buffer `id`'s bytes and encoding, reading in-place data from the
+    /// caller.
+    fn flat(&self, id: c_int) -> Result<(Vec<u8>, c_int), c_int> {
+        let b = self.bufs.get(&id).ok_or(if id <= 0 { err::BAD_PARAM } else { err::NO_SUCH_BUF })?;
         let enc = b.enc;
         let data = b.flatten(|r, out| {
             for i in 0..r.count {
@@ -338,7 +494,7 @@ impl Pvm {
     /// Waits for a message for (`tid`, `tag`) until `deadline` (None: for
     /// ever); Ok(0) when the time ran out.
     fn recv(&mut self, tid: c_int, tag: c_int, deadline: Option<Instant>) -> Result<c_int, c_int> {
-        Ok(match self.wait_for(tid, tag, self.ctx, deadline)? {
+        Ok(match self.wait_for(tid, tag, self.ctx, deadline, true)? {
             Some(m) => self.deliver(m),
             None => 0,
         })
@@ -348,17 +504,24 @@ impl Pvm {
     /// context `ctx`, waited for until `deadline` (None: for ever; Ok(None)
     /// when the time ran out), not made the receive buffer. Nothing can
     /// come from a task that is not there: `PvmNoTask` once it is gone
-    /// and left nothing queued.
+    /// and left nothing queued. Messages a handler claims are not
+    /// received; with `handlers`, the wait stops with [`RUN_HANDLERS`]
+    /// when there are some (the C layer runs them and calls again).
     fn wait_for(
         &mut self,
         tid: c_int,
         tag: c_int,
         ctx: c_int,
         deadline: Option<Instant>,
+        handlers: bool,
     ) -> Result<Option<engine::Msg>, c_int> {
         let mut idle = 0u32;
         let mut checked = Instant::now();
         loop {
+            self.claim_handled();
+            if handlers && !self.mhf_due.is_empty() {
+                return Err(RUN_HANDLERS);
+            }
             if let Some(m) = self.eng.take(tid, tag, ctx) {
                 return Ok(Some(m));
             }
@@ -434,6 +597,7 @@ pub extern "C" fn pvm_exit() -> c_int {
     let Some(mut p) = g.take() else { return 0 };
     p.reap();
     let _ = p.groups.leave_all(p.me, &|_| true);
+    let _ = p.mbox.leave(p.me, &|_| true);
     let _ = p.table.remove(p.me);
     // Those who asked to hear of our exit hear it now.
     let _ = p.send_due();
@@ -504,8 +668,9 @@ pub unsafe extern "C" fn pvm_spawn(
         let mut results = vec![err::OUT_OF_RES; ntask as usize];
         let mine = p.host;
         let local: Vec<usize> = (0..plan.len()).filter(|&i| plan[i].0 == mine).collect();
-        let env: Vec<(String, String)> =
+        let mut env: Vec<(String, String)> =
             daemon::PASSED_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
+        env.push((spawn::ENV_CTX.to_string(), p.ctx.to_string()));
         if !local.is_empty() {
             let req = daemon::SpawnRequest {
                 task: task.to_string(),
@@ -1128,19 +1293,20 @@ pub extern "C" fn pvm_nrecv(tid: c_int, tag: c_int) -> c_int {
 /// `tmout` is null or a valid `struct timeval`.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_trecv(tid: c_int, tag: c_int, tmout: *const libc::timeval) -> c_int {
-    with("pvm_trecv", |p| {
-        let deadline = if tmout.is_null() {
-            None
+    // The deadline is fixed before the wait (which starts again after
+    // message handlers ran).
+    let deadline = if tmout.is_null() {
+        Ok(None)
+    } else {
+        // SAFETY: the caller's contract.
+        let tv = unsafe { *tmout };
+        if tv.tv_sec < 0 || tv.tv_usec < 0 {
+            Err(err::BAD_PARAM)
         } else {
-            // SAFETY: the caller's contract.
-            let tv = unsafe { *tmout };
-            if tv.tv_sec < 0 || tv.tv_usec < 0 {
-                return Err(err::BAD_PARAM);
-            }
-            Some(Instant::now() + Duration::from_secs(tv.tv_sec as u64) + Duration::from_micros(tv.tv_usec as u64))
-        };
-        p.recv(tid, tag, deadline)
-    })
+            Ok(Some(Instant::now() + Duration::from_secs(tv.tv_sec as u64) + Duration::from_micros(tv.tv_usec as u64)))
+        }
+    };
+    with("pvm_trecv", |p| p.recv(tid, tag, deadline?))
 }
 
 /// `pvm_probe`: whether a message for (`tid`, `tag`) is there: a buffer
@@ -1150,6 +1316,8 @@ pub unsafe extern "C" fn pvm_trecv(tid: c_int, tag: c_int, tmout: *const libc::t
 pub extern "C" fn pvm_probe(tid: c_int, tag: c_int) -> c_int {
     with("pvm_probe", |p| {
         p.eng.progress().map_err(|e| engine_code(&e))?;
+        // What a handler wants is not there to probe.
+        p.claim_handled();
         let ctx = p.ctx;
         let Some(m) = p.eng.peek(tid, tag, ctx).cloned() else { return Ok(0) };
         Ok(p.new_buf(Buffer::received(m.enc, m.data, m.src, m.tag, m.ctx)))
@@ -1205,16 +1373,7 @@ pub unsafe extern "C" fn pvm_precv(
         if len < 0 || (buf.is_null() && len > 0) {
             return Err(err::BAD_PARAM);
         }
-        let mut idle = 0u32;
-        let m = loop {
-            if let Some(m) = p.eng.take(tid, tag, p.ctx) {
-                break m;
-            }
-            if !p.eng.progress().map_err(|e| engine_code(&e))? {
-                p.now_and_then()?;
-                engine::backoff(&mut idle);
-            }
-        };
+        let m = p.wait_for(tid, tag, p.ctx, None, true)?.ok_or(err::SYS_ERR)?;
         // SAFETY: the caller's contract.
         unsafe {
             put(rtid, m.src);
@@ -1393,13 +1552,6 @@ pub unsafe extern "C" fn pvmnametag(tag: c_int, found: *mut c_int) -> *const c_c
     std::ptr::null()
 }
 
-/// `pvmdisplaymhfinfo`: PVM's debugging dump of message handlers; there
-/// is nothing to show while message handlers are not implemented.
-#[no_mangle]
-pub extern "C" fn pvmdisplaymhfinfo() -> c_int {
-    0
-}
-
 // ------------------------------------------------------------- contexts --
 
 /// `pvm_getcontext`: the current message context.
@@ -1415,9 +1567,7 @@ pub extern "C" fn pvm_setcontext(ctx: c_int) -> c_int {
         if ctx < 0 {
             return Err(err::BAD_PARAM);
         }
-        // SAFETY: see the statics.
-        unsafe { pvmmyctx = ctx };
-        Ok(std::mem::replace(&mut p.ctx, ctx))
+        Ok(p.set_ctx(ctx))
     })
 }
 
@@ -1461,12 +1611,6 @@ type Ip = *mut c_int;
 type Vp = *mut c_void;
 
 not_impl! {
-    pvm_putinfo(name: Cp, buf: c_int, flags: c_int);
-    pvm_recvinfo(name: Cp, index: c_int, flags: c_int);
-    pvm_delinfo(name: Cp, index: c_int, flags: c_int);
-    pvm_getmboxinfo(pattern: Cp, n: Ip, classes: Vp);
-    pvm_addmhf(src: c_int, tag: c_int, ctx: c_int, f: Vp);
-    pvm_delmhf(mhid: c_int);
     pvm_addhosts(names: Vp, n: c_int, infos: Ip);
     pvm_delhosts(names: Vp, n: c_int, infos: Ip);
     pvm_halt();
@@ -1488,9 +1632,6 @@ not_impl! {
     pvm_pkmesgbody(id: c_int);
     pvm_upkmesg();
     pvm_getnoresets(tids: Vp, n: Ip);
-    pvm_delete(name: Cp, req: c_int);
-    pvm_insert(name: Cp, req: c_int, data: c_int);
-    pvm_lookup(name: Cp, req: c_int, data: Ip);
 }
 
 /// The predefined reductions of `pvm_reduce`: `x = x op y` for `*n`
@@ -1562,7 +1703,7 @@ impl Pvm {
     /// Receives the next message from `tid` with `tag` in context `ctx`,
     /// without making it the receive buffer ([`Pvm::wait_for`], for ever).
     fn take_from(&mut self, tid: c_int, tag: c_int, ctx: c_int) -> Result<engine::Msg, c_int> {
-        self.wait_for(tid, tag, ctx, None)?.ok_or(err::SYS_ERR)
+        self.wait_for(tid, tag, ctx, None, false)?.ok_or(err::SYS_ERR)
     }
 
     /// Sends raw bytes to `tid` in context `ctx`.
@@ -1881,4 +2022,282 @@ pub unsafe extern "C" fn pvm_scatter(
         }
         Ok(0)
     })
+}
+
+// -------------------------------------------------------------- mailbox --
+
+impl Pvm {
+    /// The mailbox call's error code, with a line of its own for a limit
+    /// or a fault (PVM's answers need none).
+    fn mbox_code(&self, call: &str, e: MboxError) -> c_int {
+        if e.is_limit_or_fault() {
+            eprintln!("libpvm [t{:x}]: {call}(): {e}", self.me);
+        }
+        e.code()
+    }
+
+    /// Stores buffer `id` in the mailbox (`req` -1 for `pvm_putinfo`).
+    fn put_info(&self, call: &str, name: &str, req: c_int, flags: c_int, id: c_int) -> Result<c_int, c_int> {
+        let (data, enc) = self.flat(id)?;
+        let m = mbox::Message { enc, data, src: self.me, ctx: self.ctx };
+        let live = self.live()?;
+        self.mbox.put(self.me, name, req, flags, &m, &|t| live.contains(&t)).map_err(|e| self.mbox_code(call, e))
+    }
+
+    /// The mailbox entry for (`name`, `index`, `flags`); with
+    /// `PvmMboxWaitForInfo` it waits until there is one.
+    fn get_info(
+        &mut self,
+        call: &str,
+        name: &str,
+        index: c_int,
+        flags: c_int,
+    ) -> Result<(c_int, mbox::Message), c_int> {
+        let mut idle = 0u32;
+        loop {
+            let live = self.live()?;
+            match self.mbox.get(self.me, name, index, flags, &|t| live.contains(&t)) {
+                Err(MboxError::Pvm(err::NOT_FOUND)) if flags & mbox::WAIT_FOR_INFO != 0 => {
+                    // Messages keep arriving while it waits.
+                    self.eng.progress().map_err(|e| engine_code(&e))?;
+                    self.now_and_then()?;
+                    engine::backoff(&mut idle);
+                }
+                r => return r.map_err(|e| self.mbox_code(call, e)),
+            }
+        }
+    }
+}
+
+/// A class name argument (`PvmBadParam` for none or an empty one).
+///
+/// # Safety
+/// `name` is null or a C string.
+unsafe fn class_name<'a>(name: *const c_char) -> Result<&'a str, c_int> {
+    // SAFETY: the caller's contract.
+    let n = unsafe { cstr(name) }?;
+    mbox::name(n).map_err(|e| e.code())
+}
+
+/// `pvm_putinfo`: stores message buffer `buf` in the mailbox under
+/// `name`; returns its index. `PvmDenied` (an entry there that is not
+/// ours nor overwritable) is an answer, not reported.
+///
+/// # Safety
+/// `name` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_putinfo(name: *const c_char, buf: c_int, flags: c_int) -> c_int {
+    with_quiet("pvm_putinfo", &[err::DENIED, err::EXISTS], |p| {
+        // SAFETY: the caller's contract.
+        let name = unsafe { class_name(name) }?;
+        p.put_info("pvm_putinfo", name, -1, flags, buf)
+    })
+}
+
+/// `pvm_recvinfo`: the mailbox entry of `name` at `index` as a new
+/// receive buffer (the active one; the old one is freed, as in PVM).
+/// `PvmNotFound` is an answer, not reported.
+///
+/// # Safety
+/// `name` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_recvinfo(name: *const c_char, index: c_int, flags: c_int) -> c_int {
+    with_quiet("pvm_recvinfo", &[err::NOT_FOUND], |p| {
+        // SAFETY: the caller's contract.
+        let name = unsafe { class_name(name) }?;
+        if index < 0 {
+            return Err(err::BAD_PARAM);
+        }
+        if p.rbuf != 0 {
+            p.bufs.remove(&p.rbuf);
+            p.rbuf = 0;
+        }
+        let (_, m) = p.get_info("pvm_recvinfo", name, index, flags)?;
+        Ok(p.deliver(engine::Msg { src: m.src, tag: 0, ctx: m.ctx, enc: m.enc, data: m.data }))
+    })
+}
+
+/// `pvm_delinfo`: removes the mailbox entry of `name` at `index`.
+/// `PvmDenied` and `PvmNotFound` are answers, not reported.
+///
+/// # Safety
+/// `name` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_delinfo(name: *const c_char, index: c_int, flags: c_int) -> c_int {
+    let _ = flags;
+    with_quiet("pvm_delinfo", &[err::DENIED, err::NOT_FOUND], |p| {
+        // SAFETY: the caller's contract.
+        let name = unsafe { class_name(name) }?;
+        let live = p.live()?;
+        p.mbox.delete(p.me, name, index, &|t| live.contains(&t)).map_err(|e| p.mbox_code("pvm_delinfo", e))?;
+        Ok(0)
+    })
+}
+
+/// `pvm_getmboxinfo`: the classes whose names match `pattern` (`*`: any
+/// run of characters; null or empty: all), with each entry's index,
+/// owner and flags. What it hands out stays valid until its next call.
+///
+/// # Safety
+/// `pattern` is null or a C string; the out-pointers are null or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_getmboxinfo(
+    pattern: *const c_char,
+    nclasses: *mut c_int,
+    classes: *mut *const PvmMboxInfo,
+) -> c_int {
+    with("pvm_getmboxinfo", |p| {
+        // SAFETY: the caller's contract.
+        let pattern = if pattern.is_null() { "" } else { unsafe { cstr(pattern) }? };
+        let live = p.live()?;
+        let info = p.mbox.names(pattern, &|t| live.contains(&t)).map_err(|e| p.mbox_code("pvm_getmboxinfo", e))?;
+        p.mbox_names = info.iter().map(|c| std::ffi::CString::new(c.name.clone()).unwrap_or_default()).collect();
+        p.mbox_ints = info
+            .iter()
+            .flat_map(|c| {
+                [
+                    c.entries.iter().map(|e| e.0).collect::<Vec<c_int>>(),
+                    c.entries.iter().map(|e| e.1).collect(),
+                    c.entries.iter().map(|e| e.2).collect(),
+                ]
+            })
+            .collect();
+        p.mbox_out = info
+            .iter()
+            .enumerate()
+            .map(|(i, c)| PvmMboxInfo {
+                mi_name: p.mbox_names[i].as_ptr(),
+                mi_nentries: c.entries.len() as c_int,
+                mi_indices: p.mbox_ints[3 * i].as_ptr(),
+                mi_owners: p.mbox_ints[3 * i + 1].as_ptr(),
+                mi_flags: p.mbox_ints[3 * i + 2].as_ptr(),
+            })
+            .collect();
+        // SAFETY: the caller's contract.
+        unsafe {
+            put(nclasses, p.mbox_out.len() as c_int);
+            put(classes, p.mbox_out.as_ptr());
+        }
+        Ok(0)
+    })
+}
+
+/// `pvm_insert` (PVM 3.3): stores the int `data` in class `name` at
+/// index `req` (-1: the first free), persistent; returns the index.
+/// A taken index is `PvmDupEntry` (`PvmDenied`), not reported.
+///
+/// # Safety
+/// `name` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_insert(name: *const c_char, req: c_int, data: c_int) -> c_int {
+    with_quiet("pvm_insert", &[err::DENIED], |p| {
+        // SAFETY: the caller's contract.
+        let name = unsafe { class_name(name) }?;
+        if req < -1 {
+            return Err(err::BAD_PARAM);
+        }
+        let m = mbox::Message { enc: consts::DATA_DEFAULT, data: data.to_ne_bytes().to_vec(), src: p.me, ctx: p.ctx };
+        let live = p.live()?;
+        let flags = mbox::MULTI_INSTANCE | mbox::PERSISTENT;
+        p.mbox.put(p.me, name, req, flags, &m, &|t| live.contains(&t)).map_err(|e| p.mbox_code("pvm_insert", e))
+    })
+}
+
+/// `pvm_lookup` (PVM 3.3): the int stored in class `name` at index
+/// `req` (-1: the first there) into `*data`; returns its index.
+/// `PvmNoEntry` (`PvmNotFound`) is an answer, not reported.
+///
+/// # Safety
+/// `name` is null or a C string; `data` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_lookup(name: *const c_char, req: c_int, data: *mut c_int) -> c_int {
+    with_quiet("pvm_lookup", &[err::NOT_FOUND], |p| {
+        // SAFETY: the caller's contract.
+        let name = unsafe { class_name(name) }?;
+        if req < -1 {
+            return Err(err::BAD_PARAM);
+        }
+        let (index, flags) = if req == -1 { (0, mbox::FIRST_AVAIL) } else { (req, 0) };
+        let (at, m) = p.get_info("pvm_lookup", name, index, flags)?;
+        let v = m.data.get(..4).map(|b| c_int::from_ne_bytes([b[0], b[1], b[2], b[3]])).ok_or(err::NO_DATA)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(data, v) };
+        Ok(at)
+    })
+}
+
+/// `pvm_delete` (PVM 3.3): removes the entry of class `name` at `req`.
+/// `PvmNoEntry` (`PvmNotFound`) is an answer, not reported.
+///
+/// # Safety
+/// `name` is null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_delete(name: *const c_char, req: c_int) -> c_int {
+    with_quiet("pvm_delete", &[err::NOT_FOUND, err::DENIED], |p| {
+        // SAFETY: the caller's contract.
+        let name = unsafe { class_name(name) }?;
+        let live = p.live()?;
+        p.mbox.delete(p.me, name, req, &|t| live.contains(&t)).map_err(|e| p.mbox_code("pvm_delete", e))?;
+        Ok(0)
+    })
+}
+
+// ----------------------------------------------------- message handlers --
+
+/// `pvm_addmhf`: calls `f` with the buffer id of each message from `src`
+/// with `tag` in context `ctx` (-1: any), instead of queueing it to be
+/// received; returns the handler's id. One that overlaps a handler there
+/// is `PvmExists`.
+#[no_mangle]
+pub extern "C" fn pvm_addmhf(src: c_int, tag: c_int, ctx: c_int, f: Option<mhf::HandlerFn>) -> c_int {
+    with("pvm_addmhf", |p| {
+        let f = f.ok_or(err::BAD_PARAM)?;
+        p.handlers.add(mhf::Handler { src, tag, ctx, f })
+    })
+}
+
+/// `pvm_delmhf`: removes handler `mhid`.
+#[no_mangle]
+pub extern "C" fn pvm_delmhf(mhid: c_int) -> c_int {
+    with("pvm_delmhf", |p| p.handlers.delete(mhid).map(|()| 0))
+}
+
+/// `pvmdisplaymhfinfo`: PVM's debugging list of a task's message
+/// handlers, on standard output: who asks, their message, then each
+/// handler's id, source, tag and context.
+///
+/// # Safety
+/// `who` and `msg` are null or C strings.
+#[no_mangle]
+pub unsafe extern "C" fn pvmdisplaymhfinfo(who: *const c_char, msg: *const c_char, tid: c_int) -> c_int {
+    let text = |s: *const c_char| {
+        if s.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+        }
+    };
+    let (who, msg) = (text(who), text(msg));
+    let list = STATE.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|p| p.handlers.list()).unwrap_or_default();
+    let mut out = format!("\n{who} t{tid:x}: {msg}\n{who} t{tid:x}: {} message handler(s)\n", list.len());
+    let any = |v: c_int, hex: bool| match (v, hex) {
+        (-1, _) => "any".to_string(),
+        (v, true) => format!("t{v:x}"),
+        (v, false) => v.to_string(),
+    };
+    for (id, src, tag, ctx) in list {
+        out += &format!(
+            "{who} t{tid:x}:   mhid {id}: src {} tag {} ctx {}\n",
+            any(src, true),
+            any(tag, false),
+            any(ctx, false)
+        );
+    }
+    // C's stdout is buffered apart from ours: write through it, in order.
+    let c = std::ffi::CString::new(out.replace('\0', "")).unwrap_or_default();
+    // SAFETY: printf with a "%s" format and a C string.
+    unsafe { libc::printf(c"%s".as_ptr(), c.as_ptr()) };
+    0
 }

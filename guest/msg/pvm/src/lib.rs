@@ -8,6 +8,8 @@
 //! - [`pack`]: message buffers, packing and unpacking.
 //! - [`table`]: the task table and the TID layout.
 //! - [`engine`]: messages over UMP channels, and the queue of arrived ones.
+//! - [`mbox`]: the mailbox (`pvm_putinfo` and the rest).
+//! - [`mhf`]: message handlers (`pvm_addmhf`, `pvm_delmhf`).
 //! - [`spawn`]: where a spawned program is found.
 //! - [`ffi`]: the C interface.
 
@@ -17,6 +19,8 @@ pub mod engine;
 pub mod ffi;
 pub mod group;
 pub mod locked;
+pub mod mbox;
+pub mod mhf;
 pub mod notify;
 pub mod pack;
 pub mod reduce;

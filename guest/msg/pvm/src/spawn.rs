@@ -1,7 +1,8 @@
 //! Starting tasks (`pvm_spawn`): where PVM looks for a program, and the
 //! start of each copy with its TID taken first in the task table. The
-//! child learns its TID and its siblings from its environment
-//! (`PVM_MC_TID`, `PVM_MC_SIBLINGS`) and enrolls under that TID.
+//! child learns its TID, its siblings and the context it starts in (its
+//! parent's, as in PVM) from its environment (`PVM_MC_TID`,
+//! `PVM_MC_SIBLINGS`, `PVM_MC_CTX`) and enrolls under that TID.
 //!
 //! Called on the thread calling PVM (under the C layer's lock).
 
@@ -13,6 +14,8 @@ use crate::consts::{err, ARCH};
 pub const ENV_TID: &str = "PVM_MC_TID";
 /// Environment variable that lists the TIDs spawned together.
 pub const ENV_SIBLINGS: &str = "PVM_MC_SIBLINGS";
+/// Environment variable that hands a spawned task its parent's context.
+pub const ENV_CTX: &str = "PVM_MC_CTX";
 
 /// The folders PVM looks in for a program given without a '/', in order:
 /// `$PVM_EP` (PVM's `ep=` host option, ':'-separated), then

@@ -29,12 +29,16 @@ use crate::locked;
 /// Bytes of the task table's image (`table::IMAGE`, checked there).
 pub const TASKS_IMAGE: usize = 64 + 1024 * 128;
 
+/// Locks in a virtual machine's lock set: one per table.
+pub const LOCKS: u32 = 4;
+
 /// The tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Tasks,
     Groups,
     Notify,
+    Mbox,
 }
 
 impl Kind {
@@ -44,6 +48,7 @@ impl Kind {
             Kind::Tasks => 0,
             Kind::Groups => 1,
             Kind::Notify => 2,
+            Kind::Mbox => 3,
         }
     }
 
@@ -53,6 +58,7 @@ impl Kind {
             Kind::Tasks => "tasks",
             Kind::Groups => "groups",
             Kind::Notify => "notify",
+            Kind::Mbox => "mbox",
         }
     }
 
@@ -62,6 +68,7 @@ impl Kind {
             Kind::Tasks => TASKS_IMAGE,
             Kind::Groups => 64 << 10,
             Kind::Notify => 64 << 10,
+            Kind::Mbox => crate::mbox::IMAGE,
         }
     }
 }
@@ -122,7 +129,7 @@ impl McTables {
     /// Connects to imcd and joins (or makes) virtual machine `vm`'s locks.
     pub fn open(vm: u16) -> Result<McTables, StoreError> {
         let imc = imc_client::Imc::connect()?;
-        let (locks, _) = imc.lkalloc(key(vm, Kind::Tasks), 3, 0o600, false)?;
+        let (locks, _) = imc.lkalloc(key(vm, Kind::Tasks), LOCKS, 0o600, false)?;
         Ok(McTables { imc: std::rc::Rc::new(imc), locks: std::rc::Rc::new(locks), vm })
     }
 

@@ -1,4 +1,5 @@
-//! Which virtual machine a task belongs to and where its tables live: in
+//! Which virtual machine a task belongs to and where its tables (tasks,
+//! groups, notifications, mailbox) live: in
 //! a guest with imcd, the cluster's one virtual machine per user, its
 //! tables in MEMORY CHANNEL space; elsewhere (the host, a guest without
 //! imcd) this machine's, in files under `$PVM_TMP/pvmmc.<uid>/`
@@ -6,6 +7,7 @@
 //! calling PVM.
 
 use crate::group::GroupTable;
+use crate::mbox::Mailbox;
 use crate::notify::Notify;
 use crate::store::{Kind, McTables, Store, StoreError};
 use crate::table::{self, Table, TableError};
@@ -15,6 +17,7 @@ pub struct Vm {
     pub tasks: Table,
     pub groups: GroupTable,
     pub notify: Notify,
+    pub mbox: Mailbox,
     /// The 16-bit number in every UMP handle of the virtual machine.
     pub id: u16,
 }
@@ -48,6 +51,7 @@ pub fn open() -> Result<Vm, String> {
             tasks: Table::open(t(Kind::Tasks)?, host),
             groups: GroupTable::open(t(Kind::Groups)?),
             notify: Notify::open(t(Kind::Notify)?),
+            mbox: Mailbox::open(t(Kind::Mbox)?),
             id,
         });
     }
@@ -55,5 +59,11 @@ pub fn open() -> Result<Vm, String> {
     let f = |k| Store::file(&dir, k).map_err(|e| e.to_string());
     let tasks = Table::open(f(Kind::Tasks)?, host);
     let id = tasks.file_vm_id().map_err(|e: TableError| e.to_string())?.unwrap_or(0);
-    Ok(Vm { tasks, groups: GroupTable::open(f(Kind::Groups)?), notify: Notify::open(f(Kind::Notify)?), id })
+    Ok(Vm {
+        tasks,
+        groups: GroupTable::open(f(Kind::Groups)?),
+        notify: Notify::open(f(Kind::Notify)?),
+        mbox: Mailbox::open(f(Kind::Mbox)?),
+        id,
+    })
 }
