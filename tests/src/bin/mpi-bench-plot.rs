@@ -8,7 +8,11 @@
 //!   call against size, one line per collbench file.
 //!
 //! The paper's Digital MPI figures (6.9 µs, 61 MB/s on 1996 hardware) are
-//! in the point-to-point titles. Single-threaded; reads and writes files only.
+//! in the point-to-point titles. With `--layer pvm` (`scripts/pvm-bench.sh`)
+//! the two point-to-point figures are `pvm-latency.svg` and
+//! `pvm-bandwidth.svg`, with Digital PVM's figures (8–11 µs, 43 MB/s; PVM
+//! 3.3.9 over FDDI 400 µs) in their titles, after the paper's Figures 11
+//! and 12. Single-threaded; reads and writes files only.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +37,37 @@ struct Args {
     /// What the figures were measured on, added to every title.
     #[arg(long, default_value = "")]
     note: String,
+    /// Whose figures: MPI's (mpi-*.svg) or PVM's (pvm-*.svg).
+    #[arg(long, value_enum, default_value_t = Layer::Mpi)]
+    layer: Layer,
+}
+
+/// The message-passing layer the figures are of.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Layer {
+    Mpi,
+    Pvm,
+}
+
+impl Layer {
+    /// The point-to-point figures' file names and titles (before the note
+    /// and the paper's figures).
+    fn point_to_point(self) -> [(&'static str, &'static str, &'static str); 2] {
+        match self {
+            Layer::Mpi => [
+                ("mpi-latency.svg", "MPI one-way time, NetPIPE", "paper: Digital MPI 6.9 us"),
+                ("mpi-bandwidth.svg", "MPI bandwidth, NetPIPE", "paper: Digital MPI 61 MB/s"),
+            ],
+            Layer::Pvm => [
+                (
+                    "pvm-latency.svg",
+                    "PVM one-way time, ping-pong medians",
+                    "paper: Digital PVM 8-11 us, PVM 3.3.9 400 us",
+                ),
+                ("pvm-bandwidth.svg", "PVM bandwidth, ping-pong medians", "paper: Digital PVM 43 MB/s"),
+            ],
+        }
+    }
 }
 
 /// "LABEL=FILE" split in two.
@@ -101,10 +136,11 @@ fn figures(a: &Args) -> Result<Vec<(String, String)>> {
         bw.push(Series { name: label, points: pts.iter().map(|&(b, mbs, _)| (b, mbs)).collect() });
     }
     if !lat.is_empty() {
-        let t = format!("MPI one-way time, NetPIPE{note}; paper: Digital MPI 6.9 us");
-        out.push(("mpi-latency.svg".into(), svg(&t, "message size (bytes)", "one-way time (us)", &lat)?));
-        let t = format!("MPI bandwidth, NetPIPE{note}; paper: Digital MPI 61 MB/s");
-        out.push(("mpi-bandwidth.svg".into(), svg(&t, "message size (bytes)", "MB/s", &bw)?));
+        let [(lname, ltitle, lpaper), (bname, btitle, bpaper)] = a.layer.point_to_point();
+        let t = format!("{ltitle}{note}; {lpaper}");
+        out.push((lname.into(), svg(&t, "message size (bytes)", "one-way time (us)", &lat)?));
+        let t = format!("{btitle}{note}; {bpaper}");
+        out.push((bname.into(), svg(&t, "message size (bytes)", "MB/s", &bw)?));
     }
     let mut per_op: BTreeMap<String, Vec<Series>> = BTreeMap::new();
     for arg in &a.coll {
@@ -161,6 +197,7 @@ mod tests {
             np: np.iter().enumerate().map(|(i, x)| put(x, i, "np")).collect(),
             coll: coll.iter().enumerate().map(|(i, x)| put(x, i, "coll")).collect(),
             note: "2 guests".into(),
+            layer: Layer::Mpi,
         }
     }
 
@@ -193,6 +230,18 @@ mod tests {
         // at 1 byte lies between the 1000 and 10000 ticks.
         assert_eq!(netpipe(NP, Path::new("x")).unwrap()[0], (1.0, 0.001593 / 8.0, 4789.13));
         assert_eq!(collbench(COLL, Path::new("x")).unwrap()["bcast"], vec![(8.0, 18214.0), (1024.0, 20000.0)]);
+    }
+
+    #[test]
+    fn the_pvm_layer_has_its_own_files_and_titles() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = args(dir.path(), &[("ours", NP), ("Debian PVM", NP)], &[]);
+        a.layer = Layer::Pvm;
+        let figs = figures(&a).unwrap();
+        let names: Vec<&str> = figs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["pvm-latency.svg", "pvm-bandwidth.svg"]);
+        assert!(figs[0].1.contains("PVM one-way time") && figs[0].1.contains("Digital PVM 8-11 us"), "{}", figs[0].1);
+        assert!(figs[1].1.contains("Digital PVM 43 MB/s") && figs[1].1.contains("Debian PVM"), "{}", figs[1].1);
     }
 
     #[test]
