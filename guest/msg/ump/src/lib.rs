@@ -10,7 +10,8 @@
 //! - [`shm`], [`mc`]: the two transports.
 //! - [`listen`]: `ump_listen`; [`waker`]: sleeping until a listener may
 //!   have a new channel; [`outbuf`]: `ump_mcast`;
-//!   [`nb`]: `ump_nbread` / `ump_nbwrite`; [`events`]: `ump_wait`.
+//!   [`nb`]: `ump_nbread` / `ump_nbwrite`; [`events`]: `ump_wait`;
+//!   [`backoff`]: how the layers above wait (spins, yields, naps).
 //! - this module: the process's channel table (one lock, `STATE`) and the
 //!   blocking calls.
 //!
@@ -20,6 +21,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backoff;
 pub mod capi;
 pub mod channel;
 pub mod config;

@@ -103,15 +103,6 @@ fn credit_bounds_what_waits_unmatched_at_a_receiver() {
 
 /// Credit given back that was never lent is a protocol error, not a
 /// larger allowance.
-/// A waiting rank naps 50 µs at first and at most 800 µs.
-#[test]
-fn naps_lengthen_while_a_rank_waits() {
-    let us = |n| nap(n).as_micros();
-    assert_eq!((us(0), us(NAPS_PER_STEP - 1)), (50, 50));
-    assert_eq!((us(NAPS_PER_STEP), us(2 * NAPS_PER_STEP)), (100, 200));
-    assert_eq!((us(4 * NAPS_PER_STEP), us(u32::MAX)), (800, 800));
-}
-
 #[test]
 fn credit_never_lent_is_refused() {
     let mut es = engines(2, 64 << 10);

@@ -1,25 +1,17 @@
 //! How a rank waits for progress: a few spins, then yields
 //! (`MCMPI_YIELDS`; on the board `MCMPI_BOARD_YIELDS`, fewer when the host
-//! is oversubscribed), then naps that lengthen while it waits.
+//! is oversubscribed), then naps that lengthen while it waits (the policy
+//! is UMP's, [`ump::backoff`]; the numbers of yields are MPI's).
 
-/// Idle polls a waiting rank spins through before it yields. With one CPU
-/// the rank it waits for may be on the same CPU (two ranks in one guest of
-/// one vCPU, the default), and every spin only delays it: a poll costs a
-/// few µs under TCG, so 63 of them were most of an 8-byte message's time
-/// inside one guest. A yield with nothing else to run costs ~8 µs.
-pub(super) fn spin_rounds() -> u32 {
-    static ROUNDS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *ROUNDS.get_or_init(|| match std::thread::available_parallelism() {
-        Ok(n) if n.get() == 1 => 1,
-        _ => 64,
-    })
-}
+use ump::backoff::backoff_until;
 
 /// Idle polls that yield before a waiting rank starts to sleep
 /// (`MCMPI_YIELDS`).
 pub(super) fn yield_rounds() -> u32 {
     static ROUNDS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *ROUNDS.get_or_init(|| std::env::var("MCMPI_YIELDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2048))
+    *ROUNDS.get_or_init(|| {
+        std::env::var("MCMPI_YIELDS").ok().and_then(|v| v.parse().ok()).unwrap_or(ump::backoff::DEFAULT_YIELDS)
+    })
 }
 
 /// Idle polls that yield before a rank waiting on the job's board in a
@@ -58,26 +50,3 @@ pub fn backoff(idle: &mut u32) {
 pub fn board_backoff(idle: &mut u32) {
     backoff_until(idle, board_yield_rounds())
 }
-
-pub(super) fn backoff_until(idle: &mut u32, yields: u32) {
-    *idle = idle.saturating_add(1);
-    if *idle < spin_rounds() {
-        std::hint::spin_loop();
-    } else if *idle < yields {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(nap(*idle - yields));
-    }
-}
-
-/// The sleep of a waiting rank's `n`th nap: 50 µs, doubled every
-/// [`NAPS_PER_STEP`] naps up to 800 µs. A TCG guest pays ~0.4 ms of its
-/// vCPU for each timer wake-up, so a rank that waits long (for a slow
-/// rank, or in a barrier while two others exchange) must not keep its
-/// host core busy waking up.
-pub(super) fn nap(n: u32) -> std::time::Duration {
-    std::time::Duration::from_micros(50 << (n / NAPS_PER_STEP).min(4))
-}
-
-/// Naps between two doublings of a waiting rank's sleep ([`nap`]).
-pub(super) const NAPS_PER_STEP: u32 = 64;
