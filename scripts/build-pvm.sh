@@ -27,7 +27,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cat >"$TMP/exports.map" <<'MAP'
 {
-    global: pvm*; Pvm*; lpvmerr;
+    global: pvm*; Pvm*; lpvmerr; i_dump;
     local: *;
 };
 MAP

@@ -15,7 +15,8 @@
 //! - Library: the sonames; every function our header declares is
 //!   exported; every Debian program that needs `libpvm3.so.3` finds all
 //!   it imports (Debian builds them with BIND_NOW), but for Debian's own
-//!   daemon, console and group tools, listed with the reason.
+//!   daemon and group tools, listed with the reason (the console is
+//!   checked too).
 //! - Runs, unchanged and with their output checked: Debian's `hello`
 //!   (spawns `hello_other`, which answers) and `master1` (spawns three
 //!   `slave1`, each returns its share); the group programs and `timing`;
@@ -24,7 +25,10 @@
 //!   children) and the message-handler pair (`mhf_server` driven by
 //!   `mhf_tickle`'s menu); our `tests/pvm/api.c` (every pk/upk type,
 //!   in-place data, multicast, probe, timeouts, psend/precv of 1 MiB,
-//!   the errors).
+//!   the errors); our `tests/pvm/output.c` (children's output as
+//!   messages to `PvmOutputTid`, inherited by grandchildren, and
+//!   `pvm_catchout`); Debian's console driven on its standard input
+//!   (`conf`, `spawn -4 -> spmd`, `ps -a`, `kill`, `reset`, `halt`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -178,7 +182,6 @@ fn the_header_matches_debians_both_ways() {
 /// interface: they are not expected to load on ours.
 const NOT_LIBRARY_USERS: &[(&str, &str)] = &[
     ("pvmd", "Debian's daemon: pvmd internals (message and wait tables)"),
-    ("pvm", "Debian's console: pvmd internals (i_dump, pvmreset, ...)"),
     ("pvm_gstat", "Debian's group-server status tool: the group server's internals"),
     ("pvmgroups", "Debian's group server tool: the group server's internals"),
     ("xep", "needs X11 and Xt, not in the guests"),
@@ -201,7 +204,10 @@ fn the_library_exports_what_programs_import() {
     let declared = prototypes(&our_include(), scratch2.path(), "ours");
     let missing: Vec<_> = declared.keys().filter(|n| !exported.contains(*n)).collect();
     assert!(missing.is_empty(), "declared in pvm3.h but not exported: {missing:?}");
-    assert!(exported.iter().all(|n| n.starts_with("pvm") || n.starts_with("Pvm") || n == "lpvmerr"), "{exported:?}");
+    assert!(
+        exported.iter().all(|n| n.starts_with("pvm") || n.starts_with("Pvm") || n == "lpvmerr" || n == "i_dump"),
+        "{exported:?}"
+    );
     let Some(deb) = debian() else { return };
     let mut checked = 0;
     for e in std::fs::read_dir(deb.join("usr/bin")).unwrap() {
@@ -217,7 +223,9 @@ fn the_library_exports_what_programs_import() {
         let lacking: Vec<_> = imports
             .lines()
             .filter_map(|l| l.split_whitespace().nth(1))
-            .filter(|s| !s.contains('@') && (s.starts_with("pvm") || s.starts_with("Pvm") || *s == "lpvmerr"))
+            .filter(|s| {
+                !s.contains('@') && (s.starts_with("pvm") || s.starts_with("Pvm") || ["lpvmerr", "i_dump"].contains(s))
+            })
             .filter(|s| !exported.contains(*s))
             .collect();
         assert!(lacking.is_empty(), "{name} imports what we do not export: {lacking:?}");
@@ -580,4 +588,112 @@ fn debians_message_handler_programs_run_unchanged() {
     assert!(srv[deleted..].contains("0 message handler(s)"), "{srv}");
     assert!(!srv.contains("received message -->> <again>"), "a deleted handler ran:\n{srv}");
     assert!(srv.contains("CEAT: Termiate Self..."), "{srv}");
+}
+
+#[test]
+fn spawned_tasks_output_goes_to_the_output_tid_and_catchout() {
+    let vm = Vm::new(None);
+    let exe = vm.dir.path().join("output");
+    run(Command::new("gcc")
+        .args(["-O1", "-Wall", "-I"])
+        .arg(our_include())
+        .arg("-o")
+        .arg(&exe)
+        .arg(tests::root().join("tests/pvm/output.c"))
+        .arg("-L")
+        .arg(vm.dir.path().join("lib"))
+        .arg("-lpvm3"));
+    // Two children and their two children, each announced, its text and
+    // its end, from the host's daemon TID.
+    let out = vm.run(&exe, &[]);
+    assert!(out.lines().any(|l| l == "output: ok"), "{out}");
+    // pvm_catchout: the lines, tagged, with BEGIN and EOF; pvm_exit waits
+    // for them.
+    let file = vm.dir.path().join("caught");
+    let out = vm.run(&exe, &["catch", file.to_str().unwrap()]);
+    assert!(out.lines().any(|l| l == "output: ok"), "{out}");
+}
+
+/// Processes still running a program of the VM's `bin` (spawned tasks).
+fn running_from(dir: &Path) -> Vec<String> {
+    let dir = dir.to_string_lossy().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&dir) && c.contains("/bin/LINUX64/"))
+        .collect()
+}
+
+#[test]
+fn debians_console_runs_on_ours() {
+    let Some(deb) = debian() else { return };
+    let vm = Vm::new(Some(&deb));
+    // The console reads a line at a time and looks for its jobs' output
+    // only after each one (its stdout, a file here, is flushed as it
+    // goes); empty lines give it time. In a fresh VM the console is
+    // t40001, spmd's copies t40002 to t40005, then t40006, t40007.
+    let out = vm.run_paced(
+        &deb.join("usr/bin/pvm"),
+        &[],
+        &[
+            "conf\n",
+            "spawn -4 -> spmd\n",
+            "\n",
+            "\n",
+            "\n",
+            "\n",
+            "spawn -> timing_slave\n",
+            "\n",
+            "ps -a\n",
+            "kill t40006\n",
+            "\n",
+            "\n",
+            "ps -a\n",
+            "spawn -> timing_slave\n",
+            "\n",
+            "reset\n",
+            "\n",
+            "\n",
+            "ps -a\n",
+            "spawn timing_slave\n",
+            "\n",
+            "halt\n",
+        ],
+    );
+    let host = run(&mut Command::new("hostname")).trim().to_string();
+    assert!(out.contains("pvmd already running."), "{out}");
+    assert!(out.contains("1 host, 1 data format"), "{out}");
+    assert!(
+        out.lines().any(|l| l.split_whitespace().eq([host.as_str(), "40000", "LINUX64", "1000", "0x00408841"])),
+        "{out}"
+    );
+    // spmd's ring over 4 tasks, its output through the console's job 1.
+    assert!(out.contains("4 successful"), "{out}");
+    assert!(out.contains("[1:t40002] token ring done"), "{out}");
+    for t in 2..=5 {
+        assert!(out.contains(&format!("[1:t4000{t}] EOF")), "no EOF of t4000{t}:\n{out}");
+    }
+    assert!(out.contains("[1] finished"), "{out}");
+    // ps -a lists timing_slave (running, spawned); kill ends it (job 2
+    // finishes), and the next ps lists nothing.
+    let ps: Vec<&str> = out.split("HOST      TID   FLAG 0x COMMAND").skip(1).collect();
+    assert_eq!(ps.len(), 3, "three ps listings:\n{out}");
+    // The tasks a listing shows: its lines that start with the host name.
+    let listed = |seg: &str| -> Vec<String> {
+        seg.lines().filter(|l| l.split_whitespace().next() == Some(host.as_str())).map(str::to_string).collect()
+    };
+    assert_eq!(listed(ps[0]).len(), 1, "{out}");
+    assert!(listed(ps[0])[0].split_whitespace().eq([host.as_str(), "40006", "6/c,f", "timing_slave"]), "{out}");
+    assert!(out.contains("[2:t40006] EOF") && out.contains("[2] finished"), "{out}");
+    assert!(listed(ps[1]).is_empty(), "{out}");
+    // reset ends the second timing_slave (job 3).
+    assert!(out.contains("[3:t40007] EOF") && out.contains("[3] finished"), "{out}");
+    assert!(listed(ps[2]).is_empty(), "{out}");
+    // halt ends the last one (output not redirected) and the console.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !running_from(vm.dir.path()).is_empty() {
+        assert!(Instant::now() < deadline, "tasks left after halt: {:?}", running_from(vm.dir.path()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

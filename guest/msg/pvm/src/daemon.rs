@@ -6,6 +6,8 @@
 //!   names the TIDs the spawner took for them in the task table, the
 //!   program, its arguments and the spawner's search path; the daemon
 //!   starts each copy with its TID and answers with what became of each.
+//! - Reads the output pipes of the copies it started for a spawner with
+//!   `PvmOutputTid` set and sends it on (`output`).
 //! - Is the host's entry in the task table (TID with task number 0, the
 //!   host's name): `pvm_config` lists hosts from these entries.
 //! - About once a second, frees the entries of this guest's tasks that
@@ -26,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::consts::{self, err};
 use crate::engine::{Engine, Msg};
 use crate::notify::Notify;
+use crate::output::{self, Collector};
 use crate::spawn;
 use crate::table::{self, State};
 use crate::vm;
@@ -54,6 +57,10 @@ pub struct SpawnRequest {
     pub tids: Vec<i32>,
     /// Every TID of the `pvm_spawn` call, for `pvm_siblings`.
     pub siblings: Vec<i32>,
+    /// Where the copies' output goes (the spawner's `PvmOutputTid`), if
+    /// anywhere: then the starter reads their pipes (`output`).
+    #[serde(default)]
+    pub output: Option<output::Redirect>,
 }
 
 /// A daemon's answer: per TID, the TID (started) or an error code.
@@ -67,8 +74,15 @@ pub fn daemon_tid(host: u32) -> i32 {
     table::tid(host, 0)
 }
 
-/// Starts `req`'s copies here; `on_start(tid, pid)` records each.
-pub fn start(req: &SpawnRequest, children: &mut Vec<std::process::Child>) -> Vec<(i32, Result<u32, i32>)> {
+/// Starts `req`'s copies here; returns each one's process or error
+/// code. With `req.output`, each copy's output goes to a pipe that a
+/// reader of `out` reads (`poke` is called as it queues).
+pub fn start(
+    req: &SpawnRequest,
+    children: &mut Vec<std::process::Child>,
+    out: &Collector,
+    poke: fn(),
+) -> Vec<(i32, Result<u32, i32>)> {
     let env = |k: &str| req.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let path = spawn::find(&req.task, &env);
     let siblings = req.siblings.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",");
@@ -84,10 +98,41 @@ pub fn start(req: &SpawnRequest, children: &mut Vec<std::process::Child>) -> Vec
                 for (k, v) in &req.env {
                     cmd.env(k, v);
                 }
-                match cmd.spawn() {
+                let pipe = match req.output {
+                    Some(r) => {
+                        cmd.env(output::ENV_OUT, r.dest.env());
+                        // A copy that outlives its reader gets EPIPE on
+                        // writing, not a signal that ends it.
+                        // SAFETY: the closure runs in the child between
+                        // fork and exec and calls only signal(2), which is
+                        // async-signal-safe.
+                        unsafe {
+                            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                                Ok(())
+                            });
+                        }
+                        match output::capture(&mut cmd) {
+                            Ok(rd) => Some((r, rd)),
+                            Err(e) => {
+                                eprintln!("libpvm: starting t{t:x}: {e}");
+                                return Err(err::CANT_START);
+                            }
+                        }
+                    }
+                    None => None,
+                };
+                let started = cmd.spawn();
+                // The pipe's write ends go with the command, so the reader
+                // sees the end once the copy (and its children) close them.
+                drop(cmd);
+                match started {
                     Ok(child) => {
                         let pid = child.id();
                         children.push(child);
+                        if let Some((r, rd)) = pipe {
+                            out.watch(t, r, rd, poke);
+                        }
                         Ok(pid)
                     }
                     Err(_) => Err(err::CANT_START),
@@ -139,12 +184,14 @@ fn serve(v: vm::Vm) -> Result<(), String> {
     let waker = ump::listen_waker(crate::engine::handle(v.id, me)).map_err(|e| e.to_string())?;
     eprintln!("pvmd: host {host} ({name}), t{me:x}, virtual machine {:#x}", v.id);
     let mut children: Vec<std::process::Child> = Vec::new();
+    let out = Collector::default();
     let mut looked = Instant::now();
     loop {
         let moved = eng.progress().unwrap_or(false);
         while let Some(m) = eng.take(-1, SPAWN_TAG, SYS_CTX) {
-            serve_one(&v, &mut eng, &mut children, m);
+            serve_one(&v, &mut eng, &mut children, &out, m);
         }
+        send_output(&v.tasks, &mut eng, me, &out);
         if looked.elapsed() >= Duration::from_secs(1) {
             looked = Instant::now();
             if !v.tasks.imcd_alive() {
@@ -158,16 +205,18 @@ fn serve(v: vm::Vm) -> Result<(), String> {
             let _ = send_notifications(&v.tasks, &v.notify, &mut eng, me);
         }
         if !moved {
-            waker.sleep(Duration::from_millis(if eng.has_peers() { 5 } else { 1000 }));
+            // Output being read is sent within a few milliseconds.
+            let busy = eng.has_peers() || !out.live().is_empty();
+            waker.sleep(Duration::from_millis(if busy { 5 } else { 1000 }));
         }
     }
 }
 
 /// Answers one spawn request and closes its channel.
-fn serve_one(v: &vm::Vm, eng: &mut Engine, children: &mut Vec<std::process::Child>, m: Msg) {
+fn serve_one(v: &vm::Vm, eng: &mut Engine, children: &mut Vec<std::process::Child>, out: &Collector, m: Msg) {
     let from = m.src;
     let results = match serde_json::from_slice::<SpawnRequest>(&m.data) {
-        Ok(req) => start(&req, children)
+        Ok(req) => start(&req, children, out, || {})
             .into_iter()
             .map(|(t, r)| match r {
                 Ok(pid) => {
@@ -196,6 +245,20 @@ fn serve_one(v: &vm::Vm, eng: &mut Engine, children: &mut Vec<std::process::Chil
     // opens a new one (which wakes this daemon's listener) and neither
     // side has an old one left.
     eng.close(from);
+}
+
+/// Sends the output notices `out` queued (`output`), from the host's
+/// daemon TID as in PVM; a destination that is gone gets none.
+pub fn send_output(tasks: &table::Table, eng: &mut Engine, me: i32, out: &Collector) {
+    for n in out.take() {
+        let _ = eng.send_from(
+            notifier_tid(me),
+            n.dest.tid,
+            (n.dest.code, n.dest.ctx, consts::DATA_DEFAULT),
+            &n.body,
+            &mut |t| tasks.find(t).map(|x| x.is_some()).unwrap_or(true),
+        );
+    }
 }
 
 /// The TID notifications come from, as in PVM: the daemon flag
@@ -244,9 +307,10 @@ mod tests {
             env: vec![],
             tids: vec![0x40005, 0x40006],
             siblings: vec![0x40005, 0x40006],
+            output: None,
         };
         let mut children = Vec::new();
-        let r = start(&req, &mut children);
+        let r = start(&req, &mut children, &Collector::default(), || {});
         assert_eq!(r.len(), 2);
         assert!(r.iter().all(|(_, x)| x.is_ok()));
         for c in &mut children {
@@ -254,7 +318,9 @@ mod tests {
         }
         let missing =
             SpawnRequest { task: "no-such-program".into(), env: vec![("PVM_ROOT".into(), "/nowhere".into())], ..req };
-        assert!(start(&missing, &mut children).iter().all(|(_, x)| *x == Err(err::NO_FILE)));
+        assert!(start(&missing, &mut children, &Collector::default(), || {})
+            .iter()
+            .all(|(_, x)| *x == Err(err::NO_FILE)));
         let j = serde_json::to_vec(&missing).unwrap();
         assert_eq!(serde_json::from_slice::<SpawnRequest>(&j).unwrap(), missing);
     }

@@ -20,6 +20,7 @@ use crate::group::{self, Arrival, GroupTable};
 use crate::mbox::{self, Mailbox, MboxError};
 use crate::mhf::{self, Handlers};
 use crate::notify::{self, Notify};
+use crate::output::{self, Collector};
 use crate::pack::{Buffer, InPlace};
 use crate::reduce::{self, Op};
 use crate::spawn;
@@ -27,28 +28,33 @@ use crate::table::{self, State, Table, TableError};
 
 /// One task's PVM.
 pub struct Pvm {
-    table: Table,
-    groups: GroupTable,
-    notify: Notify,
-    mbox: Mailbox,
+    pub(crate) table: Table,
+    pub(crate) groups: GroupTable,
+    pub(crate) notify: Notify,
+    pub(crate) mbox: Mailbox,
     /// Message handlers, and the messages they claimed that wait for
     /// their handler to run (outside the state lock).
     handlers: Handlers,
     mhf_due: VecDeque<(mhf::HandlerFn, engine::Msg)>,
     /// When this task last sent the notifications that were due.
     looked: Instant,
-    host: u32,
-    me: i32,
+    pub(crate) host: u32,
+    pub(crate) me: i32,
     ptid: i32,
     siblings: Vec<c_int>,
-    eng: Engine,
+    pub(crate) eng: Engine,
     bufs: HashMap<c_int, Buffer>,
     next_buf: c_int,
     sbuf: c_int,
     rbuf: c_int,
     ctx: c_int,
-    opts: [c_int; opt::LAST as usize + 1],
+    pub(crate) opts: [c_int; opt::LAST as usize + 1],
     children: Vec<std::process::Child>,
+    /// The readers of spawned copies' output pipes (`PvmOutputTid`) and
+    /// what they queued to send.
+    pub(crate) out: Collector,
+    /// `pvm_catchout`'s file and line assembly, while it is on.
+    pub(crate) catch: Option<(*mut libc::FILE, output::Lines)>,
     /// Where the next copy spawned without a place goes (round robin).
     next_host: usize,
     /// What `pvm_config` and `pvm_tasks` hand out stays here until the
@@ -56,6 +62,9 @@ pub struct Pvm {
     hosts_out: Vec<PvmHostInfo>,
     tasks_out: Vec<PvmTaskInfo>,
     strings: Vec<std::ffi::CString>,
+    /// The names `hosts_out` points to (apart from `strings`, which
+    /// `pvm_tasks` replaces while a program still holds the host list).
+    host_strings: Vec<std::ffi::CString>,
     /// What `pvm_getmboxinfo` hands out, kept until its next call: the
     /// structures, their names and their arrays.
     mbox_out: Vec<PvmMboxInfo>,
@@ -63,8 +72,10 @@ pub struct Pvm {
     mbox_ints: Vec<Vec<c_int>>,
 }
 
-// SAFETY: the raw pointers in `hosts_out` and `tasks_out` point into
-// `strings`, those in `mbox_out` into `mbox_names` and `mbox_ints`, which
+// SAFETY: `catch` holds the program's `FILE*`, which stdio locks for
+// each call from any thread. The raw pointers in `hosts_out` point into
+// `host_strings`, those in `tasks_out` into `strings`, those in
+// `mbox_out` into `mbox_names` and `mbox_ints`, which
 // the same `Pvm` owns; they move with it. The tables'
 // shared connection to imcd and lock set (`Rc`s in `store::McTable`) are
 // held only by this `Pvm`'s tables, so they move with it too, and the
@@ -149,18 +160,14 @@ const fn errlist() -> [*const c_char; consts::ERRLIST.len()] {
 #[no_mangle]
 pub static pvm_errlist: CStrTable<{ consts::ERRLIST.len() }> = CStrTable(errlist());
 
-/// The tracer's event table (`pvmtevinfo`), descriptor list
-/// (`pvmtevdidlist`) and trace control (`pvmctrc`): tracing is not
-/// implemented, so they stay zero; they exist, with Debian's sizes,
-/// because Debian's programs link to them.
-#[no_mangle]
-pub static mut pvmtevinfo: [u8; 6104] = [0; 6104];
-#[no_mangle]
-pub static mut pvmtevdidlist: [u8; 1968] = [0; 1968];
+/// The tracer's control (`pvmctrc`): tracing is not implemented, so it
+/// stays zero; it exists, with Debian's size, because Debian's programs
+/// link to it (the event table and data IDs, `pvmtevinfo` and
+/// `pvmtevdidlist`, are in `console`).
 #[no_mangle]
 pub static mut pvmctrc: [u8; 68] = [0; 68];
 
-static STATE: Mutex<Option<Pvm>> = Mutex::new(None);
+pub(crate) static STATE: Mutex<Option<Pvm>> = Mutex::new(None);
 
 fn set_errno(code: c_int) {
     // SAFETY: see the statics above; written under STATE's lock or by the
@@ -170,7 +177,7 @@ fn set_errno(code: c_int) {
 
 /// Reports a failed call as PVM does (with `PvmAutoErr` on) and returns
 /// its code.
-fn fail(call: &str, me: i32, auto: c_int, code: c_int) -> c_int {
+pub(crate) fn fail(call: &str, me: i32, auto: c_int, code: c_int) -> c_int {
     set_errno(code);
     if auto != 0 && code != err::NO_DATA {
         if me > 0 {
@@ -184,7 +191,7 @@ fn fail(call: &str, me: i32, auto: c_int, code: c_int) -> c_int {
 
 /// Runs `f` on the task's state, enrolling it first; turns an error code
 /// into PVM's report.
-fn with(call: &str, f: impl FnMut(&mut Pvm) -> Result<c_int, c_int>) -> c_int {
+pub(crate) fn with(call: &str, f: impl FnMut(&mut Pvm) -> Result<c_int, c_int>) -> c_int {
     with_quiet(call, &[], f)
 }
 
@@ -219,6 +226,7 @@ fn with_quiet(call: &str, quiet: &[c_int], mut f: impl FnMut(&mut Pvm) -> Result
         let Some(p) = g.as_mut() else { return fail(call, 0, 1, err::SYS_ERR) };
         p.reap();
         let r = f(p);
+        p.flush_output();
         p.claim_handled();
         let due = std::mem::take(&mut p.mhf_due);
         let out = match r {
@@ -275,7 +283,7 @@ fn engine_code(e: &EngineError) -> c_int {
     }
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into())
 }
 
@@ -309,6 +317,10 @@ impl Pvm {
         // A spawned task starts in its parent's context, as in PVM.
         let ctx = std::env::var(spawn::ENV_CTX).ok().and_then(|v| v.parse::<c_int>().ok()).unwrap_or(0);
         std::env::remove_var(spawn::ENV_CTX);
+        // Output goes where the parent's children's went (PvmOutputTid is
+        // inherited, as in PVM); this task's own is already there.
+        let out = std::env::var(output::ENV_OUT).ok().and_then(|v| output::Dest::parse(&v));
+        std::env::remove_var(output::ENV_OUT);
         // SAFETY: see the statics; the state lock is held by our caller.
         unsafe { pvmmyctx = ctx };
         let eng = Engine::start(me, vm).map_err(|e| {
@@ -320,6 +332,17 @@ impl Pvm {
         opts[opt::AUTO_ERR as usize] = 1;
         opts[opt::FRAG_SIZE as usize] = 4096;
         opts[opt::POLL_TYPE as usize] = 1;
+        opts[opt::SHOW_TIDS as usize] = 1;
+        if let Some(d) = out {
+            for (o, v) in [(opt::OUTPUT_TID, d.tid), (opt::OUTPUT_CONTEXT, d.ctx), (opt::OUTPUT_CODE, d.code)] {
+                opts[o as usize] = v;
+            }
+            for (o, v) in
+                [(opt::SELF_OUTPUT_TID, d.tid), (opt::SELF_OUTPUT_CONTEXT, d.ctx), (opt::SELF_OUTPUT_CODE, d.code)]
+            {
+                opts[o as usize] = v;
+            }
+        }
         Ok(Pvm {
             groups,
             notify,
@@ -340,10 +363,13 @@ impl Pvm {
             ctx,
             opts,
             children: Vec::new(),
+            out: Collector::default(),
+            catch: None,
             next_host: 0,
             hosts_out: Vec::new(),
             tasks_out: Vec::new(),
             strings: Vec::new(),
+            host_strings: Vec::new(),
             mbox_out: Vec::new(),
             mbox_names: Vec::new(),
             mbox_ints: Vec::new(),
@@ -518,6 +544,7 @@ impl Pvm {
         let mut idle = 0u32;
         let mut checked = Instant::now();
         loop {
+            self.flush_output();
             self.claim_handled();
             if handlers && !self.mhf_due.is_empty() {
                 return Err(RUN_HANDLERS);
@@ -549,7 +576,7 @@ impl Pvm {
 ///
 /// # Safety
 /// `p` is null or points to a NUL-terminated string.
-unsafe fn cstr<'a>(p: *const c_char) -> Result<&'a str, c_int> {
+pub(crate) unsafe fn cstr<'a>(p: *const c_char) -> Result<&'a str, c_int> {
     if p.is_null() {
         return Err(err::BAD_PARAM);
     }
@@ -596,6 +623,9 @@ pub extern "C" fn pvm_exit() -> c_int {
     let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(mut p) = g.take() else { return 0 };
     p.reap();
+    // Output of our copies still on its way is sent first (PVM blocks
+    // here while output is collected).
+    p.drain_output(Duration::from_secs(30));
     let _ = p.groups.leave_all(p.me, &|_| true);
     let _ = p.mbox.leave(p.me, &|_| true);
     let _ = p.table.remove(p.me);
@@ -671,6 +701,7 @@ pub unsafe extern "C" fn pvm_spawn(
         let mut env: Vec<(String, String)> =
             daemon::PASSED_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
         env.push((spawn::ENV_CTX.to_string(), p.ctx.to_string()));
+        let redirect = p.output_dest().map(|dest| output::Redirect { dest, ptid });
         if !local.is_empty() {
             let req = daemon::SpawnRequest {
                 task: task.to_string(),
@@ -678,8 +709,10 @@ pub unsafe extern "C" fn pvm_spawn(
                 env: env.clone(),
                 tids: local.iter().map(|&i| plan[i].1).collect(),
                 siblings: siblings.clone(),
+                output: redirect,
             };
-            for (k, (t, r)) in daemon::start(&req, &mut p.children).into_iter().enumerate() {
+            for (k, (t, r)) in daemon::start(&req, &mut p.children, &p.out, output::poke_output).into_iter().enumerate()
+            {
                 results[local[k]] = match r {
                     Ok(pid) => {
                         let _ = p.table.set_pid(t, pid as i32);
@@ -703,6 +736,7 @@ pub unsafe extern "C" fn pvm_spawn(
                 env: env.clone(),
                 tids: idx.iter().map(|&i| plan[i].1).collect(),
                 siblings: siblings.clone(),
+                output: redirect,
             };
             match p.spawn_remote(dtid, &req) {
                 Ok(r) if r.len() == idx.len() => idx.iter().zip(r).for_each(|(&i, v)| results[i] = v),
@@ -859,7 +893,7 @@ pub extern "C" fn pvm_sendsig(tid: c_int, sig: c_int) -> c_int {
 
 /// Sends signal `sig` to task `t`: directly on this host, as a cluster
 /// signal (`imc_kill`, through imcd) on another.
-fn signal(p: &Pvm, t: &table::Task, sig: c_int) -> Result<(), c_int> {
+pub(crate) fn signal(p: &Pvm, t: &table::Task, sig: c_int) -> Result<(), c_int> {
     if table::host_of(t.tid) == p.host {
         let s = nix::sys::signal::Signal::try_from(sig).map_err(|_| err::BAD_PARAM)?;
         return nix::sys::signal::kill(nix::unistd::Pid::from_raw(t.pid), s).map_err(|_| err::NO_TASK);
@@ -935,10 +969,10 @@ pub unsafe extern "C" fn pvm_config(nhost: *mut c_int, narch: *mut c_int, hostp:
             hosts.sort();
         }
         let arch = std::ffi::CString::new(consts::ARCH).unwrap_or_default();
-        p.strings = hosts.iter().map(|h| std::ffi::CString::new(h.2.clone()).unwrap_or_default()).collect();
+        p.host_strings = hosts.iter().map(|h| std::ffi::CString::new(h.2.clone()).unwrap_or_default()).collect();
         p.hosts_out = hosts
             .iter()
-            .zip(&p.strings)
+            .zip(&p.host_strings)
             .map(|(h, name)| PvmHostInfo {
                 hi_tid: table::tid(h.0, 0),
                 hi_name: name.as_ptr(),
@@ -947,7 +981,7 @@ pub unsafe extern "C" fn pvm_config(nhost: *mut c_int, narch: *mut c_int, hostp:
                 hi_dsig: consts::DSIG,
             })
             .collect();
-        p.strings.push(arch);
+        p.host_strings.push(arch);
         // SAFETY: the caller's contract.
         unsafe {
             put(nhost, p.hosts_out.len() as c_int);
@@ -985,7 +1019,7 @@ pub unsafe extern "C" fn pvm_tasks(where_: c_int, ntask: *mut c_int, taskp: *mut
                 ti_tid: t.tid,
                 ti_ptid: if t.ptid > 0 { t.ptid } else { 0 },
                 ti_host: t.tid & table::TID_HOST,
-                ti_flag: t.flag,
+                ti_flag: task_status(t),
                 ti_a_out: n.as_ptr(),
                 ti_pid: t.pid,
             })
@@ -997,6 +1031,15 @@ pub unsafe extern "C" fn pvm_tasks(where_: c_int, ntask: *mut c_int, taskp: *mut
         }
         Ok(0)
     })
+}
+
+/// A task's status flags as PVM's `ti_flag` has them (the console's `ps`
+/// shows them): `c` (0x4) once it runs, `f` (0x2) if `pvm_spawn` started
+/// it (its entry has a parent or spawn flags).
+fn task_status(t: &table::Task) -> c_int {
+    let running = if t.state == State::Running { 0x4 } else { 0 };
+    let spawned = if t.ptid > 0 || t.flag != 0 { 0x2 } else { 0 };
+    running | spawned
 }
 
 // -------------------------------------------------------------- buffers --
@@ -1613,12 +1656,9 @@ type Vp = *mut c_void;
 not_impl! {
     pvm_addhosts(names: Vp, n: c_int, infos: Ip);
     pvm_delhosts(names: Vp, n: c_int, infos: Ip);
-    pvm_halt();
     pvm_hostsync(host: c_int, clk: Vp, delta: Vp);
     pvm_getfds(fds: Vp);
     pvm_tickle(narg: c_int, argp: Ip, nresp: Ip, resp: Ip);
-    pvm_settmask(who: c_int, mask: Vp);
-    pvm_gettmask(who: c_int, mask: Vp);
     pvm_reg_tracer(a: c_int, b: c_int, c: c_int, d: c_int, e: Cp, f: c_int, g: c_int);
     pvm_reg_rm(infos: Vp);
     pvm_reg_hoster();
@@ -1626,8 +1666,6 @@ not_impl! {
     pvm_export(name: Cp);
     pvm_unexport(name: Cp);
     pvm_setminfo(id: c_int, info: Vp);
-    pvm_start_pvmd(argc: c_int, argv: Vp, block: c_int);
-    pvm_catchout(f: Vp);
     pvm_pkmesg(id: c_int);
     pvm_pkmesgbody(id: c_int);
     pvm_upkmesg();

@@ -11,8 +11,12 @@
 //! - [`mbox`]: the mailbox (`pvm_putinfo` and the rest).
 //! - [`mhf`]: message handlers (`pvm_addmhf`, `pvm_delmhf`).
 //! - [`spawn`]: where a spawned program is found.
+//! - [`output`]: spawned tasks' output sent as messages (`PvmOutputTid`).
+//! - [`console`]: what Debian's console needs beyond `pvm3.h`
+//!   (`pvm_halt`, `pvmreset`, ...).
 //! - [`ffi`]: the C interface.
 
+pub mod console;
 pub mod consts;
 pub mod daemon;
 pub mod engine;
@@ -22,6 +26,7 @@ pub mod locked;
 pub mod mbox;
 pub mod mhf;
 pub mod notify;
+pub mod output;
 pub mod pack;
 pub mod reduce;
 pub mod spawn;

@@ -418,6 +418,22 @@ impl Mailbox {
         self.with(alive, |c| Ok(c.names(pattern)))
     }
 
+    /// `pvmreset` (the console's `reset`): removes the orphaned entries
+    /// (persistent ones whose owner left, owner 0) of class `class` (None:
+    /// every class) at `index` (-1: every index); returns how many.
+    pub fn reset(&self, class: Option<&str>, index: i32, alive: &dyn Fn(i32) -> bool) -> Result<usize, MboxError> {
+        self.with(alive, |c| {
+            let mut n = 0;
+            for k in c.classes.iter_mut().filter(|k| class.is_none_or(|name| k.name == name)) {
+                let before = k.entries.len();
+                k.entries.retain(|e| !(e.owner == 0 && (index < 0 || e.index == index)));
+                n += before - k.entries.len();
+            }
+            c.classes.retain(|k| !k.entries.is_empty());
+            Ok(n)
+        })
+    }
+
     /// Task `tid` leaves (`pvm_exit`): its entries go, but persistent
     /// ones, which lose their owner.
     pub fn leave(&self, tid: i32, alive: &dyn Fn(i32) -> bool) -> Result<(), MboxError> {
@@ -437,6 +453,23 @@ mod tests {
 
     fn msg(b: &[u8]) -> Message {
         Message { enc: 0, data: b.to_vec(), src: 7, ctx: 0 }
+    }
+
+    #[test]
+    fn reset_removes_orphaned_persistent_entries_only() {
+        let (_d, m) = mb();
+        let all = |_: i32| true;
+        m.put(5, "a", -1, PERSISTENT, &msg(b"x"), &all).unwrap();
+        m.put(5, "b", -1, PERSISTENT, &msg(b"y"), &all).unwrap();
+        m.put(6, "c", -1, 0, &msg(b"z"), &all).unwrap();
+        // Task 5 leaves: its persistent entries stay, owned by nobody.
+        m.leave(5, &all).unwrap();
+        assert_eq!(m.reset(Some("a"), 3, &all).unwrap(), 0);
+        assert_eq!(m.reset(Some("a"), -1, &all).unwrap(), 1);
+        let names = |m: &Mailbox| m.names("", &all).unwrap().into_iter().map(|c| c.name).collect::<Vec<_>>();
+        assert_eq!(names(&m), ["b", "c"]);
+        assert_eq!(m.reset(None, -1, &all).unwrap(), 1);
+        assert_eq!(names(&m), ["c"]);
     }
 
     const ALL: &dyn Fn(i32) -> bool = &|_| true;
