@@ -544,6 +544,38 @@ pub fn mpirun(
     agent::exec(&sock, &argv, io, timeout_s).context("node 0")
 }
 
+/// The command `mc-cluster pvm` runs in guest 0: the PVM program `argv[0]`
+/// (a name without `/` is looked up in `$PVM_ROOT/bin/LINUX64`, where PVM
+/// looks for spawned programs) with its arguments, in `/tmp`, with
+/// `PVM_ROOT=/share/pvm` unless `env` says otherwise, the `NAME=VALUE`
+/// settings of `env`, and `PVM_MC_CATCHOUT=1`: the program (started from
+/// the shell, so without a PVM parent) prints every task's output as it
+/// comes, each line after its task's TID, and its `pvm_exit` waits for the
+/// end of it (docs/pvm.md, "mc-cluster pvm").
+pub fn pvm_argv(env: &[String], argv: &[String]) -> Result<Vec<String>> {
+    let Some(prog) = argv.first().filter(|p| !p.is_empty()) else {
+        bail!("no program given: mc-cluster pvm PROG [ARGS...]");
+    };
+    let mut out: Vec<String> = ["env", "PVM_ROOT=/share/pvm", "PVM_ARCH=LINUX64"].map(String::from).into();
+    for e in env {
+        if e.split_once('=').is_none_or(|(k, _)| k.is_empty()) {
+            bail!("--env {e}: NAME=VALUE expected");
+        }
+        out.push(e.clone());
+    }
+    out.push("PVM_MC_CATCHOUT=1".into());
+    out.extend(["sh", "-c"].map(String::from));
+    out.push(
+        r#"p=$0; case $p in */*) ;; *) p=$PVM_ROOT/bin/$PVM_ARCH/$p ;; esac
+[ -x "$p" ] || { echo "mc-cluster pvm: $p: no such program (put it in the shared folder's pvm/bin/LINUX64)" >&2; exit 127; }
+cd /tmp && exec "$p" "$@""#
+            .into(),
+    );
+    out.push(prog.clone());
+    out.extend(argv[1..].iter().cloned());
+    Ok(out)
+}
+
 /// One side of `mc-cluster cp`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
@@ -625,6 +657,21 @@ mod tests {
         assert!(mpirun_argv(2, &o(1, Some(0), &[], &["p"])).unwrap_err().to_string().contains("--ppn"));
         assert!(mpirun_argv(2, &o(1, None, &["NOVALUE"], &["p"])).unwrap_err().to_string().contains("NAME=VALUE"));
         assert!(mpirun_argv(2, &o(1, None, &[], &[])).unwrap_err().to_string().contains("no program"));
+    }
+
+    #[test]
+    fn pvm_runs_the_program_catching_every_tasks_output() {
+        let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let a = pvm_argv(&v(&["PVM_ROOT=/share/x"]), &v(&["master1", "-v"])).unwrap();
+        assert_eq!(
+            a[..5],
+            v(&["env", "PVM_ROOT=/share/pvm", "PVM_ARCH=LINUX64", "PVM_ROOT=/share/x", "PVM_MC_CATCHOUT=1"])
+        );
+        assert_eq!(a[5..7], v(&["sh", "-c"]));
+        assert!(a[7].contains("$PVM_ROOT/bin/$PVM_ARCH/$p") && a[7].contains("exec \"$p\" \"$@\""), "{}", a[7]);
+        assert_eq!(a[8..], v(&["master1", "-v"]));
+        assert!(pvm_argv(&v(&["NOVALUE"]), &v(&["p"])).unwrap_err().to_string().contains("NAME=VALUE"));
+        assert!(pvm_argv(&[], &[]).unwrap_err().to_string().contains("no program"));
     }
 
     #[test]

@@ -63,10 +63,11 @@ fn quiet_on_broken_pipe(r: std::io::Result<()>) {
   mc-cluster cp a.out 1:/tmp/                  copy a file into guest 1
   mc-cluster --name m up --config qemu-configs/mpi.toml
   mc-cluster --name m mpirun -n 4 /share/prog  an MPI job on every guest
+  mc-cluster --name m pvm master1              a PVM program (share/pvm/bin/LINUX64)
   mc-cluster down
 
 Exit codes: 0 success; 1 an error (the message starts with \"mc-cluster:\");
-2 a usage error; exec and mpirun return the command's own code; status
+2 a usage error; exec, mpirun and pvm return the command's own code; status
 returns 3 when the cluster is not running; 141 when standard output is a
 closed pipe."
 )]
@@ -153,6 +154,26 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         timeout: u64,
         /// The program (a path inside the guests) and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROG [ARGS]")]
+        argv: Vec<String>,
+    },
+    /// Run a PVM program in guest 0, with every task's output.
+    ///
+    /// The program starts in guest 0 on our PVM (`PVM_ROOT=/share/pvm`: put
+    /// programs in the host's .run/NAME/share/pvm/bin/LINUX64, where PVM
+    /// looks for spawned ones; a PROG without `/` is found there). Every
+    /// task it spawns, on any guest, has its output streamed here, each
+    /// line after the task's TID, as PVM's catchout; standard input goes
+    /// to the program; the exit code is the program's.
+    Pvm {
+        /// Set NAME=VALUE for the program (repeatable; spawned tasks
+        /// inherit PVM's own variables).
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// Kill the program after this many seconds (0: no limit).
+        #[arg(long, default_value_t = 0)]
+        timeout: u64,
+        /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROG [ARGS]")]
         argv: Vec<String>,
     },
@@ -272,6 +293,17 @@ fn run() -> Result<i32> {
             out.flush()?;
             if r.timed_out {
                 eprintln!("mc-cluster: mpiexec killed after {timeout} s");
+            }
+            Ok(r.code)
+        }
+        Cmd::Pvm { env, timeout, argv } => {
+            let argv = launcher::pvm_argv(&env, &argv)?;
+            let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+            let io = agent::Streams { stdin: Some(Box::new(std::io::stdin())), out: &mut out, err: &mut err };
+            let r = exec(&paths, &cli.name, 0, &argv, io, timeout)?;
+            out.flush()?;
+            if r.timed_out {
+                eprintln!("mc-cluster: PVM program killed after {timeout} s");
             }
             Ok(r.code)
         }

@@ -195,6 +195,27 @@ fn pvm_examples_run_unchanged() {
     // The copies of gexamp on node1 ran there, under its daemon.
     let log = String::from_utf8_lossy(&c.run(1, &["cat", "/var/log/pvmd.log"])).into_owned();
     assert!(log.contains("pvmd: host 2 (node1)") && log.contains(": sync"), "{log}");
+
+    // mc-cluster pvm: the program in guest 0, every task's output here,
+    // each line after its TID, the copy on node1 (t8xxxx) as well.
+    let o = Command::new(tests::launcher())
+        .args(["--name", &c.name, "pvm", "--timeout", "120", "gexamp", "3"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let remote: Vec<_> = out.lines().filter(|l| l.starts_with("[t8")).collect();
+    assert!(
+        remote.iter().any(|l| l.ends_with("BEGIN"))
+            && remote.iter().any(|l| l.ends_with(": sync"))
+            && remote.iter().any(|l| l.ends_with("EOF")),
+        "{out}"
+    );
+    assert!(out.lines().any(|l| l.ends_with(" 0: sync")), "the program's own output: {out}");
+    let o = Command::new(tests::launcher()).args(["--name", &c.name, "pvm", "no-such-program"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no such program"));
     c.down();
 }
 

@@ -343,6 +343,24 @@ impl Pvm {
                 opts[o as usize] = v;
             }
         }
+        // `mc-cluster pvm` starts the program with PVM_MC_CATCHOUT=1: a task
+        // started from the shell then catches every task's output on its
+        // standard output, as after pvm_catchout(stdout), and its
+        // pvm_exit waits for the end of it.
+        let catch = if ptid == err::NO_PARENT && std::env::var(output::ENV_CATCHOUT).is_ok_and(|v| v == "1") {
+            // SAFETY: fd 1 is this process's standard output; the stream
+            // is ours and lives as long as the process.
+            let f = unsafe { libc::fdopen(1, c"w".as_ptr()) };
+            (!f.is_null()).then(|| {
+                opts[opt::OUTPUT_TID as usize] = me;
+                opts[opt::OUTPUT_CONTEXT as usize] = daemon::SYS_CTX;
+                opts[opt::OUTPUT_CODE as usize] = output::CATCH_TAG;
+                (f, output::Lines::default())
+            })
+        } else {
+            None
+        };
+        std::env::remove_var(output::ENV_CATCHOUT);
         Ok(Pvm {
             groups,
             notify,
@@ -364,7 +382,7 @@ impl Pvm {
             opts,
             children: Vec::new(),
             out: Collector::default(),
-            catch: None,
+            catch,
             next_host: 0,
             hosts_out: Vec::new(),
             tasks_out: Vec::new(),

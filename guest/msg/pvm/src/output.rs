@@ -32,6 +32,10 @@ use thiserror::Error;
 /// Environment variable that hands a spawned task its output destination
 /// (`tid,ctx,code`).
 pub const ENV_OUT: &str = "PVM_MC_OUT";
+/// Environment variable that makes a task started from the shell catch
+/// every task's output on its standard output (`1`; set by `mc-cluster
+/// pvm`), as if it had called `pvm_catchout(stdout)`.
+pub const ENV_CATCHOUT: &str = "PVM_MC_CATCHOUT";
 /// `count` of the end of a copy's output (PVM's `TO_EOF`).
 pub const TO_EOF: i32 = 0;
 /// `count` of a copy just spawned (PVM's `TO_SPAWN`).
