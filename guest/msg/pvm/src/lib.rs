@@ -11,6 +11,7 @@
 //! - [`mbox`]: the mailbox (`pvm_putinfo` and the rest).
 //! - [`mhf`]: message handlers (`pvm_addmhf`, `pvm_delmhf`).
 //! - [`spawn`]: where a spawned program is found.
+//! - [`repair`]: hosts that fail, repaired out of the tables.
 //! - [`ffi`]: the C interface.
 
 pub mod consts;
@@ -24,6 +25,7 @@ pub mod mhf;
 pub mod notify;
 pub mod pack;
 pub mod reduce;
+pub mod repair;
 pub mod spawn;
 pub mod store;
 pub mod table;
