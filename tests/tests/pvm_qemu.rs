@@ -237,3 +237,74 @@ fn pvm_same_binaries_run_on_real_pvm() {
     assert_eq!(ours, debian);
     c.down();
 }
+
+/// Faults, on three guests: `tests/pvm/fault.c` on node0 spawns two
+/// workers on node1 and two on node2 and asks for `PvmTaskExit`,
+/// `PvmHostDelete` and `PvmHostAdd`. A worker killed with `pvm_kill` is
+/// reported; then node2's QEMU is killed while the master waits in
+/// `pvm_recv` from a worker there: the surviving daemons repair node2 out
+/// of the tables once imcd has not listed it for 4 s, the recv returns
+/// `PvmNoTask`, `PvmHostDelete` and both workers' `PvmTaskExit` arrive,
+/// `pvm_config`, `pvm_tasks`, the group and the mailbox no longer have
+/// them. Then node1's `pvmd` is killed: `PvmHostDelete` for node1.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn pvm_notify_reports_a_killed_task_and_a_failed_node() {
+    use std::time::{Duration, Instant};
+    let c = Cluster::up("t-pvm-fault", 3);
+    let prog = c.run_dir().join("share/pvm-fault");
+    let o = Command::new("gcc")
+        .arg("-O1")
+        .arg("-I")
+        .arg(root().join("guest/msg/pvm/include"))
+        .arg("-o")
+        .arg(&prog)
+        .arg(root().join("tests/pvm/fault.c"))
+        .arg("-L")
+        .arg(root().join("target/release"))
+        .arg("-lpvm3")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "building fault.c: {}", String::from_utf8_lossy(&o.stderr));
+    // Every daemon is up (each lists the others' hosts once they are).
+    for n in 0..3 {
+        c.poll_until(n, &["cat", "/var/log/pvmd.log"], 60, |l| l.contains("pvmd: host"));
+    }
+    c.background(0, "fault", "cd /tmp && PVM_ROOT=/share/pvm /share/pvm-fault");
+    let wait_log = |what: &str, secs: u64| {
+        let t0 = Instant::now();
+        loop {
+            let log = c.background_log(0, "fault");
+            if log.contains(what) {
+                return log;
+            }
+            assert!(!log.contains("FAILED"), "{log}");
+            assert!(t0.elapsed() < Duration::from_secs(secs), "no {what:?} within {secs} s:\n{log}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let log = wait_log("waiting for node2 to fail", 120);
+    assert!(log.contains("fault: 4 workers") && log.contains("reported after"), "{log}");
+    let qemu = c.state()["nodes"][2]["qemu_pid"].as_u64().unwrap() as i32;
+    // SAFETY: kill(2) on the QEMU the launcher started for node 2.
+    assert_eq!(unsafe { libc::kill(qemu, libc::SIGKILL) }, 0);
+    let killed = Instant::now();
+    let log = wait_log("fault: host delete", 30);
+    let reported = killed.elapsed();
+    eprintln!("node2's PvmHostDelete seen {:.1} s after its QEMU was killed", reported.as_secs_f64());
+    assert!(reported < Duration::from_secs(15), "{reported:?}");
+    assert!(log.contains("returned -31"), "pvm_recv from a task of the failed node: {log}");
+    let log = wait_log("waiting for node1's pvmd to go", 30);
+    assert!(log.contains("node2 is out: 2 hosts, group fault of 1"), "{log}");
+    // A surviving daemon did the repair and said so.
+    let daemons: String =
+        (0..2).map(|n| String::from_utf8_lossy(&c.run(n, &["cat", "/var/log/pvmd.log"])).into_owned()).collect();
+    assert!(daemons.contains("host 3 (node 2) failed: imcd has not listed it for 4 s"), "{daemons}");
+    c.run(1, &["sh", "-c", "kill -9 $(pidof pvmd)"]);
+    let (rc, log) = c.background_result(0, "fault", 60);
+    let node1 = String::from_utf8_lossy(&c.run(1, &["cat", "/var/log/pvmd.log"])).into_owned();
+    assert_eq!(rc, "0", "{log}\nnode1's pvmd.log:\n{node1}");
+    assert!(log.contains("host delete of t80000, 1 host(s)"), "{log}");
+    assert!(log.trim_end().ends_with("fault: ok"), "{log}");
+    c.down();
+}

@@ -13,6 +13,12 @@
 //! - About once a second, frees the entries of this guest's tasks that
 //!   died without leaving and sends the notifications that are due, and
 //!   collects the processes it started.
+//! - About once a second, asks imcd which nodes are up and repairs a host
+//!   that failed out of the tables ([`crate::repair`]): its tasks, group
+//!   members and mailbox entries go, and the `PvmTaskExit` and
+//!   `PvmHostDelete` notifications about them are sent.
+//! - Puts its entry back if another daemon repaired its host out while
+//!   it ran.
 //! - When imcd goes away, lets go of every MEMORY CHANNEL mapping (a new
 //!   imcd cannot own the adapter while any is held) and waits for it.
 //! - Sleeps in between: a request opens a new UMP channel (both sides
@@ -29,6 +35,7 @@ use crate::consts::{self, err};
 use crate::engine::{Engine, Msg};
 use crate::notify::Notify;
 use crate::output::{self, Collector};
+use crate::repair::Watch;
 use crate::spawn;
 use crate::table::{self, State};
 use crate::vm;
@@ -179,13 +186,20 @@ fn serve(v: vm::Vm) -> Result<(), String> {
     let host = v.tasks.host();
     let me = daemon_tid(host);
     let name = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
-    v.tasks.put(me, std::process::id() as i32, &name).map_err(|e| e.to_string())?;
+    // Listening first: a daemon that cannot listen yet (and starts
+    // afresh) has not taken its entry.
     let mut eng = Engine::start(me, v.id).map_err(|e| e.to_string())?;
     let waker = ump::listen_waker(crate::engine::handle(v.id, me)).map_err(|e| e.to_string())?;
+    let new = v.tasks.put(me, std::process::id() as i32, &name).map_err(|e| e.to_string())?;
     eprintln!("pvmd: host {host} ({name}), t{me:x}, virtual machine {:#x}", v.id);
+    if new {
+        // PvmHostAdd is not sent yet (docs/pvm.md, "Not implemented yet").
+        eprintln!("pvmd: host {host} joins the virtual machine");
+    }
     let mut children: Vec<std::process::Child> = Vec::new();
     let out = Collector::default();
     let mut looked = Instant::now();
+    let mut watch = Watch::default();
     loop {
         let moved = eng.progress().unwrap_or(false);
         while let Some(m) = eng.take(-1, SPAWN_TAG, SYS_CTX) {
@@ -202,6 +216,7 @@ fn serve(v: vm::Vm) -> Result<(), String> {
                 return Ok(());
             }
             children.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
+            repair(&v, &mut watch, me, &name);
             let _ = send_notifications(&v.tasks, &v.notify, &mut eng, me);
         }
         if !moved {
@@ -209,6 +224,48 @@ fn serve(v: vm::Vm) -> Result<(), String> {
             let busy = eng.has_peers() || !out.live().is_empty();
             waker.sleep(Duration::from_millis(if busy { 5 } else { 1000 }));
         }
+    }
+}
+
+/// Repairs out the hosts that failed ([`crate::repair`]): frees their
+/// tasks, then their group members and mailbox entries; the
+/// notifications about them are due at once. Puts this daemon's entry
+/// back if it is missing (another daemon took this host for failed).
+fn repair(v: &vm::Vm, watch: &mut Watch, me: i32, name: &str) {
+    let listed = match watch.listed() {
+        Ok(l) => l,
+        // imcd busy or away: decide nothing now.
+        Err(_) => return,
+    };
+    let Ok(tasks) = v.tasks.tasks() else { return };
+    let host = table::host_of(me);
+    if !tasks.iter().any(|t| t.tid == me) && listed.contains(&vm::node_of_host(host)) {
+        eprintln!("pvmd: this host was taken out of the virtual machine; joining again");
+        let _ = v.tasks.put(me, std::process::id() as i32, name);
+    }
+    let hosts = tasks.iter().map(|t| table::host_of(t.tid)).collect();
+    let failed = watch.failed(&hosts, &listed, host, Instant::now());
+    if failed.is_empty() {
+        return;
+    }
+    for h in failed {
+        match v.tasks.remove_host(h) {
+            Ok(gone) if gone.is_empty() => {}
+            Ok(gone) => eprintln!(
+                "pvmd: host {h} (node {}) failed: imcd has not listed it for {} s; freed its {} task table entries",
+                vm::node_of_host(h),
+                crate::repair::HOST_AWAY.as_secs(),
+                gone.len()
+            ),
+            Err(e) => eprintln!("pvmd: freeing the entries of failed host {h}: {e}"),
+        }
+    }
+    // Their group members and mailbox entries go with them.
+    if let Ok(live) = v.tasks.tasks().map(|t| t.into_iter().map(|t| t.tid).collect::<std::collections::HashSet<i32>>())
+    {
+        let alive = |t: i32| live.contains(&t);
+        let _ = v.groups.leave_all(0, &alive);
+        let _ = v.mbox.leave(0, &alive);
     }
 }
 

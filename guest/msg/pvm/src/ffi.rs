@@ -813,13 +813,20 @@ impl Pvm {
                 engine_code(&e)
             })?;
         let t0 = Instant::now();
+        let mut checked = Instant::now();
         let mut idle = 0u32;
         let answer = loop {
             if let Some(m) = self.eng.take(dtid, daemon::SPAWNED_TAG, SYS_CTX) {
                 break m;
             }
             if !self.eng.progress().map_err(|e| engine_code(&e))? {
-                if t0.elapsed() > Duration::from_secs(30) {
+                // A daemon whose host failed (repaired out of the table)
+                // never answers: no need to wait the 30 s.
+                let gone = checked.elapsed() > Duration::from_secs(1) && {
+                    checked = Instant::now();
+                    !Self::exists(&self.table, dtid)
+                };
+                if gone || t0.elapsed() > Duration::from_secs(30) {
                     self.eng.close(dtid);
                     return Err(err::D_SYS_ERR);
                 }
@@ -834,10 +841,13 @@ impl Pvm {
 
 /// `pvm_notify`: asks for a message with tag `tag` when one of the
 /// `cnt` tasks in `tids` exits (`PvmTaskExit`; the message holds its TID,
-/// one int, and comes from the host's daemon TID), when one of the hosts
-/// `tids` leaves (`PvmHostDelete`), or when hosts are added (`PvmHostAdd`,
-/// `cnt` messages, -1: for ever). `| PvmNotifyCancel` withdraws requests.
-/// A task already gone is reported at once.
+/// one int, and comes from a daemon TID), when one of the hosts `tids`
+/// (daemon TIDs, as `pvm_config` lists them) leaves (`PvmHostDelete`; the
+/// message holds the host's daemon TID), or when hosts are added
+/// (`PvmHostAdd`, `cnt` messages, -1: for ever, 0: no more; each holds the
+/// number of hosts added and their daemon TIDs). `| PvmNotifyCancel`
+/// withdraws requests. A task already gone, or a host not in the virtual
+/// machine, is reported at once.
 ///
 /// # Safety
 /// `tids` holds `cnt` ints (for `PvmTaskExit` and `PvmHostDelete`).
@@ -858,22 +868,37 @@ pub unsafe extern "C" fn pvm_notify(what: c_int, tag: c_int, cnt: c_int, tids: *
                     unsafe { std::slice::from_raw_parts(tids, cnt as usize) }.to_vec()
                 }
             }
+            consts::HOST_ADD if cnt < -1 => return Err(err::BAD_PARAM),
             consts::HOST_ADD => vec![0],
             _ => return Err(err::BAD_PARAM),
         };
-        let reqs: Vec<notify::Request> =
-            list.into_iter().map(|on| notify::Request { what: kind, on, to: p.me, tag, ctx: p.ctx }).collect();
+        let left = if kind == consts::HOST_ADD { cnt } else { 0 };
+        let mut reqs: Vec<notify::Request> =
+            list.into_iter().map(|on| notify::Request { what: kind, on, to: p.me, tag, ctx: p.ctx, left }).collect();
+        if kind == consts::HOST_ADD {
+            // A new call replaces the count left; 0 (or a cancel) stops.
+            p.notify.add(&reqs, true)?;
+            if cancel || cnt == 0 {
+                return Ok(0);
+            }
+        }
         if kind == consts::HOST_DELETE && !cancel {
-            // A host not in the virtual machine is reported at once; this
-            // one's leaving ends every task, so its requests never fire.
+            // A host not in the virtual machine (no daemon entry) is
+            // reported at once. This host without a daemon (off a
+            // cluster) is never reported: its leaving ends every task.
+            let tasks = p.table.tasks().map_err(|_| err::SYS_ERR)?;
+            let hosts: Vec<i32> = daemon::hosts(&tasks).into_iter().map(|h| h.1).collect();
             let mine = p.me & table::TID_HOST;
             let src = daemon::notifier_tid(p.me);
-            for r in reqs.iter().filter(|r| r.on & table::TID_HOST != mine) {
+            let (known, gone): (Vec<_>, Vec<_>) =
+                reqs.into_iter().partition(|r| hosts.contains(&r.on) || r.on & table::TID_HOST == mine);
+            for r in gone {
                 let table = &p.table;
                 let _ = p.eng.send_from(src, p.me, (tag, p.ctx, consts::DATA_DEFAULT), &r.on.to_ne_bytes(), &mut |t| {
                     Pvm::exists(table, t)
                 });
             }
+            reqs = known.into_iter().filter(|r| hosts.contains(&r.on)).collect();
         }
         p.notify.add(&reqs, cancel)?;
         p.send_due()?;

@@ -14,6 +14,7 @@
 //! - [`output`]: spawned tasks' output sent as messages (`PvmOutputTid`).
 //! - [`console`]: what Debian's console needs beyond `pvm3.h`
 //!   (`pvm_halt`, `pvmreset`, ...).
+//! - [`repair`]: hosts that fail, repaired out of the tables.
 //! - [`ffi`]: the C interface.
 
 pub mod console;
@@ -29,6 +30,7 @@ pub mod notify;
 pub mod output;
 pub mod pack;
 pub mod reduce;
+pub mod repair;
 pub mod spawn;
 pub mod store;
 pub mod table;

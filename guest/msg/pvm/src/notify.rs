@@ -1,10 +1,14 @@
 //! `pvm_notify`'s requests: who wants a message with which tag when a
 //! task exits (`PvmTaskExit`), a host leaves (`PvmHostDelete`) or one is
-//! added (`PvmHostAdd`). No daemon sends them: the task that exits sends
-//! those about itself at `pvm_exit`, and any task that looks ([`due`],
-//! from its waits about once a second and from `pvm_notify`) sends those
-//! about tasks that are gone without leaving (killed). A task that asks
-//! about a task already gone gets its message at once, as in PVM.
+//! added (`PvmHostAdd`). No daemon has to send them: the task that exits
+//! sends those about itself at `pvm_exit`, and any task or daemon that
+//! looks ([`Notify::due`], from waits about once a second and from
+//! `pvm_notify`) sends those about tasks and hosts no longer in the task
+//! table (a task killed; a host that failed, whose entries the surviving
+//! daemons freed, `crate::repair`). A task that asks about a task already
+//! gone gets its message at once, as in PVM. A daemon that comes up on a
+//! host new to the virtual machine sends the `PvmHostAdd` ones
+//! ([`Notify::host_added`]).
 //!
 //! Stored as JSON ([`crate::store`]: MEMORY CHANNEL space in a cluster,
 //! else `$PVM_TMP/pvmmc.<uid>/notify`). Touched
@@ -32,6 +36,9 @@ pub struct Request {
     pub to: i32,
     pub tag: i32,
     pub ctx: i32,
+    /// `PvmHostAdd`: messages still to send (-1: for ever).
+    #[serde(default)]
+    pub left: i32,
 }
 
 /// A message to send: to whom, tag, context, and the TID it reports.
@@ -85,8 +92,11 @@ impl Notify {
         })
     }
 
-    /// Takes the task-exit requests about tasks not in `live`, and drops
-    /// every request of a task not in `live`: the messages to send now.
+    /// Takes the task-exit requests about tasks not in `live` and the
+    /// host-delete requests about daemons not in `live`, and drops every
+    /// request of a task not in `live`: the messages to send now. Each
+    /// request is taken once, under the table's lock, so two daemons or
+    /// tasks looking at once send it once.
     pub fn due(&self, live: &HashSet<i32>) -> Result<Vec<Due>, i32> {
         self.with(|r| {
             let mut out = Vec::new();
@@ -94,11 +104,35 @@ impl Notify {
                 if !live.contains(&q.to) {
                     return false;
                 }
-                if q.what == crate::consts::TASK_EXIT && !live.contains(&q.on) {
+                let watched = q.what == crate::consts::TASK_EXIT || q.what == crate::consts::HOST_DELETE;
+                if watched && !live.contains(&q.on) {
                     out.push((q.to, q.tag, q.ctx, q.on));
                     return false;
                 }
                 true
+            });
+            Ok(out)
+        })
+    }
+
+    /// The host-add messages due now that the daemon `dtid` came up on a
+    /// host new to the virtual machine: (to, tag, context) of each
+    /// request of a task in `live` with messages left; each counts one.
+    pub fn host_added(&self, live: &HashSet<i32>) -> Result<Vec<(i32, i32, i32)>, i32> {
+        self.with(|r| {
+            let mut out = Vec::new();
+            r.list.retain_mut(|q| {
+                if q.what != crate::consts::HOST_ADD {
+                    return true;
+                }
+                if !live.contains(&q.to) || q.left == 0 {
+                    return false;
+                }
+                out.push((q.to, q.tag, q.ctx));
+                if q.left > 0 {
+                    q.left -= 1;
+                }
+                q.left != 0
             });
             Ok(out)
         })
@@ -108,10 +142,10 @@ impl Notify {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consts::{HOST_DELETE, TASK_EXIT};
+    use crate::consts::{HOST_ADD, HOST_DELETE, TASK_EXIT};
 
     fn req(what: i32, on: i32, to: i32, tag: i32) -> Request {
-        Request { what, on, to, tag, ctx: 0 }
+        Request { what, on, to, tag, ctx: 0, left: 0 }
     }
 
     #[test]
@@ -130,11 +164,27 @@ mod tests {
         .unwrap();
         n.add(&[req(TASK_EXIT, 5, 3, 1)], false).unwrap();
         n.add(&[req(TASK_EXIT, 6, 1, 9)], true).unwrap();
-        let live: HashSet<i32> = [1, 2, 6].into_iter().collect();
+        let live: HashSet<i32> = [1, 2, 6, 0x80000].into_iter().collect();
         let mut due = n.due(&live).unwrap();
         due.sort();
         assert_eq!(due, vec![(1, 9, 0, 5), (2, 7, 0, 5)], "task 3 is gone and gets nothing");
+        // The host's daemon leaves the table (the host was repaired out).
+        let live: HashSet<i32> = [1, 2, 6].into_iter().collect();
+        assert_eq!(n.due(&live).unwrap(), vec![(1, 3, 0, 0x80000)]);
         assert_eq!(n.due(&live).unwrap(), vec![], "each once");
         assert_eq!(n.due(&[1].into_iter().collect()).unwrap(), vec![], "the cancelled request stays cancelled");
+    }
+
+    #[test]
+    fn host_additions_are_counted_down_per_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = Notify::open(Store::file(dir.path(), crate::store::Kind::Notify).unwrap());
+        let add = |to, tag, left| Request { left, ..req(HOST_ADD, 0, to, tag) };
+        n.add(&[add(1, 4, 2), add(2, 5, -1), add(3, 6, 1)], false).unwrap();
+        let live: HashSet<i32> = [1, 2].into_iter().collect();
+        assert_eq!(n.host_added(&live).unwrap(), vec![(1, 4, 0), (2, 5, 0)], "task 3 is gone");
+        assert_eq!(n.host_added(&live).unwrap(), vec![(1, 4, 0), (2, 5, 0)]);
+        assert_eq!(n.host_added(&live).unwrap(), vec![(2, 5, 0)], "task 1 asked for two");
+        assert_eq!(n.due(&live).unwrap(), vec![], "host additions are not due on exits");
     }
 }

@@ -109,6 +109,8 @@ pub struct McTable {
     rx: Mapping<ReadOnly>,
     locks: std::rc::Rc<imc_client::LockSet>,
     _imc: std::rc::Rc<imc_client::Imc>,
+    /// Whether this process allocated the region (else it existed).
+    created: bool,
 }
 
 /// The region key of virtual machine `vm`'s table `kind` (the user
@@ -136,14 +138,14 @@ impl McTables {
     /// Table `kind`, allocated coherently on first use.
     pub fn table(&self, kind: Kind) -> Result<Store, StoreError> {
         let want = kind.size();
-        let (id, ..) = self.imc.asalloc_flags(key(self.vm, kind), want as u64, 0o600, false, true)?;
+        let (id, _, _, created) = self.imc.asalloc_flags(key(self.vm, kind), want as u64, 0o600, false, true)?;
         let tx = self.imc.asattach_tx(id, true)?;
         let rx = self.imc.asattach_rx(id)?;
         let got = tx.len().min(rx.len());
         if got < want {
             return Err(StoreError::Small(kind, got, want));
         }
-        Ok(Store::Mc(McTable { kind, tx, rx, locks: self.locks.clone(), _imc: self.imc.clone() }))
+        Ok(Store::Mc(McTable { kind, tx, rx, locks: self.locks.clone(), _imc: self.imc.clone(), created }))
     }
 }
 
@@ -174,6 +176,20 @@ impl Store {
         match self {
             Store::File(_) => true,
             Store::Mc(t) => t._imc.daemon_alive(),
+        }
+    }
+
+    /// Whether this node's copy of a table that existed before it was
+    /// attached reads an empty first word. Only the copy of a node that
+    /// joined a running cluster (a guest restarted) can, for a table whose
+    /// first word is never zero once written: imcd does not send a
+    /// newcomer the contents of a coherent region made before it came
+    /// (docs/hub.md, "Membership"), so its copy lacks what was written
+    /// before, and a change made from it would overwrite the others'.
+    pub fn copy_lacks_first_word(&self) -> bool {
+        match self {
+            Store::File(_) => false,
+            Store::Mc(t) => !t.created && t.rx.load::<u64>(0).map_or(true, |w| w == 0),
         }
     }
 

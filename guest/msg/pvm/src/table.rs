@@ -257,17 +257,37 @@ impl Table {
     }
 
     /// Puts a host's daemon entry (task number 0) in the table, replacing
-    /// an old one of a daemon that is gone.
-    pub fn put(&self, daemon: i32, pid: i32, name: &str) -> Result<(), TableError> {
+    /// an old one of a daemon that is gone. Returns whether the host is
+    /// new to the virtual machine (it had no entry: first start, or back
+    /// after it was repaired out).
+    pub fn put(&self, daemon: i32, pid: i32, name: &str) -> Result<bool, TableError> {
         self.with(|l| {
+            let mut new = true;
             for e in l.tasks.iter_mut() {
                 if e.as_ref().is_some_and(|t| t.tid == daemon) {
                     *e = None;
+                    new = false;
                 }
             }
             let slot = l.tasks.iter().position(Option::is_none).ok_or(TableError::Full)?;
             l.tasks[slot] = Some(Task { tid: daemon, ptid: 0, pid, flag: 0, state: State::Running, name: name.into() });
-            Ok(())
+            Ok(new)
+        })
+    }
+
+    /// Frees every entry of host `host`, its daemon's included (the host
+    /// failed and imcd repaired it out); returns them. Removing what is
+    /// already gone changes nothing, so daemons doing it at once are
+    /// harmless: each change is one critical section.
+    pub fn remove_host(&self, host: u32) -> Result<Vec<Task>, TableError> {
+        self.with(|l| {
+            let mut gone = Vec::new();
+            for e in l.tasks.iter_mut() {
+                if e.as_ref().is_some_and(|t| host_of(t.tid) == host) {
+                    gone.extend(e.take());
+                }
+            }
+            Ok(gone)
         })
     }
 
@@ -355,6 +375,16 @@ mod tests {
         t.remove(a).unwrap();
         assert_eq!(t.find(a).unwrap(), None);
         assert!(matches!(t.enroll(b, me), Err(TableError::NoTask(_))));
+        // A failed host's entries go at once, its daemon's too; twice is
+        // harmless.
+        let d2 = tid(2, 0);
+        assert!(t.put(d2, me, "node1").unwrap(), "new host");
+        assert!(!t.put(d2, me, "node1").unwrap(), "the same host again");
+        let x = t.add_on(2, c, 0, 0, State::Starting, "x").unwrap();
+        let gone: Vec<i32> = t.remove_host(2).unwrap().into_iter().map(|t| t.tid).collect();
+        assert_eq!(gone, vec![d2, x]);
+        assert_eq!(t.remove_host(2).unwrap(), vec![]);
+        assert_eq!(t.tasks().unwrap().iter().map(|t| t.tid).collect::<Vec<_>>(), vec![c]);
         let other = tempfile::tempdir().unwrap();
         let other = Table::open(Store::file(other.path(), crate::store::Kind::Tasks).unwrap(), 1);
         assert_ne!(t.file_vm_id().unwrap(), other.file_vm_id().unwrap());

@@ -22,6 +22,10 @@ pub struct Vm {
     pub id: u16,
 }
 
+/// How long a task waits for the task table's first word in its copy
+/// (written by the task that made the table, with its first entry).
+const COPY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// This guest's MEMORY CHANNEL node, if it is in a cluster.
 pub fn node() -> Option<u32> {
     std::fs::read_to_string("/run/mc-node").ok().and_then(|s| s.trim().parse().ok())
@@ -47,8 +51,23 @@ pub fn open() -> Result<Vm, String> {
         let id = 0x4000 | (u32::from(nix::unistd::getuid()) & 0x3fff) as u16;
         let mc = McTables::open(id).map_err(|e| format!("the tables in MEMORY CHANNEL space: {e}"))?;
         let t = |k| mc.table(k).map_err(|e: StoreError| format!("the {k:?} table in MEMORY CHANNEL space: {e}"));
+        let tasks = t(Kind::Tasks)?;
+        // The task table's first word (its magic) is written with its
+        // first entry, by whoever made it; a copy that lacks it for long
+        // is a restarted guest's, which must not change the tables.
+        let t0 = std::time::Instant::now();
+        while tasks.copy_lacks_first_word() {
+            if t0.elapsed() > COPY_WAIT {
+                return Err(String::from(
+                    "this guest's copy of the PVM tables is empty though they exist: the guest joined a running \
+                     cluster, and a newcomer is not sent what was written before it came (docs/pvm.md, \
+                     \"Not implemented yet\")",
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         return Ok(Vm {
-            tasks: Table::open(t(Kind::Tasks)?, host),
+            tasks: Table::open(tasks, host),
             groups: GroupTable::open(t(Kind::Groups)?),
             notify: Notify::open(t(Kind::Notify)?),
             mbox: Mailbox::open(t(Kind::Mbox)?),
