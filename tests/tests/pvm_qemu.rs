@@ -58,19 +58,25 @@ fn share_programs(c: &Cluster) {
     let o =
         Command::new(root().join("scripts/pvm-peer.sh")).arg(share.join("dpvm")).arg("/share/dpvm").output().unwrap();
     assert!(o.status.success(), "pvm-peer.sh: {}", String::from_utf8_lossy(&o.stderr));
+    build_c("api.c", &share.join("pvm-api"));
+}
+
+/// Builds `tests/pvm/SRC` against our `pvm3.h` and `libpvm3.so.3` into
+/// `out` (the same binary runs on Debian's library).
+fn build_c(src: &str, out: &std::path::Path) {
     let o = Command::new("gcc")
         .arg("-O1")
         .arg("-I")
         .arg(root().join("guest/msg/pvm/include"))
         .arg("-o")
-        .arg(share.join("pvm-api"))
-        .arg(root().join("tests/pvm/api.c"))
+        .arg(out)
+        .arg(root().join("tests/pvm").join(src))
         .arg("-L")
         .arg(root().join("target/release"))
         .arg("-lpvm3")
         .output()
         .unwrap();
-    assert!(o.status.success(), "building api.c: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "building {src}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// Gives the console (`pvm`) command `cmd` in guest 0, waits up to 60 s
@@ -253,19 +259,7 @@ fn pvm_notify_reports_a_killed_task_and_a_failed_node() {
     use std::time::{Duration, Instant};
     let c = Cluster::up("t-pvm-fault", 3);
     let prog = c.run_dir().join("share/pvm-fault");
-    let o = Command::new("gcc")
-        .arg("-O1")
-        .arg("-I")
-        .arg(root().join("guest/msg/pvm/include"))
-        .arg("-o")
-        .arg(&prog)
-        .arg(root().join("tests/pvm/fault.c"))
-        .arg("-L")
-        .arg(root().join("target/release"))
-        .arg("-lpvm3")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "building fault.c: {}", String::from_utf8_lossy(&o.stderr));
+    build_c("fault.c", &prog);
     // Every daemon is up (each lists the others' hosts once they are).
     for n in 0..3 {
         c.poll_until(n, &["cat", "/var/log/pvmd.log"], 60, |l| l.contains("pvmd: host"));
