@@ -9,7 +9,10 @@
 #   GUEST_DIR/bin/LINUX64/    Debian's example programs and console (pvm)
 # Debian's libpvm3.so.3 needs libtirpc.so.3 and its Kerberos libraries,
 # which the guests lack: they go in lib/ with it.
+#
+# Usage: scripts/pvm-peer.sh DIR GUEST_DIR   (after scripts/setup.sh)
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "" -- "$@"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -eq 2 ] || { echo "usage: $0 DIR GUEST_DIR" >&2; exit 2; }
 dir=$1 gdir=$2

@@ -233,6 +233,11 @@ fn pvm_same_binaries_run_on_real_pvm() {
     let c = Cluster::up_mpi("t-pvm-4", 4);
     share_programs(&c);
     let ours = examples_across(&c, 4, Pvm::Ours);
+    // Debian's console on ours: spmd's ring over 4 copies, their output
+    // back at the console; halt ends every task (our pvmds stay).
+    let out = console(&c, Pvm::Ours, "spawn -4 -> spmd", "] finished");
+    assert!(out.contains("4 successful") && out.contains("token ring done"), "{out}");
+    assert_eq!(out.matches("] EOF").count(), 4, "{out}");
     let (code, out) = pvm_sh(&c, Pvm::Debian, 0, "/share/dpvm/lib/pvm-up node0 node1 node2 node3");
     assert_eq!(code, Some(0), "Debian's pvmd on 4 guests: {out}");
     let debian = examples_across(&c, 4, Pvm::Debian);
