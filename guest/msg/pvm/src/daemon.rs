@@ -157,11 +157,18 @@ pub fn run(wait_for_imcd: Duration) -> Result<(), String> {
     let mut wait = wait_for_imcd;
     loop {
         let t0 = Instant::now();
+        let mut said = false;
         let v = loop {
             match vm::open() {
                 Ok(v) => break v,
                 Err(e) if t0.elapsed() < wait => {
-                    let _ = e;
+                    // Said once per wait: a copy of the tables that stays
+                    // empty waits for another node's daemon to store them
+                    // again (repair.rs, Watch::came_back).
+                    if !said {
+                        eprintln!("pvmd: {e}; trying again");
+                        said = true;
+                    }
                     std::thread::sleep(Duration::from_millis(500));
                 }
                 Err(e) => return Err(e),
@@ -237,8 +244,15 @@ fn repair(v: &vm::Vm, watch: &mut Watch, me: i32, name: &str) {
         // imcd busy or away: decide nothing now.
         Err(_) => return,
     };
-    let Ok(tasks) = v.tasks.tasks() else { return };
     let host = table::host_of(me);
+    let asked = watch.asked(v.tasks.store().refresh_request());
+    if watch.came_back(&listed, vm::node_of_host(host), Instant::now()) || asked {
+        match v.refresh() {
+            Ok(()) => eprintln!("pvmd: a node came back or asked: stored the tables again in full for it"),
+            Err(e) => eprintln!("pvmd: storing the tables again for a node that came back: {e}"),
+        }
+    }
+    let Ok(tasks) = v.tasks.tasks() else { return };
     if !tasks.iter().any(|t| t.tid == me) && listed.contains(&vm::node_of_host(host)) {
         eprintln!("pvmd: this host was taken out of the virtual machine; joining again");
         let _ = v.tasks.put(me, std::process::id() as i32, name);

@@ -67,6 +67,11 @@ pub fn name(n: Option<&str>) -> Result<&str, i32> {
 }
 
 impl GroupTable {
+    /// Its store (to be stored again in full for a node that came back).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The table in `store`.
     pub fn open(store: Store) -> GroupTable {
         GroupTable { store }

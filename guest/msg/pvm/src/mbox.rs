@@ -331,6 +331,11 @@ pub struct Mailbox {
 }
 
 impl Mailbox {
+    /// Its store (to be stored again in full for a node that came back).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The mailbox in `store`.
     pub fn open(store: Store) -> Mailbox {
         Mailbox { store }

@@ -55,6 +55,11 @@ pub struct Notify {
 }
 
 impl Notify {
+    /// Its store (to be stored again in full for a node that came back).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The requests in `store`.
     pub fn open(store: Store) -> Notify {
         Notify { store }

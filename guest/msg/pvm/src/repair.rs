@@ -46,7 +46,18 @@ pub enum RepairError {
 pub struct Watch {
     away: HashMap<u32, Instant>,
     imc: Option<imc_client::Imc>,
+    /// The nodes listed at the last look.
+    before: Option<HashSet<u32>>,
+    /// When the tables are to be stored again in full for nodes that came
+    /// back ([`Watch::came_back`]).
+    refresh_at: Vec<Instant>,
+    /// The last request word answered ([`Watch::asked`]).
+    answered: u64,
 }
+
+/// After a node comes back, when the tables are stored again for it: at
+/// once, and twice more in case its receive mappings were not ready yet.
+pub const REFRESH_AFTER: [Duration; 3] = [Duration::ZERO, Duration::from_secs(2), Duration::from_secs(5)];
 
 impl Watch {
     /// The nodes imcd lists now (a new connection after one that failed).
@@ -64,6 +75,34 @@ impl Watch {
                 Err(e.into())
             }
         }
+    }
+
+    /// Whether the tables are due to be stored again in full at `now`:
+    /// a node not listed at the last look is listed now (its imcd
+    /// restarted, or it rebooted into the cluster: imcd sends a newcomer
+    /// the directory but not what the regions hold), seen from a node that
+    /// was listed both times (`me`, a node number).
+    pub fn came_back(&mut self, listed: &HashSet<u32>, me: u32, now: Instant) -> bool {
+        let before = self.before.replace(listed.clone());
+        if let Some(b) = before.filter(|b| b.contains(&me) && listed.contains(&me)) {
+            if listed.iter().any(|n| !b.contains(n)) {
+                self.refresh_at = REFRESH_AFTER.iter().map(|d| now + *d).collect();
+            }
+        }
+        let due = self.refresh_at.iter().any(|t| *t <= now);
+        self.refresh_at.retain(|t| *t > now);
+        due
+    }
+
+    /// Whether a node with an empty copy asked for the tables in full
+    /// (`word`, the task table's request word: not zero and not answered
+    /// yet).
+    pub fn asked(&mut self, word: u64) -> bool {
+        if word == 0 || word == self.answered {
+            return false;
+        }
+        self.answered = word;
+        true
     }
 
     /// Given the hosts with entries in the task table (`hosts`, host
@@ -103,6 +142,33 @@ mod tests {
 
     fn set(v: &[u32]) -> HashSet<u32> {
         v.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_request_for_the_tables_is_answered_once() {
+        let mut w = Watch::default();
+        assert!(!w.asked(0));
+        assert!(w.asked(7) && !w.asked(7), "once per request");
+        assert!(w.asked(9), "a new request");
+    }
+
+    #[test]
+    fn a_node_that_comes_back_gets_the_tables_three_times() {
+        let mut w = Watch::default();
+        let t = Instant::now();
+        assert!(!w.came_back(&set(&[0, 1, 2]), 0, t), "the first look decides nothing");
+        assert!(!w.came_back(&set(&[0, 1]), 0, t + Duration::from_secs(1)), "node 2 away");
+        let back = t + Duration::from_secs(2);
+        assert!(w.came_back(&set(&[0, 1, 2]), 0, back), "node 2 back: at once");
+        assert!(!w.came_back(&set(&[0, 1, 2]), 0, back + Duration::from_secs(1)));
+        assert!(w.came_back(&set(&[0, 1, 2]), 0, back + Duration::from_secs(2)));
+        assert!(w.came_back(&set(&[0, 1, 2]), 0, back + Duration::from_secs(6)));
+        assert!(!w.came_back(&set(&[0, 1, 2]), 0, back + Duration::from_secs(9)), "done");
+        // This node's own return (its imcd restarted) is not a reason: its
+        // copy is the one that may lack what was written.
+        let mut w = Watch::default();
+        assert!(!w.came_back(&set(&[1, 2]), 0, t));
+        assert!(!w.came_back(&set(&[0, 1, 2]), 0, t + Duration::from_secs(1)));
     }
 
     #[test]

@@ -28,6 +28,9 @@ use crate::locked;
 
 /// Bytes of the task table's image (`table::IMAGE`, checked there).
 pub const TASKS_IMAGE: usize = 64 + 1024 * 128;
+/// The task table's header word (unused by the table, cleared by its
+/// changes) where a node with an empty copy asks for the tables in full.
+pub const REFRESH_WORD: usize = 56;
 
 /// Locks in a virtual machine's lock set: one per table.
 pub const LOCKS: u32 = 4;
@@ -193,6 +196,38 @@ impl Store {
         }
     }
 
+    /// Stores this node's copy of the table again, every word of it that
+    /// is not zero, under the table's lock: a node that came back (its
+    /// imcd restarted, or the guest rebooted into the cluster) receives
+    /// the whole table, which imcd does not send it. Harmless when
+    /// repeated or done by two nodes at once. Nothing to do for a file.
+    pub fn refresh(&self) -> Result<(), StoreError> {
+        match self {
+            Store::File(_) => Ok(()),
+            Store::Mc(t) => t.refresh(),
+        }
+    }
+
+    /// Asks the daemons of the other nodes to store the tables again in
+    /// full (a node whose copy is empty, [`Store::copy_lacks_first_word`]):
+    /// writes `v` (not zero, different each time) into the task table's
+    /// request word, which every node's daemon looks at once a second
+    /// ([`Store::refresh_request`]). The table's next change clears it.
+    pub fn request_refresh(&self, v: u64) -> Result<(), StoreError> {
+        match self {
+            Store::File(_) => Ok(()),
+            Store::Mc(t) => t.tx.store(REFRESH_WORD, v).map_err(|e| StoreError::Map(e.to_string())),
+        }
+    }
+
+    /// The task table's request word in this node's copy (0: none).
+    pub fn refresh_request(&self) -> u64 {
+        match self {
+            Store::File(_) => 0,
+            Store::Mc(t) => t.rx.load::<u64>(REFRESH_WORD).unwrap_or(0),
+        }
+    }
+
     /// The file's path, or None in MEMORY CHANNEL space.
     pub fn path(&self) -> Option<&Path> {
         match self {
@@ -204,17 +239,55 @@ impl Store {
 
 impl McTable {
     fn update<R>(&self, f: impl FnOnce(&mut Vec<u8>) -> R) -> Result<R, StoreError> {
+        self.under_lock(|| self.locked(f))
+    }
+
+    fn refresh(&self) -> Result<(), StoreError> {
+        self.under_lock(|| self.store_all())
+    }
+
+    /// Runs `f` holding the table's cluster lock.
+    fn under_lock<R>(&self, f: impl FnOnce() -> Result<R, StoreError>) -> Result<R, StoreError> {
         let lock = self.kind.index();
         let name = self.kind.file();
         self.locks.acquire(lock, LOCK_WAIT).map_err(|e| match e {
             imc_client::ImcError::Refused { .. } | imc_client::ImcError::Protocol(_) => StoreError::Imc(e),
             _ => StoreError::Lock(name, LOCK_WAIT.as_secs()),
         })?;
-        let r = self.locked(f);
+        let r = f();
         let released = self.locks.release(lock);
         let r = r?;
         released?;
         Ok(r)
+    }
+
+    /// Every non-zero word of this node's copy, stored again; waits until
+    /// the last is back (loopback).
+    fn store_all(&self) -> Result<(), StoreError> {
+        let image = self.rx.read_vec(0, self.kind.size()).map_err(|e| StoreError::Map(e.to_string()))?;
+        let mut last = None;
+        for (w, word) in image.chunks_exact(8).enumerate() {
+            let v = u64::from_ne_bytes(word.try_into().unwrap_or_default());
+            if v != 0 {
+                self.tx.store(w * 8, v).map_err(|e| StoreError::Map(e.to_string()))?;
+                last = Some((w * 8, v));
+            }
+        }
+        self.wait_back(last)
+    }
+
+    /// Waits until the store `last` (offset, value) is in this node's copy.
+    fn wait_back(&self, last: Option<(usize, u64)>) -> Result<(), StoreError> {
+        if let Some((off, v)) = last {
+            let t0 = Instant::now();
+            while self.rx.load::<u64>(off).map_err(|e| StoreError::Map(e.to_string()))? != v {
+                if t0.elapsed() > LOCK_WAIT {
+                    return Err(StoreError::NoLoopback(self.kind, LOCK_WAIT.as_secs()));
+                }
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
     }
 
     fn locked<R>(&self, f: impl FnOnce(&mut Vec<u8>) -> R) -> Result<R, StoreError> {
@@ -236,15 +309,7 @@ impl McTable {
                 last = Some((w * 8, v));
             }
         }
-        if let Some((off, v)) = last {
-            let t0 = Instant::now();
-            while self.rx.load::<u64>(off).map_err(|e| StoreError::Map(e.to_string()))? != v {
-                if t0.elapsed() > LOCK_WAIT {
-                    return Err(StoreError::NoLoopback(self.kind, LOCK_WAIT.as_secs()));
-                }
-                std::thread::yield_now();
-            }
-        }
+        self.wait_back(last)?;
         Ok(r)
     }
 }

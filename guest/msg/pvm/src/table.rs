@@ -147,6 +147,11 @@ struct Locked {
 }
 
 impl Table {
+    /// Its store (to be stored again in full for a node that came back).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The table in `store`, for a task of host `host`.
     pub fn open(store: Store, host: u32) -> Table {
         Table { store, host }
@@ -181,12 +186,13 @@ impl Table {
         self.store.update(|raw| {
             // An image shorter than the table (a region read up to its
             // last non-zero byte) is zeros to the end.
-            let mut l = if raw.is_empty() {
+            // A first word of zero is a table not made yet, whatever else
+            // is there (a node with an empty copy may have asked for the
+            // tables in the header: store::REFRESH_WORD).
+            let first = raw.get(..8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or_default()));
+            let mut l = if first == 0 && raw.len() <= HEADER {
                 Locked { next: 1, tasks: vec![None; MAX_TASKS] }
-            } else if raw.len() > IMAGE
-                || raw.len() < 8
-                || u64::from_le_bytes(raw[..8].try_into().unwrap_or_default()) != MAGIC
-            {
+            } else if raw.len() > IMAGE || first != MAGIC {
                 return Err(TableError::Foreign(where_()));
             } else {
                 raw.resize(IMAGE, 0);

@@ -22,6 +22,17 @@ pub struct Vm {
     pub id: u16,
 }
 
+impl Vm {
+    /// Stores every table again in full from this node's copy, for nodes
+    /// that came back ([`Store::refresh`]); the first error stops it.
+    pub fn refresh(&self) -> Result<(), StoreError> {
+        for s in [self.tasks.store(), self.groups.store(), self.notify.store(), self.mbox.store()] {
+            s.refresh()?;
+        }
+        Ok(())
+    }
+}
+
 /// How long a task waits for the task table's first word in its copy
 /// (written by the task that made the table, with its first entry).
 const COPY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -56,6 +67,12 @@ pub fn open() -> Result<Vm, String> {
         // first entry, by whoever made it; a copy that lacks it for long
         // is a restarted guest's, which must not change the tables.
         let t0 = std::time::Instant::now();
+        if tasks.copy_lacks_first_word() {
+            // Ask the other nodes' daemons for the tables in full.
+            let when = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            let v = (u64::from(std::process::id()) << 32 | u64::from(when.subsec_nanos())) | 1;
+            let _ = tasks.request_refresh(v);
+        }
         while tasks.copy_lacks_first_word() {
             if t0.elapsed() > COPY_WAIT {
                 return Err(String::from(
