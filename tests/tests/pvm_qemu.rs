@@ -85,9 +85,11 @@ fn build_c(src: &str, out: &std::path::Path) {
 /// prompt again, which flushes what it printed into the file.
 fn console(c: &Cluster, pvm: Pvm, cmd: &str, until: &str) -> String {
     let script = format!(
-        "rm -f con con.out && mkfifo con && {{ $B/pvm <con >con.out 2>&1 & }} && exec 3>con && echo '{cmd}' >&3 && \
+        "rm -f con con.out && mkfifo con && {{ $B/pvm <con >con.out 2>&1 & }} && cp=$! && exec 3>con && \
+         echo '{cmd}' >&3 && \
          i=0; while ! grep -q '{until}' con.out && [ $i -lt 120 ]; do sleep 0.5; echo >&3; i=$((i + 1)); done; \
-         echo halt >&3; exec 3>&-; wait; cat con.out"
+         echo halt >&3; exec 3>&-; i=0; while kill -0 $cp 2>/dev/null && [ $i -lt 20 ]; do sleep 0.5; i=$((i + 1)); done; \
+         kill -0 $cp 2>/dev/null && {{ echo 'the console did not end after halt'; kill $cp; }}; cat con.out"
     );
     pvm_sh(c, pvm, 0, &script).1
 }
@@ -132,6 +134,10 @@ fn bwtest(c: &Cluster, pvm: Pvm, prog: &str) -> String {
 
 /// Debian's examples from guest 0 of `c` (`nodes` guests) on `pvm`.
 fn examples_across(c: &Cluster, nodes: usize, pvm: Pvm) -> Results {
+    // Every guest's pvmd holds its entry (they start at boot, after imcd).
+    for n in 0..nodes {
+        c.poll_until(n, &["cat", "/var/log/pvmd.log"], 60, |l| l.contains("pvmd: host"));
+    }
     // hello: its one hello_other goes to the next host, node1.
     let (code, out) = pvm_sh(c, pvm, 0, "$B/hello.pvm");
     assert_eq!(code, Some(0), "{pvm:?}: {out}");
