@@ -2,9 +2,9 @@
 # Our PVM side by side with Debian's PVM 3.4.6 over TCP, in the same guests,
 # with the same binaries (Debian's own examples and tests/pvm/bench/
 # pingpong.c, built once against pvm3.h; the library is chosen by
-# LD_LIBRARY_PATH and PVM_ROOT), in one run on a NODES-guest cluster
-# (default 4; Debian's pvmd runs on every guest, started through our
-# mpiexec, scripts/pvm-peer.sh). Each figure is printed as soon as it is
+# LD_LIBRARY_PATH and PVM_ROOT), in one run on clusters of 2 and then 4
+# guests (SIZES; NODES=N for one cluster of N). Debian's pvmd runs on every
+# guest, started through our mpiexec (scripts/pvm-peer.sh). Each figure is printed as soon as it is
 # measured:
 #   1. ours: Debian's `timing` (its round trip and bandwidth lines),
 #      pingpong between guests 0 and 1 with pvm_psend/pvm_precv and with
@@ -19,17 +19,18 @@
 # of the paper's Figures 11 and 12 (pvm-latency.svg, pvm-bandwidth.svg,
 # drawn by target/release/mpi-bench-plot --layer pvm); the plots, the raw
 # files (NetPIPE's format: bytes, Mbps, one-way seconds) and the logs stay
-# in OUT_DIR (default bench-out/pvm).
+# in OUT_DIR/N-guests (default OUT_DIR: bench-out/pvm).
 #
 # Usage: scripts/pvm-bench.sh [OUT_DIR]   (after scripts/setup.sh)
-# Settings (environment): NODES (4), MAX (largest size, default 1048576),
+# Settings (environment): SIZES (cluster sizes, "2 4"), NODES (one size
+# only, into OUT_DIR itself), MAX (largest size, default 1048576),
 # ROUNDS (round trips per size up to 64 KiB, fewer above; default 100),
 # CONFIG (the cluster definition, default qemu-configs/mpi.toml).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "" -- "$@"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${1:-$REPO/bench-out/pvm}
-NODES=${NODES:-4}
+SIZES=${SIZES:-2 4}
 MAX=${MAX:-1048576}
 ROUNDS=${ROUNDS:-100}
 CONFIG=${CONFIG:-$REPO/qemu-configs/mpi.toml}
@@ -39,6 +40,17 @@ NAME=pvm-bench
 T0=$(date +%s)
 say() { printf '[%4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
 die() { echo "pvm-bench: $*" >&2; exit 1; }
+# Without NODES: one cluster after the other, of each size in SIZES, each
+# into OUT_DIR/N-guests; then their tables together.
+if [ -z "${NODES:-}" ]; then
+    for n in $SIZES; do
+        [[ "$n" =~ ^[0-9]+$ ]] || die "SIZES holds '$n', not a number of guests"
+        say "=== a cluster of $n guests"
+        NODES=$n "$0" "$OUT/$n-guests" || die "the run on $n guests failed"
+    done
+    for n in $SIZES; do cat "$OUT/$n-guests/summary.txt"; done
+    exit 0
+fi
 [ "$NODES" -ge 2 ] || die "NODES must be at least 2"
 [ -x "$DEB/timing" ] || die "no Debian PVM in $MC_CACHE/pvm: run scripts/setup.sh (step pvm)"
 [ -f "$REPO/target/release/libpvm3.so.3" ] || die "no libpvm3.so.3: run scripts/setup.sh"
@@ -105,6 +117,7 @@ run debian '$PVM_ROOT/lib/pvm-down' || true
 at() { awk -v n="$2" -v c="$3" '$1 == "pingpong" && $3 == n { v = $c } END { print v }' "$1"; }
 last() { awk '$1 == "pingpong" { v = $6 } END { print v }' "$1"; }
 mpi8=$(awk '$1 == "latency" && $2 == "pingpong8" { print $3 }' "$OUT/latency-mpi.txt")
+{
 echo
 echo "PVM side by side, $NODES TCG guests, cluster ${CONFIG#"$REPO"/}, LAN: ${LAN:-unknown}"
 printf '%-40s %14s %14s   %s\n' "" "8 B one way" "$MAX B" "paper (Table 4, 1997)"
@@ -120,6 +133,7 @@ awk -v p="$(at "$OUT/pp-ours-psend-node1.txt" 8 4)" -v k="$(at "$OUT/pp-ours-pac
     -v b="$(last "$OUT/pp-ours-psend-node1.txt")" -v e="$(last "$OUT/pp-debian-psend-node1.txt")" \
     'BEGIN { printf "ratios: 8-byte one way, packed PVM / our MPI %.2f (goal <= 1.25), psend PVM / our MPI %.2f;\n", k / m, p / m
              printf "        Debian packed / ours packed %.1f (goal >= 10); bandwidth at the largest size ours / Debian %.1f (goal >= 5)\n", d / k, b / e }'
+} | tee "$OUT/summary.txt"
 PLOT=(--layer pvm --out "$OUT" --note "$NODES TCG guests, ${CONFIG##*/}, LAN $LAN"
       --np "ours, psend, MEMORY CHANNEL=$OUT/pp-ours-psend-node1.np"
       --np "ours, packed, MEMORY CHANNEL=$OUT/pp-ours-pack-node1.np"
