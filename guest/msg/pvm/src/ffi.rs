@@ -2206,11 +2206,22 @@ pub unsafe extern "C" fn pvm_recvinfo(name: *const c_char, index: c_int, flags: 
 #[no_mangle]
 pub unsafe extern "C" fn pvm_delinfo(name: *const c_char, index: c_int, flags: c_int) -> c_int {
     let _ = flags;
-    with_quiet("pvm_delinfo", &[err::DENIED, err::NOT_FOUND], |p| {
+    // SAFETY: the caller's contract.
+    unsafe { delete_entry("pvm_delinfo", name, index) }
+}
+
+/// Removes the mailbox entry of `name` at `index` for `call`
+/// (`pvm_delinfo`, 3.3's `pvm_delete`): `PvmDenied` and `PvmNotFound` are
+/// answers, not reported.
+///
+/// # Safety
+/// `name` is null or a C string.
+unsafe fn delete_entry(call: &str, name: *const c_char, index: c_int) -> c_int {
+    with_quiet(call, &[err::DENIED, err::NOT_FOUND], |p| {
         // SAFETY: the caller's contract.
         let name = unsafe { class_name(name) }?;
         let live = p.live()?;
-        p.mbox.delete(p.me, name, index, &|t| live.contains(&t)).map_err(|e| p.mbox_code("pvm_delinfo", e))?;
+        p.mbox.delete(p.me, name, index, &|t| live.contains(&t)).map_err(|e| p.mbox_code(call, e))?;
         Ok(0)
     })
 }
@@ -2315,13 +2326,8 @@ pub unsafe extern "C" fn pvm_lookup(name: *const c_char, req: c_int, data: *mut 
 /// `name` is null or a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_delete(name: *const c_char, req: c_int) -> c_int {
-    with_quiet("pvm_delete", &[err::NOT_FOUND, err::DENIED], |p| {
-        // SAFETY: the caller's contract.
-        let name = unsafe { class_name(name) }?;
-        let live = p.live()?;
-        p.mbox.delete(p.me, name, req, &|t| live.contains(&t)).map_err(|e| p.mbox_code("pvm_delete", e))?;
-        Ok(0)
-    })
+    // SAFETY: the caller's contract.
+    unsafe { delete_entry("pvm_delete", name, req) }
 }
 
 // ----------------------------------------------------- message handlers --
