@@ -176,7 +176,9 @@ fn table(all: &Figures) -> String {
         Some((x, v)) => format!("{v:>10.1} at {x}"),
         None => format!("{:>10}", "-"),
     };
-    let rows: [(&str, &str, Option<u64>, &str); 10] = [
+    /// (label, series, at which x or the smallest, the paper's figure)
+    type Row = (&'static str, &'static str, Option<u64>, &'static str);
+    let rows: [Row; 10] = [
         ("BBP one way, us (bytes)", "bbp-oneway", Some(4), "7.8 us (SCRAMNet, 4 bytes)"),
         ("BBP point-to-point, us", "bbp-p2p", None, ""),
         ("BBP broadcast to 4 nodes, us", "bbp-bcast4", None, "10.1 us"),
@@ -221,8 +223,11 @@ fn table(all: &Figures) -> String {
     t
 }
 
+/// SVG documents by file name.
+type Drawn = Vec<(String, String)>;
+
 /// The figures as (file name, SVG document), and the names of those left out.
-fn figures(all: &Figures, note: &str) -> Result<(Vec<(String, String)>, Vec<&'static str>)> {
+fn figures(all: &Figures, note: &str) -> Result<(Drawn, Vec<&'static str>)> {
     let note = if note.is_empty() { String::new() } else { format!(" ({note})") };
     let (mut out, mut missing) = (Vec::new(), Vec::new());
     for f in &FIGURES {
