@@ -66,6 +66,8 @@ APT_PKGS=(
     iproute2
     # QEMU firmware at run time
     seabios ipxe-qemu
+    # the Wireshark dissector's tests (hub/wireshark/mc.lua, tests/tests/wireshark.rs)
+    tshark
 )
 setup_apt() {
     if [ "$NO_APT" = 1 ]; then step "apt: skipped (--no-apt)"; return; fi
@@ -102,7 +104,7 @@ EOF
     done
     if [ ${#missing[@]} -gt 0 ]; then
         step "apt: installing ${missing[*]}"
-        apt-get install -y -q --no-install-recommends "${missing[@]}" >"$MC_CACHE/apt-install.log" 2>&1 \
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >"$MC_CACHE/apt-install.log" 2>&1 \
             || { tail -20 "$MC_CACHE/apt-install.log"; die "apt-get install failed (see $MC_CACHE/apt-install.log)"; }
     else
         step "apt: all packages present"

@@ -1,6 +1,13 @@
 //! Capture: every ordered frame (deliveries and membership events) to a pcap
 //! file, written by its own thread (`pcap`) so file I/O never holds up the
 //! order. The ordering step only queues a record ([`Capture::record`]).
+//!
+//! A record's data is the link frame as the hub sends it (header and
+//! payload, `protocol/link`). A `Deliver` record is followed by a 2-byte
+//! trailer the frame itself does not carry: the write's destination, as
+//! in its `Write` (0xFFFF broadcast, else the one node of a point-to-point
+//! write). Readers: `mc-hub pcap` and the Wireshark dissector
+//! (`hub/wireshark/mc.lua`).
 
 use std::io::Write;
 use std::path::Path;
@@ -15,8 +22,14 @@ use crate::port::Frame;
 /// Writes every ordered frame to a pcap file (link type USER0) from its own
 /// thread, so file I/O never holds up the order.
 pub(crate) struct Capture {
-    tx: std::sync::mpsc::SyncSender<(SystemTime, Frame)>,
+    tx: std::sync::mpsc::SyncSender<Record>,
 }
+
+/// One queued record: when, the frame, and a delivery's destination.
+type Record = (SystemTime, Frame, Option<u16>);
+
+/// Bytes of a `Deliver` record's destination trailer.
+pub const DEST_TRAILER: usize = 2;
 
 /// pcap link type of the frames: LINKTYPE_USER0.
 pub const PCAP_DATALINK: DataLink = DataLink::USER0;
@@ -27,18 +40,24 @@ impl Capture {
         let header = PcapHeader { datalink: PCAP_DATALINK, ..PcapHeader::default() };
         let mut w = PcapWriter::with_header(file.clone(), header).map_err(std::io::Error::other)?;
         file.flush()?;
-        let (tx, rx) = std::sync::mpsc::sync_channel::<(SystemTime, Frame)>(65536);
-        let mut record = move |t: SystemTime, fr: &[u8]| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Record>(65536);
+        let mut data = Vec::with_capacity(link::HEADER_LEN + link::MAX_PAYLOAD + DEST_TRAILER);
+        let mut record = move |(t, fr, dest): Record| {
             let ts = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-            w.write_packet(&PcapPacket::new(ts, fr.len() as u32, fr)).is_ok()
+            data.clear();
+            data.extend_from_slice(&fr);
+            if let Some(d) = dest {
+                data.extend_from_slice(&d.to_le_bytes());
+            }
+            w.write_packet(&PcapPacket::new(ts, data.len() as u32, &data)).is_ok()
         };
         std::thread::Builder::new().name("pcap".into()).spawn(move || {
-            while let Ok((t, fr)) = rx.recv() {
-                if !record(t, &fr) {
+            while let Ok(r) = rx.recv() {
+                if !record(r) {
                     return;
                 }
-                while let Ok((t, fr)) = rx.try_recv() {
-                    if !record(t, &fr) {
+                while let Ok(r) = rx.try_recv() {
+                    if !record(r) {
                         return;
                     }
                 }
@@ -50,10 +69,11 @@ impl Capture {
         Ok(Capture { tx })
     }
 
-    /// Queues one frame for the file. A full queue drops the record rather
-    /// than slow the order.
-    pub(crate) fn record(&self, frame: &Frame) {
-        let _ = self.tx.try_send((SystemTime::now(), frame.clone()));
+    /// Queues one frame for the file, with a delivery's destination
+    /// (`Some` for a `Deliver`). A full queue drops the record rather than
+    /// slow the order.
+    pub(crate) fn record(&self, frame: &Frame, dest: Option<u16>) {
+        let _ = self.tx.try_send((SystemTime::now(), frame.clone(), dest));
     }
 }
 

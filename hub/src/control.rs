@@ -60,6 +60,15 @@ pub enum Control {
         /// Microseconds.
         micros: u64,
     },
+    /// Write every ordered frame from now on to FILE (pcap, link type
+    /// USER0; created or truncated; a capture already running stops).
+    CaptureStart {
+        /// The capture file (an absolute path: the hub's working directory
+        /// is not the caller's).
+        file: std::path::PathBuf,
+    },
+    /// Stop the running capture (its file holds every frame until now).
+    CaptureStop,
 }
 
 impl Control {
@@ -339,6 +348,28 @@ impl Hub {
                     ControlReply::Ok
                 }
             },
+            Control::CaptureStart { file } if !file.is_absolute() => {
+                ControlReply::Error { message: format!("capture file {} is not an absolute path", file.display()) }
+            }
+            Control::CaptureStart { file } => {
+                // Lock order: the capture is taken inside the ordering step,
+                // never with the control view held.
+                drop(ctl);
+                match self.capture_to(&file) {
+                    Ok(()) => {
+                        info!(file = %file.display(), "capture started by control");
+                        ControlReply::Ok
+                    }
+                    Err(e) => ControlReply::Error { message: format!("capture to {}: {e}", file.display()) },
+                }
+            }
+            Control::CaptureStop => {
+                drop(ctl);
+                match self.stop_capture() {
+                    true => ControlReply::Ok,
+                    false => ControlReply::Error { message: "no capture is running".into() },
+                }
+            }
             Control::LinkUp { node } => match node_of(node) {
                 Err(e) => e,
                 Ok(i) => {

@@ -83,7 +83,7 @@ use tokio::net::UnixListener;
 
 use crate::bounds::{Gate, NonceSource};
 use crate::capture::Capture;
-pub use crate::capture::PCAP_DATALINK;
+pub use crate::capture::{DEST_TRAILER, PCAP_DATALINK};
 pub use crate::control::{Control, ControlReply, NodeStats};
 use crate::order::Order;
 pub use crate::port::PortStats;
@@ -195,6 +195,12 @@ impl Hub {
     pub fn capture_to(&self, path: &Path) -> std::io::Result<()> {
         *self.shared.order.capture.lock().unwrap() = Some(Capture::open(path)?);
         Ok(())
+    }
+
+    /// Stops the running capture (its thread writes what is queued and
+    /// ends); false when none was running.
+    pub fn stop_capture(&self) -> bool {
+        self.shared.order.capture.lock().unwrap().take().is_some()
     }
 }
 

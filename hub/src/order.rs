@@ -223,7 +223,7 @@ impl Order {
         let frame: Option<Frame> = (links || capture.is_some())
             .then(|| Arc::new(Msg::Deliver { seq, src, flags: w.flags, addr: w.addr, data: w.data }.encode()));
         if let (Some(c), Some(f)) = (capture.as_ref(), &frame) {
-            c.record(f);
+            c.record(f, Some(w.dest));
         }
         drop(capture);
         let mut acks = Vec::new();
@@ -377,7 +377,7 @@ impl Order {
         self.seq_hint.store(seq + 1, Ordering::Relaxed);
         let frame: Frame = Arc::new(Msg::Member { seq, node, up }.encode());
         if let Some(c) = self.capture.lock().unwrap().as_ref() {
-            c.record(&frame);
+            c.record(&frame, None);
         }
         for (id, port) in st.ports.iter().enumerate() {
             let Some(port) = port else { continue };

@@ -372,7 +372,7 @@ fn hub_pcap_records_the_order() {
     assert!(lines[0].contains("member node 0 up"), "{text}");
     assert!(lines[1].contains("member node 1 up"), "{text}");
     for (k, l) in lines[2..7].iter().enumerate() {
-        assert!(l.contains("write  src 0") && l.contains(&format!("addr {:#010x}", 0x2000 + 8 * k)), "{l}");
+        assert!(l.contains("write  src 0   to all") && l.contains(&format!("addr {:#010x}", 0x2000 + 8 * k)), "{l}");
         assert!(l.contains(&format!("{:02x}{:02x}", k, k)), "payload shown: {l}");
     }
     assert!(lines[7].contains("member node 1 down"), "{text}");
@@ -400,6 +400,35 @@ fn hub_pcap_records_the_order() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a MEMORY CHANNEL capture"));
+
+    // Started and stopped from the control socket (`mc-cluster capture`).
+    let again = dir.path().join("again.pcap");
+    let refused = hub.control(Control::CaptureStart { file: "relative.pcap".into() });
+    assert!(
+        matches!(&refused, ControlReply::Error { message } if message.contains("not an absolute path")),
+        "{refused:?}"
+    );
+    assert_eq!(hub.control(Control::CaptureStart { file: again.clone() }), ControlReply::Ok);
+    a.write(BROADCAST, 0, 0x4000, &[0x5a; 8]);
+    a.flush();
+    let decoded = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mc-hub")).arg("pcap").arg(&again).output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let t0 = Instant::now();
+    while !decoded().contains("addr 0x00004000") {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the write after capture-start: {}", decoded());
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(decoded().lines().count(), 1, "only what was ordered after the start: {}", decoded());
+    assert_eq!(hub.control(Control::CaptureStop), ControlReply::Ok);
+    a.write(BROADCAST, 0, 0x6000, &[1; 8]);
+    a.flush();
+    thread::sleep(Duration::from_millis(200));
+    assert!(!decoded().contains("addr 0x00006000"), "nothing after the stop");
+    assert!(matches!(hub.control(Control::CaptureStop), ControlReply::Error { .. }));
+    let bad = hub.control(Control::CaptureStart { file: dir.path().join("no/such/dir/x.pcap") });
+    assert!(matches!(&bad, ControlReply::Error { message } if message.contains("no/such/dir")), "{bad:?}");
 }
 
 /// The control socket answers every line, for as long as a client likes:

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use device::vfio_user::ConnectionConfig;
-use hub::hub::{Control, ControlReply, Hub, HubConfig, PCAP_DATALINK};
+use hub::hub::{Control, ControlReply, Hub, HubConfig, DEST_TRAILER, PCAP_DATALINK};
 use hub::local::LocalConfig;
 use link::{self as link, Msg, MAX_NODES};
 
@@ -161,16 +161,23 @@ fn pcap(file: &Path) -> anyhow::Result<()> {
         };
         let frame = &packet.data;
         let len = frame.len();
-        if !(link::HEADER_LEN..=link::HEADER_LEN + link::MAX_PAYLOAD).contains(&len) {
+        if !(link::HEADER_LEN..=link::HEADER_LEN + link::MAX_PAYLOAD + DEST_TRAILER).contains(&len) {
             anyhow::bail!("{}: corrupt record ({len} bytes)", file.display());
         }
         let (secs, usecs) = (packet.timestamp.as_secs(), packet.timestamp.subsec_micros());
         let hdr = link::Header::parse(frame[..link::HEADER_LEN].try_into().unwrap())?;
-        let what = match Msg::parse(&hdr, &frame[link::HEADER_LEN..]) {
+        // The frame, then (after a Deliver) the destination trailer.
+        let (payload, trailer) = frame[link::HEADER_LEN..].split_at(hdr.len.min(len - link::HEADER_LEN));
+        let what = match Msg::parse(&hdr, payload) {
             Ok(Msg::Deliver { seq, src, flags, addr, data }) => {
                 let head: Vec<String> = data.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                let to = match trailer {
+                    [a, b] if u16::from_le_bytes([*a, *b]) == link::BROADCAST => "all".to_string(),
+                    [a, b] => u16::from_le_bytes([*a, *b]).to_string(),
+                    _ => "?".to_string(),
+                };
                 format!(
-                    "seq {seq:<8} write  src {src:<3} flags {flags:#x} addr {addr:#010x} len {:<5} {}",
+                    "seq {seq:<8} write  src {src:<3} to {to:<3} flags {flags:#x} addr {addr:#010x} len {:<5} {}",
                     data.len(),
                     head.join("")
                 )
