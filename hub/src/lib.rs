@@ -8,6 +8,8 @@
 //! - `link_port`: link ports (remote adapters over sockets).
 //! - `control`: control requests (counters, faults on purpose).
 //! - `capture`: the pcap capture of every ordered frame.
+//! - [`history`]: a capture read back as the history of MEMORY CHANNEL
+//!   space (`mc-trace`, the time machine).
 //! - `bounds`: caps on connections not trusted yet (before `Hello`, control).
 //! - [`local`]: local ports: the adapters of guests on this host, served
 //!   over vfio-user by the hub itself, so a store reaches the other guests'
@@ -22,6 +24,7 @@ mod bounds;
 mod capture;
 mod control;
 mod faulty;
+pub mod history;
 pub mod hub;
 mod link_port;
 pub mod local;
