@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use launcher::config::Paths;
 use launcher::config::GUEST_SHARE;
@@ -193,6 +193,20 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Record every ordered frame to a pcap file, or stop recording.
+    ///
+    /// `capture start FILE` makes the hub write every write and membership
+    /// event it orders from now on to FILE (created or truncated; a capture
+    /// already running stops); `capture stop` ends it. Read the file with
+    /// `mc-trace FILE` or Wireshark (`hub/wireshark/mc.lua`, docs/hub.md).
+    /// A hub restart ends a capture.
+    Capture {
+        /// `start` or `stop`.
+        #[arg(value_parser = ["start", "stop"])]
+        action: String,
+        /// The capture file (for start).
+        file: Option<PathBuf>,
+    },
     /// Restart one node (its guest reboots).
     ///
     /// Its QEMU (and, per-guest, its adapter) are stopped and started again;
@@ -329,6 +343,20 @@ fn run() -> Result<i32> {
         }
         Cmd::Hub { action: None, args } => {
             out!("{}", hub_ctl(&paths, &cli.name, &args)?);
+            Ok(0)
+        }
+        Cmd::Capture { action, file } => {
+            let args = match (action.as_str(), file) {
+                ("start", Some(f)) => {
+                    let f = std::path::absolute(&f).with_context(|| format!("capture file {}", f.display()))?;
+                    vec!["capture-start".to_string(), f.display().to_string()]
+                }
+                ("start", None) => anyhow::bail!("capture start needs a FILE: mc-cluster capture start trace.pcap"),
+                (_, Some(_)) => anyhow::bail!("capture stop takes no FILE"),
+                _ => vec!["capture-stop".to_string()],
+            };
+            hub_ctl(&paths, &cli.name, &args)?;
+            outln!("capture {}", if args.len() == 2 { format!("started: {}", args[1]) } else { "stopped".into() });
             Ok(0)
         }
         Cmd::Restart { node } => {
