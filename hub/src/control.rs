@@ -69,6 +69,18 @@ pub enum Control {
     },
     /// Stop the running capture (its file holds every frame until now).
     CaptureStop,
+    /// What the monitor shows: writes and writers per page, ordering step
+    /// times, and COUNT pages from FIRST of the hub's copy of imcd's pages.
+    Observe {
+        /// First page of the copy to return.
+        #[arg(default_value_t = 0)]
+        #[serde(default)]
+        first: u64,
+        /// Pages of the copy to return (0: none).
+        #[arg(default_value_t = 0)]
+        #[serde(default)]
+        count: u64,
+    },
 }
 
 impl Control {
@@ -142,6 +154,8 @@ pub enum ControlReply {
         #[serde(default)]
         control_idle_closed: u64,
     },
+    /// What `observe` asked for.
+    Observe(crate::observe::Seen),
     /// Refused.
     Error {
         /// Why.
@@ -361,6 +375,13 @@ impl Hub {
                         ControlReply::Ok
                     }
                     Err(e) => ControlReply::Error { message: format!("capture to {}: {e}", file.display()) },
+                }
+            }
+            Control::Observe { first, count } => {
+                drop(ctl);
+                match self.shared.order.observe.seen(first, count) {
+                    Ok(s) => ControlReply::Observe(s),
+                    Err(message) => ControlReply::Error { message },
                 }
             }
             Control::CaptureStop => {

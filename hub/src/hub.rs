@@ -85,6 +85,7 @@ use crate::bounds::{Gate, NonceSource};
 use crate::capture::Capture;
 pub use crate::capture::{DEST_TRAILER, PCAP_DATALINK};
 pub use crate::control::{Control, ControlReply, NodeStats};
+pub use crate::observe::{Seen, BUCKETS, PAGES, SHADOW_PAGES, TIME_EVERY};
 use crate::order::Order;
 pub use crate::port::PortStats;
 use crate::port::{LocalPort, PortCtl};

@@ -8,6 +8,8 @@
 //! - `link_port`: link ports (remote adapters over sockets).
 //! - `control`: control requests (counters, faults on purpose).
 //! - `capture`: the pcap capture of every ordered frame.
+//! - `observe`: what the live monitor reads (heat map, step times, a copy
+//!   of imcd's pages).
 //! - [`history`]: a capture read back as the history of MEMORY CHANNEL
 //!   space (`mc-trace`, the time machine).
 //! - `bounds`: caps on connections not trusted yet (before `Hello`, control).
@@ -28,6 +30,7 @@ pub mod history;
 pub mod hub;
 mod link_port;
 pub mod local;
+mod observe;
 mod order;
 mod port;
 #[cfg(feature = "testing")]

@@ -33,6 +33,7 @@ use tracing::{debug, warn};
 
 use crate::capture::Capture;
 use crate::faulty::Faulty;
+use crate::observe::Observe;
 use crate::port::{Frame, PortCtl, MEMBER_ROOM};
 /// Longest wait for room before a writer looks again (a writer's room
 /// signal can come between the step that found no room and the wait).
@@ -72,6 +73,9 @@ pub(crate) struct Order {
     pub seq_hint: AtomicU64,
     /// Receivers cut off because they stayed full.
     pub stalled: AtomicU64,
+    /// Heat map, step times and imcd's pages, for the monitor (taken
+    /// inside a step, after the order lock).
+    pub observe: Observe,
     /// How long a full receiver may hold the bus.
     stall_timeout: Duration,
 }
@@ -174,12 +178,14 @@ impl Order {
             capture: Mutex::new(None),
             seq_hint: AtomicU64::new(0),
             stalled: AtomicU64::new(0),
+            observe: Observe::new(),
             stall_timeout,
         }
     }
 
     /// One ordering step for a write of node `src` (see the module doc).
     pub(crate) fn try_order(&self, src: u16, w: &WritePacket<'_>) -> Step {
+        let t0 = Observe::timed(self.seq_hint.load(Ordering::Relaxed)).then(Instant::now);
         let mut guard = self.state.lock().unwrap();
         let st = &mut *guard;
         let Some(Some(sender)) = st.ports.get(src as usize) else { return Step::NotUp };
@@ -248,6 +254,7 @@ impl Order {
                 }
             }
         }
+        self.observe.write(src, w.addr, w.data, t0);
         Step::Done(acks)
     }
 

@@ -427,6 +427,18 @@ fn hub_pcap_records_the_order() {
     thread::sleep(Duration::from_millis(200));
     assert!(!decoded().contains("addr 0x00006000"), "nothing after the stop");
     assert!(matches!(hub.control(Control::CaptureStop), ControlReply::Error { .. }));
+    // What the monitor reads: writes per page with their writers, step
+    // times, and the hub's copy of imcd's pages (0x4000 is page 2).
+    let ControlReply::Observe(seen) = hub.control(Control::Observe { first: 2, count: 1 }) else { panic!() };
+    let page2 = seen.pages.iter().find(|p| p.0 == 2).expect("page 2 in the heat map");
+    assert_eq!(page2.2, 1 << a.joined.node, "written by a only: {:?}", seen.pages);
+    assert!(page2.1 >= 1 && seen.pages.iter().any(|p| p.0 == 1 && p.1 >= 5), "{:?}", seen.pages);
+    assert_eq!(seen.step_ns.len(), hub::hub::BUCKETS);
+    let (timed, writes) = (seen.step_ns.iter().sum::<u64>(), seen.pages.iter().map(|p| p.1).sum::<u64>());
+    assert!(timed >= 1 && timed <= writes.div_ceil(hub::hub::TIME_EVERY) + 1, "one step in 8 timed: {timed} of {writes}");
+    assert_eq!(&seen.shadow[..16], "5a5a5a5a5a5a5a5a", "the copy holds the write at 0x4000");
+    let past = hub.control(Control::Observe { first: 47, count: 2 });
+    assert!(matches!(&past, ControlReply::Error { message } if message.contains("past the 48 pages")), "{past:?}");
     let bad = hub.control(Control::CaptureStart { file: dir.path().join("no/such/dir/x.pcap") });
     assert!(matches!(&bad, ControlReply::Error { message } if message.contains("no/such/dir")), "{bad:?}");
 }

@@ -253,6 +253,8 @@ fn the_dissector_keeps_the_rust_layout() {
         ("ACK_Q_PAGE", layout::ACK_Q_PAGE),
         ("DATA_FIRST", layout::DATA_FIRST),
     ];
+    // The hub copies imcd's pages for the monitor: all of them.
+    assert_eq!(hub::hub::SHADOW_PAGES, layout::DATA_FIRST);
     for (name, v) in want {
         assert_eq!(value(name), v, "mc.lua's {name}");
     }
