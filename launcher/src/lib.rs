@@ -8,6 +8,7 @@
 //! - [`agent`]: talking to the guest agents.
 //! - [`kvm`]: whether KVM really runs guests here.
 //! - [`lan`]: the guests' LAN (tap on a bridge, or a multicast group).
+//! - [`monitor`]: the live page in the browser (`mc-cluster monitor`).
 //! - [`priority`]: which host threads run at real-time priority.
 //! - this file: the `up`, `down`, `status`, `restart`, `exec`, `cp` and
 //!   `mpirun` operations.
@@ -17,6 +18,7 @@ pub mod agent;
 pub mod config;
 pub mod kvm;
 pub mod lan;
+pub mod monitor;
 pub mod priority;
 pub mod supervisor;
 

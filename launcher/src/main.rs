@@ -193,6 +193,23 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Serve a live page of the cluster on 127.0.0.1 (prints its address).
+    ///
+    /// The page shows every node's link, writes and bytes per second,
+    /// deliveries, errors and drops; the global sequence number and its
+    /// rate; joins, leaves and faults as a timeline; which pages are
+    /// written, by whom, how often; imcd's region directory; the hub's
+    /// ordering step times. Buttons take a link down or up, corrupt frames
+    /// or delay them. The address carries a random token: requests without
+    /// it are refused (403). Runs until interrupted.
+    Monitor {
+        /// Port on 127.0.0.1 (0: a free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Milliseconds between samples of the hub.
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..=60000))]
+        interval_ms: u64,
+    },
     /// Record every ordered frame to a pcap file, or stop recording.
     ///
     /// `capture start FILE` makes the hub write every write and membership
@@ -343,6 +360,23 @@ fn run() -> Result<i32> {
         }
         Cmd::Hub { action: None, args } => {
             out!("{}", hub_ctl(&paths, &cli.name, &args)?);
+            Ok(0)
+        }
+        Cmd::Monitor { port, interval_ms } => {
+            let rd = paths.run_dir(&cli.name);
+            if !rd.join("hub.ctl").exists() {
+                anyhow::bail!("cluster '{}' is not up (run 'mc-cluster up' first)", cli.name);
+            }
+            let opts = launcher::monitor::Options {
+                control: rd.join("hub.ctl"),
+                events_log: Some(rd.join("events.log")),
+                port,
+                interval: Duration::from_millis(interval_ms),
+                token: None,
+            };
+            launcher::monitor::serve(opts, |addr| {
+                outln!("monitor: {addr}");
+            })?;
             Ok(0)
         }
         Cmd::Capture { action, file } => {
