@@ -29,7 +29,10 @@
 # cargo-machete into $MC_CACHE/cargo-machete, which finds dependencies a
 # crate declares and never uses.
 #
-# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust mpich mpich-suite netpipe pvm image fuzz lint"]
+#   - playwright-core (npm, pinned) in $MC_CACHE/playwright: drives
+#     Debian's chromium in the monitor's browser test (step browser)
+#
+# Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust mpich mpich-suite netpipe pvm image browser fuzz lint"]
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -68,6 +71,8 @@ APT_PKGS=(
     seabios ipxe-qemu
     # the Wireshark dissector's tests (hub/wireshark/mc.lua, tests/tests/wireshark.rs)
     tshark
+    # the monitor's browser test (tests/tests/monitor_qemu.rs, step browser)
+    chromium
 )
 setup_apt() {
     if [ "$NO_APT" = 1 ]; then step "apt: skipped (--no-apt)"; return; fi
@@ -442,6 +447,31 @@ setup_fuzz() {
     cargo_tool_install fuzz cargo-fuzz "$CARGO_FUZZ_VERSION"
 }
 
+# ---------------------------------------------------------------- browser ---
+# playwright-core only (no browser download: the test points it at
+# Debian's /usr/bin/chromium). 1.49 is the newest that runs on bookworm's
+# Node 18.
+PLAYWRIGHT_VERSION=1.49.1
+setup_browser() {
+    local dir=$MC_CACHE/playwright
+    if [ -f "$dir/node_modules/playwright-core/package.json" ] \
+        && grep -q "\"version\": \"$PLAYWRIGHT_VERSION\"" "$dir/node_modules/playwright-core/package.json"; then
+        step "browser: playwright-core $PLAYWRIGHT_VERSION present"
+        return
+    fi
+    if ! command -v npm >/dev/null; then
+        [ "$NO_APT" = 1 ] && die "browser: npm is missing (install nodejs and npm, or run without --no-apt)"
+        need_root "installing nodejs and npm"
+        step "browser: installing nodejs and npm"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm >>"$MC_CACHE/apt-install.log" 2>&1 \
+            || die "apt-get install nodejs npm failed (see $MC_CACHE/apt-install.log)"
+    fi
+    step "browser: playwright-core $PLAYWRIGHT_VERSION (npm) into $dir"
+    mkdir -p "$dir"
+    npm install --prefix "$dir" --no-audit --no-fund --no-save "playwright-core@$PLAYWRIGHT_VERSION" >"$MC_CACHE/playwright.log" 2>&1 \
+        || { tail -20 "$MC_CACHE/playwright.log"; die "npm install playwright-core failed (see $MC_CACHE/playwright.log)"; }
+}
+
 # ---------------------------------------------------------------- lint ------
 CARGO_MACHETE_VERSION=0.9.2
 setup_lint() {
@@ -451,11 +481,11 @@ setup_lint() {
     cargo_tool_install lint cargo-machete "$CARGO_MACHETE_VERSION" " (about a minute, once)" --debug
 }
 
-for s in ${ONLY:-apt qemu kernel rust mpich mpich-suite netpipe pvm image}; do
+for s in ${ONLY:-apt qemu kernel rust mpich mpich-suite netpipe pvm image browser}; do
     case "$s" in
-        apt|qemu|kernel|rust|mpich|netpipe|pvm|image|fuzz|lint) "setup_$s" ;;
+        apt|qemu|kernel|rust|mpich|netpipe|pvm|image|browser|fuzz|lint) "setup_$s" ;;
         mpich-suite) setup_mpich_suite ;;
-        *) die "unknown step '$s' (steps: apt qemu kernel rust mpich mpich-suite netpipe pvm image fuzz lint)" ;;
+        *) die "unknown step '$s' (steps: apt qemu kernel rust mpich mpich-suite netpipe pvm image browser fuzz lint)" ;;
     esac
 done
 step "setup complete (cache: $MC_CACHE)"

@@ -162,6 +162,8 @@ struct Last {
 #[derive(Default)]
 pub struct Tracker {
     last: Option<Last>,
+    /// Each node's last line, shown while its link is held down.
+    views: BTreeMap<u16, NodeView>,
     nodes: BTreeMap<u16, (String, bool, u64)>,
     timeline: VecDeque<Event>,
 }
@@ -242,7 +244,15 @@ impl Tracker {
                 bytes_per_s: rate(bytes, before.map(|b| b.1)),
             });
         }
-        // Nodes gone since the last sample, and links held down or released.
+        // Links released (whether or not the node is back yet), nodes gone
+        // since the last sample, links held down.
+        let released: Vec<u16> = self.nodes.iter().filter(|(n, v)| v.1 && !held.contains(n)).map(|(n, _)| *n).collect();
+        for n in released {
+            self.note(s.t, "up", format!("node {n}: link released"));
+            if let Some(v) = self.nodes.get_mut(&n) {
+                v.1 = false;
+            }
+        }
         let gone: Vec<(u16, String)> = self
             .nodes
             .iter()
@@ -261,20 +271,13 @@ impl Tracker {
                 e.1 = true;
             }
         }
-        let released: Vec<u16> = self.nodes.iter().filter(|(n, v)| v.1 && !held.contains(n)).map(|(n, _)| *n).collect();
-        for n in released {
-            self.note(s.t, "up", format!("node {n}: link released"));
-            if let Some(v) = self.nodes.get_mut(&n) {
-                v.1 = false;
-            }
-        }
         for &n in &held {
             if !nodes.iter().any(|v| v.node == n) {
-                let name = self.nodes.get(&n).map(|v| v.0.clone()).unwrap_or_default();
-                nodes.push(NodeView {
+                // Its last counts, no rates: it is not writing.
+                let mut v = self.views.get(&n).cloned().unwrap_or(NodeView {
                     node: n,
-                    name,
-                    link: "held down".into(),
+                    name: String::new(),
+                    link: String::new(),
                     writes: 0,
                     bytes: 0,
                     deliveries: 0,
@@ -285,9 +288,13 @@ impl Tracker {
                     writes_per_s: 0.0,
                     bytes_per_s: 0.0,
                 });
+                v.link = "held down".into();
+                (v.writes_per_s, v.bytes_per_s) = (0.0, 0.0);
+                nodes.push(v);
             }
         }
         nodes.sort_by_key(|n| n.node);
+        self.views = nodes.iter().map(|v| (v.node, v.clone())).collect();
 
         // The heat map.
         let ob = &s.observe;
@@ -473,6 +480,7 @@ mod tests {
         assert_eq!(v.nodes[0].bytes_per_s, 80.0);
         assert_eq!(v.seq_per_s, 20.0);
         assert_eq!((v.nodes[1].node, v.nodes[1].link.as_str()), (1, "held down"));
+        assert_eq!((v.nodes[1].writes, v.nodes[1].writes_per_s), (1, 0.0), "its last counts while held down");
         assert_eq!((v.heat[0].page, v.heat[0].per_s), (48, 20.0), "the hottest page first");
         let kinds: Vec<&str> = v.timeline.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(kinds, ["join", "join", "corrupt", "down"]);
