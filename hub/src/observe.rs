@@ -8,7 +8,8 @@
 //! Written by the ordering step (`Order::try_order`, under the order lock:
 //! one writer at a time) and read by the control request `observe`.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,13 @@ pub const BUCKETS: usize = 32;
 /// One step in this many is timed (reading the clock twice per write
 /// costs a tenth of a saturated hub's step).
 pub const TIME_EVERY: u64 = 8;
+/// Frames the tail keeps.
+pub const TAIL: usize = 32;
+/// The tail is kept while someone asked for the view this recently (a
+/// monitor is watching); otherwise writes skip it.
+pub const TAIL_FOR: Duration = Duration::from_secs(10);
+/// Bytes of a write the tail keeps.
+const TAIL_BYTES: usize = 16;
 
 /// The monitor's view; see the module doc. Counters are atomics (the
 /// ordering step is their one writer, under the order lock); the copy of
@@ -37,6 +45,32 @@ pub(crate) struct Observe {
     writers: Box<[AtomicU64]>,
     steps: [AtomicU64; BUCKETS],
     shadow: Mutex<Vec<u8>>,
+    /// The last frames, while a monitor is watching.
+    tail: Mutex<VecDeque<Frame>>,
+    /// Whether writes go into the tail.
+    tail_on: AtomicBool,
+    /// Until when (ms since `born`) the tail is kept.
+    tail_until: AtomicU64,
+    born: Instant,
+}
+
+/// One ordered write as the tail keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Frame {
+    /// Its place in the order.
+    pub seq: u64,
+    /// The writer.
+    pub src: u16,
+    /// Destination (0xFFFF: broadcast).
+    pub dest: u16,
+    /// Link flags (loopback, ACK, ACK answer).
+    pub flags: u16,
+    /// Address.
+    pub addr: u64,
+    /// Length.
+    pub len: usize,
+    /// Its first bytes, hex.
+    pub head: String,
 }
 
 /// A copy of the view, as `observe` returns it.
@@ -50,6 +84,10 @@ pub struct Seen {
     pub step_ns: Vec<u64>,
     /// Pages `first..first + count` of the copy, hex (empty when none asked for).
     pub shadow: String,
+    /// The last writes, oldest first (kept from the first `observe` on,
+    /// while they keep coming).
+    #[serde(default)]
+    pub tail: Vec<Frame>,
 }
 
 impl Observe {
@@ -60,6 +98,10 @@ impl Observe {
             writers: zeros(),
             steps: std::array::from_fn(|_| AtomicU64::new(0)),
             shadow: Mutex::new(vec![0; (SHADOW_PAGES * PAGE) as usize]),
+            tail: Mutex::new(VecDeque::with_capacity(TAIL)),
+            tail_on: AtomicBool::new(false),
+            tail_until: AtomicU64::new(0),
+            born: Instant::now(),
         }
     }
 
@@ -68,9 +110,19 @@ impl Observe {
         seq % TIME_EVERY == 0
     }
 
-    /// An ordered write of `data` at `addr` by `src`; `since`: when its
-    /// step began, if it was timed.
-    pub(crate) fn write(&self, src: u16, addr: u64, data: &[u8], since: Option<Instant>) {
+    /// Ordered write `seq` of `data` at `addr` by `src` to `dest`; `since`:
+    /// when its step began, if it was timed.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn write(
+        &self,
+        seq: u64,
+        src: u16,
+        dest: u16,
+        flags: u16,
+        addr: u64,
+        data: &[u8],
+        since: Option<Instant>,
+    ) {
         let page = (addr / PAGE).min(PAGES) as usize;
         self.writes[page].fetch_add(1, Relaxed);
         let bit = 1u64 << src.min(63);
@@ -79,12 +131,29 @@ impl Observe {
         }
         if let Some(t) = since {
             self.step(t.elapsed());
+            // Timed steps read the clock anyway: the tail stops here once
+            // nobody has asked for a while.
+            if self.tail_on.load(Relaxed) && self.ms() >= self.tail_until.load(Relaxed) {
+                self.tail_on.store(false, Relaxed);
+            }
+        }
+        if self.tail_on.load(Relaxed) {
+            let head = data.iter().take(TAIL_BYTES).map(|b| format!("{b:02x}")).collect();
+            let mut t = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+            if t.len() == TAIL {
+                t.pop_front();
+            }
+            t.push_back(Frame { seq, src, dest, flags, addr, len: data.len(), head });
         }
         if addr < SHADOW_PAGES * PAGE {
             let stop = addr.saturating_add(data.len() as u64).min(SHADOW_PAGES * PAGE);
             let mut sh = self.shadow.lock().unwrap_or_else(|e| e.into_inner());
             sh[addr as usize..stop as usize].copy_from_slice(&data[..(stop - addr) as usize]);
         }
+    }
+
+    fn ms(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
     }
 
     fn step(&self, took: Duration) {
@@ -107,7 +176,10 @@ impl Observe {
             let sh = self.shadow.lock().unwrap_or_else(|e| e.into_inner());
             sh[(first * PAGE) as usize..((first + count) * PAGE) as usize].iter().map(|b| format!("{b:02x}")).collect()
         };
-        Ok(Seen { pages, step_ns: self.steps.iter().map(|s| s.load(Relaxed)).collect(), shadow })
+        self.tail_until.store(self.ms() + TAIL_FOR.as_millis() as u64, Relaxed);
+        self.tail_on.store(true, Relaxed);
+        let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect();
+        Ok(Seen { pages, step_ns: self.steps.iter().map(|s| s.load(Relaxed)).collect(), shadow, tail })
     }
 }
 
@@ -118,14 +190,15 @@ mod tests {
     #[test]
     fn counts_writers_times_and_copies_the_first_pages() {
         let o = Observe::new();
-        o.write(1, 60 * PAGE + 8, &[1; 8], None);
-        o.write(3, 60 * PAGE, &[2; 8], None);
-        o.write(70, 61 * PAGE, &[3; 8], None);
-        o.write(2, (PAGES + 5) * PAGE, &[3; 8], None);
-        o.write(2, u64::MAX - 3, &[3; 8], None);
+        let w = |src: u16, addr: u64, data: &[u8], t: Option<Instant>| o.write(0, src, 0xffff, 0, addr, data, t);
+        w(1, 60 * PAGE + 8, &[1; 8], None);
+        w(3, 60 * PAGE, &[2; 8], None);
+        w(70, 61 * PAGE, &[3; 8], None);
+        w(2, (PAGES + 5) * PAGE, &[3; 8], None);
+        w(2, u64::MAX - 3, &[3; 8], None);
         // Straddles the end of the copy: the part inside is kept.
-        o.write(0, SHADOW_PAGES * PAGE - 4, &[9; 8], None);
-        o.write(0, 38 * PAGE + 16, &[7, 7], Some(Instant::now()));
+        w(0, SHADOW_PAGES * PAGE - 4, &[9; 8], None);
+        w(0, 38 * PAGE + 16, &[7, 7], Some(Instant::now()));
         for ns in [1500, 1024, 3, 0] {
             o.step(Duration::from_nanos(ns));
         }
@@ -144,5 +217,26 @@ mod tests {
         assert!(last.ends_with("09090909") && !last.ends_with("0909090909"));
         assert!(o.seen(40, 9).unwrap_err().contains("past the 48 pages"));
         assert_eq!(o.seen(0, 0).unwrap().shadow, "");
+        assert!(s.tail.is_empty(), "no tail before anyone asked");
+    }
+
+    #[test]
+    fn the_tail_keeps_the_last_frames_while_watched() {
+        let o = Observe::new();
+        o.seen(0, 0).unwrap();
+        for seq in 0..(TAIL as u64 + 5) {
+            o.write(seq, 2, 1, 0x2, 60 * PAGE + seq, &[0xab; 20], None);
+        }
+        let t = o.seen(0, 0).unwrap().tail;
+        assert_eq!(t.len(), TAIL);
+        assert_eq!((t[0].seq, t[TAIL - 1].seq), (5, TAIL as u64 + 4), "the newest, oldest first");
+        assert_eq!((t[0].src, t[0].dest, t[0].flags, t[0].len), (2, 1, 0x2, 20));
+        assert_eq!(t[0].head, "ab".repeat(16), "the first 16 bytes");
+        // Nobody asked for longer than TAIL_FOR: a timed step stops the tail.
+        o.tail_until.store(0, Relaxed);
+        o.write(100, 2, 1, 0, 0, &[1], Some(Instant::now()));
+        o.write(101, 2, 1, 0, 0, &[1], None);
+        assert!(!o.tail_on.load(Relaxed));
+        assert_eq!(o.tail.lock().unwrap().back().unwrap().seq, TAIL as u64 + 4);
     }
 }

@@ -254,7 +254,7 @@ impl Order {
                 }
             }
         }
-        self.observe.write(src, w.addr, w.data, t0);
+        self.observe.write(seq, src, w.dest, w.flags, w.addr, w.data, t0);
         Step::Done(acks)
     }
 

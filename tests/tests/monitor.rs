@@ -116,6 +116,14 @@ fn the_monitor_serves_live_state_behind_its_token() {
     assert_eq!(hot["writers"], serde_json::json!([na]));
     assert!(v["seq"].as_u64() >= Some(51), "{v}");
     assert!(v["step_ns"].as_array().is_some_and(|s| !s.is_empty()), "step times");
+    // The tail, decoded: A's last store to page 60, and a directory word named.
+    let v = until(&addr, "the tail", |v| v["tail"].as_array().is_some_and(|t| !t.is_empty()));
+    let tail: Vec<&str> = v["tail"].as_array().unwrap().iter().filter_map(|l| l.as_str()).collect();
+    assert!(tail.iter().all(|l| l.starts_with("seq ") && l.contains(" write ")), "{tail:?}");
+    assert!(
+        tail.iter().any(|l| l.contains(&format!("write {na} -> all page 60 +0x310 len 8"))),
+        "A's last store: {tail:?}"
+    );
     let joins = v["timeline"].as_array().unwrap().iter().filter(|e| e["kind"] == "join").count();
     assert_eq!(joins, 2);
     // Rates: B writes steadily; its writes/s shows up.

@@ -214,6 +214,42 @@ fn tshark_decodes_a_real_hub_capture() {
     assert!(fields(&bad, "_ws.malformed", &["frame.number"]).len() >= 16, "short garbage is flagged");
 }
 
+/// The dissector names imcd's fields as `imc_proto::layout::describe`
+/// does (the monitor's tail uses that), word for word, at addresses all
+/// over imcd's pages.
+#[test]
+fn the_dissector_names_imcd_fields_as_the_rust_layout_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("imcd.pcap");
+    let mut out = Vec::new();
+    for v in [0xa1b2_c3d4u32.to_le_bytes().as_slice(), &2u16.to_le_bytes(), &4u16.to_le_bytes(), &[0; 8]] {
+        out.extend_from_slice(v);
+    }
+    out.extend_from_slice(&65535u32.to_le_bytes());
+    out.extend_from_slice(&147u32.to_le_bytes());
+    let mut addrs = Vec::new();
+    for page in 0..layout::DATA_FIRST + 1 {
+        for off in [0u64, 8, 56, 64, 512, 4096, 4104, 8184] {
+            addrs.push(page * PAGE_SIZE + off);
+        }
+    }
+    for (seq, &addr) in addrs.iter().enumerate() {
+        let mut f = link::Msg::Deliver { seq: seq as u64, src: 0, flags: 0, addr, data: &[1; 8] }.encode();
+        f.extend_from_slice(&link::BROADCAST.to_le_bytes());
+        for v in [1u32, 0, f.len() as u32, f.len() as u32] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&f);
+    }
+    std::fs::write(&file, out).unwrap();
+    let rows = fields(&file, "", &["mc.page", "mc.offset", "mc.imcd"]);
+    assert_eq!(rows.len(), addrs.len());
+    for (row, addr) in rows.iter().zip(&addrs) {
+        let want = layout::describe(addr / PAGE_SIZE, addr % PAGE_SIZE).unwrap_or_default();
+        assert_eq!(row[2], want, "address {addr:#x} (page {} offset {})", row[0], row[1]);
+    }
+}
+
 /// The constants the script keeps by hand are the Rust ones.
 #[test]
 fn the_dissector_keeps_the_rust_layout() {

@@ -146,6 +146,9 @@ pub struct View {
     pub step_ns: Vec<(u64, u64)>,
     /// Joins, leaves, links down and up, corruption and faults asked for, newest last.
     pub timeline: Vec<Event>,
+    /// The last writes, decoded as the Wireshark dissector's summary line
+    /// decodes them, oldest first.
+    pub tail: Vec<String>,
 }
 
 /// The last sample's counts, for rates.
@@ -342,6 +345,8 @@ impl Tracker {
             })
             .collect();
         let (regions, dir_lock) = directory(&words, &writers_of);
+        let tail =
+            ob.get("tail").and_then(Value::as_array).map(|t| t.iter().map(frame_line).collect()).unwrap_or_default();
 
         let t = s.t;
         let seq_per_s = rate(seq, self.last.as_ref().map(|l| l.seq));
@@ -356,8 +361,34 @@ impl Tracker {
             dir_lock,
             step_ns,
             timeline: self.timeline.iter().cloned().collect(),
+            tail,
         })
     }
+}
+
+/// One frame of the hub's tail as the dissector's summary line writes it:
+/// `seq 17 write 0 -> all page 60 +0x8 len 8 (imcd field) 0100...`.
+fn frame_line(f: &Value) -> String {
+    let addr = u(f, "addr");
+    let (page, offset) = (addr / PAGE, addr % PAGE);
+    let dest = u(f, "dest");
+    let to = if dest == 0xffff { "all".to_string() } else { dest.to_string() };
+    let flags = u(f, "flags");
+    let ack = if flags & 4 != 0 {
+        " ACK-answer"
+    } else if flags & 2 != 0 {
+        " ACK"
+    } else {
+        ""
+    };
+    let what = imc_proto::layout::describe(page, offset).map(|d| format!(" ({d})")).unwrap_or_default();
+    format!(
+        "seq {} write {} -> {to} page {page} +{offset:#x} len {}{ack}{what} {}",
+        u(f, "seq"),
+        u(f, "src"),
+        u(f, "len"),
+        f.get("head").and_then(Value::as_str).unwrap_or("")
+    )
 }
 
 /// imcd's directory from the words of its pages: every entry in use, with
@@ -494,6 +525,14 @@ mod tests {
             t.note(5.0, "fault", format!("press {i}"));
         }
         assert_eq!(t.timeline.len(), TIMELINE, "the timeline is bounded");
+    }
+
+    #[test]
+    fn tail_frames_read_like_the_dissector() {
+        let f = json!({"seq": 17, "src": 0, "dest": 65535, "flags": 0, "addr": 38 * 8192 + 64, "len": 8, "head": "07"});
+        assert_eq!(frame_line(&f), "seq 17 write 0 -> all page 38 +0x40 len 8 (host row 1, imcd token) 07");
+        let f = json!({"seq": 3, "src": 1, "dest": 0, "flags": 2, "addr": 62 * 8192, "len": 4, "head": "01010101"});
+        assert_eq!(frame_line(&f), "seq 3 write 1 -> 0 page 62 +0x0 len 4 ACK 01010101");
     }
 
     #[test]

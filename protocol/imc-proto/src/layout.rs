@@ -124,6 +124,57 @@ pub mod relay {
 /// 64-bit words in a MEMORY CHANNEL page (8 KiB).
 const PAGE_WORDS: usize = 1024;
 
+/// What imcd keeps at byte `offset` of page `page`, in words a student
+/// reads ("directory entry 5, copy 0, hosts"), or None above imcd's pages.
+/// The Wireshark dissector (`hub/wireshark/mc.lua`) names fields the same
+/// way; a test compares the two.
+pub fn describe(page: u64, offset: u64) -> Option<String> {
+    let word = (offset / 8) as usize;
+    const RECORD: [&str; 8] = ["key", "first page", "pages", "mode and flags", "uid", "gid", "ctime", "hosts"];
+    Some(if (DIR_PAGE..DIR_PAGE + DIR_PAGES).contains(&page) {
+        let w = (page - DIR_PAGE) as usize * PAGE_WORDS + word;
+        if w < LOCK_SLOTS {
+            return Some(format!("directory lock, slot of node {w}"));
+        }
+        let (e, i) = ((w - LOCK_SLOTS) / ENTRY_WORDS, (w - LOCK_SLOTS) % ENTRY_WORDS);
+        if e >= ENTRIES {
+            return Some("directory, past the last entry".into());
+        }
+        match i {
+            0 => format!("directory entry {e}, toggle word"),
+            i => format!("directory entry {e}, copy {}, {}", (i - 1) / 8, RECORD[(i - 1) % 8]),
+        }
+    } else if (ACK_PAGE..ACK_PAGE + ACK_PAGES).contains(&page) {
+        let w = (page - ACK_PAGE) as usize * PAGE_WORDS + word;
+        format!("coherency ack of entry {} by node {}", w / MAX_NODES, w % MAX_NODES)
+    } else if page == HOST_PAGE {
+        const NAMES: [&str; 8] =
+            ["imcd token", "host name", "host name", "host name", "host name", "join request", "join served", "ready"];
+        format!("host row {}, {}", word / host::ROW, NAMES[word % host::ROW])
+    } else if page == RELAY_PAGE {
+        const NAMES: [&str; 8] = ["sequence", "destination", "service", "pid", "signal", "uid", "word 6", "kick"];
+        if word < relay::RESPONSES {
+            format!("relay request of node {}, {}", word / relay::ROW, NAMES[word % relay::ROW])
+        } else {
+            let (row, i) = ((word - relay::RESPONSES) / relay::ROW, (word - relay::RESPONSES) % relay::ROW);
+            let what = match i {
+                0 => "sequence".to_string(),
+                1 => "status".to_string(),
+                i => format!("word {i}"),
+            };
+            format!("relay response to node {row}, {what}")
+        }
+    } else if page == ERRCNT_PAGE {
+        format!("error count of node {word}")
+    } else if page == ACK_Q_PAGE {
+        "imc_ckerrcnt's ACK page".into()
+    } else if page < DATA_FIRST {
+        "imcd's reserved pages".into()
+    } else {
+        return None;
+    })
+}
+
 // The rows fit their pages, checked when the crate compiles.
 const _: () = assert!(MAX_NODES * host::ROW <= PAGE_WORDS, "host table fits its page");
 const _: () = assert!(MAX_NODES * relay::ROW <= relay::RESPONSES, "requests stay below the responses");
