@@ -113,6 +113,20 @@ pub struct WordWrite {
     pub word_after: [u8; 8],
 }
 
+/// A region or lock set imcd's directory held during the capture, for
+/// [`History::regions`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionSpan {
+    /// The directory entry and what it held.
+    pub entry: imc_proto::layout::DirEntry,
+    /// Every node that held it at some point.
+    pub hosts: u64,
+    /// The write that put it in the directory.
+    pub from: u64,
+    /// The write that took it out (None: still there at the end).
+    pub to: Option<u64>,
+}
+
 /// One changed word, for [`History::diff`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -285,6 +299,56 @@ impl History {
             }
         }
         Ok(out)
+    }
+
+    /// Every region and lock set imcd's directory held while the capture
+    /// ran, in the order they appeared: the directory pages replayed,
+    /// each entry decoded after every write to it. A capture started while
+    /// the cluster ran knows only the entries written since.
+    pub fn regions(&self) -> Vec<RegionSpan> {
+        use imc_proto::layout::{dir_entry, entry_of_word, DIR_WORDS};
+        let dir_end = DIR_WORDS as u64 * 8;
+        let mut bytes = vec![0u8; DIR_WORDS * 8];
+        let mut words = vec![0u64; DIR_WORDS];
+        let mut open: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+        let mut spans: Vec<RegionSpan> = Vec::new();
+        for (e, _, addr, data) in self.writes(0, u64::MAX) {
+            if !apply(&mut bytes, 0, dir_end, addr, data) {
+                continue;
+            }
+            let (first, last) = (addr / 8, ((addr + data.len() as u64).min(dir_end) - 1) / 8);
+            let mut touched = std::collections::BTreeSet::new();
+            for w in first..=last {
+                let w = w as usize;
+                words[w] = u64::from_le_bytes(bytes[w * 8..w * 8 + 8].try_into().unwrap());
+                touched.extend(entry_of_word(w));
+            }
+            for entry in touched {
+                let now = dir_entry(&words, entry);
+                let cur = open.get(&entry).copied();
+                let same = |i: usize, d: &imc_proto::layout::DirEntry| {
+                    let s = &spans[i].entry;
+                    (s.key, s.first_page, s.ctime) == (d.key, d.first_page, d.ctime)
+                };
+                match (cur, now) {
+                    (Some(i), Some(d)) if same(i, &d) => {
+                        spans[i].hosts |= d.hosts;
+                        spans[i].entry.hosts = d.hosts;
+                    }
+                    (cur, now) => {
+                        if let Some(i) = cur {
+                            spans[i].to = Some(e.seq);
+                            open.remove(&entry);
+                        }
+                        if let Some(d) = now {
+                            open.insert(entry, spans.len());
+                            spans.push(RegionSpan { entry: d, hosts: d.hosts, from: e.seq, to: None });
+                        }
+                    }
+                }
+            }
+        }
+        spans
     }
 
     /// Node `node`'s writes, joins and leaves.

@@ -20,10 +20,11 @@ use serde_json::json;
     long_about = "Reads a capture of the hub (mc-hub --pcap FILE, mc-cluster capture start FILE) and answers \
                   questions about any point of the global order. Contents are the global view: the last write in \
                   the order to each byte; bytes nobody wrote read as zero. Addresses are byte addresses in \
-                  MEMORY CHANNEL space (decimal or 0x hex) or PAGE:OFFSET.",
+                  MEMORY CHANNEL space (decimal or 0x hex), PAGE:OFFSET, or region:KEY:OFFSET for a region imcd's \
+                  directory held during the capture.",
     after_help = "Examples:\n  mc-trace trace.pcap summary\n  mc-trace trace.pcap state --page 60 --at 1200\n  \
                   mc-trace trace.pcap who-wrote 60:0x8 --between 1000 2000\n  mc-trace trace.pcap diff --from 1000 \
-                  --to 1010\n  mc-trace trace.pcap timeline --node 1\n\nExit codes: 0 answered, 1 an error \
+                  --to 1010\n  mc-trace trace.pcap timeline --node 1\n  mc-trace trace.pcap regions --key 123\n\nExit codes: 0 answered, 1 an error \
                   (unreadable capture, bad arguments)."
 )]
 struct Args {
@@ -54,7 +55,7 @@ enum Cmd {
     },
     /// Every write to the 8-byte word holding ADDR, with the word after it.
     WhoWrote {
-        /// A byte address, or PAGE:OFFSET.
+        /// A byte address, PAGE:OFFSET, or region:KEY:OFFSET (a region of imcd's directory).
         addr: String,
         /// Only writes with sequence numbers from A to B.
         #[arg(long, num_args = 2, value_names = ["A", "B"])]
@@ -68,6 +69,12 @@ enum Cmd {
         /// The later point.
         #[arg(long)]
         to: u64,
+    },
+    /// The regions and lock sets imcd's directory held during the capture: key, pages, holders, from and to which write.
+    Regions {
+        /// Only the one with this key (decimal or 0x hex).
+        #[arg(long)]
+        key: Option<String>,
     },
     /// A node's writes, joins and leaves.
     Timeline {
@@ -86,8 +93,24 @@ fn number(s: &str) -> Result<u64> {
     r.with_context(|| format!("{s:?} is not a number (decimal or 0x hex)"))
 }
 
-/// A byte address, or PAGE:OFFSET.
-fn address(s: &str) -> Result<u64> {
+/// A byte address, PAGE:OFFSET, or region:KEY:OFFSET (the region with
+/// that key in imcd's directory during the capture; the last one if the
+/// key was allocated more than once).
+fn address(h: &History, s: &str) -> Result<u64> {
+    if let Some(rest) = s.strip_prefix("region:") {
+        let (k, o) = rest.split_once(':').with_context(|| format!("{s}: expected region:KEY:OFFSET"))?;
+        let (key, off) = (number(k)?, number(o)?);
+        let r = h
+            .regions()
+            .into_iter()
+            .rev()
+            .find(|r| r.entry.key == key)
+            .with_context(|| format!("no region with key {key:#x} in imcd's directory during this capture"))?;
+        if off >= r.entry.pages * PAGE_SIZE {
+            bail!("offset {off:#x} is past the end of region {key:#x} ({} pages)", r.entry.pages);
+        }
+        return Ok(r.entry.first_page * PAGE_SIZE + off);
+    }
     match s.split_once(':') {
         Some((p, o)) => {
             let (p, o) = (number(p)?, number(o)?);
@@ -204,7 +227,7 @@ fn run(a: &Args) -> Result<()> {
             }
         }
         Cmd::WhoWrote { addr, between } => {
-            let addr = address(addr)?;
+            let addr = address(&h, addr)?;
             let (from, until) = match between.as_deref() {
                 Some([a, b]) => (*a, *b),
                 _ => (0, u64::MAX),
@@ -249,6 +272,34 @@ fn run(a: &Args) -> Result<()> {
                     ),
                     json!({"addr": c.addr, "page": c.addr / PAGE_SIZE, "offset": c.addr % PAGE_SIZE,
                            "before": word(c.before), "after": word(c.after), "seq": c.last.0, "node": c.last.1}),
+                )?;
+            }
+        }
+        Cmd::Regions { key } => {
+            let key = key.as_deref().map(number).transpose()?;
+            let spans: Vec<_> = h.regions().into_iter().filter(|r| key.is_none_or(|k| r.entry.key == k)).collect();
+            if spans.is_empty() && !a.json {
+                line("no region was written into imcd's directory during this capture".into(), json!({}))?;
+            }
+            for r in spans {
+                let d = r.entry;
+                let lock = d.key & imc_proto::layout::LOCK_KEY != 0;
+                let key = if lock { d.key & !imc_proto::layout::LOCK_KEY } else { d.key };
+                let holders: Vec<String> =
+                    (0..64).filter(|i| r.hosts & (1 << i) != 0).map(|i: u64| i.to_string()).collect();
+                let until = r.to.map_or_else(|| "the end".to_string(), |t| format!("seq {t}"));
+                line(
+                    format!(
+                        "entry {:<3} {} key {key:#x} pages {}..{} held by {} from seq {} to {until}",
+                        d.entry,
+                        if lock { "lock set" } else { "region  " },
+                        d.first_page,
+                        d.first_page + d.pages.max(1) - 1,
+                        holders.join(","),
+                        r.from
+                    ),
+                    json!({"entry": d.entry, "lock_set": lock, "key": key, "first_page": d.first_page, "pages": d.pages,
+                           "hosts": r.hosts, "from": r.from, "to": r.to}),
                 )?;
             }
         }

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use imc_proto::keys::Namespace;
-use imc_proto::layout::{DIR_PAGES, ENTRIES, ENTRY_WORDS, LOCK_KEY, LOCK_SLOTS};
+use imc_proto::layout::{dir_entry, DIR_PAGES, ENTRIES, LOCK_KEY, LOCK_SLOTS};
 use serde::Serialize;
 use serde_json::Value;
 use thiserror::Error;
@@ -395,40 +395,36 @@ fn frame_line(f: &Value) -> String {
 /// the writers of its pages, and the bids in the directory lock.
 fn directory(words: &[u64], writers_of: &BTreeMap<u64, u64>) -> (Vec<RegionView>, Vec<(u16, u64)>) {
     let dir_lock = (0..LOCK_SLOTS).filter(|&n| words[n] != 0).map(|n| (n as u16, words[n])).collect();
-    let mut regions = Vec::new();
-    for e in 0..ENTRIES {
-        let at = LOCK_SLOTS + e * ENTRY_WORDS;
-        let copy = (words[at] & 1) as usize;
-        let r = &words[at + 1 + copy * 8..at + 9 + copy * 8];
-        // Words: key, first page, pages, mode | flags << 32, uid, gid, ctime, hosts.
-        if r[7] == 0 {
-            continue;
-        }
-        let key = r[0];
-        let kind = if key & LOCK_KEY != 0 {
-            "lock set".to_string()
-        } else {
-            Namespace::of(key).map_or_else(|| "unregistered".to_string(), |n| format!("{n:?}"))
-        };
-        let writers =
-            (r[1]..r[1].saturating_add(r[2]).min(r[1] + 4096)).filter_map(|p| writers_of.get(&p)).fold(0, |a, w| a | w);
-        regions.push(RegionView {
-            entry: e,
-            key: format!("{key:#x}"),
-            kind,
-            first_page: r[1],
-            pages: r[2],
-            coherent: (r[3] >> 32) & 1 != 0,
-            hosts: nodes_of(r[7]),
-            writers: nodes_of(writers),
-        });
-    }
+    let regions = (0..ENTRIES)
+        .filter_map(|e| dir_entry(words, e))
+        .map(|d| {
+            let kind = if d.key & LOCK_KEY != 0 {
+                "lock set".to_string()
+            } else {
+                Namespace::of(d.key).map_or_else(|| "unregistered".to_string(), |n| format!("{n:?}"))
+            };
+            let writers = (d.first_page..d.first_page.saturating_add(d.pages).min(d.first_page + 4096))
+                .filter_map(|p| writers_of.get(&p))
+                .fold(0, |a, w| a | w);
+            RegionView {
+                entry: d.entry,
+                key: format!("{:#x}", d.key),
+                kind,
+                first_page: d.first_page,
+                pages: d.pages,
+                coherent: d.flags & 1 != 0,
+                hosts: nodes_of(d.hosts),
+                writers: nodes_of(writers),
+            }
+        })
+        .collect();
     (regions, dir_lock)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use imc_proto::layout::ENTRY_WORDS;
     use serde_json::json;
 
     fn copy(entries: &[(usize, u64, [u64; 8])], lock: &[(usize, u64)]) -> String {

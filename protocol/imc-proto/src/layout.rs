@@ -124,6 +124,59 @@ pub mod relay {
 /// 64-bit words in a MEMORY CHANNEL page (8 KiB).
 const PAGE_WORDS: usize = 1024;
 
+/// One region or lock set of imcd's directory, as a copy of the directory
+/// pages reads (the valid copy of an entry, by its toggle word).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Its index (the region id).
+    pub entry: usize,
+    /// The key ([`LOCK_KEY`] set for a lock set).
+    pub key: u64,
+    /// First MEMORY CHANNEL page.
+    pub first_page: u64,
+    /// Pages.
+    pub pages: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Flags (bit 0: coherent).
+    pub flags: u32,
+    /// Creation time.
+    pub ctime: u64,
+    /// Nodes that hold it (bit n: node n).
+    pub hosts: u64,
+}
+
+/// Words of the directory pages ([`DIR_PAGES`] pages).
+pub const DIR_WORDS: usize = DIR_PAGES as usize * PAGE_WORDS;
+
+/// Entry `e` of a directory whose words are `words` (at least
+/// [`DIR_WORDS`]), if it is in use (held by some node).
+pub fn dir_entry(words: &[u64], e: usize) -> Option<DirEntry> {
+    if e >= ENTRIES || words.len() < DIR_WORDS {
+        return None;
+    }
+    let at = LOCK_SLOTS + e * ENTRY_WORDS;
+    let c = at + 1 + (words[at] & 1) as usize * 8;
+    let r = &words[c..c + 8];
+    (r[7] != 0).then(|| DirEntry {
+        entry: e,
+        key: r[0],
+        first_page: r[1],
+        pages: r[2],
+        mode: r[3] as u32,
+        flags: (r[3] >> 32) as u32,
+        ctime: r[6],
+        hosts: r[7],
+    })
+}
+
+/// The directory entry a word of the directory pages belongs to (None for
+/// the lock's slots and past the last entry).
+pub fn entry_of_word(word: usize) -> Option<usize> {
+    let e = word.checked_sub(LOCK_SLOTS)? / ENTRY_WORDS;
+    (e < ENTRIES).then_some(e)
+}
+
 /// What imcd keeps at byte `offset` of page `page`, in words a student
 /// reads ("directory entry 5, copy 0, hosts"), or None above imcd's pages.
 /// The Wireshark dissector (`hub/wireshark/mc.lua`) names fields the same
