@@ -115,6 +115,13 @@ pub struct NodeStats {
     pub dropped: u64,
     /// Frames from it that went missing (its link sequence skipped).
     pub link_gaps: u64,
+    /// Transmit DMA descriptors retired by its adapter since its last
+    /// reset (local ports: the hub serves the adapter; None for link ports).
+    #[serde(default)]
+    pub dma_descs: Option<u32>,
+    /// Bytes its adapter's DMA engine sent since its last reset.
+    #[serde(default)]
+    pub dma_bytes: Option<u64>,
 }
 
 /// The answer to a [`Control`] request.
@@ -314,6 +321,8 @@ impl Hub {
                         corrupted: p.stats.corrupted.load(Ordering::Relaxed),
                         dropped: p.stats.dropped.load(Ordering::Relaxed),
                         link_gaps: p.stats.link_gaps.load(Ordering::Relaxed),
+                        dma_descs: ctl.local[i].as_ref().map(|l| l.counters.dma().0),
+                        dma_bytes: ctl.local[i].as_ref().map(|l| l.counters.dma().1),
                     })
                     .collect(),
                 held_down: ctl.held_down.iter().enumerate().filter(|(_, h)| **h).map(|(i, _)| i as u16).collect(),

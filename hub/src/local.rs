@@ -132,6 +132,7 @@ impl Hub {
             dev: adapter.downlink(),
             client: Mutex::new(Client::Waiting),
             rt: rt.clone(),
+            counters: adapter.counters(),
         });
         {
             let st = self.shared.order.state.lock().unwrap();

@@ -116,4 +116,6 @@ pub(crate) struct LocalPort {
     pub client: Mutex<Client>,
     /// The hub's runtime: a local writer waits on it for room.
     pub rt: tokio::runtime::Handle,
+    /// Its adapter's counters (transmit DMA), for `stats`.
+    pub counters: device::adapter::Counters,
 }

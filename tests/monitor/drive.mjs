@@ -38,6 +38,7 @@ try {
   const second = await snap();
   out.seq1 = second.seq;
   out.moved = Object.keys(second.writes).filter((n) => second.writes[n] > (first.writes[n] ?? 0));
+  out.dma = await page.$$eval("#nodes td.dma", (c) => c.map((x) => x.textContent));
   // The region directory.
   await page.waitForSelector("#regions tbody tr", { timeout: 30000 });
   out.regions = await page.$$eval("#regions tbody tr", (rows) => rows.map((r) => ({

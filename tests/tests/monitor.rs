@@ -87,6 +87,9 @@ fn the_monitor_serves_live_state_behind_its_token() {
     assert_eq!(code, 200);
     assert!(page.contains("MEMORY CHANNEL monitor") && page.contains("EventSource"));
 
+    // The first sample has been taken (from then on the hub keeps the tail).
+    until(&addr, "a first sample", |v| v.get("error").is_none());
+
     // A stores a region record into imcd's directory (entry 3, copy 0:
     // key 0x7b at page 60, one page, held by A and B), then writes page 60
     // (stores 16 bytes apart, non-posted: one packet each).
@@ -107,6 +110,7 @@ fn the_monitor_serves_live_state_behind_its_token() {
             && v["regions"].as_array().is_some_and(|r| !r.is_empty())
     });
     assert_eq!(v["regions"][0]["entry"], 3);
+    assert_eq!(v["nodes"][0]["dma_descs"], 0, "local ports report their adapter's DMA counters: {v}");
     assert_eq!(v["regions"][0]["key"], "0x7b");
     assert_eq!(v["regions"][0]["hosts"], serde_json::json!([na.min(nb), na.max(nb)]));
     assert_eq!(v["regions"].as_array().unwrap().len(), 1, "{v}");

@@ -2,7 +2,7 @@
 //! ping-pong, a region held through imcd), the monitor's page driven in
 //! Debian's headless chromium (`tests/monitor/drive.mjs`, playwright-core
 //! from set-up's browser step): the counters move, the directory shows the
-//! region, "link down" for node 1 appears on the timeline and in its row,
+//! region, DMA transfers counted, "link down" for node 1 appears on the timeline and in its row,
 //! and the address without its token is refused.
 
 use std::io::{BufRead, BufReader};
@@ -18,7 +18,7 @@ fn monitor_page_shows_the_cluster_live_in_a_browser() {
     c.background(0, "hold", "mctool imc-alloc --key 4660 --coherent --hold 600");
     c.poll_until(0, &["cat", "/tmp/hold.log"], 30, |o| o.contains("IMC_"));
     c.background(1, "serve", "ump-tool serve --me 1 --peer 2");
-    c.background(0, "pp", "ump-tool pingpong --me 2 --peer 1 --rounds 1000000 --sizes 8");
+    c.background(0, "pp", "ump-tool pingpong --me 2 --peer 1 --rounds 1000000 --sizes 4K");
 
     let mut mon = Command::new(launcher())
         .args(["--name", &c.name, "monitor", "--interval-ms", "300"])
@@ -45,6 +45,8 @@ fn monitor_page_shows_the_cluster_live_in_a_browser() {
 
     assert!(v["seq1"].as_u64() > v["seq0"].as_u64(), "the sequence number moved on the page: {v}");
     assert!(v["moved"].as_array().is_some_and(|m| !m.is_empty()), "some node's writes moved: {v}");
+    let dma: Vec<u64> = v["dma"].as_array().unwrap().iter().filter_map(|d| d.as_str()?.parse().ok()).collect();
+    assert!(dma.iter().any(|&d| d > 0), "4 KiB messages go by the DMA engine, counted on the page: {v}");
     let regions = v["regions"].as_array().unwrap();
     let held =
         regions.iter().find(|r| r["key"] == "0x1234").unwrap_or_else(|| panic!("region 0x1234 on the page: {v}"));

@@ -262,6 +262,19 @@ impl Downlink for Shared {
     }
 }
 
+/// A read-only view of an adapter's counters for the process serving it
+/// (the hub's monitor), valid as long as the view is held.
+#[derive(Clone)]
+pub struct Counters(Arc<Shared>);
+
+impl Counters {
+    /// Transmit DMA descriptors retired and bytes sent since the adapter's
+    /// last reset (DMA_DESCS, DMA_BYTES).
+    pub fn dma(&self) -> (u32, u64) {
+        self.0.txdma.totals()
+    }
+}
+
 /// The adapter device.
 pub struct Adapter {
     shared: Arc<Shared>,
@@ -282,6 +295,11 @@ impl Drop for Adapter {
 }
 
 impl Adapter {
+    /// Its counters, for the process serving it.
+    pub fn counters(&self) -> Counters {
+        Counters(self.shared.clone())
+    }
+
     /// Creates an adapter with no hub link (tests attach one with [`Adapter::attach_link`]).
     pub fn new(aspace: u64) -> io::Result<Adapter> {
         if !(regs::MIN_ASPACE..=regs::MAX_ASPACE).contains(&aspace) || !aspace.is_power_of_two() {

@@ -168,6 +168,12 @@ impl TxDma {
         Ok(())
     }
 
+    /// Descriptors retired and bytes sent since the last reset (what
+    /// DMA_DESCS and DMA_BYTES read, the bytes whole).
+    pub(super) fn totals(&self) -> (u32, u64) {
+        (self.descs.load(Ordering::Relaxed), self.bytes.load(Ordering::Relaxed))
+    }
+
     /// Reads a DMA register.
     pub(super) fn reg(&self, off: u64) -> u32 {
         use crate::regs::reg;

@@ -74,6 +74,12 @@ pub struct NodeView {
     pub link_gaps: u64,
     /// Frames waiting for it.
     pub queued: u64,
+    /// Transmit DMA descriptors its adapter retired and bytes it sent,
+    /// since the adapter's last reset (None: the hub does not serve its
+    /// adapter, as with per-guest adapters).
+    pub dma_descs: Option<u64>,
+    /// Bytes its DMA engine sent.
+    pub dma_bytes: Option<u64>,
     /// Writes per second since the last sample.
     pub writes_per_s: f64,
     /// Bytes per second since the last sample.
@@ -243,6 +249,8 @@ impl Tracker {
                 dropped: u(n, "dropped"),
                 link_gaps: u(n, "link_gaps"),
                 queued: u(n, "queued"),
+                dma_descs: n.get("dma_descs").and_then(Value::as_u64),
+                dma_bytes: n.get("dma_bytes").and_then(Value::as_u64),
                 writes_per_s: rate(writes, before.map(|b| b.0)),
                 bytes_per_s: rate(bytes, before.map(|b| b.1)),
             });
@@ -288,6 +296,8 @@ impl Tracker {
                     dropped: 0,
                     link_gaps: 0,
                     queued: 0,
+                    dma_descs: None,
+                    dma_bytes: None,
                     writes_per_s: 0.0,
                     bytes_per_s: 0.0,
                 });
@@ -463,7 +473,7 @@ mod tests {
             &[(1, 77)],
         );
         let mut t = Tracker::default();
-        let n = |node: u64, w: u64, c: u64| json!({"node": node, "name": format!("node{node}"), "writes_in": w, "bytes_in": 8 * w, "frames_out": 2 * w, "corrupted": c, "dropped": 0, "link_gaps": 0, "queued": 0});
+        let n = |node: u64, w: u64, c: u64| json!({"node": node, "name": format!("node{node}"), "writes_in": w, "bytes_in": 8 * w, "frames_out": 2 * w, "corrupted": c, "dropped": 0, "link_gaps": 0, "queued": 0, "dma_descs": w / 5, "dma_bytes": 1024 * w});
         let v = t
             .update(&sample(
                 0.0,
@@ -476,6 +486,7 @@ mod tests {
             .unwrap();
         assert_eq!(v.nodes.len(), 2);
         assert_eq!(v.nodes[0].writes_per_s, 0.0, "no rate from one sample");
+        assert_eq!((v.nodes[0].dma_descs, v.nodes[0].dma_bytes), (Some(1), Some(5120)));
         assert_eq!(v.timeline.iter().filter(|e| e.kind == "join").count(), 2);
         assert_eq!(v.step_ns, [(4, 3), (16, 1)]);
         // Entry 0 (copy 1), entry 4 (copy 0); entry 7 has no hosts: free.
