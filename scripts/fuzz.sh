@@ -22,8 +22,11 @@
 # Usage: scripts/fuzz.sh [--seconds N] [--asan] [--if-installed] [TARGET...]
 #        scripts/fuzz.sh [--asan] --repro TARGET FILE
 #   --seconds N     per target (default 30)
+#   --asan          AddressSanitizer build (above)
+#   --repro T FILE  run target T on one input FILE (a crash to reproduce)
 #   --if-installed  without cargo-fuzz: say so and exit 0 (the test script's smoke run)
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MC_CACHE=${MC_CACHE:-$REPO/.cache}
 ALL_TARGETS=(vfio_user link_frame control_line imc_line)
@@ -41,7 +44,7 @@ while [ $# -gt 0 ]; do
         --repro)
             REPRO=("${1:?--repro needs TARGET FILE}" "$(realpath -e "${2:?--repro needs TARGET FILE}")") || exit 2
             TARGETS+=("$1"); shift 2 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) usage_text; exit 0 ;;
         -*) echo "fuzz: unknown option '$arg' (try --help)" >&2; exit 2 ;;
         *) TARGETS+=("$arg") ;;
     esac

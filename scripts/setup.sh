@@ -33,7 +33,10 @@
 #     Debian's chromium in the monitor's browser test (step browser)
 #
 # Usage: scripts/setup.sh [--no-apt] [--only "apt qemu kernel rust mpich mpich-suite netpipe pvm image browser fuzz lint"]
+#   --no-apt     skip the apt step (packages already in place; no root needed)
+#   --only LIST  run just these steps, in this order
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MC_CACHE=${MC_CACHE:-$REPO/.cache}
@@ -44,7 +47,7 @@ while [ $# -gt 0 ]; do
     case "$arg" in
         --no-apt) NO_APT=1 ;;
         --only) ONLY="${1:?--only needs a list of steps}"; shift ;;
-        -h|--help) sed -n '2,/^# Usage:/p' "$0"; exit 0 ;;
+        -h|--help) usage_text; exit 0 ;;
         *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done

@@ -127,8 +127,13 @@ pub struct Streams<'a> {
     pub err: &'a mut dyn Write,
 }
 
+/// The exit code of a command whose standard output nobody reads any more
+/// (128 + SIGPIPE, as a shell reports it).
+pub const BROKEN_PIPE: i32 = 141;
+
 /// Runs `argv` in the guest with `io` as its standard streams. `timeout_s`
-/// 0 means no limit.
+/// 0 means no limit. When `io.out` is a closed pipe, the command is ended
+/// and the exit is [`BROKEN_PIPE`].
 pub fn exec(sock: &Path, argv: &[String], io: Streams<'_>, timeout_s: u64) -> Result<Exit> {
     let Streams { stdin, out, err } = io;
     let wait = if timeout_s == 0 { Duration::from_secs(24 * 3600) } else { Duration::from_secs(timeout_s + 15) };
@@ -145,9 +150,18 @@ pub fn exec(sock: &Path, argv: &[String], io: Streams<'_>, timeout_s: u64) -> Re
         match c.recv() {
             Ok(Response::Output { fd, data }) => {
                 let bytes = b64_decode(&data)?;
-                let sink: &mut dyn Write = if fd == 2 { &mut *err } else { &mut *out };
-                // A closed stdout (`| head`) must not stop the command's answer.
-                let _ = sink.write_all(&bytes).and_then(|()| sink.flush());
+                if fd == 2 {
+                    // A closed stderr must not stop the command's answer.
+                    let _ = err.write_all(&bytes).and_then(|()| err.flush());
+                } else if let Err(e) = out.write_all(&bytes).and_then(|()| out.flush()) {
+                    if e.kind() == ErrorKind::BrokenPipe {
+                        // Nobody reads stdout (`| head`): end here as a
+                        // shell's SIGPIPE would; closing the connection
+                        // ends the command in the guest.
+                        break Ok(Exit { code: BROKEN_PIPE, timed_out: false });
+                    }
+                    break Err(anyhow!("writing the command's output: {e}"));
+                }
             }
             Ok(Response::Exited { code, timed_out }) => break Ok(Exit { code, timed_out }),
             Ok(Response::Error { message }) => break Err(anyhow!("{message}")),
@@ -325,6 +339,32 @@ mod tests {
         let argv = vec!["/no/such/program".to_string()];
         let r = exec(&sock, &argv, Streams { stdin: None, out: &mut Vec::new(), err: &mut Vec::new() }, 5);
         assert!(r.unwrap_err().to_string().contains("cannot run /no/such/program"));
+    }
+
+    /// Standard output that nobody reads (`mc-cluster exec 0 -- yes | head`).
+    struct ClosedPipe;
+    impl Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::from(ErrorKind::BrokenPipe))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_stdout_ends_the_command_with_141() {
+        let (sock, _d) = agent();
+        let argv = vec!["yes".to_string()];
+        let t0 = std::time::Instant::now();
+        let e = exec(&sock, &argv, Streams { stdin: None, out: &mut ClosedPipe, err: &mut Vec::new() }, 30).unwrap();
+        assert_eq!(e, Exit { code: BROKEN_PIPE, timed_out: false });
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+        // A closed stderr is not a reason to stop.
+        let argv: Vec<String> = ["sh", "-c", "echo e >&2; echo out"].iter().map(|a| a.to_string()).collect();
+        let mut out = Vec::new();
+        let e = exec(&sock, &argv, Streams { stdin: None, out: &mut out, err: &mut ClosedPipe }, 30).unwrap();
+        assert_eq!((e.code, out), (0, b"out\n".to_vec()));
     }
 
     #[test]

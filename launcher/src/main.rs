@@ -57,6 +57,12 @@ fn quiet_on_broken_pipe(r: std::io::Result<()>) {
     name = "mc-cluster",
     version,
     about = "Run a virtual MEMORY CHANNEL cluster of QEMU guests",
+    long_about = "Run a virtual MEMORY CHANNEL cluster of QEMU guests.\n\n\
+                  `up` starts a hub, the adapters and one QEMU per guest (qemu-configs/default.toml, \
+                  or --config FILE) and a supervisor that keeps them running; the other commands \
+                  work on a cluster that is up: run commands and MPI or PVM programs in the guests, \
+                  copy files, talk to the hub, restart a node, stop it all. Logs, sockets and the \
+                  shared folder are in .run/NAME/ (README, \"Troubleshooting\").",
     after_help = "Examples:
   mc-cluster up --nodes 4                      boot 4 guests (qemu-configs/default.toml)
   mc-cluster exec 0 -- mctool info             run a command in guest 0
@@ -311,7 +317,7 @@ fn run() -> Result<i32> {
             let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
             let io = agent::Streams { stdin, out: &mut out, err: &mut err };
             let r = exec(&paths, &cli.name, node, &argv, io, timeout)?;
-            out.flush()?;
+            quiet_on_broken_pipe(out.flush());
             if r.timed_out {
                 eprintln!("mc-cluster: command killed after {timeout} s");
             }
@@ -321,7 +327,7 @@ fn run() -> Result<i32> {
             end_on_signals()?;
             let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
             let r = mpirun(&paths, &cli.name, &MpirunOptions { n, ppn, env, argv }, &mut out, &mut err, timeout)?;
-            out.flush()?;
+            quiet_on_broken_pipe(out.flush());
             if r.timed_out {
                 eprintln!("mc-cluster: mpiexec killed after {timeout} s");
             }
@@ -332,7 +338,7 @@ fn run() -> Result<i32> {
             let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
             let io = agent::Streams { stdin: Some(Box::new(std::io::stdin())), out: &mut out, err: &mut err };
             let r = exec(&paths, &cli.name, 0, &argv, io, timeout)?;
-            out.flush()?;
+            quiet_on_broken_pipe(out.flush());
             if r.timed_out {
                 eprintln!("mc-cluster: PVM program killed after {timeout} s");
             }

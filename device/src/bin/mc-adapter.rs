@@ -15,13 +15,22 @@ use link::ANY_NODE;
 #[command(
     name = "mc-adapter",
     version,
+    long_about = "A MEMORY CHANNEL for PCI adapter for one QEMU guest.\n\n\
+                  Serves the adapter model (PCI 1011:0018: registers, page control table, \
+                  transmit window, receive DMA into guest memory) over vfio-user to QEMU's \
+                  vfio-user-pci device, and joins a hub (mc-hub) over the link protocol, on a \
+                  Unix socket or over TCP with a shared secret. Runs until QEMU disconnects or \
+                  the hub goes away.",
     after_help = "Examples:
   mc-adapter --socket /run/mc/node0-adapter.sock --hub /run/mc/hub.sock --name node0
                        then QEMU: -device '{\"driver\":\"vfio-user-pci\",
                        \"socket\":{\"type\":\"unix\",\"path\":\"/run/mc/node0-adapter.sock\"}}'
   mc-adapter --socket /run/mc/a.sock --hub tcp:10.0.0.1:7400 --secret-file /etc/mc/secret
 
-mc-cluster starts one per guest with [cluster] adapters = \"per-guest\" (docs/adapter.md)."
+mc-cluster starts one per guest with [cluster] adapters = \"per-guest\" (docs/adapter.md).
+
+Exit codes: 0 when QEMU closes the connection; 1 an error (the message starts with
+\"mc-adapter:\"); 2 a usage error."
 )]
 struct Args {
     /// vfio-user socket QEMU connects to (created; a stale one is replaced).

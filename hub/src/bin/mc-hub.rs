@@ -17,6 +17,12 @@ use link::{self as link, Msg, MAX_NODES};
 #[command(
     name = "mc-hub",
     version,
+    long_about = "The MEMORY CHANNEL hub: one global order for every write of every node.\n\n\
+                  Adapters join it over link ports (mc-adapter processes, on a Unix socket or \
+                  TCP with a shared secret), or it serves guests' adapters itself (--local: QEMU \
+                  connects straight to the hub). Every write gets a global sequence number and \
+                  reaches every receiving node in that order. `mc-hub ctl` talks to a running \
+                  hub (counters, fault injection, captures); `mc-hub pcap` prints a capture.",
     args_conflicts_with_subcommands = true,
     after_help = "Examples:
   mc-hub --socket /run/mc/hub.sock --control /run/mc/hub.ctl
@@ -28,7 +34,11 @@ use link::{self as link, Msg, MAX_NODES};
   mc-hub ctl --control /run/mc/hub.ctl link-down 1
   mc-hub pcap trace.pcap
 
-mc-cluster starts a hub for each cluster (docs/hub.md)."
+mc-cluster starts a hub for each cluster (docs/hub.md).
+
+Exit codes: 0 success (the hub itself runs until killed); 1 an error (the
+message starts with \"mc-hub:\"); 2 a usage error; 141 when standard output
+is a closed pipe."
 )]
 struct Args {
     /// Unix socket adapters connect to (created; a stale socket is replaced).
@@ -131,8 +141,8 @@ fn ctl(control: PathBuf, c: Control) -> anyhow::Result<()> {
     BufReader::new(s).read_line(&mut reply)?;
     match serde_json::from_str::<ControlReply>(&reply)? {
         ControlReply::Error { message } => anyhow::bail!("{message}"),
-        ControlReply::Ok => println!("ok"),
-        stats => println!("{}", serde_json::to_string_pretty(&stats)?),
+        ControlReply::Ok => writeln!(std::io::stdout(), "ok")?,
+        stats => writeln!(std::io::stdout(), "{}", serde_json::to_string_pretty(&stats)?)?,
     }
     Ok(())
 }
@@ -196,6 +206,11 @@ fn pcap(file: &Path) -> anyhow::Result<()> {
 fn main() {
     device::fatal::abort_on_panic();
     if let Err(e) = run() {
+        if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+            // Nobody reads our output (`mc-hub pcap FILE | head`): 128 +
+            // SIGPIPE, as a shell reports it.
+            std::process::exit(141);
+        }
         eprintln!("mc-hub: {e:#}");
         std::process::exit(1);
     }

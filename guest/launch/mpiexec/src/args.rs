@@ -25,6 +25,10 @@ usage: mpiexec [options] PROG [ARGS...]   (also installed as mpirun)
   -end-on-stdin-eof    end the job when standard input reaches its end
                        (mc-cluster mpirun uses it)
   -h, -help, --help    this text
+  -V, -version, --version  mpiexec's name and version
+Examples:
+  mpiexec -n 4 -hosts node0,node1,node2,node3 /share/prog
+  mpiexec -n 8 -ppn 2 -hosts node0,node1 -genv MPIEXEC_TRACE 1 /share/prog arg
 Exit: 0 when every rank exits 0; else the first failing rank's code (128 +
 signal when killed); 255 when mpiexec itself fails; 124 after -timeout.";
 
@@ -77,6 +81,8 @@ pub struct Args {
     pub argv: Vec<String>,
     /// -h was given.
     pub help: bool,
+    /// -V was given.
+    pub version: bool,
 }
 
 fn number(opt: &str, v: &str) -> Result<u32, ArgsError> {
@@ -105,6 +111,7 @@ pub fn parse(args: &[String], timeout_var: Option<&str>) -> Result<Args, ArgsErr
         end_on_stdin_eof: false,
         argv: Vec::new(),
         help: false,
+        version: false,
     };
     let mut timeout = timeout_var.map(|v| ("MPIEXEC_TIMEOUT".to_string(), v.to_string()));
     let mut it = args.iter();
@@ -147,6 +154,10 @@ pub fn parse(args: &[String], timeout_var: Option<&str>) -> Result<Args, ArgsErr
             "-end-on-stdin-eof" => a.end_on_stdin_eof = true,
             "-h" | "-help" | "--help" => {
                 a.help = true;
+                return Ok(a);
+            }
+            "-V" | "-version" | "--version" => {
+                a.version = true;
                 return Ok(a);
             }
             "--" => {
@@ -196,6 +207,7 @@ mod tests {
         let env_timeout = parse(&["prog".to_string()], Some("7")).unwrap();
         assert_eq!(env_timeout.timeout, Some(Duration::from_secs(7)));
         assert!(p("-h").unwrap().help);
+        assert!(p("-V").unwrap().version && p("--version").unwrap().version);
     }
 
     #[test]

@@ -28,7 +28,24 @@ use testkit::pattern;
 use raw::DEFAULT_BUFFER;
 
 #[derive(Parser)]
-#[command(version, about = "Drive the MEMORY CHANNEL adapter from inside a guest")]
+#[command(
+    version,
+    about = "Drive the MEMORY CHANNEL adapter from inside a guest",
+    long_about = "Drive the MEMORY CHANNEL adapter from inside a guest.\n\n\
+                  The raw commands (info, rx, fill, poke, wait, dump, bench-tx, pingpong, ...) open \
+                  the adapter through VFIO, so they need a guest without imcd \
+                  (qemu-configs/raw-adapter.toml); the imc-* commands go through imcd and the \
+                  TruCluster MEMORY CHANNEL API, on the default cluster.",
+    after_help = "Examples (from the host, mc-cluster exec N -- ...):
+  mctool info                                       node id, link, members, errors
+  mctool imc-put --key 7 --value 42                 through imcd: store 42 into region 7
+  mctool imc-get --key 7 --value 42                 on another node: wait until it arrives
+  mctool imc-hosts                                  the nodes running imcd
+  mctool bench-tx --stride 16                       raw: stores per second (raw-adapter.toml)
+
+Exit codes: 0 success; 1 an error or a check that failed (the message starts
+with \"Error:\"); 2 a usage error."
+)]
 struct Cli {
     /// Run as this user id (drops root first; for permission tests).
     #[arg(long, global = true)]

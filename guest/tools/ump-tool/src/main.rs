@@ -17,7 +17,21 @@ use testkit::plot;
 use ump::{Config, Event, Want};
 
 #[derive(Parser)]
-#[command(about = "UMP channels from a shell")]
+#[command(
+    version,
+    about = "UMP channels from a shell",
+    long_about = "UMP channels from a shell.\n\n\
+                  Opens UMP channels between 64-bit handles (--me, --peer): over shared memory \
+                  inside a guest, over MEMORY CHANNEL between guests (through imcd). Every wait for \
+                  another process has a deadline (--timeout, serve --idle).",
+    after_help = "Examples (from the host, mc-cluster exec N -- ...):
+  ump-tool serve --me 1 --peer 2                    echo for a peer (start first)
+  ump-tool pingpong --me 2 --peer 1 --sizes 0,8,1K,1M
+  ump-tool bench --me 2 --mc-peer 1 --sizes 0,8,1K  Figures 8 and 9 against a serve
+
+Exit codes: 0 success; 1 an error or a check that failed (the message starts
+with \"Error:\"); 2 a usage error."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -32,6 +32,11 @@ fn main() {
         println!("{USAGE}");
         return;
     }
+    if a.version {
+        // The name it was run as: mpiexec or mpirun.
+        println!("{me} {}", env!("CARGO_PKG_VERSION"));
+        return;
+    }
     let cluster = hosts::Cluster::discover().unwrap_or_else(|e| fail(&me, e));
     let hosts = match &a.hosts {
         Some(list) => cluster.resolve_list(list).unwrap_or_else(|e| fail(&me, e)),

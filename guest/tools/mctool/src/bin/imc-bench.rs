@@ -41,7 +41,17 @@ const CTL: usize = DATA;
 const QUIT: u32 = u32::MAX;
 
 #[derive(Parser)]
-#[command(about = "Table 2 of the TruCluster MEMORY CHANNEL paper, measured between two guests")]
+#[command(
+    name = "imc-bench",
+    version,
+    about = "Table 2 of the TruCluster MEMORY CHANNEL paper, measured between two guests",
+    after_help = "Examples (from the host):
+  mc-cluster exec 1 -- sh -c 'imc-bench --role echo &'   the echo, first
+  mc-cluster exec 0 -- imc-bench --tcp 10.0.0.2          measure, with TCP beside
+
+Exit codes: 0 success; 1 an error (the message starts with \"Error:\"); 2 a
+usage error."
+)]
 struct Cli {
     /// `echo` (start first, on the peer) or `measure`.
     #[arg(long, default_value = "measure")]
