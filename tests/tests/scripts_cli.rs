@@ -39,13 +39,39 @@ fn every_script_answers_help_and_refuses_unknown_options() {
     }
 }
 
+/// The binaries a user runs: on the host, and (host builds of) the guest tools.
+const BINS: &[&str] = &["mc-cluster", "mc-hub", "mc-adapter", "mc-trace", "mctool", "ump-tool", "imc-bench", "mpiexec"];
+
 #[test]
-fn the_host_binaries_name_themselves_in_their_version() {
-    for b in ["mc-cluster", "mc-hub", "mc-adapter"] {
+fn the_binaries_name_themselves_in_their_version() {
+    for b in BINS {
         let o = Command::new(tests::host_bin(b)).arg("-V").output().unwrap();
         let v = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success() && v.starts_with(&format!("{b} ")), "{b} -V: {v}");
     }
+}
+
+/// `--help` of every binary shows examples and says what its exit codes mean.
+#[test]
+fn every_binary_help_has_examples_and_exit_codes() {
+    for b in BINS {
+        let o = Command::new(tests::host_bin(b)).arg("--help").output().unwrap();
+        let h = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{b} --help: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(h.contains("Examples"), "{b} --help has no examples:\n{h}");
+        assert!(h.contains("Exit"), "{b} --help does not say what its exit codes mean:\n{h}");
+        let first = h.lines().next().unwrap_or_default();
+        assert!(first.len() <= 100, "{b}: the first line of help is not a one-line summary: {first}");
+    }
+}
+
+/// `mc-cluster hub stats` (the request without `--`) says where it goes.
+#[test]
+fn a_hub_request_without_the_separator_gets_a_hint() {
+    let o = Command::new(tests::launcher()).args(["--name", "no-such-cluster-here", "hub", "stats"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("mc-cluster hub -- stats"), "{err}");
 }
 
 /// `mc-cluster status | head -1` with the reader gone: exit 141 as a

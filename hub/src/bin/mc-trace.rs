@@ -16,16 +16,18 @@ use serde_json::json;
 #[command(
     name = "mc-trace",
     version,
-    about = "The time machine for the global order: what a hub capture says MEMORY CHANNEL space held, and who wrote it",
-    long_about = "Reads a capture of the hub (mc-hub --pcap FILE, mc-cluster capture start FILE) and answers \
+    about = "The global order's time machine: what MEMORY CHANNEL space held, and who wrote it",
+    long_about = "The global order's time machine: what MEMORY CHANNEL space held, and who wrote it.\n\n\
+                  Reads a capture of the hub (mc-hub --pcap FILE, mc-cluster capture start FILE) and answers \
                   questions about any point of the global order. Contents are the global view: the last write in \
                   the order to each byte; bytes nobody wrote read as zero. Addresses are byte addresses in \
                   MEMORY CHANNEL space (decimal or 0x hex), PAGE:OFFSET, or region:KEY:OFFSET for a region imcd's \
                   directory held during the capture.",
     after_help = "Examples:\n  mc-trace trace.pcap summary\n  mc-trace trace.pcap state --page 60 --at 1200\n  \
                   mc-trace trace.pcap who-wrote 60:0x8 --between 1000 2000\n  mc-trace trace.pcap diff --from 1000 \
-                  --to 1010\n  mc-trace trace.pcap timeline --node 1\n  mc-trace trace.pcap regions --key 123\n\nExit codes: 0 answered, 1 an error \
-                  (unreadable capture, bad arguments)."
+                  --to 1010\n  mc-trace trace.pcap timeline --node 1\n  mc-trace trace.pcap regions --key 123\n\nExit codes: 0 \
+                  answered (also when standard output is a closed pipe), 1 an error (unreadable capture, a bad \
+                  question), 2 a usage error."
 )]
 struct Args {
     /// The capture file.
