@@ -118,7 +118,7 @@ cp "$MODROOT/lib/modules/$KVER"/modules.{order,builtin,builtin.modinfo} "$ROOT/l
 depmod -b "$ROOT" "$KVER"
 
 # Uncompressed: under TCG the guest kernel inflates a gzipped image in about
-# 1.8 s and copies this one in 0.6 s (README.md, "Benchmarks").
+# 1.8 s and copies this one in 0.6 s (docs/benchmarks.md, "Boot time").
 OUT=$CACHE/initramfs.cpio
 (cd "$ROOT" && find . -print0 | cpio --null -o -H newc --quiet) >"$OUT.tmp"
 mv "$OUT.tmp" "$OUT"

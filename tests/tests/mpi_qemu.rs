@@ -153,14 +153,14 @@ fn mpi_examples_run_unmodified() {
             "node {n} of 4 guests of one vCPU on {cores} host cores: {cmdline}"
         );
         // The boot-time tuning of the default command line took effect
-        // (qemu-configs/default.toml, README "Benchmarks").
+        // (qemu-configs/default.toml, docs/benchmarks.md, "Boot time").
         let dmesg = String::from_utf8_lossy(&c.run(n, &["dmesg"])).into_owned();
         assert!(
             cmdline.contains("cryptomgr.notests=1") && dmesg.contains("blacklisting initcall crypto_kdf108_init"),
             "node {n}: {cmdline}"
         );
         // No HPET (launcher's QEMU command line): QEMU ran its timer every
-        // 4 ms of an idle guest (README, "Benchmarks", idle cost). The
+        // 4 ms of an idle guest (docs/benchmarks.md, "Idle cost"). The
         // clock stays the TSC (tsc=reliable), not the PM timer's I/O port.
         let clocks = String::from_utf8_lossy(&c.run(
             n,
