@@ -62,6 +62,10 @@ fn every_binary_help_has_examples_and_exit_codes() {
         assert!(h.contains("Exit"), "{b} --help does not say what its exit codes mean:\n{h}");
         let first = h.lines().next().unwrap_or_default();
         assert!(first.len() <= 100, "{b}: the first line of help is not a one-line summary: {first}");
+        // Each subcommand in one line of the list (its paragraphs are in its own help).
+        for l in h.lines().skip_while(|l| *l != "Commands:").take_while(|l| !l.is_empty()) {
+            assert!(l.chars().count() <= 100, "{b}: a subcommand's summary is not one line: {l}");
+        }
     }
 }
 

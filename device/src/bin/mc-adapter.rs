@@ -42,7 +42,7 @@ struct Args {
     /// File holding the cluster secret (required for a TCP hub).
     #[arg(long)]
     secret_file: Option<PathBuf>,
-    /// Node id to ask the hub for (default: any free port).
+    /// Node id to ask the hub for [default: any free port].
     #[arg(long)]
     node: Option<u16>,
     /// Name announced to the hub.

@@ -48,7 +48,7 @@ enum Cmd {
         /// The page.
         #[arg(long)]
         page: u64,
-        /// The point (default: the end of the capture).
+        /// The point [default: the end of the capture].
         #[arg(long)]
         at: Option<u64>,
         /// Write the page's 8192 bytes to standard output instead of a dump.

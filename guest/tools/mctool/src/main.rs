@@ -65,8 +65,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Map a receive buffer and enable receive on pages; keeps running (in the
-    /// background unless --foreground) so the DMA map stays in place.
+    /// Map a receive buffer and enable receive on pages; keeps running.
+    ///
+    /// In the background unless --foreground, so the DMA map stays in place.
     Rx {
         /// Pages to receive, e.g. "0,2,4-7".
         #[arg(long)]
@@ -80,8 +81,9 @@ enum Cmd {
     },
     /// Stop a background `mctool rx`.
     Stop,
-    /// Enable receive with interrupt on PAGE and sleep until a write to it
-    /// raises the notification interrupt (MSI-X through VFIO).
+    /// Sleep until a write to PAGE raises the notification interrupt.
+    ///
+    /// Enables receive with interrupt on PAGE; the interrupt is MSI-X through VFIO.
     NotifyWait {
         /// Page to watch.
         #[arg(long)]
@@ -101,9 +103,11 @@ enum Cmd {
     },
     /// Clear every error status bit (ERR_STATUS is write-1-to-clear).
     ClearErrors,
-    /// Through imcd (libimc): PROCS processes increment a counter region under
-    /// spinlock set KEY (imc_lkacquire), ROUNDS times each; succeeds when the
-    /// counter reaches TOTAL exactly. Run with --setup on every node first.
+    /// Through imcd: a counter incremented under a cluster spinlock must come out exact.
+    ///
+    /// PROCS processes increment a counter region under spinlock set KEY
+    /// (imc_lkacquire, libimc), ROUNDS times each; succeeds when the counter
+    /// reaches TOTAL exactly. Run with --setup on every node first.
     ImcLockTest {
         /// Spinlock set key (the counter region is KEY + 1000).
         #[arg(long, default_value_t = 456)]
@@ -123,8 +127,9 @@ enum Cmd {
     },
     /// Through imcd (libimc): the error count and the nodes that are up.
     ImcHosts,
-    /// One node's share of the soak workload (`scripts/soak.sh` runs it on
-    /// every node): sequenced broadcast writes checked by every reader,
+    /// One node's share of the soak workload (`scripts/soak.sh`).
+    ///
+    /// It runs on every node: sequenced broadcast writes checked by every reader,
     /// increments under a cluster spinlock, a UMP ping-pong. Writes a JSON
     /// status to --status every second; stops when --stop exists.
     Soak {
@@ -148,8 +153,9 @@ enum Cmd {
         #[arg(long, default_value_t = 100)]
         rate: u64,
     },
-    /// Through imcd (libimc): imc_kill, a signal to a process on another
-    /// node through the command relay.
+    /// Through imcd: imc_kill, a signal to a process on another node.
+    ///
+    /// The signal goes through imcd's command relay (libimc).
     ImcKill {
         /// Host name (node1) or node number.
         #[arg(long)]
@@ -167,23 +173,28 @@ enum Cmd {
         #[arg(long, default_value_t = 60)]
         timeout: u64,
     },
-    /// Failure drill: ask imcd (started with --test-hooks) to stop dead in
-    /// the middle of an update of directory entry ID, holding the lock.
+    /// Failure drill: imcd stops dead in an update of directory entry ID.
+    ///
+    /// Asks imcd (started with --test-hooks) to stop dead in the middle of an
+    /// update of directory entry ID, holding the lock.
     ImcDrill {
         /// Directory entry.
         #[arg(long, default_value_t = 0)]
         id: u32,
     },
-    /// Through imcd (libimc): read the error count, wait SECONDS, then report
-    /// whether imc_ckerrcnt saw new errors (exit 0 when it did).
+    /// Through imcd: whether imc_ckerrcnt sees new errors after SECONDS.
+    ///
+    /// Reads the error count (libimc), waits SECONDS, then reports whether
+    /// imc_ckerrcnt saw new errors (exit 0 when it did).
     ImcCheckErrors {
         /// Seconds to wait between reading and checking.
         #[arg(long, default_value_t = 5)]
         seconds: u64,
     },
-    /// Through imcd (libimc): imc_asalloc of KEY with MODE; prints the
-    /// status. The region lives while some process holds it: --hold keeps
-    /// this one holding it (then imc_asdealloc).
+    /// Through imcd: imc_asalloc of KEY with MODE; prints the status.
+    ///
+    /// The region lives while some process holds it: --hold keeps this one
+    /// holding it (then imc_asdealloc).
     ImcAlloc {
         /// Region key.
         #[arg(long)]
@@ -201,8 +212,9 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         hold: u64,
     },
-    /// Through imcd (libimc): allocate region KEY, attach it for transmit and
-    /// store VALUE into every word.
+    /// Through imcd: store VALUE into every word of region KEY.
+    ///
+    /// Allocates region KEY and attaches it for transmit (libimc).
     ImcPut {
         /// Region key.
         #[arg(long)]
@@ -214,10 +226,11 @@ enum Cmd {
         #[arg(long)]
         value: u64,
     },
-    /// Through imcd (libimc's DMA extension): allocate region KEY, attach it
-    /// for transmit and send SIZE bytes of the pattern of SEED to OFFSET by
-    /// transmit DMA; with --flag V, store V into the region's last page
-    /// right after the doorbell.
+    /// Through imcd: send SIZE bytes of a pattern into region KEY by transmit DMA.
+    ///
+    /// Allocates region KEY, attaches it for transmit and sends SIZE bytes of
+    /// the pattern of SEED to OFFSET (libimc's DMA extension); with --flag V,
+    /// stores V into the region's last page right after the doorbell.
     ImcDma {
         /// Region key.
         #[arg(long)]
@@ -228,7 +241,7 @@ enum Cmd {
         /// Byte offset in the region.
         #[arg(long, default_value_t = 0)]
         offset: u64,
-        /// Region size (default: offset + size, rounded up, plus a flag page).
+        /// Region size [default: offset + size, rounded up, plus a flag page].
         #[arg(long)]
         region_size: Option<u64>,
         /// Pattern seed.
@@ -247,8 +260,10 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         hold: u64,
     },
-    /// Through imcd: allocate region KEY (SIZE bytes of data and a flag
-    /// page), open a DMA source area and land the region in it at OFFSET
+    /// Through imcd: land region KEY in a DMA source area and wait for a pattern.
+    ///
+    /// Allocates region KEY (SIZE bytes of data and a flag
+    /// page), opens a DMA source area and lands the region in it at OFFSET
     /// (imcd's DmaLand), then wait until the SIZE bytes there read the
     /// pattern of SEED, as another node sends them (`imc-dma`).
     ImcDmaLand {
@@ -261,7 +276,7 @@ enum Cmd {
         /// Byte of the DMA area where the region lands.
         #[arg(long, default_value_t = 0)]
         offset: u64,
-        /// Bytes of DMA area (default: the offset plus the region).
+        /// Bytes of DMA area [default: the offset plus the region].
         #[arg(long)]
         area: Option<u64>,
         /// Pattern seed.
@@ -274,7 +289,9 @@ enum Cmd {
         #[arg(long, default_value_t = 60)]
         timeout: u64,
     },
-    /// Through imcd: attach region KEY for receive and wait until SIZE
+    /// Through imcd: wait until SIZE bytes of region KEY read a pattern.
+    ///
+    /// Attaches region KEY for receive and waits until SIZE
     /// bytes at OFFSET read the pattern of SEED (with --flag V: wait for
     /// the flag, then check the data once; with --expect-zero: wait
     /// TIMEOUT seconds and check nothing was written).
@@ -301,7 +318,9 @@ enum Cmd {
         #[arg(long, default_value_t = 60)]
         timeout: u64,
     },
-    /// The memory-copy floor through QEMU ivshmem: for each size, a copy
+    /// The memory-copy floor through QEMU ivshmem.
+    ///
+    /// For each size, a copy
     /// into the shared memory and one out of it, as a sender and a
     /// receiver over shared memory would make, timed in this guest with
     /// nothing between them (needs `[guest] ivshmem = true`).
@@ -313,9 +332,10 @@ enum Cmd {
         #[arg(long, default_value_t = 64 << 20)]
         volume: usize,
     },
-    /// Bandwidth between two nodes through imcd's regions: transmit DMA
-    /// against stores through the transmit window (start --role recv on
-    /// the other node first).
+    /// Bandwidth between two nodes through imcd: transmit DMA against stores.
+    ///
+    /// Through imcd's regions: transmit DMA against stores through the
+    /// transmit window (start --role recv on the other node first).
     ImcDmaBench {
         /// send or recv.
         #[arg(long, value_enum)]
@@ -336,8 +356,9 @@ enum Cmd {
         #[arg(long, default_value_t = 120)]
         timeout: u64,
     },
-    /// Through imcd (libimc): allocate region KEY, attach it for receive and
-    /// wait until every word reads VALUE.
+    /// Through imcd: wait until every word of region KEY reads VALUE.
+    ///
+    /// Allocates region KEY and attaches it for receive (libimc).
     ImcGet {
         /// Region key.
         #[arg(long)]
@@ -352,6 +373,8 @@ enum Cmd {
         #[arg(long, default_value_t = 30)]
         timeout: u64,
     },
+    /// Raw: a counter incremented under a cluster spinlock on NODES nodes.
+    ///
     /// Run on NODES nodes at once: each increments a counter kept in
     /// MEMORY CHANNEL space ROUNDS times under a cluster spinlock; succeeds
     /// when every node sees the exact total.
@@ -439,8 +462,10 @@ enum Cmd {
         #[arg(long, default_value_t = 8)]
         stride: u64,
     },
-    /// Round trips of 8-byte values between two nodes: `pong` on one (it
-    /// echoes), then `ping` on the other (it measures; one way = RTT / 2).
+    /// Round trips of 8-byte values between two nodes.
+    ///
+    /// `pong` on one (it echoes), then `ping` on the other (it measures; one
+    /// way = RTT / 2).
     /// Over MEMORY CHANNEL (stores into the transmit window, polled receive
     /// memory), TCP (the cluster LAN) or ivshmem (shared memory, polled).
     Pingpong {
@@ -477,7 +502,9 @@ enum Cmd {
         #[arg(long, default_value_t = 60)]
         timeout: u64,
     },
-    /// Store ordering between two nodes: `checker` on one, then `writer` on
+    /// Store ordering between two nodes: a block, then its flag.
+    ///
+    /// `checker` on one, then `writer` on
     /// the other. For every block size the writer stores, round after round,
     /// a block whose words all hold the round number and then a flag word
     /// right after it holding the round number; the checker polls the flags

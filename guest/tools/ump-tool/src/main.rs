@@ -56,8 +56,9 @@ struct Ends {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Echo every message back until the other side closes (or, having sent
-    /// at least one message, exits without a close reaching us).
+    /// Echo every message back until the other side closes.
+    ///
+    /// Or, having sent at least one message, exits without a close reaching us.
     Serve {
         #[command(flatten)]
         ends: Ends,
@@ -70,10 +71,11 @@ enum Cmd {
         #[arg(long, default_value_t = 3600)]
         idle: u64,
     },
-    /// The paper's Figures 8 and 9: one-way message time and bandwidth
-    /// against size, blocking and non-blocking writes, over each channel
-    /// given (each peer runs `serve`), and over TCP; prints a table and
-    /// writes two SVG plots.
+    /// The paper's Figures 8 and 9: message time and bandwidth against size.
+    ///
+    /// One-way message time and bandwidth against size, blocking and
+    /// non-blocking writes, over each channel given (each peer runs `serve`),
+    /// and over TCP; prints a table and writes two SVG plots.
     Bench {
         /// Our handle.
         #[arg(long)]
@@ -108,9 +110,10 @@ enum Cmd {
         #[arg(long)]
         blocking_only: bool,
     },
-    /// The guest's own copy speed, the floor under any message passing in
-    /// it: a plain copy, and a copy followed by UMP's payload check (what
-    /// each side of a MEMORY CHANNEL message does), for each size.
+    /// The guest's own copy speed: the floor under any message passing in it.
+    ///
+    /// A plain copy, and a copy followed by UMP's payload check (what each
+    /// side of a MEMORY CHANNEL message does), for each size.
     Floor {
         /// Sizes.
         #[arg(long, default_value = "4K,64K,1M,4M")]
@@ -146,8 +149,10 @@ enum Cmd {
         #[arg(long)]
         nb: bool,
     },
-    /// Talk to every peer at once: each round, a message of varying size
-    /// to each (non-blocking writes), then one from each, all checked.
+    /// Talk to every peer at once, every message checked.
+    ///
+    /// Each round, a message of varying size to each (non-blocking writes),
+    /// then one from each, all checked.
     Mesh {
         /// Our handle.
         #[arg(long)]
@@ -165,8 +170,9 @@ enum Cmd {
         #[arg(long, default_value_t = 60)]
         timeout: u64,
     },
-    /// Listen on handle ME (this guest and others) for COUNT channels from
-    /// handles it does not know; echo one message on each.
+    /// Listen on handle ME for COUNT channels from handles it does not know.
+    ///
+    /// From this guest and others; echo one message on each.
     Listen {
         /// Our handle.
         #[arg(long)]
@@ -178,8 +184,9 @@ enum Cmd {
         #[arg(long, default_value_t = 120)]
         timeout: u64,
     },
-    /// Multicast COUNT messages (sizes up to MAX) to every peer with one
-    /// ump_mcast each; waits until every peer has closed.
+    /// Multicast COUNT messages to every peer with one ump_mcast each.
+    ///
+    /// Sizes up to MAX; waits until every peer has closed.
     McastSend {
         /// Our handle.
         #[arg(long)]
