@@ -95,3 +95,20 @@ fn a_closed_pipe_ends_mc_cluster_quietly() {
     assert_eq!(o.status.code(), Some(141), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `mctool pattern | head -c 1`: the guest tools end quietly too (the
+/// pattern needs no adapter, so the host build runs it).
+#[test]
+fn a_closed_pipe_ends_a_guest_tool_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = Command::new(tests::host_bin("mctool"))
+        .args(["pattern", "--page", "0", "--seed", "1"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(141), "{err}");
+    assert!(err.is_empty(), "{err}");
+}
