@@ -96,19 +96,25 @@ fn a_closed_pipe_ends_mc_cluster_quietly() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-/// `mctool pattern | head -c 1`: the guest tools end quietly too (the
-/// pattern needs no adapter, so the host build runs it).
+/// `mctool pattern | head -c 1`: the guest tools end quietly too, from a
+/// failed write (`pattern`) and from a failed `println!` (`wait-signal`
+/// prints its pid first); neither needs an adapter, so the host build runs
+/// them.
 #[test]
 fn a_closed_pipe_ends_a_guest_tool_quietly() {
-    let (reader, writer) = std::io::pipe().unwrap();
-    drop(reader);
-    let o = Command::new(tests::host_bin("mctool"))
-        .args(["pattern", "--page", "0", "--seed", "1"])
-        .stdout(writer)
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(141), "{err}");
-    assert!(err.is_empty(), "{err}");
+    for args in [&["pattern", "--page", "0", "--seed", "1"][..], &["wait-signal", "--timeout", "20"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let t0 = Instant::now();
+        let o = Command::new(tests::host_bin("mctool"))
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(141), "mctool {args:?}: {err}");
+        assert!(err.is_empty(), "mctool {args:?}: {err}");
+        assert!(t0.elapsed() < Duration::from_secs(10), "mctool {args:?} went on after its output was gone");
+    }
 }

@@ -563,7 +563,12 @@ fn open(e: &Ends, limit: Duration) -> Result<i32> {
 fn quiet_on_broken_pipe() {
     let next = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let msg = info.payload_as_str().unwrap_or_default();
+        let p = info.payload();
+        let msg = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
         if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
             std::process::exit(141);
         }
