@@ -32,10 +32,10 @@ use raw::DEFAULT_BUFFER;
     version,
     about = "Drive the MEMORY CHANNEL adapter from inside a guest",
     long_about = "Drive the MEMORY CHANNEL adapter from inside a guest.\n\n\
-                  The raw commands (info, rx, fill, poke, wait, dump, bench-tx, pingpong, ...) open \
-                  the adapter through VFIO, so they need a guest without imcd \
+                  The raw commands (rx, fill, poke, wait, dump, bench-tx, pingpong, ...) open the \
+                  adapter through VFIO, so they need a guest without imcd \
                   (qemu-configs/raw-adapter.toml); the imc-* commands go through imcd and the \
-                  TruCluster MEMORY CHANNEL API, on the default cluster.",
+                  TruCluster MEMORY CHANNEL API, on the default cluster; info works either way.",
     after_help = "Examples (from the host, mc-cluster exec N -- ...):
   mctool info                                       node id, link, members, errors
   mctool imc-put --key 7 --value 42                 through imcd: store 42 into region 7
