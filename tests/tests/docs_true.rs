@@ -27,17 +27,38 @@ fn docs() -> Vec<(String, String)> {
     v
 }
 
-/// The text between backticks on each line (inline code spans).
+/// The text between backticks (inline code spans), in each paragraph
+/// outside fenced code blocks: a span may wrap onto the next line.
 fn spans(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for line in text.lines() {
-        let parts: Vec<&str> = line.split('`').collect();
+    let mut fenced = false;
+    let mut para = String::new();
+    let mut take = |para: &mut String| {
+        let parts: Vec<&str> = para.split('`').collect();
         for (i, p) in parts.iter().enumerate() {
             if i % 2 == 1 && i + 1 < parts.len() {
                 out.push(p.to_string());
             }
         }
+        para.clear();
+    };
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            take(&mut para);
+        } else if fenced {
+            continue;
+        } else if line.trim().is_empty() || line.starts_with('|') || line.trim_start().starts_with("- ") {
+            // A paragraph, a table row or a list item ends here.
+            take(&mut para);
+            para.push_str(line);
+            para.push(' ');
+        } else {
+            para.push_str(line);
+            para.push(' ');
+        }
     }
+    take(&mut para);
     out
 }
 
@@ -109,6 +130,10 @@ const BINS: &[&str] = &["mc-cluster", "mc-hub", "mc-adapter", "mc-trace", "mctoo
 /// and no subcommands.
 const SINGLE_DASH: &[&str] = &["mpiexec"];
 
+/// Binaries whose first argument, a file, comes before the subcommand
+/// (`mc-trace trace.pcap state --page 60`).
+const FILE_FIRST: &[&str] = &["mc-trace"];
+
 /// One command line a doc shows: the doc, the binary, its subcommand words
 /// and the options given.
 struct Line {
@@ -170,6 +195,9 @@ fn command_lines() -> Vec<Line> {
                     flags.push(words[j].split('=').next().unwrap_or_default().to_string());
                     j += 2;
                 }
+                if FILE_FIRST.contains(&name) && j < words.len() && !words[j].starts_with('-') {
+                    j += 1;
+                }
                 let mut subs = Vec::new();
                 // Subcommands: lowercase words (mc-hub ctl stats); a node
                 // number, a path or `--` ends them. A closing quote ends
@@ -216,9 +244,15 @@ fn help(seen: &mut HashMap<(String, Vec<String>), Option<String>>, bin: &str, su
         .clone()
 }
 
-/// Whether `help` lists option `flag` (as a word: `--me` is not `--mem`).
+/// Whether `help` lists option `flag` in its options (as a word: `--me`
+/// is not `--mem`; an example in the help text does not count).
 fn lists(help: &str, flag: &str) -> bool {
-    help.split_whitespace().any(|w| w.trim_matches([',', '[', ']', '(', ')', '=']).split('=').next() == Some(flag))
+    help.lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
+        // The option column ends at two spaces (clap's and mpiexec's layout).
+        .flat_map(|l| l.split("  ").next().unwrap_or_default().split([' ', ',', '=', '[', ']']))
+        .any(|w| w == flag)
 }
 
 #[test]
