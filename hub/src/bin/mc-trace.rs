@@ -72,7 +72,9 @@ enum Cmd {
         #[arg(long)]
         to: u64,
     },
-    /// The regions and lock sets imcd's directory held during the capture: key, pages, holders, from and to which write.
+    /// The regions and lock sets imcd's directory held during the capture.
+    ///
+    /// Each with its key, pages and holders, and from and to which write.
     Regions {
         /// Only the one with this key (decimal or 0x hex).
         #[arg(long)]
