@@ -435,7 +435,10 @@ fn hub_pcap_records_the_order() {
     assert!(page2.1 >= 1 && seen.pages.iter().any(|p| p.0 == 1 && p.1 >= 5), "{:?}", seen.pages);
     assert_eq!(seen.step_ns.len(), hub::hub::BUCKETS);
     let (timed, writes) = (seen.step_ns.iter().sum::<u64>(), seen.pages.iter().map(|p| p.1).sum::<u64>());
-    assert!(timed >= 1 && timed <= writes.div_ceil(hub::hub::TIME_EVERY) + 1, "one step in 8 timed: {timed} of {writes}");
+    assert!(
+        timed >= 1 && timed <= writes.div_ceil(hub::hub::TIME_EVERY) + 1,
+        "one step in 8 timed: {timed} of {writes}"
+    );
     assert_eq!(&seen.shadow[..16], "5a5a5a5a5a5a5a5a", "the copy holds the write at 0x4000");
     let past = hub.control(Control::Observe { first: 47, count: 2 });
     assert!(matches!(&past, ControlReply::Error { message } if message.contains("past the 48 pages")), "{past:?}");
