@@ -10,7 +10,7 @@
 //! | `0x60` | [`Namespace::UmpOutbuf`]: a process's multicast outbuf | node << 32 \| pid |
 //! | `0x68` | [`Namespace::MpiBoard`]: an MPI job's billboard | the job id |
 //! | `0x70` | [`Namespace::MpiLanding`]: an MPI rank's landing memory (zero copy) | job << 32 \| rank |
-//! | `0x78` | [`Namespace::DdWire`]: one direction of a Direct Deposit connection | [`dd_wire`]: from << 48 \| to << 40 \| tag |
+//! | `0x7C` | [`Namespace::DdWire`]: one direction of a Direct Deposit connection | [`dd_wire`]: from << 48 \| to << 40 \| tag |
 //! | bit 63 | lock sets: imcd files `imc_lkalloc` keys under `key \| LOCK_KEY` | the user's key |
 //!
 //! imcd refuses user keys with bit 63 set. Keys from 2^56 up with bit 63
@@ -67,7 +67,7 @@ impl Namespace {
             Namespace::UmpOutbuf => 0x60,
             Namespace::MpiBoard => 0x68,
             Namespace::MpiLanding => 0x70,
-            Namespace::DdWire => 0x78,
+            Namespace::DdWire => 0x7C,
         }
     }
 
