@@ -37,6 +37,9 @@ pub const DMA_THRESHOLD_DEFAULT: usize = 4096;
 /// sent by DMA are at most this long).
 pub const DMA_AREA: usize = 8 << 20;
 
+/// How long [`Conn::send_when_free`] waits for the receiver's releases.
+pub const FREE_WAIT: Duration = Duration::from_secs(30);
+
 /// How long a DMA send waits for source space held by earlier transfers.
 const DMA_SPACE_WAIT: Duration = Duration::from_secs(10);
 
@@ -355,11 +358,7 @@ impl Conn {
             return self.send_stores(offset, data);
         }
         let seq = self.s.check(offset, data.len() as u64)?;
-        if self.dma.is_none() {
-            let port = self.imc.dma_open(DMA_AREA as u64)?;
-            let target = self.imc.dma_target(self.buffer_id)?;
-            self.dma = Some(Dma { port, target, inflight: VecDeque::new(), head: 0 });
-        }
+        self.open_dma()?;
         let Some(dma) = self.dma.as_mut() else { return Err(DdError::Invalid("no DMA".into())) };
         let at = dma.room(data.len())?;
         dma.port.buffer().write(at, data)?;
@@ -398,15 +397,64 @@ impl Conn {
         Ticket { seq, dma: self.pending.get(&seq).copied() }
     }
 
-    /// Waits up to `timeout` until `len` bytes may go at `offset` (the
-    /// receiver released what was there), then sends them.
-    pub fn send_when_free(&mut self, offset: u64, data: &[u8], timeout: Duration) -> Result<Ticket, DdError> {
+    /// The transmit DMA engine's own rate: `reps` transfers of `len` bytes
+    /// from this process's DMA area into the receiver's buffer at offset
+    /// 0, each waited for, with no note (so only while nothing is
+    /// outstanding: the receiver has nothing there to read). Returns the
+    /// time they took.
+    pub fn engine_time(&mut self, len: usize, reps: usize) -> Result<Duration, DdError> {
+        let s = self.s.check(0, len as u64)?;
+        if self.s.outstanding() > 0 {
+            return Err(DdError::Busy { offset: 0, end: len as u64, seq: s - 1 });
+        }
+        self.open_dma()?;
+        let Some(dma) = self.dma.as_mut() else { return Err(DdError::Invalid("no DMA".into())) };
+        let at = dma.room(len)?;
+        let t0 = Instant::now();
+        for _ in 0..reps {
+            let h = dma.port.start(&dma.target, 0, at as u64, len as u64)?;
+            dma.port.wait(&h, DMA_SPACE_WAIT)?;
+        }
+        Ok(t0.elapsed())
+    }
+
+    fn open_dma(&mut self) -> Result<(), DdError> {
+        if self.dma.is_none() {
+            let port = self.imc.dma_open(DMA_AREA as u64)?;
+            let target = self.imc.dma_target(self.buffer_id)?;
+            self.dma = Some(Dma { port, target, inflight: VecDeque::new(), head: 0 });
+        }
+        Ok(())
+    }
+
+    /// Waits up to [`FREE_WAIT`] until `data` may go at `offset` (the
+    /// receiver released what was there), then sends it by the threshold.
+    pub fn send_when_free(&mut self, offset: u64, data: &[u8]) -> Result<Ticket, DdError> {
+        self.when_free(offset, data.len(), |c| c.send(offset, data))
+    }
+
+    /// [`Conn::send_when_free`] by stores.
+    pub fn send_when_free_stores(&mut self, offset: u64, data: &[u8]) -> Result<Ticket, DdError> {
+        self.when_free(offset, data.len(), |c| c.send_stores(offset, data))
+    }
+
+    /// [`Conn::send_when_free`] by DMA.
+    pub fn send_when_free_dma(&mut self, offset: u64, data: &[u8]) -> Result<Ticket, DdError> {
+        self.when_free(offset, data.len(), |c| c.send_dma(offset, data))
+    }
+
+    fn when_free(
+        &mut self,
+        offset: u64,
+        len: usize,
+        send: impl FnOnce(&mut Conn) -> Result<Ticket, DdError>,
+    ) -> Result<Ticket, DdError> {
         let t0 = Instant::now();
         loop {
-            match self.s.check(offset, data.len() as u64) {
-                Err(DdError::Busy { .. } | DdError::NotesFull) if t0.elapsed() < timeout => std::hint::spin_loop(),
+            match self.s.check(offset, len as u64) {
+                Err(DdError::Busy { .. } | DdError::NotesFull) if t0.elapsed() < FREE_WAIT => std::hint::spin_loop(),
                 Err(e) => return Err(e),
-                Ok(_) => return self.send(offset, data),
+                Ok(_) => return send(self),
             }
         }
     }
