@@ -37,7 +37,8 @@ enum Mode {
 enum Cmd {
     /// Accept connection TAG from node PEER and receive COUNT messages,
     /// checking their bytes; prints a NOTE line per message, an ERROR line
-    /// per fault, and a summary with the process's CPU time.
+    /// per fault, and a summary with the process's CPU time. Exits 1 on
+    /// wrong bytes, 3 when no message came within the timeout.
     Recv {
         /// The sending node.
         #[arg(long)]
@@ -167,7 +168,16 @@ fn recv(peer: u8, tag: u32, bytes: u64, count: u64, blocking: bool, timeout: Dur
                 q.release(&n)?;
                 ok += 1;
             }
-            Err(e @ (DdError::Timeout(_) | DdError::Imc(_) | DdError::Os(..))) => return Err(e.into()),
+            Err(DdError::Timeout(why)) => {
+                println!("TIMEOUT {why}");
+                println!(
+                    "RECEIVED {ok} ERRORS {errors} CPU_US {} WALL_US {}",
+                    cpu_us() - cpu0,
+                    t0.elapsed().as_micros()
+                );
+                std::process::exit(3);
+            }
+            Err(e @ (DdError::Imc(_) | DdError::Os(..))) => return Err(e.into()),
             Err(e) => {
                 println!("ERROR {e}");
                 errors += 1;
