@@ -33,7 +33,7 @@ extern "C" {
 #define DD_EOUTOFBUFFER   (-1)  /* offset + length past the buffer: nothing written */
 #define DD_EMISALIGNED    (-2)  /* offset not a multiple of 8: nothing written */
 #define DD_EBUSY          (-3)  /* overlaps a message not yet released: nothing written */
-#define DD_ENOTESFULL     (-4)  /* all 256 notes hold unreleased messages: nothing written */
+#define DD_ENOTESFULL     (-4)  /* all 255 notes hold unreleased messages: nothing written */
 #define DD_EBUFFERSIZE    (-5)  /* a buffer of 0 bytes or more than 64 MiB */
 #define DD_ELOST          (-6)  /* a note was lost on the way (a fault) */
 #define DD_EDAMAGED       (-7)  /* a message's bytes failed their CRC (a fault) */

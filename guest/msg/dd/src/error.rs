@@ -40,9 +40,9 @@ pub enum DdError {
     /// A buffer of 0 bytes or more than [`MAX_BUFFER`].
     #[error("a buffer of {0} bytes: 1 to {MAX_BUFFER}")]
     BufferSize(u64),
-    /// A connection's note was lost (a later one arrived first): a fault
-    /// on the path; the message is gone.
-    #[error("connection {conn}: note {seq} was lost (note {} arrived)", seq + 1)]
+    /// A connection's note was lost (the ring's head shows a later one
+    /// was posted): a fault on the path; the message is gone.
+    #[error("connection {conn}: note {seq} was lost (a later note was posted)")]
     Lost {
         /// Connection.
         conn: u32,

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! notes  (sender -> receiver, 1 page, INT pages the receiver watches)
-//!        NOTES notes of 32 bytes, note s (from 1) in slot (s - 1) % NOTES
+//!        NOTES (255) notes of 32 bytes, note s (from 1) in slot (s - 1) % NOTES;
+//!        the last 32 bytes: word 0 = the last sequence number posted (HEAD)
 //! buffer (sender -> receiver, the reserved receive buffer, whole pages)
 //!        bytes the sender places at offsets it chooses
 //! back   (receiver -> sender, 1 page)
@@ -33,8 +34,12 @@ use regs::PAGE_SIZE;
 
 /// Bytes of one note.
 pub const NOTE_BYTES: usize = 32;
-/// Notes in a connection's note ring (one 8 KiB page).
-pub const NOTES: u64 = PAGE_SIZE / NOTE_BYTES as u64;
+/// Notes in a connection's note ring (one 8 KiB page, less the head).
+pub const NOTES: u64 = PAGE_SIZE / NOTE_BYTES as u64 - 1;
+/// Byte offset in the notes page of the head: the last sequence number
+/// posted, stored after each note, so a receiver that sees it beyond a
+/// note it never saw knows that note was lost.
+pub const HEAD: usize = NOTES as usize * NOTE_BYTES;
 /// Offsets in the buffer are multiples of this: MEMORY CHANNEL's transmit
 /// window takes whole 8-byte stores only, so a message's last word is
 /// padded and the bytes up to the next multiple of 8 belong to it.

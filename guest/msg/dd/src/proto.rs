@@ -19,7 +19,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use crate::error::DdError;
-use crate::layout::{crc, padded, Note, ALIGN, BACK_RELEASED, MAX_MESSAGE, NOTES, NOTE_BYTES};
+use crate::layout::{crc, padded, Note, ALIGN, BACK_RELEASED, HEAD, MAX_MESSAGE, NOTES, NOTE_BYTES};
 
 /// The transmit side of a region: stores that go through the total order.
 pub trait Tx {
@@ -137,6 +137,7 @@ impl<T: Tx, R: Rx> Sender<T, R> {
         for (i, word) in w.iter().enumerate() {
             self.notes.store(slot + i * 8, *word);
         }
+        self.notes.store(HEAD, seq);
         self.posted.push_back(Posted { seq, start: offset, end: offset + padded(len as u64) });
         note
     }
@@ -195,7 +196,9 @@ impl<R: Rx, T: Tx> Inbound<R, T> {
     fn poll(&mut self, scratch: &mut Vec<u8>) -> Result<Option<Note>, DdError> {
         let seq = self.expect;
         let Some(note) = self.note_at(seq) else {
-            if self.note_at(seq + 1).is_some() {
+            // The head is stored after each note's last word: seeing it at
+            // or past `seq` without note `seq` means that note was lost.
+            if self.notes.load(HEAD) >= seq {
                 self.skip();
                 return Err(DdError::Lost { conn: self.conn, seq });
             }

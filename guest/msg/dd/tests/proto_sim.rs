@@ -185,7 +185,7 @@ fn buffer_space_comes_back_only_when_the_receiver_releases_it() {
     let w = s2_bus.writes();
     assert!(matches!(s2.send(0, &[]), Err(DdError::NotesFull)));
     assert_eq!(s2_bus.writes(), w);
-    assert_eq!(NOTE_BYTES * NOTES as usize, 8192, "one page of notes");
+    assert_eq!(NOTE_BYTES * (NOTES as usize + 1), 8192, "one page of notes and the head");
 }
 
 #[test]
@@ -213,15 +213,18 @@ fn lost_and_corrupted_writes_show_as_errors_never_as_wrong_data() {
     bus.corrupt(1);
     s.send(0, &pattern(1, 64)).unwrap();
     assert!(matches!(next(&mut q, &bus, 1), Err(DdError::Damaged { seq: 1, .. })));
-    // A whole message lost while the link was down: the next note tells.
+    // Whole messages lost while the link was down: the head tells, one
+    // error per lost note.
     bus.link_down(0);
     s.send(64, &pattern(2, 64)).unwrap();
+    s.send(192, &pattern(20, 64)).unwrap();
     bus.link_up(0);
-    let third = s.send(128, &pattern(3, 64)).unwrap();
+    let third = s.send(128, &pattern(4, 64)).unwrap();
     assert!(matches!(next(&mut q, &bus, 1), Err(DdError::Lost { seq: 2, .. })));
+    assert!(matches!(next(&mut q, &bus, 1), Err(DdError::Lost { seq: 3, .. })));
     let n = next(&mut q, &bus, 1).unwrap();
     assert_eq!(n, third);
-    assert_eq!(q.last_bytes(), &pattern(3, 64)[..]);
+    assert_eq!(q.last_bytes(), &pattern(4, 64)[..]);
     q.release(&n).unwrap();
     // What failed was handed back: the sender may reuse all of it.
     bus.settle(0);
@@ -237,8 +240,8 @@ fn lost_and_corrupted_writes_show_as_errors_never_as_wrong_data() {
         loop {
             match q.poll() {
                 Ok(Some(n)) => {
-                    // Message k went as note k + 4.
-                    let k = n.seq as usize - 4;
+                    // Message k went as note k + 5.
+                    let k = n.seq as usize - 5;
                     assert_eq!(q.last_bytes(), &pattern(k as u32, 100 + k % 50)[..]);
                     q.release(&n).unwrap();
                     right += 1;

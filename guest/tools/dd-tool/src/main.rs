@@ -91,6 +91,11 @@ enum Cmd {
         /// reading the connection's pages needs it held).
         #[arg(long, default_value_t = 0)]
         linger_ms: u64,
+        /// Before sending, try OFFSET:SIZE (repeatable), which must be
+        /// refused; prints a REFUSED line with the adapter's transmitted
+        /// packets before and after the attempt.
+        #[arg(long = "try", value_name = "OFFSET:SIZE")]
+        tries: Vec<String>,
     },
     /// The far half of `bench`: echo what `bench` sends until it says stop.
     Serve {
@@ -199,9 +204,23 @@ fn send(
     mode: Mode,
     delay: Duration,
     linger: Duration,
+    tries: &[String],
 ) -> Result<()> {
     let mut c = Conn::connect(peer, tag as u64, Duration::from_secs(60)).context("connecting")?;
     let buf = c.buffer_len();
+    if !tries.is_empty() {
+        let regs = imc_client::Imc::connect()?.regs()?;
+        let tx = || regs.view().raw(regs::reg::TX_PACKETS);
+        for t in tries {
+            let (o, n) = t.split_once(':').with_context(|| format!("--try {t}: OFFSET:SIZE"))?;
+            let (off, size): (u64, usize) = (o.parse()?, n.parse()?);
+            let before = tx();
+            match c.send(off, &pattern(0, size)) {
+                Ok(t) => bail!("{size} bytes at offset {off} were sent (message {})", t.seq),
+                Err(e) => println!("REFUSED offset={off} len={size} tx_packets={before}->{} : {e}", tx()),
+            }
+        }
+    }
     let step = step.unwrap_or((size as u64).next_multiple_of(8));
     let mut tickets = Vec::new();
     for i in 0..count {
@@ -388,7 +407,7 @@ fn main() -> Result<()> {
         Cmd::Recv { peer, tag, bytes, count, blocking, timeout_ms } => {
             recv(peer, tag, bytes, count, blocking, Duration::from_millis(timeout_ms))
         }
-        Cmd::Send { peer, tag, count, size, offset, step, mode, delay_ms, linger_ms } => send(
+        Cmd::Send { peer, tag, count, size, offset, step, mode, delay_ms, linger_ms, tries } => send(
             peer,
             tag,
             count,
@@ -398,6 +417,7 @@ fn main() -> Result<()> {
             mode,
             Duration::from_millis(delay_ms),
             Duration::from_millis(linger_ms),
+            &tries,
         ),
         Cmd::Serve { peer } => serve(peer),
         Cmd::Bench { peer, trips, volume } => bench(peer, trips, volume),
