@@ -97,7 +97,7 @@ pub const fn dd_wire(from: u8, to: u8, tag: u64) -> u64 {
 /// The (from, to) nodes of a [`dd_wire`] key, or None for another key.
 pub fn dd_wire_nodes(key: u64) -> Option<(u8, u8)> {
     (key & LOCK_KEY == 0 && Namespace::of(key) == Some(Namespace::DdWire))
-        .then(|| ((key >> 48) as u8, (key >> DD_TAG_BITS) as u8))
+        .then_some(((key >> 48) as u8, (key >> DD_TAG_BITS) as u8))
 }
 
 #[cfg(test)]

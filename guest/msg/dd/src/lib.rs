@@ -15,7 +15,7 @@
 //! - [`mc`]: the protocol on MEMORY CHANNEL: connections set up through
 //!   imcd, sends by stores or by DMA, blocking receives on the interrupt.
 //! - `capi`: the C API (`include/dd.h`).
-//! - [`error`]: [`DdError`].
+//! - [`error`]: the error type, [`DdError`].
 #![warn(missing_docs)]
 
 mod capi;

@@ -25,6 +25,10 @@ use crate::layout::{crc, padded, Note, ALIGN, BACK_RELEASED, HEAD, MAX_MESSAGE, 
 pub trait Tx {
     /// Bytes of the region.
     fn len(&self) -> usize;
+    /// True for a region of no bytes (never: regions have pages).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// One 8-byte store at `off` (a multiple of 8), after every earlier one.
     fn store(&self, off: usize, v: u64);
     /// Copies `src` to `off` (a multiple of 8) in ascending 8-byte
@@ -37,6 +41,10 @@ pub trait Tx {
 pub trait Rx {
     /// Bytes of the region.
     fn len(&self) -> usize;
+    /// True for a region of no bytes (never: regions have pages).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// The 8-byte word at `off`.
     fn load(&self, off: usize) -> u64;
     /// Copies bytes at `off` into `dst`.

@@ -221,7 +221,7 @@ fn send(
             }
         }
     }
-    let step = step.unwrap_or((size as u64).next_multiple_of(8));
+    let step = step.unwrap_or_else(|| (size as u64).next_multiple_of(8));
     let mut tickets = Vec::new();
     for i in 0..count {
         let off = if count == 1 { offset } else { (offset + i * step) % buf };
