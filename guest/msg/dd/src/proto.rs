@@ -203,14 +203,24 @@ impl<R: Rx, T: Tx> Inbound<R, T> {
     /// The next note, checked: Some once it arrived whole.
     fn poll(&mut self, scratch: &mut Vec<u8>) -> Result<Option<Note>, DdError> {
         let seq = self.expect;
-        let Some(note) = self.note_at(seq) else {
-            // The head is stored after each note's last word: seeing it at
-            // or past `seq` without note `seq` means that note was lost.
-            if self.notes.load(HEAD) >= seq {
-                self.skip();
-                return Err(DdError::Lost { conn: self.conn, seq });
+        let note = match self.note_at(seq) {
+            Some(n) => n,
+            None => {
+                // The head is stored after each note's last word. Seen at
+                // or past `seq`, every word of note `seq` sent before it has
+                // arrived too: look again (it may have come since the first
+                // look); still not there, it was lost.
+                if self.notes.load(HEAD) < seq {
+                    return Ok(None);
+                }
+                match self.note_at(seq) {
+                    Some(n) => n,
+                    None => {
+                        self.skip();
+                        return Err(DdError::Lost { conn: self.conn, seq });
+                    }
+                }
             }
-            return Ok(None);
         };
         let bad = |why: String| DdError::BadNote { conn: self.conn, seq, why };
         let err = if note.conn != self.conn {
