@@ -9,7 +9,9 @@
 //! the transmit DMA engine (its DMA mode), receives are loads.
 //!
 //! A blocking receive sleeps in `poll(2)` on imcd's watch of each note
-//! ring (INT pages: the adapter interrupts, imcd bumps an eventfd).
+//! ring (INT pages: the adapter interrupts, imcd bumps an eventfd); the
+//! watches begin at the first blocking receive, so a queue that only
+//! polls takes no interrupts.
 //!
 //! Each endpoint is used by one thread at a time (`&mut self`).
 
@@ -105,7 +107,11 @@ pub struct Queue {
     imc: Imc,
     me: u8,
     q: proto::Queue<McRx, McTx>,
-    /// imcd's watch of each connection's note ring.
+    /// Each connection's note ring (region id).
+    notes: Vec<u32>,
+    /// imcd's watch of each connection's note ring, made at the first
+    /// blocking receive: a watched page interrupts at every store, which
+    /// a queue that only polls has no use for.
     watches: Vec<OwnedFd>,
 }
 
@@ -114,7 +120,7 @@ impl Queue {
     pub fn open() -> Result<Queue, DdError> {
         let imc = Imc::connect()?;
         let me = this_node(&imc)?;
-        Ok(Queue { imc, me, q: proto::Queue::new(), watches: Vec::new() })
+        Ok(Queue { imc, me, q: proto::Queue::new(), notes: Vec::new(), watches: Vec::new() })
     }
 
     /// This node's number.
@@ -147,11 +153,10 @@ impl Queue {
         let buf = alloc(Part::Buffer, buffer)?;
         let notes_rx = McRx(imc.asattach_rx(notes)?);
         let buf_rx = McRx(imc.asattach_rx(buf)?);
-        let watch = imc.watch(notes)?;
         let back = alloc(Part::Back, PAGE_SIZE)?;
         let back_tx = McTx(Arc::new(imc.asattach_tx_p2p(back, sender as u32)?));
         self.q.add(Inbound::new(conn, notes_rx, buf_rx, back_tx))?;
-        self.watches.push(watch);
+        self.notes.push(notes);
         Ok(conn)
     }
 
@@ -180,8 +185,18 @@ impl Queue {
                 },
                 None => PollTimeout::NONE,
             };
-            if self.watches.is_empty() {
+            if self.notes.is_empty() {
                 return Err(DdError::Invalid("the queue has no connection".into()));
+            }
+            if self.watches.len() < self.notes.len() {
+                // Watch the rings not watched yet, then look again before
+                // sleeping: a note stored before the watch began did not
+                // interrupt.
+                for &id in &self.notes[self.watches.len()..] {
+                    let w = self.imc.watch(id)?;
+                    self.watches.push(w);
+                }
+                continue;
             }
             let mut fds: Vec<PollFd> = self.watches.iter().map(|w| PollFd::new(w.as_fd(), PollFlags::POLLIN)).collect();
             match poll(&mut fds, left) {
