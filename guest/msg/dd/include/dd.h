@@ -15,7 +15,7 @@
  *
  * Environment: DD_DMA_THRESHOLD (bytes; messages of at least this many go
  * by the transmit DMA engine, smaller ones by stores; 0 never uses DMA;
- * default 4096).
+ * default 256).
  *
  * Link with `pkg-config --libs dd` (add --static for libdd.a).
  */

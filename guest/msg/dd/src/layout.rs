@@ -22,7 +22,7 @@
 //! +---------------------------------+---------------------------------+
 //! | length in bytes                 | offset in the buffer            |  word 0
 //! | flags (bit 0: sent by DMA)      | CRC-32 ([`crc`])                |  word 1
-//! | reserved (0)                                                      |  word 2
+//! | reserved (not stored, ignored)                                    |  word 2
 //! | connection id                   | sequence number (low 32 bits)   |  word 3
 //! +---------------------------------+---------------------------------+
 //! ```

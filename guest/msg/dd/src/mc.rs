@@ -33,7 +33,7 @@ use crate::proto::{self, Inbound, Rx, Sender, Tx};
 /// Default of the DMA threshold (`DD_DMA_THRESHOLD`): messages of at
 /// least this many bytes go by DMA. From `dd-tool bench` (`docs/dd.md`,
 /// "Threshold").
-pub const DMA_THRESHOLD_DEFAULT: usize = 4096;
+pub const DMA_THRESHOLD_DEFAULT: usize = 256;
 
 /// Bytes of the DMA source area a connection asks imcd for (messages
 /// sent by DMA are at most this long).
