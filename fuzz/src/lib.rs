@@ -167,7 +167,7 @@ pub fn imc_line() -> Vec<Vec<u8>> {
         Request::Hosts,
         Request::Kill { host: "node1".into(), pid: 42, sig: 15 },
         Request::AbandonUpdate { id: 1 },
-        Request::Asattach { id: 3, transmit: false, loopback: true },
+        Request::Asattach { id: 3, transmit: false, loopback: true, p2p: None },
     ];
     let replies = [
         Reply::Done,

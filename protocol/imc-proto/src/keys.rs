@@ -10,6 +10,7 @@
 //! | `0x60` | [`Namespace::UmpOutbuf`]: a process's multicast outbuf | node << 32 \| pid |
 //! | `0x68` | [`Namespace::MpiBoard`]: an MPI job's billboard | the job id |
 //! | `0x70` | [`Namespace::MpiLanding`]: an MPI rank's landing memory (zero copy) | job << 32 \| rank |
+//! | `0x7C` | [`Namespace::DdWire`]: one direction of a Direct Deposit connection | [`dd_wire`]: from << 48 \| to << 40 \| tag |
 //! | bit 63 | lock sets: imcd files `imc_lkalloc` keys under `key \| LOCK_KEY` | the user's key |
 //!
 //! imcd refuses user keys with bit 63 set. Keys from 2^56 up with bit 63
@@ -39,17 +40,22 @@ pub enum Namespace {
     /// An MPI rank's landing memory: received into its DMA source area,
     /// the target of other ranks' zero-copy transfers.
     MpiLanding,
+    /// One direction of a Direct Deposit connection (`guest/msg/dd`): only
+    /// node `from` may transmit to it, only point-to-point to node `to`,
+    /// and only one process there (imcd enforces it; see [`dd_wire`]).
+    DdWire,
 }
 
 impl Namespace {
     /// Every namespace, for checks.
-    pub const ALL: [Namespace; 6] = [
+    pub const ALL: [Namespace; 7] = [
         Namespace::User,
         Namespace::UmpChannel,
         Namespace::UmpListen,
         Namespace::UmpOutbuf,
         Namespace::MpiBoard,
         Namespace::MpiLanding,
+        Namespace::DdWire,
     ];
 
     /// The top byte of this namespace's keys.
@@ -61,6 +67,7 @@ impl Namespace {
             Namespace::UmpOutbuf => 0x60,
             Namespace::MpiBoard => 0x68,
             Namespace::MpiLanding => 0x70,
+            Namespace::DdWire => 0x7C,
         }
     }
 
@@ -75,6 +82,22 @@ impl Namespace {
         let tag = ((key & !LOCK_KEY) >> PAYLOAD_BITS) as u8;
         Namespace::ALL.into_iter().find(|n| n.tag() == tag)
     }
+}
+
+/// Bits of a [`dd_wire`] key's tag.
+pub const DD_TAG_BITS: u32 = 40;
+
+/// The key of one direction of a Direct Deposit connection: written only
+/// by node `from`, point-to-point to node `to`; `tag` (its low
+/// [`DD_TAG_BITS`] bits) tells the connections between two nodes apart.
+pub const fn dd_wire(from: u8, to: u8, tag: u64) -> u64 {
+    Namespace::DdWire.key((from as u64) << 48 | (to as u64) << DD_TAG_BITS | (tag & ((1 << DD_TAG_BITS) - 1)))
+}
+
+/// The (from, to) nodes of a [`dd_wire`] key, or None for another key.
+pub fn dd_wire_nodes(key: u64) -> Option<(u8, u8)> {
+    (key & LOCK_KEY == 0 && Namespace::of(key) == Some(Namespace::DdWire))
+        .then_some(((key >> 48) as u8, (key >> DD_TAG_BITS) as u8))
 }
 
 #[cfg(test)]
@@ -93,6 +116,17 @@ mod tests {
                 assert!(a1 < b0 || b1 < a0, "{a:?} [{a0:#x}, {a1:#x}] overlaps {b:?} [{b0:#x}, {b1:#x}]");
             }
         }
+    }
+
+    #[test]
+    fn dd_wire_keys_name_their_nodes() {
+        let k = dd_wire(3, 1, 0xAB_CDEF_0123);
+        assert_eq!(Namespace::of(k), Some(Namespace::DdWire));
+        assert_eq!(dd_wire_nodes(k), Some((3, 1)));
+        assert_eq!(dd_wire_nodes(dd_wire(63, 0, u64::MAX)), Some((63, 0)));
+        assert_ne!(dd_wire(3, 1, 1), dd_wire(1, 3, 1));
+        assert_eq!(dd_wire_nodes(55), None);
+        assert_eq!(dd_wire_nodes(k | LOCK_KEY), None, "a lock set is not a connection");
     }
 
     #[test]

@@ -213,6 +213,14 @@ pub enum Request {
         transmit: bool,
         /// Writes come back to this node too.
         loopback: bool,
+        /// Extension: transmit point-to-point to this node only (the page
+        /// control table's P2P bit and destination node, `docs/adapter.md`)
+        /// instead of broadcasting. The process that attaches a region so
+        /// becomes its only sender on this node; for a Direct Deposit key
+        /// ([`keys::Namespace::DdWire`]) only the key's sending node may
+        /// attach it for transmit at all, and only to its receiving node.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        p2p: Option<u32>,
     },
 }
 
@@ -370,6 +378,15 @@ mod tests {
         let line = encode_line(&req);
         assert_eq!(line.last(), Some(&b'\n'));
         assert_eq!(decode_request(&line[..line.len() - 1]).unwrap(), req);
+        let p2p = Request::Asattach { id: 3, transmit: true, loopback: false, p2p: Some(2) };
+        let line = encode_line(&p2p);
+        assert_eq!(decode_request(&line[..line.len() - 1]).unwrap(), p2p);
+        // An attach from a client that predates P2P is a broadcast attach.
+        let old = br#"{"op":"asattach","id":3,"transmit":true,"loopback":false}"#;
+        assert_eq!(
+            decode_request(old).unwrap(),
+            Request::Asattach { id: 3, transmit: true, loopback: false, p2p: None }
+        );
         let rep = Reply::error(Status::Exists, "key 55 exists");
         let line = encode_line(&rep);
         assert_eq!(decode_reply(&line[..line.len() - 1]).unwrap(), rep);

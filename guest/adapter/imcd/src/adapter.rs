@@ -79,6 +79,10 @@ pub const DMA_RING_ENTRIES: u32 = 4096;
 /// Source areas per node (one per process that asks).
 const DMA_AREAS: usize = 64;
 
+/// The page control table bits of a point-to-point page: P2P and its
+/// destination node (`docs/adapter.md`, PCT word 0).
+const P2P_BITS: u64 = pct::P2P | pct::DEST_MASK << pct::DEST_SHIFT;
+
 /// Transmit DMA: the ring (set up on first use) and the clients' areas.
 #[derive(Default)]
 struct Dma {
@@ -259,7 +263,7 @@ impl AdapterHw {
     /// Clears TX and LOOPBACK on `pages` pages from `first`.
     fn stop_transmit(&self, first: u64, pages: u64) {
         for p in first..first + pages {
-            self.a.update_page(p, |bits, iova| (bits & !(pct::TX | pct::LOOPBACK), iova));
+            self.a.update_page(p, |bits, iova| (bits & !(pct::TX | pct::LOOPBACK | P2P_BITS), iova));
         }
     }
 
@@ -425,7 +429,7 @@ impl Hw for AdapterHw {
             let _ = self.meta.store::<u64>((page * PAGE_SIZE) as usize + w * 8, 0);
         }
     }
-    fn transmit(&self, r: &RegionDesc, loopback: bool) {
+    fn transmit(&self, r: &RegionDesc, loopback: bool, p2p: Option<u16>) {
         if let Some((first, pages)) = self.tx().insert(r.id, (r.first_page, r.pages)) {
             if (first, pages) != (r.first_page, r.pages) {
                 // The entry was reused for another region: the old pages go.
@@ -434,10 +438,14 @@ impl Hw for AdapterHw {
         }
         let a = &self.a;
         let lb = if loopback { pct::LOOPBACK } else { 0 };
+        let dest = match p2p {
+            Some(d) => pct::P2P | (d as u64 & pct::DEST_MASK) << pct::DEST_SHIFT,
+            None => 0,
+        };
         for p in r.first_page..r.first_page + r.pages {
             // Under the driver's PCT lock: the mapper may be setting RX on
             // the same page (a coherent region) at this moment.
-            a.update_page(p, |bits, iova| (bits | pct::TX | lb, iova));
+            a.update_page(p, |bits, iova| ((bits & !P2P_BITS) | pct::TX | lb | dest, iova));
         }
     }
     fn signal(&self, pid: u64, sig: u64, uid: u64) -> u64 {

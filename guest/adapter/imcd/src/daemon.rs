@@ -94,6 +94,9 @@ pub struct Daemon<'a, H: Hw> {
     /// Per client: the regions it attached for transmit (what it may name
     /// as a transmit DMA destination).
     tx_attached: HashMap<u64, HashSet<u32>>,
+    /// Per region attached point-to-point: the one client here that may
+    /// transmit to it, and the node its stores go to.
+    p2p_owner: HashMap<u32, (u64, u16)>,
     relay_seq: u64,
     /// Nodes up at the last tick (for failure repair).
     members: u64,
@@ -127,6 +130,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
             next_bid: 0,
             holders: HashMap::new(),
             tx_attached: HashMap::new(),
+            p2p_owner: HashMap::new(),
             relay_seq: 0,
             members: n.members(),
             away: [None; MAX_NODES],
@@ -161,6 +165,9 @@ impl<'a, H: Hw> Daemon<'a, H> {
         }
         if let Some(t) = self.tx_attached.get_mut(&client) {
             t.remove(&id);
+        }
+        if self.p2p_owner.get(&id).is_some_and(|&(owner, _)| owner == client) {
+            self.p2p_owner.remove(&id);
         }
         self.n.hw.dma_unland(client, id);
         unwatch(self.n, client, Some(id));
@@ -279,7 +286,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
     /// nobody can see the set without seeing lock 0 taken.
     fn place_creator_bid(&self, r: &RegionDesc, bid: u64) -> Result<(), String> {
         let hw = &self.n.hw;
-        hw.transmit(r, true);
+        hw.transmit(r, true, None);
         hw.receive(r).map_err(|e| e.to_string())?;
         let slot = lock_slot_offset(0, self.n.me as u64);
         hw.store64(r.first_page * PAGE_SIZE + slot, bid);
@@ -352,7 +359,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
                 (Reply::Hosts { hosts: list }, None)
             }
             Request::Kill { host, pid, sig } => (self.kill(&host, pid, sig, cred), None),
-            Request::Asattach { id, transmit, loopback } => self.attach(id, transmit, loopback, cred, client),
+            Request::Asattach { id, transmit, loopback, p2p } => self.attach(id, transmit, loopback, p2p, cred, client),
             Request::DmaOpen { size } => match self.n.hw.dma_open(client, size) {
                 Ok(a) => (Reply::DmaArea { iova: a.iova, len: a.len, ring_entries: a.ring_entries }, Some(a.file)),
                 Err(e @ HwError::NoDma) => (Reply::error(Status::NoDev, e), None),
@@ -425,7 +432,74 @@ impl<'a, H: Hw> Daemon<'a, H> {
         }
     }
 
-    fn attach(&mut self, id: u32, transmit: bool, loopback: bool, cred: Cred, client: u64) -> (Reply, Option<File>) {
+    /// Whether client `client` may attach region `r` for transmit, to node
+    /// `p2p` or broadcast: the point-to-point rules (an owned region has
+    /// one sender here; a Direct Deposit key names its only sending node
+    /// and its destination). The refusal says which rule.
+    fn may_transmit(&self, r: &RegionDesc, p2p: Option<u32>, client: u64) -> Result<Option<u16>, Reply> {
+        let id = r.id;
+        let dest = match p2p {
+            None => None,
+            Some(d) if d as usize >= MAX_NODES => {
+                return Err(Reply::error(
+                    Status::Invalid,
+                    format!("point-to-point to node {d}: nodes are 0 to {}", MAX_NODES - 1),
+                ))
+            }
+            Some(d) if d as usize == self.n.me => {
+                return Err(Reply::error(
+                    Status::Invalid,
+                    format!("point-to-point to node {d}, this node: such stores reach nobody"),
+                ))
+            }
+            Some(d) => Some(d as u16),
+        };
+        if let Some((from, to)) = imc_proto::keys::dd_wire_nodes(r.key) {
+            if from as usize != self.n.me {
+                return Err(Reply::error(
+                    Status::Permission,
+                    format!(
+                        "region {id} is a Direct Deposit connection sent from node {from} only, not from node {}",
+                        self.n.me
+                    ),
+                ));
+            }
+            if dest != Some(to as u16) {
+                return Err(Reply::error(
+                    Status::Permission,
+                    format!("region {id} is a Direct Deposit connection to node {to}: attach it point-to-point to that node"),
+                ));
+            }
+        }
+        if let Some(&(owner, _)) = self.p2p_owner.get(&id) {
+            if owner != client {
+                return Err(Reply::error(
+                    Status::Permission,
+                    format!("region {id} is a point-to-point connection owned by another process: only its owner may transmit to it"),
+                ));
+            }
+        }
+        if dest.is_some() {
+            let others = self.tx_attached.iter().any(|(&c, ids)| c != client && ids.contains(&id));
+            if others {
+                return Err(Reply::error(
+                    Status::Permission,
+                    format!("region {id} is attached for transmit by another process here: it cannot become a point-to-point connection"),
+                ));
+            }
+        }
+        Ok(dest)
+    }
+
+    fn attach(
+        &mut self,
+        id: u32,
+        transmit: bool,
+        loopback: bool,
+        p2p: Option<u32>,
+        cred: Cred,
+        client: u64,
+    ) -> (Reply, Option<File>) {
         let r = match self.region(id) {
             Ok(r) => r,
             Err(e) => return (refusal(&e), None),
@@ -439,13 +513,24 @@ impl<'a, H: Hw> Daemon<'a, H> {
         }
         let hw = &self.n.hw;
         if transmit {
+            let dest = match self.may_transmit(&r, p2p, client) {
+                Ok(d) => d,
+                Err(refused) => return (refused, None),
+            };
+            if dest.is_some() && loopback {
+                return (Reply::error(Status::Invalid, "a point-to-point attach has no loopback"), None);
+            }
+            if let Some(d) = dest {
+                self.p2p_owner.insert(id, (client, d));
+            }
+            let dest = dest.or_else(|| self.p2p_owner.get(&id).map(|&(_, d)| d));
             if loopback {
                 // Our own writes come back: they need somewhere to land here.
                 if let Err(e) = hw.receive(&r) {
                     return (Reply::error(Status::NoMem, e), None);
                 }
             }
-            hw.transmit(&r, loopback);
+            hw.transmit(&r, loopback, dest);
             self.tx_attached.entry(client).or_default().insert(id);
             self.mapping(Handout::Transmit { first_page: r.first_page, pages: r.pages })
         } else {
@@ -528,7 +613,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
         }
         let hw = &self.n.hw;
         for r in self.dir.list().iter().filter(|r| r.key & LOCK_KEY != 0) {
-            hw.transmit(r, true);
+            hw.transmit(r, true, None);
             let locks = r.pages * PAGE_SIZE / 8 / LOCK_SLOTS as u64;
             for l in 0..locks {
                 hw.store64(r.first_page * PAGE_SIZE + lock_slot_offset(l, gone as u64), 0);

@@ -68,8 +68,9 @@ pub trait Hw: Sync {
     /// Zeroes `words` of this node's own copy of imcd page `page` (local
     /// memory only: nothing is transmitted).
     fn clear_meta(&self, page: u64, words: std::ops::Range<usize>);
-    /// Enables transmit (and loopback) on the pages of `r`.
-    fn transmit(&self, r: &RegionDesc, loopback: bool);
+    /// Enables transmit (and loopback) on the pages of `r`: broadcast, or
+    /// point-to-point to node `p2p` only (PCT P2P bit and dest node).
+    fn transmit(&self, r: &RegionDesc, loopback: bool, p2p: Option<u16>);
     /// The cluster-signal service: delivers `sig` to `pid` for a sender
     /// with real uid `uid`; returns 0 or an errno.
     fn signal(&self, pid: u64, sig: u64, uid: u64) -> u64;
@@ -243,8 +244,8 @@ impl<T: Hw + Send> Hw for std::sync::Arc<T> {
     fn clear_meta(&self, page: u64, words: std::ops::Range<usize>) {
         (**self).clear_meta(page, words)
     }
-    fn transmit(&self, r: &RegionDesc, loopback: bool) {
-        (**self).transmit(r, loopback)
+    fn transmit(&self, r: &RegionDesc, loopback: bool, p2p: Option<u16>) {
+        (**self).transmit(r, loopback, p2p)
     }
     fn signal(&self, pid: u64, sig: u64, uid: u64) -> u64 {
         (**self).signal(pid, sig, uid)

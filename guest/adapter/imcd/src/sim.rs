@@ -100,6 +100,8 @@ pub struct SimHw {
     received: Mutex<HashMap<u32, (u64, u64)>>,
     /// Regions with transmit enabled: id -> (first page, pages).
     transmitted: Mutex<HashMap<u32, (u64, u64)>>,
+    /// Regions transmitted point-to-point: id -> destination node.
+    p2p: Mutex<HashMap<u32, u16>>,
     error_sum: AtomicU64,
     /// The interrupts this node has taken.
     irqs_seen: AtomicU64,
@@ -148,6 +150,7 @@ impl SimNet {
             shared: self.shared.clone(),
             received: Mutex::new(HashMap::new()),
             transmitted: Mutex::new(HashMap::new()),
+            p2p: Mutex::new(HashMap::new()),
             error_sum: AtomicU64::new(0),
             irqs_seen: AtomicU64::new(*self.shared.irqs.lock().unwrap_or_else(|e| e.into_inner())),
         })
@@ -318,6 +321,15 @@ impl SimHw {
         self.error_sum.load(Ordering::SeqCst)
     }
 
+    /// Where this node's stores to page `page` go: None when it does not
+    /// transmit the page, Some(None) when it broadcasts them, Some(Some(n))
+    /// when they go point-to-point to node n only.
+    pub fn transmit_dest(&self, page: u64) -> Option<Option<u16>> {
+        let tx = self.transmitted.lock().unwrap_or_else(|e| e.into_inner());
+        let (id, _) = tx.iter().find(|(_, &(f, p))| (f..f + p).contains(&page))?;
+        Some(self.p2p.lock().unwrap_or_else(|e| e.into_inner()).get(id).copied())
+    }
+
     /// Whether this node has transmit enabled on MEMORY CHANNEL page `page`.
     pub fn transmits(&self, page: u64) -> bool {
         self.transmitted.lock().unwrap_or_else(|e| e.into_inner()).values().any(|&(f, p)| (f..f + p).contains(&page))
@@ -422,6 +434,7 @@ impl Hw for SimHw {
     fn forget(&self, id: u32) {
         self.received.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         self.transmitted.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        self.p2p.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
     }
     fn forget_stale(&self, id: u32, first: u64, pages: u64) {
         let mut rx = self.received.lock().unwrap_or_else(|e| e.into_inner());
@@ -433,6 +446,7 @@ impl Hw for SimHw {
         let mut tx = self.transmitted.lock().unwrap_or_else(|e| e.into_inner());
         if tx.get(&id) == Some(&(first, pages)) {
             tx.remove(&id);
+            self.p2p.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         }
     }
     fn forget_all(&self) {
@@ -447,8 +461,13 @@ impl Hw for SimHw {
         let base = page as usize * PAGE_WORDS;
         self.bus.clear_local(base + words.start..base + words.end);
     }
-    fn transmit(&self, r: &RegionDesc, _loopback: bool) {
+    fn transmit(&self, r: &RegionDesc, _loopback: bool, p2p: Option<u16>) {
         self.transmitted.lock().unwrap_or_else(|e| e.into_inner()).insert(r.id, (r.first_page, r.pages));
+        let mut dests = self.p2p.lock().unwrap_or_else(|e| e.into_inner());
+        match p2p {
+            Some(d) => dests.insert(r.id, d),
+            None => dests.remove(&r.id),
+        };
     }
     fn signal(&self, pid: u64, sig: u64, uid: u64) -> u64 {
         if self.shared.absent.lock().unwrap_or_else(|e| e.into_inner()).contains(&pid) {

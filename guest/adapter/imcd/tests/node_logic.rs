@@ -322,7 +322,10 @@ fn short_flap_is_ridden_out_and_the_node_resynchronised() {
     let b = start_with(&net, 1, flap_settings());
     eventually("both imcds see each other", || hosts(&a).len() == 2 && hosts(&b).len() == 2);
     let (id55, first55) = alloc(&b, 0x55, false);
-    assert!(matches!(call(&b, Request::Asattach { id: id55, transmit: true, loopback: false }), Reply::Mapping { .. }));
+    assert!(matches!(
+        call(&b, Request::Asattach { id: id55, transmit: true, loopback: false, p2p: None }),
+        Reply::Mapping { .. }
+    ));
     let set = match call(&b, Request::Lkalloc { key: 0x12, nlocks: 1, mode: 0o666, creator: true }) {
         Reply::LockSet { id, placed_bid, .. } if placed_bid != 0 => id,
         other => panic!("lkalloc: {other:?}"),
@@ -374,7 +377,7 @@ fn long_outage_repairs_the_node_out_and_it_revokes_on_return() {
     let b = start_with(&net, 1, flap_settings());
     eventually("both imcds see each other", || hosts(&a).len() == 2 && hosts(&b).len() == 2);
     let (id55, first55) = alloc(&b, 0x55, false);
-    match call(&b, Request::Asattach { id: id55, transmit: true, loopback: false }) {
+    match call(&b, Request::Asattach { id: id55, transmit: true, loopback: false, p2p: None }) {
         Reply::Mapping { .. } => {}
         other => panic!("attach: {other:?}"),
     }
@@ -396,7 +399,7 @@ fn long_outage_repairs_the_node_out_and_it_revokes_on_return() {
         Reply::Error { code: Status::NotAlloc, .. } => {}
         other => panic!("the revoked holder still holds region {id55}: {other:?}"),
     }
-    match call(&b, Request::Asattach { id: id66, transmit: true, loopback: false }) {
+    match call(&b, Request::Asattach { id: id66, transmit: true, loopback: false, p2p: None }) {
         Reply::Error { code: Status::NotAlloc, .. } => {}
         other => panic!("the revoked holder may attach the new region: {other:?}"),
     }

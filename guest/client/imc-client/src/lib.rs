@@ -225,13 +225,23 @@ impl Imc {
     /// `imc_asattach` for transmit: the adapter's window for region `id`
     /// (with `loopback`, our own writes come back to this node too).
     pub fn asattach_tx(&self, id: u32, loopback: bool) -> Result<Mapping<ReadWrite>, ImcError> {
-        let reply = self.call(&Request::Asattach { id, transmit: true, loopback })?;
+        let reply = self.call(&Request::Asattach { id, transmit: true, loopback, p2p: None })?;
+        self.map_reply(reply, Source::Device)
+    }
+
+    /// Extension: `imc_asattach` for transmit, point-to-point: stores to
+    /// region `id` reach node `dest` only (the page control table's P2P
+    /// bit). This process becomes the region's only sender on this node;
+    /// imcd refuses (`PERMISSION`) a second process, and for a Direct
+    /// Deposit key any node or destination but the key's own.
+    pub fn asattach_tx_p2p(&self, id: u32, dest: u32) -> Result<Mapping<ReadWrite>, ImcError> {
+        let reply = self.call(&Request::Asattach { id, transmit: true, loopback: false, p2p: Some(dest) })?;
         self.map_reply(reply, Source::Device)
     }
 
     /// `imc_asattach` for receive: region `id`'s receive buffer, read-only.
     pub fn asattach_rx(&self, id: u32) -> Result<Mapping<ReadOnly>, ImcError> {
-        let reply = self.call(&Request::Asattach { id, transmit: false, loopback: false })?;
+        let reply = self.call(&Request::Asattach { id, transmit: false, loopback: false, p2p: None })?;
         self.map_reply(reply, Source::File)
     }
 }
