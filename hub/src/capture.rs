@@ -6,16 +6,18 @@
 //! payload, `protocol/link`). A `Deliver` record is followed by a 2-byte
 //! trailer the frame itself does not carry: the write's destination, as
 //! in its `Write` (0xFFFF broadcast, else the one node of a point-to-point
-//! write). Readers: `mc-hub pcap` and the Wireshark dissector
-//! (`hub/wireshark/mc.lua`).
+//! write). Readers: [`CaptureReader`] (for `mc-hub pcap` and
+//! `hub::history`) and the Wireshark dissector (`hub/wireshark/mc.lua`).
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{BufReader, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
+use thiserror::Error;
 
 use crate::port::Frame;
 
@@ -74,6 +76,66 @@ impl Capture {
     /// slow the order.
     pub(crate) fn record(&self, frame: &Frame, dest: Option<u16>) {
         let _ = self.tx.try_send((SystemTime::now(), frame.clone(), dest));
+    }
+}
+
+/// Why a file cannot be read as a capture.
+#[derive(Debug, Error)]
+pub enum ReadError {
+    /// It cannot be opened.
+    #[error("{0}")]
+    Open(std::io::Error),
+    /// It is not a pcap file.
+    #[error("not a pcap file: {0}")]
+    NotPcap(String),
+    /// It is a pcap file of another link type.
+    #[error("link type {0:?}")]
+    LinkType(DataLink),
+}
+
+/// What [`CaptureReader::next_record`] found.
+pub enum Next {
+    /// A whole record: when the hub ordered it, and its data.
+    Record {
+        /// Since the epoch.
+        time: Duration,
+        /// The frame (and a delivery's destination trailer).
+        data: Vec<u8>,
+    },
+    /// The last record is cut short (a capture still being written).
+    Incomplete,
+    /// A damaged record.
+    Corrupt(String),
+    /// No more records.
+    End,
+}
+
+/// Reads a capture record by record, from the thread that calls it.
+pub struct CaptureReader {
+    r: PcapReader<BufReader<File>>,
+}
+
+impl CaptureReader {
+    /// Opens `path` and checks it is a pcap file of the hub's link type.
+    pub fn open(path: &Path) -> Result<CaptureReader, ReadError> {
+        let f = File::open(path).map_err(ReadError::Open)?;
+        let r = PcapReader::new(BufReader::new(f)).map_err(|e| ReadError::NotPcap(e.to_string()))?;
+        if r.header().datalink != PCAP_DATALINK {
+            return Err(ReadError::LinkType(r.header().datalink));
+        }
+        Ok(CaptureReader { r })
+    }
+
+    /// The next record.
+    pub fn next_record(&mut self) -> Next {
+        match self.r.next_packet() {
+            None => Next::End,
+            Some(Ok(p)) => Next::Record { time: p.timestamp, data: p.data.into_owned() },
+            Some(Err(pcap_file::PcapError::IoError(e))) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Next::Incomplete
+            }
+            Some(Err(e)) => Next::Corrupt(e.to_string()),
+        }
     }
 }
 

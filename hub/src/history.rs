@@ -15,14 +15,12 @@
 //! Reads files only; no threads.
 
 use std::collections::BTreeMap;
-use std::io::BufReader;
 use std::path::Path;
 
 use link::{Msg, BROADCAST};
-use pcap_file::pcap::PcapReader;
 use thiserror::Error;
 
-use crate::capture::{DEST_TRAILER, PCAP_DATALINK};
+use crate::capture::{CaptureReader, Next, ReadError, DEST_TRAILER};
 
 /// Bytes in a MEMORY CHANNEL page.
 pub const PAGE_SIZE: u64 = 8192;
@@ -146,27 +144,26 @@ impl History {
     /// else is an error.
     pub fn read(path: &Path) -> Result<History, HistoryError> {
         let name = path.display().to_string();
-        let f = std::fs::File::open(path).map_err(|e| HistoryError::Open(name.clone(), e))?;
-        let mut r = PcapReader::new(BufReader::new(f))
-            .map_err(|e| HistoryError::NotCapture(name.clone(), format!("not a pcap file: {e}")))?;
-        if r.header().datalink != PCAP_DATALINK {
-            return Err(HistoryError::NotCapture(name, format!("link type {:?}", r.header().datalink)));
-        }
+        let mut r = CaptureReader::open(path).map_err(|e| match e {
+            ReadError::Open(e) => HistoryError::Open(name.clone(), e),
+            e => HistoryError::NotCapture(name.clone(), e.to_string()),
+        })?;
         let mut h = History { events: Vec::new(), bytes: Vec::new(), warning: None };
         let mut record = 0;
-        while let Some(p) = r.next_packet() {
+        loop {
             record += 1;
             let corrupt = |why: String| HistoryError::Corrupt { file: name.clone(), record, why };
-            let p = match p {
-                Ok(p) => p,
-                Err(pcap_file::PcapError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            let (timestamp, data) = match r.next_record() {
+                Next::Record { time, data } => (time, data),
+                Next::End => break,
+                Next::Incomplete => {
                     h.warning =
                         Some(format!("{name}: record {record} is incomplete (still being written, or cut short)"));
                     break;
                 }
-                Err(e) => return Err(corrupt(e.to_string())),
+                Next::Corrupt(why) => return Err(corrupt(why)),
             };
-            let frame = &p.data;
+            let frame = &data[..];
             if frame.len() < link::HEADER_LEN {
                 return Err(corrupt(format!("{} bytes, shorter than a frame header", frame.len())));
             }
@@ -177,7 +174,7 @@ impl History {
                 return Err(corrupt(format!("payload of {} bytes announced, {} recorded", hdr.len, rest.len())));
             }
             let (payload, trailer) = rest.split_at(hdr.len);
-            let time = (p.timestamp.as_secs(), p.timestamp.subsec_micros());
+            let time = (timestamp.as_secs(), timestamp.subsec_micros());
             let event = match Msg::parse(&hdr, payload).map_err(|e| corrupt(e.to_string()))? {
                 Msg::Deliver { seq, src, flags, addr, data } => {
                     let dest = match trailer {

@@ -83,7 +83,9 @@ use tokio::net::UnixListener;
 
 use crate::bounds::{Gate, NonceSource};
 use crate::capture::Capture;
-pub use crate::capture::{DEST_TRAILER, PCAP_DATALINK};
+pub use crate::capture::{
+    CaptureReader, Next as CaptureNext, ReadError as CaptureReadError, DEST_TRAILER, PCAP_DATALINK,
+};
 pub use crate::control::{Control, ControlReply, NodeStats};
 pub use crate::observe::{Seen, BUCKETS, PAGES, SHADOW_PAGES, TIME_EVERY};
 use crate::order::Order;

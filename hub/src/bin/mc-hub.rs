@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use device::vfio_user::ConnectionConfig;
-use hub::hub::{Control, ControlReply, Hub, HubConfig, DEST_TRAILER, PCAP_DATALINK};
+use hub::hub::{
+    CaptureNext, CaptureReadError, CaptureReader, Control, ControlReply, Hub, HubConfig, DEST_TRAILER, PCAP_DATALINK,
+};
 use hub::local::LocalConfig;
 use link::{self as link, Msg, MAX_NODES};
 
@@ -149,32 +151,36 @@ fn ctl(control: PathBuf, c: Control) -> anyhow::Result<()> {
 
 /// Decodes a capture: one line per frame.
 fn pcap(file: &Path) -> anyhow::Result<()> {
-    let f = BufReader::new(std::fs::File::open(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?);
-    let mut capture = pcap_file::pcap::PcapReader::new(f)
-        .map_err(|e| anyhow::anyhow!("{}: not a MEMORY CHANNEL capture (not a pcap file: {e})", file.display()))?;
-    if capture.header().datalink != PCAP_DATALINK {
-        anyhow::bail!("{}: not a MEMORY CHANNEL capture (pcap, link type {PCAP_DATALINK:?})", file.display());
-    }
+    let mut capture = CaptureReader::open(file).map_err(|e| match e {
+        CaptureReadError::Open(e) => anyhow::anyhow!("{}: {e}", file.display()),
+        CaptureReadError::NotPcap(e) => {
+            anyhow::anyhow!("{}: not a MEMORY CHANNEL capture (not a pcap file: {e})", file.display())
+        }
+        CaptureReadError::LinkType(_) => {
+            anyhow::anyhow!("{}: not a MEMORY CHANNEL capture (pcap, link type {PCAP_DATALINK:?})", file.display())
+        }
+    })?;
     let out = std::io::stdout();
     let mut out = out.lock();
-    while let Some(packet) = capture.next_packet() {
-        let packet = match packet {
-            Ok(p) => p,
-            Err(pcap_file::PcapError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+    loop {
+        let (timestamp, data) = match capture.next_record() {
+            CaptureNext::Record { time, data } => (time, data),
+            CaptureNext::End => break,
+            CaptureNext::Incomplete => {
                 eprintln!(
                     "mc-hub: {}: the last record is incomplete (still being written, or cut short)",
                     file.display()
                 );
                 break;
             }
-            Err(e) => anyhow::bail!("{}: corrupt record ({e})", file.display()),
+            CaptureNext::Corrupt(e) => anyhow::bail!("{}: corrupt record ({e})", file.display()),
         };
-        let frame = &packet.data;
+        let frame = &data[..];
         let len = frame.len();
         if !(link::HEADER_LEN..=link::HEADER_LEN + link::MAX_PAYLOAD + DEST_TRAILER).contains(&len) {
             anyhow::bail!("{}: corrupt record ({len} bytes)", file.display());
         }
-        let (secs, usecs) = (packet.timestamp.as_secs(), packet.timestamp.subsec_micros());
+        let (secs, usecs) = (timestamp.as_secs(), timestamp.subsec_micros());
         let hdr = link::Header::parse(frame[..link::HEADER_LEN].try_into().unwrap())?;
         // The frame, then (after a Deliver) the destination trailer.
         let (payload, trailer) = frame[link::HEADER_LEN..].split_at(hdr.len.min(len - link::HEADER_LEN));
