@@ -3,7 +3,6 @@
 //! Real sockets, the real hub, simulated adapters (raw link clients).
 
 use std::io::{BufWriter, Read, Write};
-use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -14,51 +13,8 @@ use link::{self as link, Msg, ANY_NODE, BROADCAST, FLAG_LOOPBACK};
 
 use hub::testing::TestHub;
 
-/// A simulated adapter: a raw link client.
-struct Sim {
-    joined: Joined,
-    r: std::os::unix::net::UnixStream,
-    w: BufWriter<std::os::unix::net::UnixStream>,
-    seq: u16,
-    expect: u16,
-    buf: Vec<u8>,
-}
-
-impl Sim {
-    fn join(path: &Path, name: &str) -> Sim {
-        Self::join_as(path, ANY_NODE, name)
-    }
-
-    fn join_as(path: &Path, want: u16, name: &str) -> Sim {
-        let (joined, r, w) = client::join(path, want, 8192, 1024, name).expect("join");
-        let expect = joined.next_link_seq;
-        Sim { joined, r, w, seq: 1, expect, buf: Vec::new() }
-    }
-
-    fn write(&mut self, dest: u16, flags: u16, addr: u64, data: &[u8]) {
-        let f = Msg::Write { dest, flags, addr, data }.encode();
-        link::write_stamped(&mut self.w, &f, self.seq).unwrap();
-        self.seq = self.seq.wrapping_add(1);
-    }
-
-    fn flush(&mut self) {
-        self.w.flush().unwrap();
-    }
-
-    /// Next (seq, src, addr, data) delivery, skipping membership events;
-    /// checks the link sequence on every frame.
-    fn next_delivery(&mut self) -> (u64, u16, u64, Vec<u8>) {
-        loop {
-            let hdr = link::read_frame(&mut self.r, &mut self.buf).expect("read frame");
-            assert_eq!(link::check_link_seq(&mut self.expect, hdr.link_seq), 0, "a frame went missing");
-            match Msg::parse(&hdr, &self.buf).expect("valid frame") {
-                Msg::Deliver { seq, src, addr, data, .. } => return (seq, src, addr, data.to_vec()),
-                Msg::Member { .. } => continue,
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-    }
-}
+mod common;
+use common::Sim;
 
 /// `nodes` simulated adapters broadcast `per_node` writes each at once;
 /// every receiver must see the identical sequence.

@@ -3,50 +3,15 @@
 //! (overlapping writes, a point-to-point write, a node leaving), asked
 //! every question the command answers, and its refusals.
 
-use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use device::link_client::{self as client, Joined};
 use hub::testing::TestHub;
-use link::{self as link, Msg, ANY_NODE, BROADCAST};
+use link::BROADCAST;
 
-struct Sim {
-    joined: Joined,
-    r: std::os::unix::net::UnixStream,
-    w: BufWriter<std::os::unix::net::UnixStream>,
-    seq: u16,
-    buf: Vec<u8>,
-}
-
-impl Sim {
-    fn join(path: &Path, name: &str) -> Sim {
-        let (joined, r, w) = client::join(path, ANY_NODE, 8192, 1024, name).expect("join");
-        Sim { joined, r, w, seq: 1, buf: Vec::new() }
-    }
-
-    fn node(&self) -> u16 {
-        self.joined.node
-    }
-
-    fn write(&mut self, dest: u16, addr: u64, data: &[u8]) {
-        let f = Msg::Write { dest, flags: 0, addr, data }.encode();
-        link::write_stamped(&mut self.w, &f, self.seq).unwrap();
-        self.seq = self.seq.wrapping_add(1);
-        self.w.flush().unwrap();
-    }
-
-    /// The sequence number of the next delivery (membership skipped).
-    fn next_seq(&mut self) -> u64 {
-        loop {
-            let hdr = link::read_frame(&mut self.r, &mut self.buf).expect("read frame");
-            if let Msg::Deliver { seq, .. } = Msg::parse(&hdr, &self.buf).expect("valid frame") {
-                return seq;
-            }
-        }
-    }
-}
+mod common;
+use common::Sim;
 
 fn trace(file: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mc-trace")).arg(file).args(args).output().unwrap()
@@ -73,21 +38,25 @@ fn the_time_machine_answers_from_a_known_capture() {
     let mut a = Sim::join(&hub.path, "a");
     let mut b = Sim::join(&hub.path, "b");
     let mut c = Sim::join(&hub.path, "c");
-    let (na, nb, nc) = (a.node(), b.node(), c.node());
+    let (na, nb, nc) = (a.joined.node, b.joined.node, c.joined.node);
     let page = 60u64;
     let base = page * 8192;
     // Each write is delivered before the next is sent, so the order is the script's.
-    a.write(BROADCAST, base, &1u64.to_le_bytes());
-    let s1 = b.next_seq();
-    assert_eq!(c.next_seq(), s1);
-    b.write(BROADCAST, base, &2u64.to_le_bytes());
-    let s2 = a.next_seq();
-    c.next_seq();
-    a.write(BROADCAST, base + 4, &[0xaa; 8]);
-    let s3 = b.next_seq();
-    c.next_seq();
-    c.write(na, base + 8192 + 16, b"hello!!!");
-    let s4 = a.next_seq();
+    a.write(BROADCAST, 0, base, &1u64.to_le_bytes());
+    a.flush();
+    let s1 = b.next_delivery().0;
+    assert_eq!(c.next_delivery().0, s1);
+    b.write(BROADCAST, 0, base, &2u64.to_le_bytes());
+    b.flush();
+    let s2 = a.next_delivery().0;
+    c.next_delivery();
+    a.write(BROADCAST, 0, base + 4, &[0xaa; 8]);
+    a.flush();
+    let s3 = b.next_delivery().0;
+    c.next_delivery();
+    c.write(na, 0, base + 8192 + 16, b"hello!!!");
+    c.flush();
+    let s4 = a.next_delivery().0;
     drop(c);
     // The leave is recorded after the writes.
     let t0 = Instant::now();
@@ -182,12 +151,15 @@ fn the_time_machine_answers_from_a_known_capture() {
     let mut c2 = Sim::join(&hub.path, "c2");
     let at = ((imc_proto::layout::LOCK_SLOTS + 2 * imc_proto::layout::ENTRY_WORDS) * 8) as u64;
     let rec: Vec<u8> = [123u64, 70, 2, 0o666, 0, 0, 5, 0b11].iter().flat_map(|w| w.to_le_bytes()).collect();
-    a.write(BROADCAST, at + 8 + 64, &rec);
-    c2.next_seq();
-    a.write(BROADCAST, at, &1u64.to_le_bytes());
-    let s_in = c2.next_seq();
-    a.write(BROADCAST, at + 8 + 64 + 56, &0u64.to_le_bytes());
-    let s_out = c2.next_seq();
+    a.write(BROADCAST, 0, at + 8 + 64, &rec);
+    a.flush();
+    c2.next_delivery();
+    a.write(BROADCAST, 0, at, &1u64.to_le_bytes());
+    a.flush();
+    let s_in = c2.next_delivery().0;
+    a.write(BROADCAST, 0, at + 8 + 64 + 56, &0u64.to_le_bytes());
+    a.flush();
+    let s_out = c2.next_delivery().0;
     let r = json(&file, &["regions", "--key", "123"]);
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!(
