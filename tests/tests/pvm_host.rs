@@ -291,7 +291,7 @@ impl Vm {
     /// Waits (30 s at most) until Debian's `gmbi` lists `n` mailbox
     /// classes matching `pattern`: a task started with [`Vm::start`] has
     /// got that far (its output, to a file, comes only at its exit).
-    fn wait_for_classes(&self, gmbi: &Path, pattern: &str, n: usize) {
+    fn wait_for_classes(&self, task: &mut std::process::Child, name: &str, gmbi: &Path, pattern: &str, n: usize) {
         let want = format!("gmbi: {n} mbox entries returned.");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -299,7 +299,16 @@ impl Vm {
             if out.contains(&want) {
                 return;
             }
-            assert!(Instant::now() < deadline, "no {want:?} in 30 s:\n{out}");
+            let exited = task.try_wait().unwrap();
+            if exited.is_some() || Instant::now() >= deadline {
+                let theirs = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
+                let stacks = Command::new("gdb")
+                    .args(["-batch", "-ex", "thread apply all bt", "-p", &task.id().to_string()])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+                    .unwrap_or_default();
+                panic!("no {want:?} (the task: {exited:?}, its output:\n{theirs}\n), gmbi:\n{out}\nthe task's threads:\n{stacks}");
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -460,8 +469,8 @@ fn debians_mailbox_programs_run_unchanged() {
     let owned = "indices <0>\towner_tid <t0>\tflags <3> = <PvmMboxMultiInstance PvmMboxPersistent >";
     assert_eq!(out.matches(owned).count(), 3, "persistent, their owner gone:\n{out}");
     // Two overwritable ones of a task that stays, waiting for "END".
-    let waiting = vm.start(&bin("lmbi"), &["2", "mo", "w"], "lmbi-w", std::process::Stdio::null());
-    vm.wait_for_classes(&bin("gmbi"), "t*lmbi*", 5);
+    let mut waiting = vm.start(&bin("lmbi"), &["2", "mo", "w"], "lmbi-w", std::process::Stdio::null());
+    vm.wait_for_classes(&mut waiting, "lmbi-w", &bin("gmbi"), "t*lmbi*", 5);
     let out = vm.run(&bin("gmbi"), &["t*lmbi*"]);
     let b = out
         .lines()
@@ -498,8 +507,8 @@ fn debians_service_and_context_programs_run_unchanged() {
     let bin = |n: &str| deb.join("usr/bin").join(n);
     // task0 offers a service in a new context through the mailbox;
     // task1 finds it there and talks to it in that context.
-    let server = vm.start(&bin("task0"), &["svc"], "task0", std::process::Stdio::null());
-    vm.wait_for_classes(&bin("gmbi"), "svc", 1);
+    let mut server = vm.start(&bin("task0"), &["svc"], "task0", std::process::Stdio::null());
+    vm.wait_for_classes(&mut server, "task0", &bin("gmbi"), "svc", 1);
     let out = vm.run(&bin("gmbi"), &["svc"]);
     let s = tid_after(&out, "owner_tid <t");
     let out = vm.run(&bin("task1"), &["svc"]);
@@ -564,8 +573,8 @@ fn debians_message_handler_programs_run_unchanged() {
     // tag 5 in context 0, sends a message the handler must catch, asks
     // the server to list its handlers, deletes the handler, sends again
     // (now nothing catches it), and ends the server.
-    let server = vm.start(&bin("mhf_server"), &[], "server", std::process::Stdio::null());
-    vm.wait_for_classes(&bin("gmbi"), "mhf_server", 1);
+    let mut server = vm.start(&bin("mhf_server"), &[], "server", std::process::Stdio::null());
+    vm.wait_for_classes(&mut server, "server", &bin("gmbi"), "mhf_server", 1);
     let out = vm.run_paced(
         &bin("mhf_tickle"),
         &[],

@@ -275,12 +275,10 @@ fn repair(v: &vm::Vm, watch: &mut Watch, me: i32, name: &str) {
         }
     }
     // Their group members and mailbox entries go with them.
-    if let Ok(live) = v.tasks.tasks().map(|t| t.into_iter().map(|t| t.tid).collect::<std::collections::HashSet<i32>>())
-    {
-        let alive = |t: i32| live.contains(&t);
-        let _ = v.groups.leave_all(0, &alive);
-        let _ = v.mbox.leave(0, &alive);
-    }
+    let live = v.tasks.live();
+    let _ = v.groups.leave_all(0, &|t| live.contains(t));
+    let live = v.tasks.live();
+    let _ = v.mbox.leave(0, &|t| live.contains(t));
 }
 
 /// Answers one spawn request and closes its channel.
@@ -343,12 +341,11 @@ pub fn notifier_tid(tid: i32) -> i32 {
 /// in the task table), from `notifier_tid(me)`; used by the daemon and by
 /// every waiting task.
 pub fn send_notifications(tasks: &table::Table, notify: &Notify, eng: &mut Engine, me: i32) -> Result<(), i32> {
-    let live: std::collections::HashSet<i32> =
-        tasks.tasks().map_err(|_| err::SYS_ERR)?.into_iter().map(|t| t.tid).collect();
-    for (to, tag, ctx, on) in notify.due(&live)? {
+    let live = tasks.live();
+    for (to, tag, ctx, on) in notify.due(&|t| live.contains(t))? {
         // A watcher gone meanwhile needs no message.
         let _ = eng.send_from(notifier_tid(me), to, (tag, ctx, consts::DATA_DEFAULT), &on.to_ne_bytes(), &mut |t| {
-            live.contains(&t)
+            live.contains(t)
         });
     }
     Ok(())

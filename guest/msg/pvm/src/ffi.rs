@@ -1766,14 +1766,9 @@ reductions!(PvmSum Op::Sum, PvmProduct Op::Product, PvmMax Op::Max, PvmMin Op::M
 use crate::daemon::{BARRIER_TAG, SYS_CTX};
 
 impl Pvm {
-    /// The TIDs of the tasks there now (for dropping gone group members).
-    fn live(&self) -> Result<std::collections::HashSet<i32>, c_int> {
-        Ok(self.table.tasks().map_err(|_| err::SYS_ERR)?.into_iter().map(|t| t.tid).collect())
-    }
-
     fn members(&self, g: &str) -> Result<Vec<(i32, i32)>, c_int> {
-        let live = self.live()?;
-        self.groups.members(g, &|t| live.contains(&t))
+        let live = self.table.live();
+        self.groups.members(g, &|t| live.contains(t))
     }
 
     /// The member with instance `inst`.
@@ -1820,8 +1815,8 @@ pub unsafe extern "C" fn pvm_joingroup(g: *const c_char) -> c_int {
     with("pvm_joingroup", |p| {
         // SAFETY: the caller's contract.
         let g = unsafe { group_name(g) }?;
-        let live = p.live()?;
-        p.groups.join(g, p.me, &|t| live.contains(&t))
+        let live = p.table.live();
+        p.groups.join(g, p.me, &|t| live.contains(t))
     })
 }
 
@@ -1834,8 +1829,8 @@ pub unsafe extern "C" fn pvm_lvgroup(g: *const c_char) -> c_int {
     with("pvm_lvgroup", |p| {
         // SAFETY: the caller's contract.
         let g = unsafe { group_name(g) }?;
-        let live = p.live()?;
-        p.groups.leave(g, p.me, &|t| live.contains(&t)).map(|()| 0)
+        let live = p.table.live();
+        p.groups.leave(g, p.me, &|t| live.contains(t)).map(|()| 0)
     })
 }
 
@@ -1890,8 +1885,8 @@ pub unsafe extern "C" fn pvm_freezegroup(g: *const c_char, size: c_int) -> c_int
         let g = unsafe { group_name(g) }?;
         let mut idle = 0u32;
         loop {
-            let live = p.live()?;
-            if p.groups.freeze(g, p.me, size, &|t| live.contains(&t))? {
+            let live = p.table.live();
+            if p.groups.freeze(g, p.me, size, &|t| live.contains(t))? {
                 return Ok(0);
             }
             // Messages keep arriving while it waits.
@@ -1911,8 +1906,8 @@ pub unsafe extern "C" fn pvm_barrier(g: *const c_char, count: c_int) -> c_int {
     with("pvm_barrier", |p| {
         // SAFETY: the caller's contract.
         let g = unsafe { group_name(g) }?;
-        let live = p.live()?;
-        match p.groups.arrive(g, p.me, count, &|t| live.contains(&t))? {
+        let live = p.table.live();
+        match p.groups.arrive(g, p.me, count, &|t| live.contains(t))? {
             Arrival::Release { waiting, generation } => {
                 let me = p.me;
                 for t in waiting.into_iter().filter(|&t| t != me) {
@@ -2121,8 +2116,8 @@ impl Pvm {
     fn put_info(&self, call: &str, name: &str, req: c_int, flags: c_int, id: c_int) -> Result<c_int, c_int> {
         let (data, enc) = self.flat(id)?;
         let m = mbox::Message { enc, data, src: self.me, ctx: self.ctx };
-        let live = self.live()?;
-        self.mbox.put(self.me, name, req, flags, &m, &|t| live.contains(&t)).map_err(|e| self.mbox_code(call, e))
+        let live = self.table.live();
+        self.mbox.put(self.me, name, req, flags, &m, &|t| live.contains(t)).map_err(|e| self.mbox_code(call, e))
     }
 
     /// The mailbox entry for (`name`, `index`, `flags`); with
@@ -2136,8 +2131,8 @@ impl Pvm {
     ) -> Result<(c_int, mbox::Message), c_int> {
         let mut idle = 0u32;
         loop {
-            let live = self.live()?;
-            match self.mbox.get(self.me, name, index, flags, &|t| live.contains(&t)) {
+            let live = self.table.live();
+            match self.mbox.get(self.me, name, index, flags, &|t| live.contains(t)) {
                 Err(MboxError::Pvm(err::NOT_FOUND)) if flags & mbox::WAIT_FOR_INFO != 0 => {
                     // Messages keep arriving while it waits.
                     self.eng.progress().map_err(|e| engine_code(&e))?;
@@ -2220,8 +2215,8 @@ unsafe fn delete_entry(call: &str, name: *const c_char, index: c_int) -> c_int {
     with_quiet(call, &[err::DENIED, err::NOT_FOUND], |p| {
         // SAFETY: the caller's contract.
         let name = unsafe { class_name(name) }?;
-        let live = p.live()?;
-        p.mbox.delete(p.me, name, index, &|t| live.contains(&t)).map_err(|e| p.mbox_code(call, e))?;
+        let live = p.table.live();
+        p.mbox.delete(p.me, name, index, &|t| live.contains(t)).map_err(|e| p.mbox_code(call, e))?;
         Ok(0)
     })
 }
@@ -2242,8 +2237,8 @@ pub unsafe extern "C" fn pvm_getmboxinfo(
     with("pvm_getmboxinfo", |p| {
         // SAFETY: the caller's contract.
         let pattern = if pattern.is_null() { "" } else { unsafe { cstr(pattern) }? };
-        let live = p.live()?;
-        let info = p.mbox.names(pattern, &|t| live.contains(&t)).map_err(|e| p.mbox_code("pvm_getmboxinfo", e))?;
+        let live = p.table.live();
+        let info = p.mbox.names(pattern, &|t| live.contains(t)).map_err(|e| p.mbox_code("pvm_getmboxinfo", e))?;
         p.mbox_names = info.iter().map(|c| std::ffi::CString::new(c.name.clone()).unwrap_or_default()).collect();
         p.mbox_ints = info
             .iter()
@@ -2290,9 +2285,9 @@ pub unsafe extern "C" fn pvm_insert(name: *const c_char, req: c_int, data: c_int
             return Err(err::BAD_PARAM);
         }
         let m = mbox::Message { enc: consts::DATA_DEFAULT, data: data.to_ne_bytes().to_vec(), src: p.me, ctx: p.ctx };
-        let live = p.live()?;
+        let live = p.table.live();
         let flags = mbox::MULTI_INSTANCE | mbox::PERSISTENT;
-        p.mbox.put(p.me, name, req, flags, &m, &|t| live.contains(&t)).map_err(|e| p.mbox_code("pvm_insert", e))
+        p.mbox.put(p.me, name, req, flags, &m, &|t| live.contains(t)).map_err(|e| p.mbox_code("pvm_insert", e))
     })
 }
 

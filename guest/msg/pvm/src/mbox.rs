@@ -562,6 +562,26 @@ mod tests {
     }
 
     #[test]
+    fn a_task_that_enrolls_while_another_looks_keeps_its_entry() {
+        use crate::table::{State, Table};
+        let (d, m) = mb();
+        let t = Table::open(Store::file(d.path(), crate::store::Kind::Tasks).unwrap(), 1);
+        let me = std::process::id() as i32;
+        // A reader gets ready to look (gmbi polling) ...
+        let reader = t.live();
+        // ... while a new task enrolls and puts its entry.
+        let a = t.add(0, me, 0, State::Running, "a").unwrap();
+        let mine = t.live();
+        m.put(a, "svc", -1, 0, &msg(b"x"), &|x| mine.contains(x)).unwrap();
+        // The reader's look, taken under the mailbox's lock, sees the task.
+        let info = m.names("*", &|x| reader.contains(x)).unwrap();
+        assert_eq!(info.len(), 1, "the new task's entry was dropped as if it were gone");
+        // Once the task is gone, its entry goes at the next look.
+        t.remove(a).unwrap();
+        assert!(m.names("*", &|x| t.live().contains(x)).unwrap().is_empty());
+    }
+
+    #[test]
     fn patterns_match_with_stars() {
         assert!(glob("*", "anything"));
         assert!(glob("", "anything"));

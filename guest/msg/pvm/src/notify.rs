@@ -14,8 +14,6 @@
 //! else `$PVM_TMP/pvmmc.<uid>/notify`). Touched
 //! by the thread calling PVM (under the C layer's lock).
 
-use std::collections::HashSet;
-
 use serde::{Deserialize, Serialize};
 
 use crate::consts::err;
@@ -102,15 +100,15 @@ impl Notify {
     /// request of a task not in `live`: the messages to send now. Each
     /// request is taken once, under the table's lock, so two daemons or
     /// tasks looking at once send it once.
-    pub fn due(&self, live: &HashSet<i32>) -> Result<Vec<Due>, i32> {
+    pub fn due(&self, live: &dyn Fn(i32) -> bool) -> Result<Vec<Due>, i32> {
         self.with(|r| {
             let mut out = Vec::new();
             r.list.retain(|q| {
-                if !live.contains(&q.to) {
+                if !live(q.to) {
                     return false;
                 }
                 let watched = q.what == crate::consts::TASK_EXIT || q.what == crate::consts::HOST_DELETE;
-                if watched && !live.contains(&q.on) {
+                if watched && !live(q.on) {
                     out.push((q.to, q.tag, q.ctx, q.on));
                     return false;
                 }
@@ -123,14 +121,14 @@ impl Notify {
     /// The host-add messages due now that the daemon `dtid` came up on a
     /// host new to the virtual machine: (to, tag, context) of each
     /// request of a task in `live` with messages left; each counts one.
-    pub fn host_added(&self, live: &HashSet<i32>) -> Result<Vec<(i32, i32, i32)>, i32> {
+    pub fn host_added(&self, live: &dyn Fn(i32) -> bool) -> Result<Vec<(i32, i32, i32)>, i32> {
         self.with(|r| {
             let mut out = Vec::new();
             r.list.retain_mut(|q| {
                 if q.what != crate::consts::HOST_ADD {
                     return true;
                 }
-                if !live.contains(&q.to) || q.left == 0 {
+                if !live(q.to) || q.left == 0 {
                     return false;
                 }
                 out.push((q.to, q.tag, q.ctx));
@@ -148,6 +146,7 @@ impl Notify {
 mod tests {
     use super::*;
     use crate::consts::{HOST_ADD, HOST_DELETE, TASK_EXIT};
+    use std::collections::HashSet;
 
     fn req(what: i32, on: i32, to: i32, tag: i32) -> Request {
         Request { what, on, to, tag, ctx: 0, left: 0 }
@@ -170,14 +169,14 @@ mod tests {
         n.add(&[req(TASK_EXIT, 5, 3, 1)], false).unwrap();
         n.add(&[req(TASK_EXIT, 6, 1, 9)], true).unwrap();
         let live: HashSet<i32> = [1, 2, 6, 0x80000].into_iter().collect();
-        let mut due = n.due(&live).unwrap();
+        let mut due = n.due(&|t| live.contains(&t)).unwrap();
         due.sort();
         assert_eq!(due, vec![(1, 9, 0, 5), (2, 7, 0, 5)], "task 3 is gone and gets nothing");
         // The host's daemon leaves the table (the host was repaired out).
         let live: HashSet<i32> = [1, 2, 6].into_iter().collect();
-        assert_eq!(n.due(&live).unwrap(), vec![(1, 3, 0, 0x80000)]);
-        assert_eq!(n.due(&live).unwrap(), vec![], "each once");
-        assert_eq!(n.due(&[1].into_iter().collect()).unwrap(), vec![], "the cancelled request stays cancelled");
+        assert_eq!(n.due(&|t| live.contains(&t)).unwrap(), vec![(1, 3, 0, 0x80000)]);
+        assert_eq!(n.due(&|t| live.contains(&t)).unwrap(), vec![], "each once");
+        assert_eq!(n.due(&|t| t == 1).unwrap(), vec![], "the cancelled request stays cancelled");
     }
 
     #[test]
@@ -187,9 +186,9 @@ mod tests {
         let add = |to, tag, left| Request { left, ..req(HOST_ADD, 0, to, tag) };
         n.add(&[add(1, 4, 2), add(2, 5, -1), add(3, 6, 1)], false).unwrap();
         let live: HashSet<i32> = [1, 2].into_iter().collect();
-        assert_eq!(n.host_added(&live).unwrap(), vec![(1, 4, 0), (2, 5, 0)], "task 3 is gone");
-        assert_eq!(n.host_added(&live).unwrap(), vec![(1, 4, 0), (2, 5, 0)]);
-        assert_eq!(n.host_added(&live).unwrap(), vec![(2, 5, 0)], "task 1 asked for two");
-        assert_eq!(n.due(&live).unwrap(), vec![], "host additions are not due on exits");
+        assert_eq!(n.host_added(&|t| live.contains(&t)).unwrap(), vec![(1, 4, 0), (2, 5, 0)], "task 3 is gone");
+        assert_eq!(n.host_added(&|t| live.contains(&t)).unwrap(), vec![(1, 4, 0), (2, 5, 0)]);
+        assert_eq!(n.host_added(&|t| live.contains(&t)).unwrap(), vec![(2, 5, 0)], "task 1 asked for two");
+        assert_eq!(n.due(&|t| live.contains(&t)).unwrap(), vec![], "host additions are not due on exits");
     }
 }

@@ -140,6 +140,31 @@ pub fn vm_dir() -> PathBuf {
     tmp.join(format!("pvmmc.{}", nix::unistd::getuid()))
 }
 
+/// Which tasks are there, for dropping what gone tasks left in the other
+/// tables (group members, mailbox entries, notify requests). The task
+/// table is read at the first question, not before: asked from inside
+/// another table's critical section, it is read under that table's lock.
+/// A task enrolls before it joins a group, puts an entry or asks for a
+/// notification, so whatever is in that table when its lock is taken
+/// belongs to a task this read sees (unless it is really gone). A read
+/// taken before the lock would miss a task that enrolled and joined in
+/// between, and drop its entry.
+pub struct Live<'a> {
+    table: &'a Table,
+    tids: std::cell::OnceCell<Option<std::collections::HashSet<i32>>>,
+}
+
+impl Live<'_> {
+    /// Whether task `tid` is there. A table that cannot be read says
+    /// nothing is gone.
+    pub fn contains(&self, tid: i32) -> bool {
+        self.tids
+            .get_or_init(|| self.table.tasks().ok().map(|t| t.into_iter().map(|t| t.tid).collect()))
+            .as_ref()
+            .is_none_or(|s| s.contains(&tid))
+    }
+}
+
 /// A table's contents, read under its lock.
 struct Locked {
     next: u32,
@@ -338,6 +363,11 @@ impl Table {
             Self::reap(l, host);
             Ok(l.tasks.iter().flatten().cloned().collect())
         })
+    }
+
+    /// The tasks there, read when first asked ([`Live`]).
+    pub fn live(&self) -> Live<'_> {
+        Live { table: self, tids: std::cell::OnceCell::new() }
     }
 
     /// The task with TID `tid`, if it is there.
