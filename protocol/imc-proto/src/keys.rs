@@ -5,6 +5,7 @@
 //! | top byte | namespace | rest of the key |
 //! |---|---|---|
 //! | `0x00` | [`Namespace::User`]: keys programs pass to `imc_asalloc` | any 56 bits |
+//! | `0x48` | [`Namespace::Bbp`]: a job's Billboard Protocol region | the job id |
 //! | `0x50` | [`Namespace::UmpChannel`]: one half of a UMP channel over MEMORY CHANNEL | hash of the endpoint pair, low bit = side |
 //! | `0x58` | [`Namespace::UmpListen`]: a UMP endpoint's listen area | the handle's low 56 bits |
 //! | `0x60` | [`Namespace::UmpOutbuf`]: a process's multicast outbuf | node << 32 \| pid |
@@ -39,17 +40,20 @@ pub enum Namespace {
     /// An MPI rank's landing memory: received into its DMA source area,
     /// the target of other ranks' zero-copy transfers.
     MpiLanding,
+    /// A job's billboard for BBP (guest/msg/bbp).
+    Bbp,
 }
 
 impl Namespace {
     /// Every namespace, for checks.
-    pub const ALL: [Namespace; 6] = [
+    pub const ALL: [Namespace; 7] = [
         Namespace::User,
         Namespace::UmpChannel,
         Namespace::UmpListen,
         Namespace::UmpOutbuf,
         Namespace::MpiBoard,
         Namespace::MpiLanding,
+        Namespace::Bbp,
     ];
 
     /// The top byte of this namespace's keys.
@@ -61,6 +65,7 @@ impl Namespace {
             Namespace::UmpOutbuf => 0x60,
             Namespace::MpiBoard => 0x68,
             Namespace::MpiLanding => 0x70,
+            Namespace::Bbp => 0x48,
         }
     }
 
