@@ -6,7 +6,7 @@
 #     (libc, libm, libpthread/libdl/librt/libutil stubs, libresolv, libgcc_s,
 #     libstdc++), copied from the host's installed Debian packages into
 #     /lib/<multiarch> (the host is Debian bookworm, like the guest's kernel);
-#   - libimc.so, libump.so, libdd.so, libmpi_abi.so.1, libpvm3.so.3 and libgpvm3.so.3
+#   - libimc.so, libump.so, libdd.so, libbbp.so, libmpi_abi.so.1, libpvm3.so.3 and libgpvm3.so.3
 #     (host builds, target/release)
 #     in /usr/local/lib,
 #     found through /etc/ld.so.conf and the ld.so.cache built here.
@@ -14,7 +14,7 @@
 # Usage: firmware/build-initramfs.sh CACHE_DIR
 # Needs: CACHE_DIR/kernel (from scripts/setup.sh), busybox-static, cpio, kmod,
 # the guest binaries in target/guest/x86_64-unknown-linux-gnu/release and
-# libimc.so, libump.so, libdd.so, libmpi_abi.so.1, libpvm3.so.3, libgpvm3.so.3 in target/release.
+# libimc.so, libump.so, libdd.so, libbbp.so, libmpi_abi.so.1, libpvm3.so.3, libgpvm3.so.3 in target/release.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
@@ -22,13 +22,13 @@ CACHE=${1:?usage: build-initramfs.sh CACHE_DIR}
 KDIR=$CACHE/kernel
 KVER=$(cat "$KDIR/version" 2>/dev/null) || { echo "no kernel in $KDIR: run scripts/setup.sh" >&2; exit 1; }
 GUEST_BIN=$REPO/target/guest/x86_64-unknown-linux-gnu/release
-BINS=(mc-agent mctool imcd imc-bench ump-tool dd-tool figure6 mpid mpiexec pvmd)
+BINS=(mc-agent mctool imcd imc-bench ump-tool dd-tool bbp-tool figure6 mpid mpiexec pvmd)
 SO_DIR=$REPO/target/release
 MODULES=(virtio_pci virtio_console vfio_pci vfio_iommu_type1 virtio_net 9pnet_virtio 9p)
 # glibc runtime: required, then taken when the host has them.
 RUNTIME_REQUIRED=(libc.so.6 libm.so.6 libgcc_s.so.1)
 RUNTIME_OPTIONAL=(libpthread.so.0 libdl.so.2 librt.so.1 libutil.so.1 libresolv.so.2 libstdc++.so.6 libatomic.so.1)
-GUEST_LIBS=(libimc.so libump.so libdd.so libmpi_abi.so.1 libpvm3.so.3 libgpvm3.so.3)
+GUEST_LIBS=(libimc.so libump.so libdd.so libbbp.so libmpi_abi.so.1 libpvm3.so.3 libgpvm3.so.3)
 BUSYBOX=$(command -v busybox || true)
 [ -x /bin/busybox ] && BUSYBOX=/bin/busybox
 [ -n "$BUSYBOX" ] || { echo "busybox not found: apt-get install busybox-static" >&2; exit 1; }

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs the C libraries — libimc (TruCluster MEMORY CHANNEL API,
-# <sys/imc.h>), libump (UMP, <ump.h>) and libdd (Direct Deposit, <dd.h>): headers, .a, .so and pkg-config
+# <sys/imc.h>), libump (UMP, <ump.h>), libdd (Direct Deposit, <dd.h>) and libbbp (BBP, <bbp.h>): headers, .a, .so and pkg-config
 # files — into PREFIX, and builds the C programs of
 # guest/client/libimc/examples/ statically against them, through pkg-config,
 # into BIN_DIR (for the guest image; guests have no compiler).
 #
 # Usage: build-c.sh A_DIR SO_DIR PREFIX BIN_DIR
-#   A_DIR:  where cargo left libimc.a, libump.a and libdd.a (the guest build, +crt-static)
-#   SO_DIR: where cargo left libimc.so, libump.so and libdd.so (a host build: crt-static has no cdylib)
+#   A_DIR:  where cargo left libimc.a, libump.a, libdd.a and libbbp.a (the guest build, +crt-static)
+#   SO_DIR: where cargo left libimc.so, libump.so, libdd.so and libbbp.so (a host build: crt-static has no cdylib)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "" -- "$@"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,6 +36,7 @@ install_lib imc "$REPO/guest/client/libimc/imc.pc.in" \
     "$REPO/guest/client/libimc/include/sys/imc.h" "$REPO/guest/client/libimc/include/imc.h"
 install_lib ump "$REPO/guest/msg/ump/ump.pc.in" "$REPO/guest/msg/ump/include/ump.h"
 install_lib dd "$REPO/guest/msg/dd/dd.pc.in" "$REPO/guest/msg/dd/include/dd.h"
+install_lib bbp "$REPO/guest/msg/bbp/bbp.pc.in" "$REPO/guest/msg/bbp/include/bbp.h"
 
 export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig"
 n=0
@@ -47,4 +48,4 @@ for src in "$REPO"/guest/client/libimc/examples/*.c; do
     gcc -O2 -Wall -static -Wl,--no-warnings -o "$BIN_DIR/$name" "$src" $(pkg-config --static --cflags --libs imc)
     n=$((n + 1))
 done
-echo "C libraries (imc, ump, dd) installed in $PREFIX; built $n C programs into $BIN_DIR"
+echo "C libraries (imc, ump, dd, bbp) installed in $PREFIX; built $n C programs into $BIN_DIR"

@@ -284,14 +284,14 @@ setup_rust() {
         cargo clippy --version >/dev/null 2>&1 || die "clippy is missing (rustup component add clippy)"
     fi
     step "rust: building host tools (mc-hub, mc-adapter, mc-cluster) and libimc.so"
-    (cd "$REPO" && cargo build --release -q --bins && cargo build --release -q -p libimc -p ump -p dd) \
+    (cd "$REPO" && cargo build --release -q --bins && cargo build --release -q -p libimc -p ump -p dd -p bbp) \
         || die "cargo build failed"
-    step "rust: building static guest binaries (mc-agent, mctool, imcd, ump-tool, dd-tool, mpid, mpiexec, pvmd, libimc.a, libump.a, libdd.a)"
+    step "rust: building static guest binaries (mc-agent, mctool, imcd, ump-tool, dd-tool, bbp-tool, mpid, mpiexec, pvmd, libimc.a, libump.a, libdd.a, libbbp.a)"
     (cd "$REPO" && RUSTFLAGS="-C target-feature=+crt-static" \
         cargo build --release -q --target x86_64-unknown-linux-gnu \
-        --target-dir "$REPO/target/guest" -p agent -p imcd -p mctool -p libimc -p ump -p ump-tool -p dd -p dd-tool -p mpiexec -p pvm 2>&1 \
+        --target-dir "$REPO/target/guest" -p agent -p imcd -p mctool -p libimc -p ump -p ump-tool -p dd -p dd-tool -p bbp -p bbp-tool -p mpiexec -p pvm 2>&1 \
         | grep -v "dropping unsupported crate type .cdylib.") ; [ "${PIPESTATUS[0]}" = 0 ] || die "guest build failed"
-    step "c: installing libimc, libump and libdd (target/guest/c) and building the C programs (figure6, ...)"
+    step "c: installing libimc, libump, libdd and libbbp (target/guest/c) and building the C programs (figure6, ...)"
     local gbin="$REPO/target/guest/x86_64-unknown-linux-gnu/release"
     "$REPO/scripts/build-c.sh" "$gbin" "$REPO/target/release" "$REPO/target/guest/c" "$gbin" \
         || die "building the C programs failed"

@@ -5,6 +5,7 @@
 //! | top byte | namespace | rest of the key |
 //! |---|---|---|
 //! | `0x00` | [`Namespace::User`]: keys programs pass to `imc_asalloc` | any 56 bits |
+//! | `0x48` | [`Namespace::Bbp`]: a job's Billboard Protocol region | the job id |
 //! | `0x50` | [`Namespace::UmpChannel`]: one half of a UMP channel over MEMORY CHANNEL | hash of the endpoint pair, low bit = side |
 //! | `0x58` | [`Namespace::UmpListen`]: a UMP endpoint's listen area | the handle's low 56 bits |
 //! | `0x60` | [`Namespace::UmpOutbuf`]: a process's multicast outbuf | node << 32 \| pid |
@@ -44,11 +45,13 @@ pub enum Namespace {
     /// node `from` may transmit to it, only point-to-point to node `to`,
     /// and only one process there (imcd enforces it; see [`dd_wire`]).
     DdWire,
+    /// A job's billboard for BBP (guest/msg/bbp).
+    Bbp,
 }
 
 impl Namespace {
     /// Every namespace, for checks.
-    pub const ALL: [Namespace; 7] = [
+    pub const ALL: [Namespace; 8] = [
         Namespace::User,
         Namespace::UmpChannel,
         Namespace::UmpListen,
@@ -56,6 +59,7 @@ impl Namespace {
         Namespace::MpiBoard,
         Namespace::MpiLanding,
         Namespace::DdWire,
+        Namespace::Bbp,
     ];
 
     /// The top byte of this namespace's keys.
@@ -68,6 +72,7 @@ impl Namespace {
             Namespace::MpiBoard => 0x68,
             Namespace::MpiLanding => 0x70,
             Namespace::DdWire => 0x7C,
+            Namespace::Bbp => 0x48,
         }
     }
 
