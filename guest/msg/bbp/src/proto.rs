@@ -670,7 +670,8 @@ impl<B: Bus> Endpoint<B> {
     }
 
     /// Leaves the billboard: waits (up to `linger`) until every buffer we
-    /// posted was read by its receivers, then marks us finalized.
+    /// posted was read by its receivers, then marks us finalized, storing
+    /// our words once more after any error that may have lost them.
     pub fn finalize(&mut self, linger: Duration) -> Result<(), BbpError> {
         self.live_state()?;
         let t0 = Instant::now();
@@ -692,8 +693,20 @@ impl<B: Bus> Endpoint<B> {
                 break;
             }
         }
-        self.repost();
-        self.bus.store(self.geo.state(self.me), FINALIZED);
+        // Our last stores (the final acknowledgements, a barrier's
+        // release, FINALIZED) have nobody to repost them once we are gone:
+        // store them again until a spell passes with the error count
+        // still, so none of them fell into a flap (up to `linger` more).
+        let t1 = Instant::now();
+        loop {
+            self.repost();
+            self.bus.store(self.geo.state(self.me), FINALIZED);
+            let seen = self.bus.errors();
+            std::thread::sleep(self.timing.check_every);
+            if self.bus.errors() == seen || t1.elapsed() > linger {
+                break;
+            }
+        }
         self.finalized = true;
         result
     }
