@@ -6,15 +6,65 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// QEMU-tier tests boot guests: run them one at a time on this 2-core machine
-/// even when the harness runs tests in parallel.
-static SERIAL: Mutex<()> = Mutex::new(());
+/// even when the harness runs tests in parallel. True while one holds it.
+static SERIAL: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+/// The one-cluster-at-a-time lock, held until dropped (a guard that may
+/// move between threads, so that a shared [`Cluster`] can live in a static).
+pub struct Serial(());
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        *SERIAL.0.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        SERIAL.1.notify_one();
+    }
+}
 
 /// Holds the one-cluster-at-a-time lock (for tests that drive `mc-cluster` by hand).
-pub fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+pub fn serial() -> Serial {
+    assert!(
+        SHARED.get().is_none(),
+        "this test file shares one cluster (tests::shared): all its QEMU tests must use it"
+    );
+    let mut held = SERIAL.0.lock().unwrap_or_else(|e| e.into_inner());
+    while *held {
+        held = SERIAL.1.wait(held).unwrap_or_else(|e| e.into_inner());
+    }
+    *held = true;
+    Serial(())
+}
+
+/// The cluster the tests of one file share ([`shared`]).
+static SHARED: std::sync::OnceLock<Mutex<Cluster>> = std::sync::OnceLock::new();
+
+/// Brought down when the test process exits (the harness exits through
+/// `exit`, which runs this; statics are never dropped).
+extern "C" fn down_shared() {
+    if let Some(c) = SHARED.get() {
+        c.lock().unwrap_or_else(|e| e.into_inner()).down();
+    }
+}
+
+/// One cluster for all the QEMU tests of a file, booted by the first that
+/// asks and brought down when the test process exits: each test holds it
+/// while it runs. Tests of the same shape share it instead of each booting
+/// its own (a 4-guest boot is a minute of CI under TCG); they must leave it
+/// as they found it (links up, nothing running). Every QEMU test of such a
+/// file must use it.
+pub fn shared(name: &str, nodes: usize, extra: &[&str]) -> MutexGuard<'static, Cluster> {
+    let c = SHARED.get_or_init(|| {
+        let c = Cluster::up_with(name, nodes, extra);
+        // SAFETY: registers a plain function taking no arguments to run at
+        // exit; it only reads a static.
+        unsafe { libc::atexit(down_shared) };
+        Mutex::new(c)
+    });
+    let c = c.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(c.name == name && c.nodes == nodes, "one shared cluster per file: {} with {} nodes", c.name, c.nodes);
+    c
 }
 
 /// Repository root.
@@ -49,7 +99,7 @@ pub struct Cluster {
     pub nodes: usize,
     /// Output of `up` (progress lines).
     pub up_output: String,
-    _serial: MutexGuard<'static, ()>,
+    _serial: Serial,
 }
 
 impl Cluster {

@@ -307,6 +307,7 @@ impl Vm {
                     .output()
                     .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
                     .unwrap_or_default();
+                let _ = task.kill();
                 panic!("no {want:?} (the task: {exited:?}, its output:\n{theirs}\n), gmbi:\n{out}\nthe task's threads:\n{stacks}");
             }
             std::thread::sleep(Duration::from_millis(100));
