@@ -15,8 +15,11 @@
 //!   (the algorithm `imc_lkacquire` runs in the caller's process, and imcd's
 //!   region directory is built on).
 //! - [`dma`]: transmit DMA from the process (an extension, not in Table 1).
+//! - [`backoff`]: how every message-passing layer's waits give the CPU
+//!   away (spins, yields, lengthening naps).
 #![warn(missing_docs)]
 
+pub mod backoff;
 pub mod cluster_lock;
 pub mod dma;
 pub mod fdpass;

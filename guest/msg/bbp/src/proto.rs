@@ -14,6 +14,7 @@
 
 use std::time::{Duration, Instant};
 
+use imc_client::backoff;
 use thiserror::Error;
 
 use crate::layout::{Geometry, BUFFERS, FINALIZED, MAX_PROCS, RUNNING};
@@ -74,6 +75,18 @@ pub struct Timing {
     /// How long a process that never published itself may keep others
     /// waiting.
     pub start_wait: Duration,
+    /// Idle polls of a wait that yield before it naps
+    /// ([`backoff::backoff_until`]; `BBP_YIELDS` in the environment).
+    pub yields: u32,
+    /// The same in a barrier, where every rank of the job may be waiting
+    /// at once (`BBP_BARRIER_YIELDS`, else fewer on an oversubscribed
+    /// host, as MPI's collectives).
+    pub barrier_yields: u32,
+    /// A wait this long naps [`Timing::long_nap`] at a time.
+    pub long_wait: Duration,
+    /// The nap of a long wait: the most a message that ends it may wait
+    /// to be seen.
+    pub long_nap: Duration,
 }
 
 impl Default for Timing {
@@ -82,6 +95,12 @@ impl Default for Timing {
             repost_every: Duration::from_millis(200),
             check_every: Duration::from_millis(20),
             start_wait: Duration::from_secs(60),
+            yields: std::env::var("BBP_YIELDS").ok().and_then(|v| v.parse().ok()).unwrap_or(backoff::DEFAULT_YIELDS),
+            barrier_yields: std::env::var("BBP_BARRIER_YIELDS").ok().and_then(|v| v.parse().ok()).unwrap_or(
+                if backoff::oversubscribed() { backoff::OVERSUBSCRIBED_YIELDS } else { backoff::DEFAULT_YIELDS },
+            ),
+            long_wait: Duration::from_millis(50),
+            long_nap: Duration::from_millis(5),
         }
     }
 }
@@ -512,6 +531,7 @@ impl<B: Bus> Endpoint<B> {
         self.live_state()?;
         let senders = self.senders(src)?;
         let mut w = Waiter::new();
+        w.barrier = kind == Kind::Barrier;
         loop {
             for &s in &senders {
                 if let Some((b, d)) = self.pending(s, kind) {
@@ -604,9 +624,20 @@ impl<B: Bus> Endpoint<B> {
     /// the error count moved, and every `repost_every`), checks that they
     /// are there (every `check_every`), and backs off.
     fn tick(&mut self, w: &mut Waiter, mask: u64) -> Result<(), BbpError> {
-        w.spins += 1;
-        if w.spins % 64 != 0 {
-            std::hint::spin_loop();
+        // The project's waiting policy (spins, yields, lengthening naps):
+        // a spinning rank takes the host core from the guests it waits for.
+        // A wait that has lasted `long_wait` is on nobody's fast path (a
+        // rank idle in a barrier while two others measure): it naps
+        // `long_nap` at a time, since every wake-up costs a TCG guest
+        // ~0.4 ms of host CPU.
+        let yields = if w.barrier { self.timing.barrier_yields } else { self.timing.yields };
+        if w.idle > yields && w.since.elapsed() > self.timing.long_wait {
+            std::thread::sleep(self.timing.long_nap);
+        } else {
+            backoff::backoff_until(&mut w.idle, yields);
+        }
+        // The clock, only once spinning is over or every 64 spins.
+        if w.idle < backoff::spin_rounds() && w.idle % 64 != 0 {
             return Ok(());
         }
         let now = Instant::now();
@@ -624,12 +655,6 @@ impl<B: Bus> Endpoint<B> {
         if now.duration_since(w.last_repost) >= self.timing.repost_every {
             w.last_repost = now;
             self.repost();
-        }
-        let waited = now.duration_since(w.since);
-        if waited > Duration::from_millis(100) {
-            std::thread::sleep(Duration::from_micros(50));
-        } else if waited > Duration::from_millis(2) {
-            std::thread::yield_now();
         }
         Ok(())
     }
@@ -714,8 +739,12 @@ impl<B: Bus> Endpoint<B> {
 
 /// The state of one wait.
 struct Waiter {
+    /// When the wait began.
     since: Instant,
-    spins: u64,
+    /// Polls that found nothing ([`backoff::backoff_until`]).
+    idle: u32,
+    /// A barrier's wait ([`Timing::barrier_yields`]).
+    barrier: bool,
     last_repost: Instant,
     last_check: Instant,
 }
@@ -723,6 +752,6 @@ struct Waiter {
 impl Waiter {
     fn new() -> Waiter {
         let now = Instant::now();
-        Waiter { since: now, spins: 0, last_repost: now, last_check: now }
+        Waiter { since: now, idle: 0, barrier: false, last_repost: now, last_check: now }
     }
 }

@@ -54,6 +54,10 @@ fn timing() -> Timing {
         repost_every: Duration::from_millis(20),
         check_every: Duration::from_millis(5),
         start_wait: Duration::from_secs(5),
+        yields: 256,
+        barrier_yields: 256,
+        long_wait: Duration::from_millis(50),
+        long_nap: Duration::from_millis(2),
     }
 }
 

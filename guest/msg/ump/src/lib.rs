@@ -21,7 +21,8 @@
 
 #![warn(missing_docs)]
 
-pub mod backoff;
+/// The waiting policy UMP shares with the layers above it (and with BBP).
+pub use imc_client::backoff;
 pub mod capi;
 pub mod channel;
 pub mod config;

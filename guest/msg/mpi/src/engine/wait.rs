@@ -26,16 +26,10 @@ pub(super) fn yield_rounds() -> u32 {
 /// 127-147 us with 16.
 pub(super) fn board_yield_rounds() -> u32 {
     static ROUNDS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *ROUNDS.get_or_init(|| {
-        let oversubscribed = || {
-            std::fs::read_to_string("/proc/cmdline")
-                .is_ok_and(|c| c.split_whitespace().any(|w| w == "mc.oversubscribed=1"))
-        };
-        match std::env::var("MCMPI_BOARD_YIELDS").ok().and_then(|v| v.parse().ok()) {
-            Some(n) => n,
-            None if oversubscribed() => 16,
-            None => yield_rounds(),
-        }
+    *ROUNDS.get_or_init(|| match std::env::var("MCMPI_BOARD_YIELDS").ok().and_then(|v| v.parse().ok()) {
+        Some(n) => n,
+        None if ump::backoff::oversubscribed() => ump::backoff::OVERSUBSCRIBED_YIELDS,
+        None => yield_rounds(),
     })
 }
 
