@@ -96,8 +96,14 @@ impl Default for Timing {
             check_every: Duration::from_millis(20),
             start_wait: Duration::from_secs(60),
             yields: std::env::var("BBP_YIELDS").ok().and_then(|v| v.parse().ok()).unwrap_or(backoff::DEFAULT_YIELDS),
-            barrier_yields: std::env::var("BBP_BARRIER_YIELDS").ok().and_then(|v| v.parse().ok()).unwrap_or(
-                if backoff::oversubscribed() { backoff::OVERSUBSCRIBED_YIELDS } else { backoff::DEFAULT_YIELDS },
+            barrier_yields: std::env::var("BBP_BARRIER_YIELDS").ok().and_then(|v| v.parse().ok()).unwrap_or_else(
+                || {
+                    if backoff::oversubscribed() {
+                        backoff::OVERSUBSCRIBED_YIELDS
+                    } else {
+                        backoff::DEFAULT_YIELDS
+                    }
+                },
             ),
             long_wait: Duration::from_millis(50),
             long_nap: Duration::from_millis(5),
