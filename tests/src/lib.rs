@@ -242,6 +242,37 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     }
 
+    /// Builds the C program `src` statically against the installed guest
+    /// library `lib` (its `pkg-config` file; scripts/setup.sh installs the
+    /// guest libraries in target/guest/c) into the cluster's shared folder;
+    /// returns its path in the guests.
+    pub fn share_c(&self, lib: &str, src: &Path) -> String {
+        let prefix = root().join("target/guest/c");
+        let pc = Command::new("pkg-config")
+            .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+            .args(["--static", "--cflags", "--libs", lib])
+            .output()
+            .unwrap();
+        assert!(
+            pc.status.success(),
+            "pkg-config {lib} (run scripts/setup.sh): {}",
+            String::from_utf8_lossy(&pc.stderr)
+        );
+        let flags = String::from_utf8_lossy(&pc.stdout).into_owned();
+        let share = self.run_dir().join("share");
+        std::fs::create_dir_all(&share).unwrap();
+        let name = src.file_stem().unwrap().to_string_lossy().into_owned();
+        let o = Command::new("gcc")
+            .args(["-O2", "-Wall", "-static", "-Wl,--no-warnings", "-o"])
+            .arg(share.join(&name))
+            .arg(src)
+            .args(flags.split_whitespace())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "building {}: {}", src.display(), String::from_utf8_lossy(&o.stderr));
+        format!("/share/{name}")
+    }
+
     /// `state.json` of the running cluster.
     pub fn state(&self) -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(self.run_dir().join("state.json")).unwrap()).unwrap()

@@ -3,7 +3,6 @@
 //! (`tests/dd/deposit.c`, built against the installed `dd.h` and
 //! `libdd.a`) and `dd-tool`.
 
-use std::process::Command;
 use std::time::Duration;
 
 use tests::{root, Cluster};
@@ -12,32 +11,6 @@ fn up(name: &str) -> Cluster {
     let c = Cluster::up(name, 2);
     c.imcd_ready();
     c
-}
-
-/// Builds `tests/dd/SRC` statically against the installed `dd.h` and
-/// `libdd.a` (scripts/setup.sh installs them in target/guest/c) into the
-/// cluster's shared folder; returns its path in the guests.
-fn share_c(c: &Cluster, src: &str) -> String {
-    let prefix = root().join("target/guest/c");
-    let pc = Command::new("pkg-config")
-        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
-        .args(["--static", "--cflags", "--libs", "dd"])
-        .output()
-        .unwrap();
-    assert!(pc.status.success(), "pkg-config dd (run scripts/setup.sh): {}", String::from_utf8_lossy(&pc.stderr));
-    let flags = String::from_utf8_lossy(&pc.stdout).into_owned();
-    let share = c.run_dir().join("share");
-    std::fs::create_dir_all(&share).unwrap();
-    let name = src.trim_end_matches(".c");
-    let o = Command::new("gcc")
-        .args(["-O2", "-Wall", "-static", "-Wl,--no-warnings", "-o"])
-        .arg(share.join(name))
-        .arg(root().join("tests/dd").join(src))
-        .args(flags.split_whitespace())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "building {src}: {}", String::from_utf8_lossy(&o.stderr));
-    format!("/share/{name}")
 }
 
 fn text(o: &std::process::Output) -> String {
@@ -61,7 +34,7 @@ fn field(log: &str, key: &str) -> u64 {
 #[ignore = "QEMU tier: run scripts/test.sh"]
 fn dd_deposits_at_the_senders_offsets_and_notes_arrive_in_order() {
     let c = up("t-dd-deposit");
-    let prog = share_c(&c, "deposit.c");
+    let prog = c.share_c("dd", &root().join("tests/dd/deposit.c"));
     c.background(1, "recv", &format!("{prog} recv 0"));
     let sent = c.exec(0, &[&prog, "send", "1"]);
     assert!(sent.status.success(), "sender:\n{}", text(&sent));

@@ -89,7 +89,8 @@ fn console(c: &Cluster, pvm: Pvm, cmd: &str, until: &str) -> String {
          echo '{cmd}' >&3 && \
          i=0; while ! grep -q '{until}' con.out && [ $i -lt 120 ]; do sleep 0.5; echo >&3; i=$((i + 1)); done; \
          echo halt >&3; exec 3>&-; i=0; while kill -0 $cp 2>/dev/null && [ $i -lt 20 ]; do sleep 0.5; i=$((i + 1)); done; \
-         kill -0 $cp 2>/dev/null && {{ echo 'the console did not end after halt'; kill $cp; }}; cat con.out"
+         kill -0 $cp 2>/dev/null && {{ echo 'the console did not end after halt'; kill $cp; }}; \
+         wait $cp; echo \"(the console exited with $?)\"; cat con.out"
     );
     pvm_sh(c, pvm, 0, &script).1
 }

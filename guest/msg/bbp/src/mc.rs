@@ -1,7 +1,9 @@
 //! The billboard on MEMORY CHANNEL: one region per job, allocated
 //! coherently (every node receives it before anyone writes), mapped for
-//! transmit without loopback (a process stores only into its own share and
-//! keeps its own copy) and for receive (it reads every share there). Also
+//! transmit with loopback (a process stores only into its own share, and
+//! the other ranks on its own node read that share from their receive
+//! memory like everyone else, so a node's stores must come back to it)
+//! and for receive (it reads every share there). Also
 //! what the protocol's waits ask of the cluster: the error count (imcd's
 //! clusterwide count, the adapter's count and its link events) and the
 //! liveness of the other processes, found by a prober thread that asks
@@ -63,7 +65,7 @@ impl McBus {
         let want = geo.bytes();
         let (id, ..) = imc.asalloc_flags(key(job), want as u64, 0o666, false, true).map_err(err)?;
         let rx = imc.asattach_rx(id).map_err(err)?;
-        let tx = imc.asattach_tx(id, false).map_err(err)?;
+        let tx = imc.asattach_tx(id, true).map_err(err)?;
         let got = tx.len().min(rx.len());
         if got < want {
             return Err(BbpError::Setup(format!(
