@@ -559,42 +559,8 @@ pub(crate) enum OrderRole {
     Checker,
 }
 
-/// A closed standard output (`| head`) ends the tool quietly with 141, as
-/// a shell reports SIGPIPE: a `println!` that fails there would panic, and
-/// a write that fails would end in an error message.
-fn quiet_on_broken_pipe() {
-    let next = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let p = info.payload();
-        let msg = p
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| p.downcast_ref::<&str>().copied())
-            .unwrap_or_default();
-        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
-            std::process::exit(141);
-        }
-        next(info)
-    }));
-}
-
 fn main() -> std::process::ExitCode {
-    quiet_on_broken_pipe();
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e)
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-            }) =>
-        {
-            std::process::ExitCode::from(141)
-        }
-        Err(e) => {
-            // As Rust prints an error returned from main.
-            eprintln!("Error: {e:?}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    testkit::exit::run_main(run)
 }
 
 fn run() -> Result<()> {

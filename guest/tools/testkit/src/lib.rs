@@ -1,8 +1,9 @@
 //! What the measuring and checking tools share, so that every tool means
 //! the same thing by a percentile or a test pattern, and draws the same
 //! figures: `mctool`, `imc-bench`, `ump-tool`, `mpi-bench-plot` and the
-//! QEMU tier's checks. No I/O.
+//! QEMU tier's checks. No I/O, but how a tool ends ([`exit`]).
 //!
+//! - [`exit`]: a tool's `main`: exit codes, and 141 on a closed pipe.
 //! - [`plot`]: log-log line plots as SVG (the benchmarks' figures).
 //! - [`soak`]: the words of the soak workload and how a reader judges them.
 //! - [`stats`]: nearest-rank percentiles of raw latency samples.
@@ -12,6 +13,7 @@
 //!   sends and checks them.
 #![warn(missing_docs)]
 
+pub mod exit;
 pub mod plot;
 pub mod soak;
 pub mod stats;
