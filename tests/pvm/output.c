@@ -9,7 +9,8 @@
  * (int tid, int count, then count bytes) and checks, per task: first the
  * spawn notice (count -1, then the parent's TID) and the start notice
  * (-2), then its text, then the end (count 0), all from the host's
- * daemon TID; the grandchildren's parents are the children.
+ * daemon TID; the grandchildren's parents are the children; both
+ * children's spawn notices before either child's other notices.
  *
  * With "catch FILE": pvm_catchout(FILE), spawns one copy ("catchee")
  * writing two lines, pvm_exit (which waits for its output), then checks
@@ -50,6 +51,15 @@ static struct task *task(int tid)
 	return &tasks[ntasks++];
 }
 
+/* Whether copy `tid` has been announced (its -1 notice came). */
+static int announced(int tid)
+{
+	for (int i = 0; i < ntasks; i++)
+		if (tasks[i].tid == tid)
+			return tasks[i].spawned;
+	return 0;
+}
+
 static int collector(const char *self)
 {
 	int me = pvm_mytid();
@@ -75,6 +85,11 @@ static int collector(const char *self)
 		CHECK(src == daemon, "from t%x, not t%x", src, daemon);
 		pvm_upkint(&tid, 1, 1);
 		pvm_upkint(&count, 1, 1);
+		/* Both copies of the spawn are announced before either says
+		 * more: PVM's console frees a job once every copy it was told
+		 * of has ended. */
+		if (count != -1 && (tid == kids[0] || tid == kids[1]))
+			CHECK(announced(kids[0]) && announced(kids[1]), "t%x's notice %d came before both copies were announced", tid, count);
 		struct task *t = task(tid);
 		if (!t) {
 			CHECK(t, "more than %d tasks", MAXT);

@@ -720,6 +720,14 @@ pub unsafe extern "C" fn pvm_spawn(
             daemon::PASSED_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
         env.push((spawn::ENV_CTX.to_string(), p.ctx.to_string()));
         let redirect = p.output_dest().map(|dest| output::Redirect { dest, ptid });
+        // Every copy is announced before any starts (output.rs, "Who
+        // announces").
+        if let Some(r) = redirect {
+            for &(_, t) in &plan {
+                p.out.announce(r.dest, t, output::TO_SPAWN, &r.ptid.max(0).to_ne_bytes());
+            }
+            p.flush_output();
+        }
         if !local.is_empty() {
             let req = daemon::SpawnRequest {
                 task: task.to_string(),
@@ -769,6 +777,15 @@ pub unsafe extern "C" fn pvm_spawn(
         }
         for (i, &v) in results.iter().enumerate() {
             out(i, v);
+        }
+        if let Some(r) = redirect {
+            // Announced copies that did not start have ended.
+            for (k, &(_, t)) in plan.iter().enumerate() {
+                if results[k] <= 0 {
+                    p.out.announce(r.dest, t, output::TO_EOF, &[]);
+                }
+            }
+            p.flush_output();
         }
         // As Debian's PVM: the number started, each failure's code in
         // `tids` (a program not found is 0 started, `tids[0]` PvmNoFile).

@@ -9,6 +9,16 @@
 //! expect. The copy inherits the destination (`PVM_MC_OUT`), so its own
 //! children's output goes there too.
 //!
+//! Who announces: the spawning task sends `TO_SPAWN` for every copy of a
+//! `pvm_spawn` before it starts any of them (and `TO_EOF` for a copy that
+//! then failed to start); the reader of a copy's pipe sends `TO_NEW`, the
+//! output and `TO_EOF`. PVM's console counts a job finished when each of
+//! its copies has had both `TO_SPAWN` and `TO_EOF`, and frees the job then:
+//! when the readers sent `TO_SPAWN` themselves, a copy on one guest could
+//! finish before another guest's copy had been announced, the console
+//! freed the job and then handled that copy's notices on freed memory (a
+//! crash in 1 run of 5 of `spawn -4 -> spmd` on 4 guests).
+//!
 //! Who reads: for copies started in-line, a reader thread per copy in the
 //! spawning task (it queues notices; the task's PVM calls, or the reader
 //! itself when the task is outside PVM, send them); for copies started by
@@ -145,7 +155,6 @@ impl Collector {
             }
         };
         let spawned = std::thread::Builder::new().name(format!("pvm-out-t{tid:x}")).spawn(move || {
-            push(&shared, TO_SPAWN, &ptid);
             push(&shared, TO_NEW, &ptid);
             poke();
             let mut buf = vec![0u8; CHUNK];
@@ -167,9 +176,17 @@ impl Collector {
             // the receiver does not wait for it.
             let s = &self.0;
             lock(&s.live).retain(|(t, _)| *t != tid);
-            for (count, rest) in [(TO_SPAWN, &ptid[..]), (TO_EOF, &[][..])] {
+            for (count, rest) in [(TO_NEW, &ptid[..]), (TO_EOF, &[][..])] {
                 lock(&s.queue).push_back(Notice { dest: r.dest, body: body(tid, count, rest) });
             }
+        }
+    }
+
+    /// Queues one notice about copy `tid` for `dest` (the spawner's
+    /// `TO_SPAWN`, or the end of a copy that did not start).
+    pub fn announce(&self, dest: Dest, tid: i32, count: i32, rest: &[u8]) {
+        if !self.0.closed.load(Ordering::Acquire) {
+            lock(&self.0.queue).push_back(Notice { dest, body: body(tid, count, rest) });
         }
     }
 
@@ -400,6 +417,7 @@ mod tests {
         let mut child = cmd.spawn().unwrap();
         drop(cmd);
         let dest = Dest { tid: 0x40001, ctx: 0, code: 7 };
+        c.announce(dest, 0x40002, TO_SPAWN, &0x40001i32.to_ne_bytes());
         c.watch(0x40002, Redirect { dest, ptid: 0x40001 }, rd, poke);
         child.wait().unwrap();
         let t0 = std::time::Instant::now();
@@ -409,6 +427,7 @@ mod tests {
         let n = c.take();
         assert!(n.iter().all(|x| x.dest == dest));
         let counts: Vec<i32> = n.iter().map(|x| i32::from_ne_bytes(x.body[4..8].try_into().unwrap())).collect();
+        // The spawner's announcement, then the reader's: it started.
         assert_eq!(&counts[..2], &[TO_SPAWN, TO_NEW]);
         assert_eq!(counts.last(), Some(&TO_EOF));
         assert_eq!(&n[0].body[8..], &0x40001i32.to_ne_bytes());
