@@ -3,6 +3,7 @@
 //! A config file names the cluster's shape and the QEMU arguments; unknown
 //! keys are errors, so a typo never silently falls back to a default.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -20,6 +21,22 @@ pub struct Config {
     pub guest: GuestSection,
     /// QEMU binary and extra arguments.
     pub qemu: QemuSection,
+    /// Other machines the hub or nodes run on, by name (`[hosts.NAME]`);
+    /// [`LOCAL_HOST`] is this one. `launcher/src/hosts.rs`.
+    pub hosts: BTreeMap<String, HostSection>,
+}
+
+/// The host name that means the machine `mc-cluster` runs on.
+pub const LOCAL_HOST: &str = "local";
+
+/// `[hosts.NAME]`: a machine the cluster's processes can run on.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostSection {
+    /// The command prefix that runs a command there, as separate words:
+    /// `["ssh", "user@host"]`, or `["ip", "netns", "exec", "NS"]` for a
+    /// network namespace standing in for a host.
+    pub way_in: Vec<String>,
 }
 
 /// `[cluster]`.
@@ -37,11 +54,14 @@ pub struct ClusterSection {
     /// `mc-adapter` process per guest on a link port: fault isolation, and
     /// the TCP transport).
     pub adapters: String,
+    /// The host of each node, by name (`[hosts.NAME]` or [`LOCAL_HOST`]);
+    /// empty: every node on this machine. Node N runs where entry N says.
+    pub placement: Vec<String>,
 }
 
 impl Default for ClusterSection {
     fn default() -> Self {
-        ClusterSection { nodes: 2, hub_ports: 8, aspace_mib: 512, adapters: "in-hub".into() }
+        ClusterSection { nodes: 2, hub_ports: 8, aspace_mib: 512, adapters: "in-hub".into(), placement: Vec::new() }
     }
 }
 
@@ -67,6 +87,8 @@ pub struct HubSection {
     pub transport: String,
     /// Address the hub binds with `transport = "tcp"` (port 0: any free port).
     pub tcp_listen: String,
+    /// The hub's host (`[hosts.NAME]`); empty or [`LOCAL_HOST`]: this machine.
+    pub host: String,
 }
 
 impl Default for HubSection {
@@ -77,6 +99,7 @@ impl Default for HubSection {
             pcap: false,
             transport: "unix".into(),
             tcp_listen: "127.0.0.1:0".into(),
+            host: String::new(),
         }
     }
 }
@@ -282,6 +305,77 @@ impl Config {
         if !["auto", "kvm", "tcg"].contains(&self.qemu.accel.as_str()) {
             bail!("qemu.accel must be auto, kvm or tcg, not '{}'", self.qemu.accel);
         }
+        self.validate_hosts()
+    }
+
+    /// The host of node `n` ([`LOCAL_HOST`] when the placement says nothing).
+    pub fn node_host(&self, n: usize) -> &str {
+        match self.cluster.placement.get(n).map(String::as_str) {
+            None | Some("") => LOCAL_HOST,
+            Some(h) => h,
+        }
+    }
+
+    /// The hub's host.
+    pub fn hub_host(&self) -> &str {
+        if self.hub.host.is_empty() {
+            LOCAL_HOST
+        } else {
+            &self.hub.host
+        }
+    }
+
+    /// The command prefix that runs a command on `host` (empty: here).
+    pub fn way_in(&self, host: &str) -> &[String] {
+        self.hosts.get(host).map(|h| h.way_in.as_slice()).unwrap_or(&[])
+    }
+
+    /// True when the hub or any node runs on another host.
+    pub fn spans_hosts(&self) -> bool {
+        self.hub_host() != LOCAL_HOST || self.cluster.placement.iter().any(|h| !h.is_empty() && h != LOCAL_HOST)
+    }
+
+    /// `[hosts]`, `cluster.placement` and `hub.host`, and what a cluster
+    /// across hosts needs of the other settings.
+    fn validate_hosts(&self) -> Result<()> {
+        for (name, h) in &self.hosts {
+            if name == LOCAL_HOST {
+                bail!("hosts.{LOCAL_HOST} is the name of this machine: give the host another name");
+            }
+            if h.way_in.is_empty() || h.way_in[0].is_empty() {
+                bail!("hosts.{name}.way_in is empty: give the command prefix that runs a command there (e.g. [\"ssh\", \"user@{name}\"])");
+            }
+        }
+        let known = |h: &str| h.is_empty() || h == LOCAL_HOST || self.hosts.contains_key(h);
+        for (i, h) in self.cluster.placement.iter().enumerate() {
+            if !known(h) {
+                bail!("cluster.placement[{i}] = \"{h}\": there is no [hosts.{h}]");
+            }
+        }
+        if !known(&self.hub.host) {
+            bail!("hub.host = \"{}\": there is no [hosts.{}]", self.hub.host, self.hub.host);
+        }
+        if !self.spans_hosts() {
+            return Ok(());
+        }
+        if self.cluster.in_hub() || self.hub.transport != "tcp" {
+            bail!(
+                "a cluster across hosts needs cluster.adapters = \"per-guest\" (each guest's adapter runs beside it) and hub.transport = \"tcp\""
+            );
+        }
+        let ip = self.hub.tcp_listen.parse::<std::net::SocketAddr>().map(|a| a.ip());
+        if ip.is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified()) {
+            bail!(
+                "hub.tcp_listen = \"{}\" is not an address the other hosts can dial: give an address of the hub's host",
+                self.hub.tcp_listen
+            );
+        }
+        if ["tap", "mcast"].contains(&self.guest.lan.as_str()) {
+            bail!(
+                "guest.lan = \"{}\" joins the guests of one host only: set guest.lan = \"off\" for a cluster across hosts",
+                self.guest.lan
+            );
+        }
         Ok(())
     }
 
@@ -296,6 +390,10 @@ impl Config {
                 self.cluster.hub_ports,
                 link::MAX_NODES
             );
+        }
+        let placed = self.cluster.placement.len();
+        if placed > 0 && nodes > placed {
+            bail!("cluster.placement names a host for {placed} nodes: --nodes {nodes} needs one for every node");
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 //! - [`config`]: cluster definitions (`qemu-configs/*.toml`) and paths.
 //! - [`supervisor`]: the background process that owns a running cluster.
 //! - [`agent`]: talking to the guest agents.
+//! - [`hosts`]: the machines the processes run on, and their ways in.
 //! - [`kvm`]: whether KVM really runs guests here.
 //! - [`lan`]: the guests' LAN (tap on a bridge, or a multicast group).
 //! - [`monitor`]: the live page in the browser (`mc-cluster monitor`).
@@ -16,6 +17,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod hosts;
 pub mod kvm;
 pub mod lan;
 pub mod monitor;
@@ -316,6 +318,7 @@ pub fn up(paths: &Paths, opts: &UpOptions) -> Result<State> {
     fs::create_dir_all(&rd).with_context(|| format!("cannot create {}", rd.display()))?;
     fs::create_dir_all(&plan.share)
         .with_context(|| format!("cannot create the shared folder {}", plan.share.display()))?;
+    hosts::check(&plan)?;
     fs::write(rd.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
     fs::write(rd.join("events.log"), b"")?;
     println!("starting cluster '{}': {} nodes, {} ({})", plan.name, plan.nodes, plan.accel, rd.display());

@@ -367,7 +367,7 @@ impl Sup {
 
 /// Test fixtures shared by the submodules' tests.
 #[cfg(test)]
-mod fixtures {
+pub(crate) mod fixtures {
     use std::path::PathBuf;
 
     use super::*;

@@ -98,7 +98,8 @@ impl Sup {
             // Keep the dead hub's log next to the new one.
             let _ = fs::rename(&log, rd.join(format!("hub.log.{}", self.state.hub_restarts)));
         }
-        let mut hub = spawn(&self.hub_argv(&listen), &log, None, self.plan.config.qemu.io_realtime)?;
+        let argv = crate::hosts::on(&self.plan.config, self.plan.config.hub_host(), &self.hub_argv(&listen));
+        let mut hub = spawn(&argv, &log, None, self.plan.config.qemu.io_realtime)?;
         let pid = hub.id();
         let ready = if tcp { addr_file.clone() } else { rd.join("hub.sock") };
         let mut r = wait_for_path(&ready, &mut hub, "mc-hub", Duration::from_secs(10), &log);
@@ -161,6 +162,7 @@ impl Sup {
             "--write-multiple".into(),
             c.qemu.write_multiple.clone(),
         ]);
+        let argv = crate::hosts::on(c, c.node_host(n), &argv);
         let mut ad = spawn(&argv, &log, None, self.plan.config.qemu.io_realtime)?;
         let pid = ad.id();
         let r = wait_for_path(&sock, &mut ad, &format!("mc-adapter of node {n}"), Duration::from_secs(15), &log);
@@ -171,7 +173,8 @@ impl Sup {
     pub(super) fn start_qemu(&mut self, n: usize) -> Result<u32> {
         let log = node_dir(&self.plan.run_dir, n).join("qemu.log");
         let lan = self.lan.as_ref().context("the LAN is not set up")?;
-        let q = spawn(&qemu_argv(&self.plan, n, lan), &log, lan.netns(), false)?;
+        let c = &self.plan.config;
+        let q = spawn(&crate::hosts::on(c, c.node_host(n), &qemu_argv(&self.plan, n, lan)), &log, lan.netns(), false)?;
         let pid = q.id();
         self.qemus[n] = Some(q);
         Ok(pid)
@@ -298,6 +301,10 @@ impl Sup {
         } else {
             self.ev.say(&format!("hub listening ({} ports)", c.cluster.hub_ports));
         }
+        if c.spans_hosts() {
+            let hosts: Vec<String> = (0..self.plan.nodes).map(|n| format!("{n}@{}", c.node_host(n))).collect();
+            self.ev.say(&format!("across hosts: hub@{}, nodes {}", c.hub_host(), hosts.join(" ")));
+        }
         if self.in_hub() {
             self.ev.say(&format!("{} adapters on local ports of the hub", self.plan.nodes));
         } else {
@@ -313,7 +320,10 @@ impl Sup {
         if c.guest.ivshmem {
             create_ivshmem(&self.plan.run_dir)?;
         }
-        let lan = Lan::set_up(&c.guest.lan, &self.plan.run_dir)?;
+        // A LAN joins the guests of one host: across hosts there is none
+        // (the config check refuses tap and mcast there).
+        let setting = if c.spans_hosts() { "off" } else { c.guest.lan.as_str() };
+        let lan = Lan::set_up(setting, &self.plan.run_dir)?;
         self.ev.say(&format!("LAN: {}", lan.describe()));
         self.state.lan = lan.name().to_string();
         self.lan = Some(lan);
