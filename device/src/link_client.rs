@@ -83,10 +83,19 @@ impl Stream {
         }
     }
 
-    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+    /// Sets how long a read may wait (None: for ever).
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Unix(s) => s.set_read_timeout(t),
             Stream::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+
+    /// Sets how long a write may wait (None: for ever).
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_write_timeout(t),
+            Stream::Tcp(s) => s.set_write_timeout(t),
         }
     }
 }
@@ -132,6 +141,24 @@ pub struct Joined {
 
 /// How long the hub may take to answer a `Hello`.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a TCP connect may take: past it the attempt is given up (the
+/// caller retries), instead of waiting out the kernel's SYN retries (two
+/// minutes) while the network to the hub is cut.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Connects to `addr` (`HOST:PORT`), each of its addresses in turn, with
+/// [`CONNECT_TIMEOUT`].
+fn connect_tcp(addr: &str) -> io::Result<TcpStream> {
+    use std::net::ToSocketAddrs;
+    let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{addr} has no address"));
+    for a in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
 
 /// How to introduce ourselves.
 #[derive(Debug, Clone)]
@@ -146,6 +173,10 @@ pub struct Hello<'a> {
     pub name: &'a str,
     /// Cluster secret (required by TCP hubs).
     pub secret: Option<&'a [u8]>,
+    /// Ask for a live link (`link` crate, "Liveness"): the caller then
+    /// sends `Idle` frames when it has nothing else to send and takes a
+    /// silent hub for gone.
+    pub keepalive: bool,
 }
 
 /// Connects to the hub at `addr` and joins it.
@@ -157,7 +188,7 @@ pub fn join_addr(addr: &HubAddr, hello: &Hello<'_>) -> io::Result<(Joined, Strea
     let mut stream = match addr {
         HubAddr::Unix(p) => Stream::Unix(UnixStream::connect(p)?),
         HubAddr::Tcp(a) => {
-            let s = TcpStream::connect(a.as_str())?;
+            let s = connect_tcp(a)?;
             s.set_nodelay(true)?;
             Stream::Tcp(s)
         }
@@ -191,6 +222,7 @@ pub fn join_addr(addr: &HubAddr, hello: &Hello<'_>) -> io::Result<(Joined, Strea
         aspace_pages: hello.aspace_pages,
         auth,
         name: hello.name,
+        keepalive: hello.keepalive,
     };
     stream.write_all(&h.encode())?;
     let hdr = link::read_frame(&mut stream, &mut buf)?;
@@ -216,7 +248,7 @@ pub fn join(
     aspace_pages: u32,
     name: &str,
 ) -> io::Result<(Joined, UnixStream, BufWriter<UnixStream>)> {
-    let hello = Hello { want_node, page_size, aspace_pages, name, secret: None };
+    let hello = Hello { want_node, page_size, aspace_pages, name, secret: None, keepalive: false };
     let (joined, r, w) = join_addr(&HubAddr::Unix(path.to_path_buf()), &hello)?;
     let (Stream::Unix(r), Stream::Unix(w)) = (r, w.into_inner().map_err(|e| e.into_error())?) else {
         unreachable!("a Unix address gives Unix streams")

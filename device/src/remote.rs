@@ -11,6 +11,13 @@
 //!   queues ACK answers without ever waiting for room, and rejoins the hub
 //!   after a link loss.
 //!
+//! A link joined by [`RemoteLink::connect`] is live (`link` crate,
+//! "Liveness"): the writer sends an `Idle` frame when it has sent nothing
+//! for `IDLE_EVERY_MS`, and the receive thread takes a hub it has heard
+//! nothing from for `DEAD_AFTER_MS` for gone (a partition, which TCP alone
+//! would hide): the link goes down and it rejoins. A write blocked that long
+//! fails the same way.
+//!
 //! # Lock order
 //!
 //! There is one lock, [`Queue`]'s mutex, and nobody does I/O or waits for
@@ -62,6 +69,8 @@ struct Queue {
 
 struct Inner {
     shared: Arc<Shared>,
+    /// A live link: `Idle` frames out, silence in taken for a dead link.
+    live: bool,
     q: Mutex<Queue>,
     /// Signalled when the writer has taken frames (room) or the link went down.
     room: Condvar,
@@ -98,6 +107,11 @@ impl Inner {
 
     /// Takes a joined link into use (first join or rejoin).
     fn install(&self, joined: &Joined, writer: BufWriter<Stream>) {
+        if self.live {
+            // A write the hub does not take for this long fails: the
+            // writer gives the stream up and the receive thread rejoins.
+            let _ = writer.get_ref().set_write_timeout(Some(dead_after()));
+        }
         {
             let mut q = self.q.lock().unwrap();
             q.frames.clear();
@@ -130,14 +144,30 @@ impl Inner {
     /// The writer thread: the only writer of the socket.
     fn writer(self: Arc<Self>) {
         let mut batch: VecDeque<Vec<u8>> = VecDeque::new();
+        let idle_every = Duration::from_millis(link::IDLE_EVERY_MS);
+        let idle = Msg::Idle.encode();
+        let mut last_sent = Instant::now();
         loop {
             let (mut stream, epoch) = {
                 let mut q = self.q.lock().unwrap();
-                while !(q.kick && q.stream.is_some() && !q.frames.is_empty()) {
+                loop {
+                    if q.kick && q.stream.is_some() && !q.frames.is_empty() {
+                        break;
+                    }
+                    if self.live && q.stream.is_some() && last_sent.elapsed() >= idle_every {
+                        // Nothing sent for a while: tell the hub the link lives.
+                        q.frames.push_back(idle.clone());
+                        break;
+                    }
                     if Arc::strong_count(&self) == 1 {
                         return;
                     }
-                    q = self.work.wait_timeout(q, Duration::from_millis(500)).unwrap().0;
+                    let wait = if self.live && q.stream.is_some() {
+                        idle_every.saturating_sub(last_sent.elapsed()).max(Duration::from_millis(1))
+                    } else {
+                        Duration::from_millis(500)
+                    };
+                    q = self.work.wait_timeout(q, wait).unwrap().0;
                 }
                 q.kick = false;
                 std::mem::swap(&mut batch, &mut q.frames);
@@ -158,6 +188,7 @@ impl Inner {
             batch.clear();
             match result {
                 Ok(()) => {
+                    last_sent = Instant::now();
                     let mut q = self.q.lock().unwrap();
                     if q.epoch == epoch && q.up {
                         q.stream = Some(stream);
@@ -239,6 +270,7 @@ impl RemoteLink {
     ) -> RemoteLink {
         let inner = Arc::new(Inner {
             shared,
+            live: rejoin.is_some(),
             q: Mutex::new(Queue { frames: VecDeque::new(), bytes: 0, kick: false, stream: None, epoch: 0, up: false }),
             room: Condvar::new(),
             work: Condvar::new(),
@@ -283,18 +315,30 @@ fn hello(cfg: &AdapterConfig, pages: u64) -> link_client::Hello<'_> {
         aspace_pages: pages as u32,
         name: &cfg.name,
         secret: cfg.secret.as_deref(),
+        keepalive: true,
     }
+}
+
+/// Silence after which a live link is taken for dead.
+fn dead_after() -> Duration {
+    Duration::from_millis(link::DEAD_AFTER_MS)
 }
 
 fn receive_loop(inner: Arc<Inner>, reader: Stream, mut link_seq: u16, rejoin: Option<AdapterConfig>) {
     let shared = inner.shared.clone();
     let mut buf = Vec::with_capacity(MAX_DATA + 64);
+    if inner.live {
+        let _ = reader.set_read_timeout(Some(dead_after()));
+    }
     // Frames are read through a buffer: one read(2) per batch, not two per frame.
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     loop {
         let reason = loop {
             let hdr = match link::read_frame(&mut reader, &mut buf) {
                 Ok(h) => h,
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    break format!("nothing from the hub for {} ms: link taken for dead", link::DEAD_AFTER_MS);
+                }
                 Err(e) => break e.to_string(),
             };
             let lost = link::check_link_seq(&mut link_seq, hdr.link_seq);
@@ -312,12 +356,16 @@ fn receive_loop(inner: Arc<Inner>, reader: Stream, mut link_seq: u16, rejoin: Op
                     }
                 }
                 Ok(Msg::Member { seq, node, up }) => shared.member(seq, node, up),
+                Ok(Msg::Idle) => {}
                 // Framing is intact: count it, drop the packet, go on.
                 Err(LinkError::BadCrc) => shared.bad_crc(),
                 Ok(other) => break format!("unexpected {other:?} from hub"),
                 Err(e) => break e.to_string(),
             }
         };
+        warn!("link to hub down: {reason}");
+        // Both directions end: a writer blocked on this socket gives up now.
+        let _ = reader.get_ref().shutdown();
         inner.down(&reason);
         let Some(cfg) = &rejoin else { return };
         // Rejoin as the same node, for as long as it takes.
@@ -328,6 +376,7 @@ fn receive_loop(inner: Arc<Inner>, reader: Stream, mut link_seq: u16, rejoin: Op
             match link_client::join_addr(&again.hub, &hello(&again, shared.pages)) {
                 Ok((joined, r, w)) => {
                     info!(node = joined.node, "rejoined hub");
+                    let _ = r.set_read_timeout(Some(dead_after()));
                     inner.install(&joined, w);
                     link_seq = joined.next_link_seq;
                     break BufReader::with_capacity(64 * 1024, r);

@@ -90,8 +90,8 @@ pub fn vfio_user() -> Vec<Vec<u8>> {
 pub fn link_frame() -> Vec<Vec<u8>> {
     let data = [0xC3u8; 24];
     let msgs = [
-        Msg::Hello { want_node: 1, page_size: 8192, aspace_pages: 64, auth: Some([7; AUTH_LEN]), name: "node1" },
-        Msg::Hello { want_node: link::ANY_NODE, page_size: 4096, aspace_pages: 8, auth: None, name: "" },
+        Msg::Hello { want_node: 1, page_size: 8192, aspace_pages: 64, auth: Some([7; AUTH_LEN]), name: "node1", keepalive: true },
+        Msg::Hello { want_node: link::ANY_NODE, page_size: 4096, aspace_pages: 8, auth: None, name: "", keepalive: false },
         Msg::Welcome { node: 1, max_nodes: 4, next_seq: 9, members: vec![0, 1] },
         Msg::Write { dest: BROADCAST, flags: FLAG_LOOPBACK, addr: 0x2000, data: &data },
         Msg::Deliver { seq: 10, src: 0, flags: FLAG_ACK, addr: 0x4000, data: &data[..8] },
@@ -136,6 +136,8 @@ pub fn control_line() -> Vec<Vec<u8>> {
                 corrupted: 0,
                 dropped: 0,
                 link_gaps: 0,
+                dma_descs: Some(3),
+                dma_bytes: None,
             }],
             held_down: vec![1],
             rejected: 0,

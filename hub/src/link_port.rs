@@ -7,6 +7,12 @@
 //! buffers; then the adapter's writes into the order) and a writer (the port's queue
 //! out to the socket, batched, with link sequence numbers stamped on the way
 //! and faults on purpose applied: corruption, delay).
+//!
+//! A live link (the adapter's `Hello` asked for it: `link` crate,
+//! "Liveness") gets an `Idle` frame from the writer whenever the port's
+//! queue has been empty for `IDLE_EVERY_MS`, and the reader closes it once
+//! the adapter has sent nothing for `DEAD_AFTER_MS`: the node's departure
+//! is announced as for any link that drops.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,6 +69,8 @@ struct Greeting {
     hdr: Header,
     want: u16,
     name: String,
+    /// The adapter asked for a live link.
+    keepalive: bool,
 }
 
 /// The untrusted start of a connection: the challenge out (TCP), the
@@ -107,8 +115,8 @@ where
         // warning each, since a flood of these would flood the log.
         Err(e) => return Err(e),
     };
-    let (want, name, auth) = match Msg::parse(&hdr, &buf) {
-        Ok(Msg::Hello { want_node, name, auth, .. }) => (want_node, name.to_string(), auth),
+    let (want, name, auth, keepalive) = match Msg::parse(&hdr, &buf) {
+        Ok(Msg::Hello { want_node, name, auth, keepalive, .. }) => (want_node, name.to_string(), auth, keepalive),
         Ok(other) => {
             shared.rejected.fetch_add(1, Ordering::Relaxed);
             warn!("peer opened with {:?} instead of Hello; closing", kind_of(&other));
@@ -129,7 +137,7 @@ where
             return Ok(None);
         }
     }
-    Ok(Some(Greeting { hdr, want, name }))
+    Ok(Some(Greeting { hdr, want, name, keepalive }))
 }
 
 /// Serves one link port connection: authentication, join, then the
@@ -167,7 +175,9 @@ where
         }
     };
     drop(slot);
-    let Greeting { hdr, want, name } = greeting;
+    let Greeting { hdr, want, name, keepalive } = greeting;
+    let idle_every = std::time::Duration::from_millis(link::IDLE_EVERY_MS);
+    let dead_after = std::time::Duration::from_millis(link::DEAD_AFTER_MS);
     // Our link frames: the challenge (if any) was frame 0.
     let first_link_seq: u16 = if challenge.is_some() { 1 } else { 0 };
     // Trusted from here on: buffers for the data path.
@@ -202,7 +212,18 @@ where
             };
             // Link sequence numbers continue after the challenge, if one was sent.
             let mut link_seq: u16 = first_link_seq;
-            while let Some(f) = rx.recv().await {
+            let idle = Arc::new(Msg::Idle.encode());
+            loop {
+                let f = if keepalive {
+                    match tokio::time::timeout(idle_every, rx.recv()).await {
+                        Ok(f) => f,
+                        // Nothing to send for a while: the adapter hears the link lives.
+                        Err(_) => Some(idle.clone()),
+                    }
+                } else {
+                    rx.recv().await
+                };
+                let Some(f) = f else { break };
                 // Held back while a delay is set; a shorter (or no) delay set
                 // meanwhile takes effect at once.
                 let held = std::time::Instant::now();
@@ -236,8 +257,20 @@ where
         // The Hello was the adapter's frame 0.
         let mut expect_seq: u16 = hdr.link_seq.wrapping_add(1);
         loop {
+            let read = async {
+                if !keepalive {
+                    return read_frame(&mut r, &mut buf).await;
+                }
+                match tokio::time::timeout(dead_after, read_frame(&mut r, &mut buf)).await {
+                    Ok(h) => h,
+                    Err(_) => Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("nothing from the adapter for {} ms: link taken for dead", link::DEAD_AFTER_MS),
+                    )),
+                }
+            };
             let hdr = tokio::select! {
-                h = read_frame(&mut r, &mut buf) => h?,
+                h = read => h?,
                 _ = port.kick.notified() => return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "link taken down by hub control")),
             };
             let lost = link::check_link_seq(&mut expect_seq, hdr.link_seq);
@@ -258,6 +291,7 @@ where
                         debug!(node, dest, "write to a node that is not up dropped");
                     }
                 }
+                Msg::Idle => {}
                 other => return Err(invalid(format!("unexpected {:?} from an adapter", kind_of(&other)))),
             }
         }
@@ -444,5 +478,6 @@ fn kind_of(m: &Msg<'_>) -> Kind {
         Msg::Member { .. } => Kind::Member,
         Msg::Refuse { .. } => Kind::Refuse,
         Msg::Challenge { .. } => Kind::Challenge,
+        Msg::Idle => Kind::Idle,
     }
 }

@@ -23,7 +23,14 @@ const SECRET: &[u8] = b"correct horse battery staple";
 fn tcp_join(addr: &str) -> io::Result<(Joined, Stream, io::BufWriter<Stream>)> {
     client::join_addr(
         &HubAddr::Tcp(addr.into()),
-        &client::Hello { want_node: ANY_NODE, page_size: 8192, aspace_pages: 64, name: "remote", secret: Some(SECRET) },
+        &client::Hello {
+            want_node: ANY_NODE,
+            page_size: 8192,
+            aspace_pages: 64,
+            name: "remote",
+            secret: Some(SECRET),
+            keepalive: false,
+        },
     )
 }
 

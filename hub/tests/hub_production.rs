@@ -163,7 +163,14 @@ fn hub_stuck_receiver_is_cut_off() {
 fn tcp_join(addr: &str, secret: Option<&[u8]>) -> std::io::Result<(Joined, Stream, BufWriter<Stream>)> {
     client::join_addr(
         &HubAddr::Tcp(addr.into()),
-        &client::Hello { want_node: ANY_NODE, page_size: 8192, aspace_pages: 64, name: "remote", secret },
+        &client::Hello {
+            want_node: ANY_NODE,
+            page_size: 8192,
+            aspace_pages: 64,
+            name: "remote",
+            secret,
+            keepalive: false,
+        },
     )
 }
 
@@ -186,7 +193,15 @@ fn hub_rejects_wrong_secret() {
     let h = link::read_frame(&mut raw, &mut buf).unwrap();
     assert!(matches!(Msg::parse(&h, &buf).unwrap(), Msg::Challenge { .. }));
     raw.write_all(
-        &Msg::Hello { want_node: ANY_NODE, page_size: 8192, aspace_pages: 8, auth: None, name: "raw" }.encode(),
+        &Msg::Hello {
+            want_node: ANY_NODE,
+            page_size: 8192,
+            aspace_pages: 8,
+            auth: None,
+            name: "raw",
+            keepalive: false,
+        }
+        .encode(),
     )
     .unwrap();
     let h = link::read_frame(&mut raw, &mut buf).unwrap();

@@ -1637,3 +1637,129 @@ fn default_store_path_enlarges_the_clients_send_buffer() {
     assert_eq!(c.reg(reg::ID), regs::ID_VALUE);
     a.assert_alive();
 }
+
+/// A TCP relay that can be cut: while cut, nothing passes either way and
+/// no connection is closed (a network partition: the kernel's buffers
+/// hold what was sent, as a cut cable or a dropped route would).
+struct Partition {
+    addr: String,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Partition {
+    fn to(target: &str) -> Partition {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cut = Arc::new(AtomicBool::new(false));
+        let (c, target) = (cut.clone(), target.to_string());
+        std::thread::spawn(move || {
+            for a in l.incoming() {
+                let Ok(a) = a else { return };
+                let Ok(b) = std::net::TcpStream::connect(&target) else { continue };
+                for (mut from, mut to) in [(a.try_clone().unwrap(), b.try_clone().unwrap()), (b, a)] {
+                    let c = c.clone();
+                    std::thread::spawn(move || {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            while c.load(Ordering::SeqCst) {
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
+                            match from.read(&mut buf) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => {
+                                    // What was read as the cut began waits for the heal.
+                                    while c.load(Ordering::SeqCst) {
+                                        std::thread::sleep(Duration::from_millis(5));
+                                    }
+                                    if to.write_all(&buf[..n]).is_err() {
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Partition { addr, cut }
+    }
+
+    fn set(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A live link over TCP through a partition: one of 1 s is ridden out
+/// (the store made during it arrives after, the link never went down);
+/// one of 5 s takes the link down within `DEAD_AFTER_MS` plus a second on
+/// both sides (the hub drops the node, the adapter latches LINK_DOWN),
+/// and after the heal the adapter rejoins as the same node by itself.
+#[test]
+fn a_partition_is_ridden_out_or_takes_the_link_down() {
+    use device::adapter::{Adapter, AdapterConfig};
+    use device::link_client::HubAddr;
+    let secret = b"a cluster secret of some length".to_vec();
+    let hub = Hub::start_with(hub::hub::HubConfig { secret: Some(secret.clone()), ..Default::default() });
+    let net = Partition::to(&hub.listen_tcp());
+    let mut remote = Adapter::new(1 << 20).unwrap();
+    remote
+        .connect(&AdapterConfig {
+            aspace: 1 << 20,
+            hub: HubAddr::Tcp(net.addr.clone()),
+            secret: Some(secret),
+            want_node: link::ANY_NODE,
+            name: "remote".into(),
+            hub_wait: Duration::from_secs(2),
+        })
+        .unwrap();
+    let r = AdapterHandle::serve(remote, "remote", 0, 0);
+    let mut rc = r.client();
+    let me = rc.reg(reg::NODE) & 0xFFFF;
+    let mut local = Node::start(&hub, "local", IOVA, RAM_OFF, RAM);
+    local.vfio.set_pct(2, pct::RX, IOVA);
+    rc.set_pct(2, pct::TX, 0);
+    let sees_remote = |l: &mut Node| l.vfio.reg(reg::MEMBERS_LO) & (1 << me) != 0;
+    poll("the local node to see the remote one", || sees_remote(&mut local).then_some(()));
+    let other = 1 << (local.vfio.reg(reg::NODE) & 0xFFFF);
+    poll("the remote node to see the local one", || (rc.reg(reg::MEMBERS_LO) & other != 0).then_some(()));
+
+    // 1 s: a delay, nothing lost, no link event.
+    let events = rc.reg(reg::LINK_EVENTS);
+    net.set(true);
+    rc.region_write(BAR_TX, 2 * PAGE_SIZE, &0x1111u64.to_le_bytes(), true);
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(1) {
+        assert!(sees_remote(&mut local), "the hub dropped the node during a 1 s partition");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(local.ram.read(RAM_OFF, 8), [0; 8], "a store crossed the partition");
+    net.set(false);
+    poll("the store made during the partition", || {
+        (local.ram.read(RAM_OFF, 8) == 0x1111u64.to_le_bytes()).then_some(())
+    });
+    assert_eq!(rc.reg(reg::LINK_EVENTS), events, "the link went down in a 1 s partition");
+    assert_eq!(rc.reg(reg::ERR_STATUS) & err::LINK_DOWN, 0);
+
+    // 5 s: the link goes down on both sides, then comes back by itself.
+    net.set(true);
+    let cut_at = Instant::now();
+    poll("the hub to drop the partitioned node", || (!sees_remote(&mut local)).then_some(()));
+    let hub_saw = cut_at.elapsed();
+    poll("the adapter to see its link down", || (rc.reg(reg::LINK) & 1 == 0).then_some(()));
+    let adapter_saw = cut_at.elapsed();
+    let dead = Duration::from_millis(link::DEAD_AFTER_MS);
+    for (who, t) in [("hub", hub_saw), ("adapter", adapter_saw)] {
+        assert!(t >= dead - Duration::from_millis(300) && t < dead + Duration::from_secs(2), "{who} after {t:?}");
+    }
+    assert_ne!(rc.reg(reg::ERR_STATUS) & err::LINK_DOWN, 0);
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(cut_at.elapsed()));
+    net.set(false);
+    poll("the node back", || sees_remote(&mut local).then_some(()));
+    assert_eq!(rc.reg(reg::NODE) & 0xFFFF, me, "rejoined as another node");
+    rc.region_write(BAR_TX, 2 * PAGE_SIZE, &0x2222u64.to_le_bytes(), true);
+    poll("a store after the heal", || (local.ram.read(RAM_OFF, 8) == 0x2222u64.to_le_bytes()).then_some(()));
+    r.assert_alive();
+}

@@ -130,7 +130,14 @@ fn two_guests_over_tcp_transport() {
     let mut raw = std::net::TcpStream::connect(addr.trim()).unwrap();
     let mut buf = Vec::new();
     let _challenge = link::read_frame(&mut raw, &mut buf).unwrap();
-    let hello = link::Msg::Hello { want_node: 0xFFFF, page_size: 8192, aspace_pages: 8, auth: None, name: "intruder" };
+    let hello = link::Msg::Hello {
+        want_node: 0xFFFF,
+        page_size: 8192,
+        aspace_pages: 8,
+        auth: None,
+        name: "intruder",
+        keepalive: false,
+    };
     std::io::Write::write_all(&mut raw, &hello.encode()).unwrap();
     let h = link::read_frame(&mut raw, &mut buf).unwrap();
     assert!(matches!(link::Msg::parse(&h, &buf), Ok(link::Msg::Refuse { .. })));

@@ -37,8 +37,22 @@
 //! | 4 `Deliver` | H→A | seq u64, src u16, flags u16, reserved u32, addr u64, data |
 //! | 5 `Member`  | H→A | seq u64, node u16, up u8, reserved [u8; 5] |
 //! | 6 `Refuse`  | H→A | reason (UTF-8), then the hub closes the link |
+//! | 8 `Idle`    | both | empty: "the link is alive" (see Liveness) |
 //!
 //! `data` is 1 to [`MAX_DATA`] bytes, a multiple of 4 bytes is not required.
+//!
+//! # Liveness
+//!
+//! An adapter that sets `Hello` flag bit 1 ([`HELLO_KEEPALIVE`]) asks for
+//! a live link: from then on each side sends an `Idle` frame whenever it
+//! has sent nothing for [`IDLE_EVERY_MS`], and a side that has received
+//! nothing for [`DEAD_AFTER_MS`] takes the link for dead and closes it (the
+//! hub announces the node gone; the adapter sees its link down and
+//! rejoins). Over TCP this turns a partition, which TCP alone would hide
+//! for as long as it lasts, into a link that goes down: shorter silences
+//! (TCP retransmits within about 1.5 s of a 1 s outage) are ridden out
+//! with nothing lost. Without the flag (older or simpler peers) no `Idle`
+//! is sent and silence is never held against the link.
 //!
 //! # Authentication (TCP)
 //!
@@ -92,6 +106,15 @@ pub fn auth_ok(secret: &[u8], nonce: &[u8; AUTH_LEN], tag: &[u8; AUTH_LEN]) -> b
     mac.update(nonce);
     mac.verify_slice(tag).is_ok()
 }
+
+/// `Hello` flag: the adapter asks for a live link (module doc, "Liveness").
+pub const HELLO_KEEPALIVE: u16 = 1 << 1;
+/// `Hello` flag: an authenticator is present.
+const HELLO_AUTH: u16 = 1 << 0;
+/// A side of a live link sends `Idle` after this long without sending.
+pub const IDLE_EVERY_MS: u64 = 250;
+/// A side of a live link that has received nothing for this long closes it.
+pub const DEAD_AFTER_MS: u64 = 3000;
 
 /// `dest` value of a broadcast write (the original shared bus).
 pub const BROADCAST: u16 = 0xFFFF;
@@ -156,6 +179,8 @@ pub enum Kind {
     Refuse = 6,
     /// Hub's authentication challenge (TCP).
     Challenge = 7,
+    /// Either side: the link is alive (sent only on live links).
+    Idle = 8,
 }
 
 /// A validated frame header.
@@ -203,6 +228,7 @@ impl Kind {
             Kind::Member => "Member",
             Kind::Refuse => "Refuse",
             Kind::Challenge => "Challenge",
+            Kind::Idle => "Idle",
         }
     }
 }
@@ -222,6 +248,8 @@ pub enum Msg<'a> {
         auth: Option<[u8; AUTH_LEN]>,
         /// Free-form node name (for logs and stable ids).
         name: &'a str,
+        /// The adapter asks for a live link ([`HELLO_KEEPALIVE`]).
+        keepalive: bool,
     },
     /// See the module table.
     Welcome {
@@ -277,6 +305,8 @@ pub enum Msg<'a> {
         /// Random bytes to authenticate against.
         nonce: [u8; AUTH_LEN],
     },
+    /// See the module table.
+    Idle,
 }
 
 fn u16_at(p: &[u8], o: usize) -> u16 {
@@ -313,11 +343,12 @@ impl<'a> Msg<'a> {
                     return Err(LinkError::BadField("page size"));
                 }
                 let flags = u16_at(p, 2);
-                if flags & !1 != 0 {
+                if flags & !(HELLO_AUTH | HELLO_KEEPALIVE) != 0 {
                     return Err(LinkError::BadField("Hello flags"));
                 }
-                let auth = (flags & 1 != 0).then(|| p[12..HELLO_FIXED].try_into().unwrap());
-                Msg::Hello { want_node: u16_at(p, 0), page_size, aspace_pages: u32_at(p, 8), auth, name }
+                let auth = (flags & HELLO_AUTH != 0).then(|| p[12..HELLO_FIXED].try_into().unwrap());
+                let keepalive = flags & HELLO_KEEPALIVE != 0;
+                Msg::Hello { want_node: u16_at(p, 0), page_size, aspace_pages: u32_at(p, 8), auth, name, keepalive }
             }
             Kind::Challenge => {
                 if len != AUTH_LEN {
@@ -367,6 +398,12 @@ impl<'a> Msg<'a> {
                 }
                 Msg::Refuse { reason: std::str::from_utf8(p).unwrap_or("(reason not UTF-8)") }
             }
+            Kind::Idle => {
+                if len != 0 {
+                    return Err(bad_len());
+                }
+                Msg::Idle
+            }
         })
     }
 
@@ -380,9 +417,10 @@ impl<'a> Msg<'a> {
         let mut out = Vec::with_capacity(HEADER_LEN + 24 + data_len.max(MAX_NAME + HELLO_FIXED));
         out.extend_from_slice(&[0u8; HEADER_LEN]);
         let kind = match self {
-            Msg::Hello { want_node, page_size, aspace_pages, auth, name } => {
+            Msg::Hello { want_node, page_size, aspace_pages, auth, name, keepalive } => {
+                let flags = if auth.is_some() { HELLO_AUTH } else { 0 } | if *keepalive { HELLO_KEEPALIVE } else { 0 };
                 out.extend_from_slice(&want_node.to_le_bytes());
-                out.extend_from_slice(&(auth.is_some() as u16).to_le_bytes());
+                out.extend_from_slice(&flags.to_le_bytes());
                 out.extend_from_slice(&page_size.to_le_bytes());
                 out.extend_from_slice(&aspace_pages.to_le_bytes());
                 out.extend_from_slice(&auth.unwrap_or([0; AUTH_LEN]));
@@ -432,6 +470,7 @@ impl<'a> Msg<'a> {
                 out.extend_from_slice(nonce);
                 Kind::Challenge
             }
+            Msg::Idle => Kind::Idle,
         };
         seal(&mut out, kind);
         out
@@ -490,8 +529,23 @@ mod tests {
 
     #[test]
     fn every_kind_roundtrips() {
-        roundtrip(Msg::Hello { want_node: 3, page_size: 8192, aspace_pages: 65536, auth: None, name: "node3" });
-        roundtrip(Msg::Hello { want_node: 3, page_size: 8192, aspace_pages: 8, auth: Some([7; AUTH_LEN]), name: "" });
+        roundtrip(Msg::Hello {
+            want_node: 3,
+            page_size: 8192,
+            aspace_pages: 65536,
+            auth: None,
+            name: "node3",
+            keepalive: false,
+        });
+        roundtrip(Msg::Hello {
+            want_node: 3,
+            page_size: 8192,
+            aspace_pages: 8,
+            auth: Some([7; AUTH_LEN]),
+            name: "",
+            keepalive: true,
+        });
+        roundtrip(Msg::Idle);
         roundtrip(Msg::Challenge { nonce: [9; AUTH_LEN] });
         roundtrip(Msg::Welcome { node: 2, max_nodes: 8, next_seq: 77, members: vec![0, 2, 5] });
         roundtrip(Msg::Write { dest: BROADCAST, flags: FLAG_LOOPBACK, addr: 0x1234, data: &[1, 2, 3, 4] });
