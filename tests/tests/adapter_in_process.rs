@@ -1750,6 +1750,7 @@ fn a_partition_is_ridden_out_or_takes_the_link_down() {
     let hub_saw = cut_at.elapsed();
     poll("the adapter to see its link down", || (rc.reg(reg::LINK) & 1 == 0).then_some(()));
     let adapter_saw = cut_at.elapsed();
+    eprintln!("link down after the cut: hub {hub_saw:?}, adapter {adapter_saw:?}");
     let dead = Duration::from_millis(link::DEAD_AFTER_MS);
     for (who, t) in [("hub", hub_saw), ("adapter", adapter_saw)] {
         assert!(t >= dead - Duration::from_millis(300) && t < dead + Duration::from_secs(2), "{who} after {t:?}");
@@ -1758,6 +1759,9 @@ fn a_partition_is_ridden_out_or_takes_the_link_down() {
     std::thread::sleep(Duration::from_secs(5).saturating_sub(cut_at.elapsed()));
     net.set(false);
     poll("the node back", || sees_remote(&mut local).then_some(()));
+    // The others may hear of the rejoin before the adapter has taken its
+    // Welcome in.
+    poll("the adapter's link up", || (rc.reg(reg::LINK) & 1 == 1).then_some(()));
     assert_eq!(rc.reg(reg::NODE) & 0xFFFF, me, "rejoined as another node");
     rc.region_write(BAR_TX, 2 * PAGE_SIZE, &0x2222u64.to_le_bytes(), true);
     poll("a store after the heal", || (local.ram.read(RAM_OFF, 8) == 0x2222u64.to_le_bytes()).then_some(()));
