@@ -18,6 +18,8 @@
 //!   memory in the thread that received it.
 //! - `faulty`: a local port's faults on purpose (corruption, delay), a
 //!   decorator over its adapter's receiving side.
+//! - [`netem`]: a TCP relay that adds delay and jitter (`mc-netem`), a
+//!   slower network between an adapter and the hub.
 //! - crate `link` (`protocol/link/`): the wire format link ports speak.
 //! - `testing` (feature `testing`): a real hub on its own runtime, for tests.
 #![warn(missing_docs)]
@@ -30,6 +32,7 @@ pub mod history;
 pub mod hub;
 mod link_port;
 pub mod local;
+pub mod netem;
 mod observe;
 mod order;
 mod port;

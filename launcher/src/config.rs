@@ -37,6 +37,11 @@ pub struct HostSection {
     /// `["ssh", "user@host"]`, or `["ip", "netns", "exec", "NS"]` for a
     /// network namespace standing in for a host.
     pub way_in: Vec<String>,
+    /// The address (`IP:PORT`) the adapters on this host dial for the hub,
+    /// when it is not the hub's own (a relay such as `mc-netem`, NAT);
+    /// empty: the address the hub bound.
+    #[serde(default)]
+    pub hub_address: String,
 }
 
 /// `[cluster]`.
@@ -341,6 +346,11 @@ impl Config {
         for (name, h) in &self.hosts {
             if name == LOCAL_HOST {
                 bail!("hosts.{LOCAL_HOST} is the name of this machine: give the host another name");
+            }
+            if !h.hub_address.is_empty()
+                && h.hub_address.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none()
+            {
+                bail!("hosts.{name}.hub_address must be HOST:PORT, not '{}'", h.hub_address);
             }
             if h.way_in.is_empty() || h.way_in[0].is_empty() {
                 bail!("hosts.{name}.way_in is empty: give the command prefix that runs a command there (e.g. [\"ssh\", \"user@{name}\"])");

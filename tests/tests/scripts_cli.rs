@@ -40,7 +40,8 @@ fn every_script_answers_help_and_refuses_unknown_options() {
 }
 
 /// The binaries a user runs: on the host, and (host builds of) the guest tools.
-const BINS: &[&str] = &["mc-cluster", "mc-hub", "mc-adapter", "mc-trace", "mctool", "ump-tool", "imc-bench", "mpiexec"];
+const BINS: &[&str] =
+    &["mc-cluster", "mc-hub", "mc-adapter", "mc-trace", "mc-netem", "mctool", "ump-tool", "imc-bench", "mpiexec"];
 
 #[test]
 fn the_binaries_name_themselves_in_their_version() {

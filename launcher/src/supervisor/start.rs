@@ -125,12 +125,15 @@ impl Sup {
         r
     }
 
-    /// What adapters are told: the socket, or the TCP address and the secret.
-    pub(super) fn adapter_hub_args(&self) -> Result<Vec<String>> {
+    /// What node `n`'s adapter is told: the socket, or the TCP address
+    /// (its host's `hub_address` if it has one) and the secret.
+    pub(super) fn adapter_hub_args(&self, n: usize) -> Result<Vec<String>> {
         let rd = &self.plan.run_dir;
+        let c = &self.plan.config;
         let mut a = vec!["--hub".to_string()];
-        if self.plan.config.hub.transport == "tcp" {
-            let addr = fs::read_to_string(rd.join("hub.tcp"))?;
+        if c.hub.transport == "tcp" {
+            let via = c.hosts.get(c.node_host(n)).map(|h| h.hub_address.clone()).unwrap_or_default();
+            let addr = if via.is_empty() { fs::read_to_string(rd.join("hub.tcp"))? } else { via };
             a.extend([
                 format!("tcp:{}", addr.trim()),
                 "--secret-file".into(),
@@ -151,7 +154,7 @@ impl Sup {
         let _ = fs::remove_file(&sock);
         let log = nd.join("adapter.log");
         let mut argv = vec![plan.adapter_bin.display().to_string(), "--socket".into(), sock.display().to_string()];
-        argv.extend(self.adapter_hub_args()?);
+        argv.extend(self.adapter_hub_args(n)?);
         argv.extend([
             "--node".into(),
             n.to_string(),
@@ -369,5 +372,32 @@ mod tests {
         let diff: Vec<_> = first.iter().zip(&again).filter(|(a, b)| a != b).collect();
         assert_eq!(diff, vec![(&"127.0.0.1:0".to_string(), &"127.0.0.1:4711".to_string())]);
         assert!(!first.iter().any(|a| a == "--local"), "{first:?}");
+    }
+
+    #[test]
+    fn adapters_dial_their_hosts_hub_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = plan(
+            "[cluster]\nadapters = \"per-guest\"\nplacement = [\"a\", \"b\"]\n[guest]\nlan = \"off\"\n\
+             [hub]\ntransport = \"tcp\"\ntcp_listen = \"10.1.0.1:7400\"\n\
+             [hosts.a]\nway_in = [\"env\"]\n[hosts.b]\nway_in = [\"env\"]\nhub_address = \"127.0.0.1:7401\"\n",
+        );
+        p.run_dir = dir.path().to_path_buf();
+        std::fs::write(dir.path().join("hub.tcp"), "10.1.0.1:7400\n").unwrap();
+        let sup = Sup {
+            state: state(2),
+            ev: Events(File::create(dir.path().join("events.log")).unwrap()),
+            stop: Arc::new(AtomicBool::new(false)),
+            hub: None,
+            adapters: vec![],
+            qemus: vec![],
+            lan: None,
+            rt_warned: false,
+            plan: p,
+        };
+        assert_eq!(sup.adapter_hub_args(0).unwrap()[1], "tcp:10.1.0.1:7400");
+        assert_eq!(sup.adapter_hub_args(1).unwrap()[1], "tcp:127.0.0.1:7401");
+        let e = crate::config::Config::parse("[hosts.b]\nway_in = [\"env\"]\nhub_address = \"nowhere\"").unwrap_err();
+        assert!(e.to_string().contains("hosts.b.hub_address must be HOST:PORT"), "{e}");
     }
 }
