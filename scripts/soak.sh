@@ -9,10 +9,10 @@
 # outage. Figures: .run/soak/share/soak/result.json.
 #
 # Usage: scripts/soak.sh [--nodes N] [--minutes M] [--seed S]
-#        [--fault-every SECONDS] [--rate RECORDS_PER_S] [--keep]
+#        [--fault-every SECONDS] [--rate RECORDS_PER_S] [--keep] [--hosts H]
 #        (defaults: 4 nodes, 10 minutes, seed 1; run scripts/setup.sh first)
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "--nodes --minutes --seed --fault-every --rate --keep" -- "$@"
+source "$(dirname "${BASH_SOURCE[0]}")/usage.sh"; usage_or_refuse "--nodes --minutes --seed --fault-every --rate --keep --hosts" -- "$@"
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 cargo build --release --quiet -p tests --bin mc-soak

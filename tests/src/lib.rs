@@ -285,6 +285,59 @@ impl Drop for Cluster {
     }
 }
 
+/// The value of `key=` in `line` (the `key=value` reports of `mctool`).
+pub fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in: {line}"))
+}
+
+/// Checks the logs of an `mctool order-test` run of `plan` (block size,
+/// rounds): the writer finished, the checker saw no flag before its
+/// block, checked every size and saw every size's last flag.
+pub fn assert_order_test(plan: &[(u64, u64)], (wrc, wlog): (&str, &str), (crc, clog): (&str, &str)) {
+    assert_eq!(wrc, "0", "writer failed:\n{wlog}");
+    let total = clog.lines().find(|l| l.starts_with("checker total")).unwrap_or_else(|| panic!("{clog}"));
+    assert_eq!(field(total, "violations"), 0, "a flag was seen before the block stored ahead of it:\n{clog}");
+    for &(size, rounds) in plan {
+        let line = clog
+            .lines()
+            .find(|l| l.starts_with(&format!("checker size={size} ")))
+            .unwrap_or_else(|| panic!("no result for size {size}:\n{clog}"));
+        assert!(field(line, "checks") > 0, "size {size}: no flag observed and checked, nothing tested:\n{clog}");
+        assert_eq!(field(line, "last_flag"), rounds, "size {size}: the last round's flag never arrived:\n{clog}");
+    }
+    assert_eq!(crc, "0", "checker failed:\n{clog}");
+}
+
+impl Cluster {
+    /// Builds the C program `tests/mpi/NAME.c` with our `mpicc` into the
+    /// shared folder (`/share/NAME` in the guests).
+    pub fn mpicc(&self, name: &str) {
+        let out = self.run_dir().join("share").join(name);
+        let o = Command::new(root().join("guest/msg/mpi/mpicc"))
+            .args(["-O1", "-o"])
+            .arg(&out)
+            .arg(root().join(format!("tests/mpi/{name}.c")))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "mpicc {name}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    /// `mc-cluster mpirun ARGS` (at most 300 s): exit code and output.
+    pub fn mpirun(&self, args: &[&str]) -> (Option<i32>, String) {
+        let o = Command::new("timeout")
+            .arg("300")
+            .arg(launcher())
+            .args(["--name", &self.name, "mpirun"])
+            .args(args)
+            .output()
+            .unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+    }
+}
+
 /// Runs `cmd`, panics with its status and output unless it succeeds;
 /// its standard output.
 pub fn run_ok(cmd: &mut std::process::Command) -> String {

@@ -11,7 +11,7 @@
 use std::process::{Child, Command};
 use std::sync::{Mutex, Once};
 
-use tests::{launcher, root, run_ok, Cluster};
+use tests::{root, run_ok, Cluster};
 
 const PREFIX: &str = "mcy";
 const NODES: usize = 4;
@@ -71,14 +71,6 @@ fn config(raw: bool) -> String {
     f.display().to_string()
 }
 
-/// The value of `key=` in `line`.
-fn field(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key}= in: {line}"))
-}
-
 /// Every adapter dials its host's relay; blocks and flags from guest 0
 /// (host 1) arrive at guest 2 (host 2) in program order through both
 /// relays (`mctool order-test`, as `order_qemu.rs` runs it on one host),
@@ -102,18 +94,7 @@ fn added_delay_and_jitter_keep_order_and_lose_nothing() {
     c.background(0, "writer", &format!("mctool order-test --role writer {args}"));
     let (wrc, wlog) = c.background_result(0, "writer", 900);
     let (crc, clog) = c.background_result(2, "checker", 300);
-    assert_eq!(wrc, "0", "writer failed:\n{wlog}");
-    let total = clog.lines().find(|l| l.starts_with("checker total")).unwrap_or_else(|| panic!("{clog}"));
-    assert_eq!(field(total, "violations"), 0, "a flag was seen before the block stored ahead of it:\n{clog}");
-    for &(size, rounds) in &plan {
-        let line = clog
-            .lines()
-            .find(|l| l.starts_with(&format!("checker size={size} ")))
-            .unwrap_or_else(|| panic!("no result for size {size}:\n{clog}"));
-        assert!(field(line, "checks") > 0, "size {size}: nothing checked:\n{clog}");
-        assert_eq!(field(line, "last_flag"), rounds, "size {size}: the last round's flag never arrived:\n{clog}");
-    }
-    assert_eq!(crc, "0", "checker failed:\n{clog}");
+    tests::assert_order_test(&plan, (&wrc, &wlog), (&crc, &clog));
     // Nothing went missing on any link (the hub counts gaps in the link
     // sequence), and no node left.
     let stats: serde_json::Value = serde_json::from_str(&c.hub(&["stats"])).unwrap();
@@ -141,22 +122,9 @@ fn mpi_and_the_cluster_lock_over_a_slower_network() {
         assert_eq!(rc, "0", "node {n}:\n{log}");
         assert!(log.contains("counter 400 exact"), "node {n}:\n{log}");
     }
-    let ring = c.run_dir().join("share/ring");
-    let o = Command::new(root().join("guest/msg/mpi/mpicc"))
-        .args(["-O1", "-o"])
-        .arg(&ring)
-        .arg(root().join("tests/mpi/ring.c"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "mpicc: {}", String::from_utf8_lossy(&o.stderr));
-    let o = Command::new("timeout")
-        .arg("300")
-        .arg(launcher())
-        .args(["--name", &c.name, "mpirun", "-n", "8", "--ppn", "2", "/share/ring"])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{out}");
+    c.mpicc("ring");
+    let (code, out) = c.mpirun(&["-n", "8", "--ppn", "2", "/share/ring"]);
+    assert_eq!(code, Some(0), "{out}");
     assert!(out.contains(" No Errors") && out.matches("rank ").count() == 8, "{out}");
     let hosts = String::from_utf8_lossy(&c.run(0, &["mctool", "imc-hosts"])).into_owned();
     assert!(hosts.contains("hosts [0, 1, 2, 3] errors 0"), "{hosts}");

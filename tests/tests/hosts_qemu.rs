@@ -82,22 +82,9 @@ fn cluster_across_hosts_runs_figure6_and_mpi() {
 
     // MPI: 8 ranks, 2 per guest: point to point around a ring, a derived
     // datatype, a reduction.
-    let ring = c.run_dir().join("share/ring");
-    let o = Command::new(root().join("guest/msg/mpi/mpicc"))
-        .args(["-O1", "-o"])
-        .arg(&ring)
-        .arg(root().join("tests/mpi/ring.c"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "mpicc: {}", String::from_utf8_lossy(&o.stderr));
-    let o = Command::new("timeout")
-        .arg("300")
-        .arg(launcher())
-        .args(["--name", NAME, "mpirun", "-n", "8", "--ppn", "2", "/share/ring"])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{out}");
+    c.mpicc("ring");
+    let (code, out) = c.mpirun(&["-n", "8", "--ppn", "2", "/share/ring"]);
+    assert_eq!(code, Some(0), "{out}");
     assert!(out.contains(" No Errors") && out.matches("rank ").count() == 8, "{out}");
 
     // cp through the shared run folder, exec on a node of the second host.

@@ -351,14 +351,11 @@ mod tests {
     use crate::supervisor::fixtures::{plan, state};
     use crate::supervisor::Events;
 
-    #[test]
-    fn a_restarted_hub_keeps_its_arguments_and_tcp_address() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut p = plan("[cluster]\nadapters = \"per-guest\"\n[hub]\ntransport = \"tcp\"");
-        p.run_dir = dir.path().to_path_buf();
-        let sup = Sup {
+    /// A supervisor of `p` with nothing running, its events in `dir`.
+    fn sup_for(p: crate::supervisor::Plan, dir: &std::path::Path) -> Sup {
+        Sup {
             state: state(2),
-            ev: Events(File::create(dir.path().join("events.log")).unwrap()),
+            ev: Events(File::create(dir.join("events.log")).unwrap()),
             stop: Arc::new(AtomicBool::new(false)),
             hub: None,
             adapters: vec![],
@@ -366,7 +363,15 @@ mod tests {
             lan: None,
             rt_warned: false,
             plan: p,
-        };
+        }
+    }
+
+    #[test]
+    fn a_restarted_hub_keeps_its_arguments_and_tcp_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = plan("[cluster]\nadapters = \"per-guest\"\n[hub]\ntransport = \"tcp\"");
+        p.run_dir = dir.path().to_path_buf();
+        let sup = sup_for(p, dir.path());
         let first = sup.hub_argv("127.0.0.1:0");
         let again = sup.hub_argv("127.0.0.1:4711");
         let diff: Vec<_> = first.iter().zip(&again).filter(|(a, b)| a != b).collect();
@@ -384,17 +389,7 @@ mod tests {
         );
         p.run_dir = dir.path().to_path_buf();
         std::fs::write(dir.path().join("hub.tcp"), "10.1.0.1:7400\n").unwrap();
-        let sup = Sup {
-            state: state(2),
-            ev: Events(File::create(dir.path().join("events.log")).unwrap()),
-            stop: Arc::new(AtomicBool::new(false)),
-            hub: None,
-            adapters: vec![],
-            qemus: vec![],
-            lan: None,
-            rt_warned: false,
-            plan: p,
-        };
+        let sup = sup_for(p, dir.path());
         assert_eq!(sup.adapter_hub_args(0).unwrap()[1], "tcp:10.1.0.1:7400");
         assert_eq!(sup.adapter_hub_args(1).unwrap()[1], "tcp:127.0.0.1:7401");
         let e = crate::config::Config::parse("[hosts.b]\nway_in = [\"env\"]\nhub_address = \"nowhere\"").unwrap_err();

@@ -8,6 +8,12 @@
 //! fails unless the losses outside announced outages, the reorderings,
 //! the lock-counter error, the UMP failures and the hangs are all 0.
 //!
+//! With `--hosts H` the cluster spans H "hosts" (network namespaces made
+//! with `scripts/netns-hosts.sh`, prefix `soak`; the hub in `soak-hub`, the
+//! nodes spread evenly), its adapters join over TCP, and partitions are
+//! among the faults: a host's link cut for 4 to 8 s (longer than the live
+//! link's dead time, so every node there sees an outage).
+//!
 //! The guests write their status to the cluster's shared folder
 //! (`.run/<name>/share/soak/`, `/share/soak/` inside), which this driver
 //! reads directly; `result.json` there keeps the final figures.
@@ -46,7 +52,14 @@ struct Args {
     /// Leave the cluster up at the end.
     #[arg(long)]
     keep: bool,
+    /// Spread the nodes over this many hosts (network namespaces; root);
+    /// 0: one machine.
+    #[arg(long, default_value_t = 0)]
+    hosts: usize,
 }
+
+/// The namespaces' prefix of `--hosts`.
+const NETNS: &str = "soak";
 
 /// One fault the injector can make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -61,6 +74,8 @@ enum Kind {
     Restart,
     /// The hub restarted.
     HubRestart,
+    /// A host's link cut for 4–8 s (`--hosts` only).
+    Partition,
 }
 
 const KINDS: [Kind; 5] = [Kind::Flap, Kind::Outage, Kind::Corrupt, Kind::Restart, Kind::HubRestart];
@@ -73,6 +88,7 @@ impl Kind {
             Kind::Corrupt => "corrupt burst",
             Kind::Restart => "guest killed and rebooted",
             Kind::HubRestart => "hub restart",
+            Kind::Partition => "host partitioned",
         }
     }
 }
@@ -96,14 +112,22 @@ impl Rng {
     }
 }
 
-/// The faults of a run: the first five are every kind once (in a seeded
-/// order), then kinds by weight.
-fn plan(rng: &mut Rng, count: usize) -> Vec<Kind> {
+/// The faults of a run: the first five (six across hosts) are every kind
+/// once (in a seeded order), then kinds by weight; across hosts every
+/// third fault after those is a partition.
+fn plan(rng: &mut Rng, count: usize, hosts: bool) -> Vec<Kind> {
     let mut kinds = KINDS.to_vec();
+    if hosts {
+        kinds.push(Kind::Partition);
+    }
     for i in (1..kinds.len()).rev() {
         kinds.swap(i, rng.below(i as u64 + 1) as usize);
     }
     while kinds.len() < count {
+        if hosts && kinds.len() % 3 == 0 {
+            kinds.push(Kind::Partition);
+            continue;
+        }
         kinds.push(match rng.below(100) {
             0..=39 => Kind::Flap,
             40..=54 => Kind::Outage,
@@ -131,18 +155,32 @@ struct Soak {
     /// Hangs the driver saw itself.
     hangs: Vec<String>,
     keep: bool,
+    /// Hosts the nodes are spread over (0: one machine).
+    hosts: usize,
 }
 
 impl Drop for Soak {
     fn drop(&mut self) {
         if !self.keep {
             let _ = self.mc(&["down"]);
+            if self.hosts > 0 {
+                let _ = netns(&["down", NETNS]);
+            }
         }
     }
 }
 
 fn mc_cluster() -> PathBuf {
     ::tests::launcher()
+}
+
+/// `scripts/netns-hosts.sh ARGS`; its stdout.
+fn netns(args: &[&str]) -> Result<String> {
+    let out = Command::new(::tests::root().join("scripts/netns-hosts.sh")).args(args).output()?;
+    if !out.status.success() {
+        bail!("netns-hosts.sh {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 impl Soak {
@@ -313,6 +351,19 @@ impl Soak {
                 });
                 Ok((format!("node {node} killed and rebooted (incarnation {inc})"), seen))
             }
+            Kind::Partition => {
+                let host = rng.range(1, self.hosts as u64) as usize;
+                let per = self.nodes / self.hosts;
+                let there: Vec<usize> = ((host - 1) * per..host * per).collect();
+                let was: Vec<u64> = there.iter().map(|&n| field(&before, n, "own_outages")).collect();
+                let ms = rng.range(4000, 8000);
+                netns(&["cut", NETNS, &host.to_string()])?;
+                std::thread::sleep(Duration::from_millis(ms));
+                netns(&["heal", NETNS, &host.to_string()])?;
+                let seen =
+                    self.until(30, |all| there.iter().zip(&was).all(|(&n, &w)| field(all, n, "own_outages") > w));
+                Ok((format!("host {host} (nodes {there:?}) cut off {ms} ms"), seen))
+            }
             Kind::HubRestart => {
                 let was: Vec<u64> = (0..self.nodes).map(|n| field(&before, n, "own_outages")).collect();
                 self.mc(&["hub", "restart"])?;
@@ -356,6 +407,13 @@ fn run() -> Result<bool> {
     if !(2..=16).contains(&a.nodes) {
         bail!("--nodes must be 2..=16");
     }
+    if a.hosts == 1 || (a.hosts > 0 && a.nodes % a.hosts != 0) {
+        bail!(
+            "--hosts must be 0 (one machine) or at least 2, and divide --nodes ({} nodes, {} hosts)",
+            a.nodes,
+            a.hosts
+        );
+    }
     if a.minutes <= 0.0 || a.fault_every == 0 || a.rate == 0 {
         bail!("--minutes, --fault-every and --rate must be positive");
     }
@@ -377,10 +435,23 @@ fn run() -> Result<bool> {
         stalls: Default::default(),
         hangs: Vec::new(),
         keep: a.keep,
+        hosts: a.hosts,
     };
     let _ = s.mc(&["down"]);
     let share_s = share.to_str().context("run folder path")?.to_string();
-    s.mc(&["up", "--nodes", &a.nodes.to_string(), "--adapters", "per-guest", "--share", &share_s])?;
+    let mut up = vec!["up".to_string(), "--nodes".into(), a.nodes.to_string(), "--adapters".into(), "per-guest".into()];
+    up.extend(["--share".into(), share_s]);
+    if a.hosts > 0 {
+        netns(&["down", NETNS])?;
+        netns(&["up", NETNS, &a.hosts.to_string()])?;
+        let cfg = run_dir.join(format!("{}-hosts.toml", a.name));
+        std::fs::create_dir_all(&run_dir)?;
+        std::fs::write(&cfg, netns(&["config", NETNS, &a.hosts.to_string(), &(a.nodes / a.hosts).to_string()])?)?;
+        up.extend(["--config".into(), cfg.display().to_string()]);
+        println!("soak: across {} hosts ({NETNS}-h1..), the hub in {NETNS}-hub", a.hosts);
+    }
+    let up: Vec<&str> = up.iter().map(String::as_str).collect();
+    s.mc(&up)?;
     println!("[{:>5.0} s] cluster up", t_all.elapsed().as_secs_f64());
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
@@ -398,7 +469,7 @@ fn run() -> Result<bool> {
     let mut rng = Rng(a.seed);
     let run_for = Duration::from_secs_f64(a.minutes * 60.0);
     let expected = ((run_for.as_secs() / a.fault_every) as usize).max(1);
-    let faults = plan(&mut rng, expected + 5);
+    let faults = plan(&mut rng, expected + 5, a.hosts > 0);
     let mut injected: BTreeMap<Kind, (u64, u64)> = BTreeMap::new();
     let mut log = Vec::new();
     let t0 = Instant::now();
@@ -556,11 +627,10 @@ fn run() -> Result<bool> {
         ("hangs".into(), hangs.to_string(), "0"),
     ];
     println!();
-    println!("soak result: {} nodes, {:.1} min under faults, seed {}", a.nodes, a.minutes, a.seed);
-    for k in KINDS {
-        if let Some((i, d)) = injected.get(&k) {
-            println!("  {:<40} {i} injected, {d} detected", k.name());
-        }
+    let across = if a.hosts > 0 { format!(" on {} hosts", a.hosts) } else { String::new() };
+    println!("soak result: {} nodes{across}, {:.1} min under faults, seed {}", a.nodes, a.minutes, a.seed);
+    for (k, (i, d)) in &injected {
+        println!("  {:<40} {i} injected, {d} detected", k.name());
     }
     println!("  {:-<72}", "");
     for (name, value, want) in &rows {
@@ -595,7 +665,7 @@ fn run() -> Result<bool> {
         && ump_unannounced == 0
         && hangs == 0;
     let result = json!({
-        "nodes": a.nodes, "minutes": a.minutes, "seed": a.seed, "ok": ok,
+        "nodes": a.nodes, "hosts": a.hosts, "minutes": a.minutes, "seed": a.seed, "ok": ok,
         "faults": log,
         "table": rows.iter().map(|(k, v, w)| json!({"row": k, "value": v, "must_be": w})).collect::<Vec<_>>(),
         "faults_injected": n_injected, "faults_detected": n_detected, "writes_checked": checked,
@@ -629,11 +699,17 @@ mod tests {
 
     #[test]
     fn the_plan_has_every_kind_first_and_follows_the_seed() {
-        let p = plan(&mut Rng(5), 12);
+        let p = plan(&mut Rng(5), 12, false);
         assert_eq!(p.len(), 12);
         let first: std::collections::BTreeSet<Kind> = p[..5].iter().copied().collect();
         assert_eq!(first.len(), 5, "every kind in the first five: {p:?}");
-        assert_eq!(p, plan(&mut Rng(5), 12));
-        assert_ne!(p, plan(&mut Rng(6), 12));
+        assert!(!p.contains(&Kind::Partition), "{p:?}");
+        assert_eq!(p, plan(&mut Rng(5), 12, false));
+        assert_ne!(p, plan(&mut Rng(6), 12, false));
+        // Across hosts: partitions too, among the first six and every third after.
+        let h = plan(&mut Rng(5), 30, true);
+        let first: std::collections::BTreeSet<Kind> = h[..6].iter().copied().collect();
+        assert_eq!(first.len(), 6, "every kind in the first six: {h:?}");
+        assert!(h[6..].iter().filter(|k| **k == Kind::Partition).count() >= 8, "{h:?}");
     }
 }
