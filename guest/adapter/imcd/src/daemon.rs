@@ -310,6 +310,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
     /// Answers one request of client `client` with credentials `cred`: the
     /// reply, and an fd to send with it.
     pub fn handle(&mut self, req: Request, cred: Cred, client: u64) -> (Reply, Option<File>) {
+        self.observe_members(self.n.members());
         match req {
             Request::Asalloc { key, size, mode, exclusive, coherent } => {
                 if key & LOCK_KEY != 0 {
@@ -669,18 +670,15 @@ impl<'a, H: Hw> Daemon<'a, H> {
         repair.map_or(IDLE_TICK, |r| r.clamp(Duration::from_millis(5), IDLE_TICK))
     }
 
-    /// Once per tick: settling our own outages, then failure repair and
-    /// late-join service, by the lowest ready imcd not waiting to be served.
-    pub fn tick(&mut self) {
+    /// Notes which nodes left and came back since the last look at
+    /// MEMBERS (`members`, read now). Called at every tick and before every
+    /// request, so a departure a client was told of (`imc_getclusterinfo`)
+    /// is never missed when the node is back before the next tick.
+    fn observe_members(&mut self, members: u64) {
         let n = self.n;
-        let members = n.members();
-        if members & (1 << n.me) == 0 {
-            // Our own link is down: MEMBERS reads 0, which says nothing of
-            // the others. Repair nobody, serve nobody.
-            return;
-        }
-        if let Some(upto) = n.unsettled() {
-            self.settle(upto);
+        if members & (1 << n.me) == 0 || n.unsettled().is_some() {
+            // Our own link is down or its outage unsettled: MEMBERS says
+            // nothing of the others now.
             return;
         }
         let now = Instant::now();
@@ -700,6 +698,23 @@ impl<'a, H: Hw> Daemon<'a, H> {
             }
         }
         self.members = members;
+    }
+
+    /// Once per tick: settling our own outages, then failure repair and
+    /// late-join service, by the lowest ready imcd not waiting to be served.
+    pub fn tick(&mut self) {
+        let n = self.n;
+        let members = n.members();
+        if members & (1 << n.me) == 0 {
+            // Our own link is down: MEMBERS reads 0, which says nothing of
+            // the others. Repair nobody, serve nobody.
+            return;
+        }
+        if let Some(upto) = n.unsettled() {
+            self.settle(upto);
+            return;
+        }
+        self.observe_members(members);
         let ready = n.ready_among(members) | 1 << n.me;
         let serving = (0..MAX_NODES).filter(|&m| ready & (1 << m) != 0 && (m == n.me || !n.pending(m)));
         let elected = serving.min() == Some(n.me);

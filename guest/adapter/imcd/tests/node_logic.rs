@@ -500,6 +500,61 @@ fn rebooting_node_is_not_waited_for_until_its_new_imcd_joins() {
     drop(new);
 }
 
+/// The same, with no tick between node 2's departure and its return: node
+/// 0's daemon is driven by hand here, and a client saw node 2 leave
+/// (`Hosts`) just before its adapter came back. The departure a client was
+/// told of must not be missed (it was when only the tick looked).
+#[test]
+fn a_departure_seen_by_a_client_counts_even_without_a_tick() {
+    use imcd::daemon::Daemon;
+    use imcd::mapper::Mapper;
+    use imcd::node::Node;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let net = net(3, 8);
+    let s = Settings { cluster_timeout: Duration::from_secs(3), repair_after: Duration::from_secs(600), ..settings() };
+    net.power_on([0]);
+    let node = Node::new(net.hw(0));
+    /// Stops the mapper when the test ends, failed or not.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let mapper = Mapper::new(&node, s.flap_grace).expect("directory on the simulated bus");
+        scope.spawn(|| mapper.run(&stop, &|| {}));
+        let _stop = StopOnDrop(&stop);
+        let others: Vec<Running> = (1..3).map(|n| net.start(n, &format!("n{n}"), s)).collect();
+        node.join(imcd::node::now_ns(), "n0", s.join_wait);
+        let mut d = Daemon::new(&node, s).expect("directory on the simulated bus");
+        let ask_hosts = |d: &mut Daemon<_>| match d.handle(Request::Hosts, ME, 1).0 {
+            Reply::Hosts { hosts } => hosts.len(),
+            other => panic!("hosts: {other:?}"),
+        };
+        eventually("three imcds see each other", || {
+            d.tick();
+            ask_hosts(&mut d) == 3
+        });
+        let mut others = others;
+        net.fail(2, others.pop().unwrap());
+        eventually("a client sees node 2 leave", || ask_hosts(&mut d) == 2);
+        net.adapter_back(2);
+        let t0 = Instant::now();
+        let req = Request::Asalloc { key: 0x72, size: PAGE_SIZE, mode: 0o666, exclusive: false, coherent: true };
+        let reply = d.handle(req, ME, 1).0;
+        assert!(matches!(reply, Reply::Region { .. }), "a coherent allocation after node 2 came back: {reply:?}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "the allocation waited {:?} for a node without imcd",
+            t0.elapsed()
+        );
+        drop(others);
+    });
+}
+
 #[test]
 fn a_listed_host_that_does_not_answer_the_relay_is_a_cluster_error_not_gone() {
     let net = net(2, 7);
