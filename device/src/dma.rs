@@ -49,6 +49,20 @@ pub enum DmaError {
     TooMany,
 }
 
+/// A map as [`DmaSpace::export`] gives it out.
+#[derive(Debug)]
+pub struct ExportedMap {
+    /// First IOVA.
+    pub iova: u64,
+    /// Bytes.
+    pub size: u64,
+    /// The backing file and the offset of `iova` in it (`None`: a map QEMU
+    /// sent without an fd).
+    pub fd: Option<(OwnedFd, u64)>,
+    /// Whether the device may write it.
+    pub writable: bool,
+}
+
 /// One mmap of a backing file, shared by every range that points into it.
 type Backing = MmapRegion<()>;
 
@@ -185,6 +199,27 @@ impl DmaSpace {
         let mut maps = self.maps.write().unwrap();
         maps.ranges.clear();
         maps.files.clear();
+    }
+
+    /// Every map, each with its own duplicate of the backing file's fd
+    /// (what [`DmaSpace::map`] takes back, in this process or the next).
+    pub fn export(&self) -> Result<Vec<ExportedMap>, DmaError> {
+        let maps = self.maps.read().unwrap();
+        maps.ranges
+            .iter()
+            .map(|(&iova, r)| {
+                let fd = match &r.backing {
+                    None => None,
+                    Some((b, offset)) => {
+                        let file = b.file_offset().map(|f| f.file()).ok_or(DmaError::NoBacking(iova))?;
+                        let dup =
+                            file.try_clone().map_err(|e| DmaError::BadMap(format!("dup of a backing fd: {e}")))?;
+                        Some((OwnedFd::from(dup), *offset))
+                    }
+                };
+                Ok(ExportedMap { iova, size: r.end - iova, fd, writable: r.writable })
+            })
+            .collect()
     }
 
     /// Number of maps held.

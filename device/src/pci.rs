@@ -36,6 +36,18 @@ pub struct ConfigSpace {
 }
 
 impl ConfigSpace {
+    /// The bytes as they are now (for a snapshot).
+    pub fn raw(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Puts back bytes [`ConfigSpace::raw`] gave (of this same adapter
+    /// shape): BARs, command register and capabilities as the guest left them.
+    pub fn set_raw(&mut self, bytes: &[u8]) {
+        let n = bytes.len().min(self.bytes.len());
+        self.bytes[..n].copy_from_slice(&bytes[..n]);
+    }
+
     /// Builds the reset state for an adapter with `pct_size` and `tx_size` BARs.
     pub fn new(pct_size: u64, tx_size: u64) -> Self {
         let mut c = ConfigSpace { bytes: [0; CONFIG_SIZE as usize], bar_sizes: [0; 6] };

@@ -18,9 +18,10 @@
 //! into them and checks it before the device sees it.
 
 use std::io::{self, IoSliceMut, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use thiserror::Error;
 use tracing::{debug, info, warn};
@@ -208,6 +209,34 @@ pub enum ServeError {
     /// The client sent something that cannot be framed (bad size, bad type).
     #[error("protocol violation: {0}")]
     Protocol(String),
+    /// The stop fd fired while the server waited for the client
+    /// ([`Connection::stop_on`]); [`Connection::run_until_parked`] turns
+    /// this into [`Ended::Parked`].
+    #[error("stopped to be handed over")]
+    Stopped,
+}
+
+/// How [`Connection::run_until_parked`] ended.
+pub enum Ended {
+    /// The client closed the connection (the device was told: disconnected).
+    Closed,
+    /// The stop fd fired: the connection, with what was received and not
+    /// handled yet, for [`Connection::resume`] (in this process or, through
+    /// `exec`, in the next one). The device was not told anything but
+    /// [`Device::idle`]; its state stays the client's.
+    Parked(Parked),
+}
+
+/// A connection stopped between two reads of its socket.
+pub struct Parked {
+    /// The client's socket.
+    pub stream: UnixStream,
+    /// Bytes received and not handled yet: the start of the next messages.
+    pub buffered: Vec<u8>,
+    /// Fds received with the message that starts `.0` bytes into `buffered`.
+    pub fds: Option<(u64, Vec<OwnedFd>)>,
+    /// Whether `write_multiple` was advertised to this client.
+    pub multi: bool,
 }
 
 /// How the server presents itself to the client.
@@ -309,6 +338,9 @@ pub struct Connection<'d, D: Device> {
     since_idle: u32,
     /// Advertise `write_multiple` (decided when the client connected).
     multi: bool,
+    /// While the server waits for the client, this fd becoming readable
+    /// parks the connection ([`Connection::run_until_parked`]).
+    stop: Option<BorrowedFd<'d>>,
 }
 
 /// Receive buffer: the largest accepted message plus room for the next ones.
@@ -356,11 +388,52 @@ impl<'d, D: Device> Connection<'d, D> {
             out: Vec::with_capacity(4096),
             idle_pending: false,
             since_idle: 0,
+            stop: None,
         }
     }
 
+    /// Carries on serving a client parked by [`Connection::run_until_parked`]
+    /// (its socket, its unhandled bytes and fds, its store path).
+    pub fn resume(p: Parked, dev: &'d mut D) -> Result<Self, ServeError> {
+        if p.buffered.len() > RX_BUF {
+            return Err(ServeError::Protocol(format!("{} parked bytes: more than a receive buffer", p.buffered.len())));
+        }
+        let mut rx = vec![0; RX_BUF];
+        rx[..p.buffered.len()].copy_from_slice(&p.buffered);
+        Ok(Connection {
+            multi: p.multi,
+            stream: p.stream,
+            dev,
+            rx,
+            start: 0,
+            end: p.buffered.len(),
+            offset: 0,
+            fds: p.fds,
+            out: Vec::with_capacity(4096),
+            // Unhandled messages were received before the park: the device
+            // ran idle then, so it has nothing batched now.
+            idle_pending: false,
+            since_idle: 0,
+            stop: None,
+        })
+    }
+
+    /// Parks the connection when `stop` becomes readable while the server
+    /// waits for the client (an eventfd, say). Messages already received
+    /// are handled first, one whole message at a time.
+    pub fn stop_on(mut self, stop: BorrowedFd<'d>) -> Self {
+        self.stop = Some(stop);
+        self
+    }
+
     /// Runs until the client closes (Ok) or breaks the protocol (Err).
-    pub fn run(mut self) -> Result<(), ServeError> {
+    pub fn run(self) -> Result<(), ServeError> {
+        self.run_until_parked().map(|_| ())
+    }
+
+    /// Runs until the client closes ([`Ended::Closed`]), breaks the protocol
+    /// (Err), or the stop fd fires ([`Ended::Parked`]).
+    pub fn run_until_parked(mut self) -> Result<Ended, ServeError> {
         let r = loop {
             match self.one() {
                 Ok(true) => {}
@@ -369,8 +442,35 @@ impl<'d, D: Device> Connection<'d, D> {
             }
         };
         self.dev.idle();
+        if matches!(r, Err(ServeError::Stopped)) {
+            let fds = self.fds.take().and_then(|(off, fds)| Some((off.checked_sub(self.offset)?, fds)));
+            return Ok(Ended::Parked(Parked {
+                buffered: self.rx[self.start..self.end].to_vec(),
+                fds,
+                multi: self.multi,
+                stream: self.stream,
+            }));
+        }
         self.dev.disconnected();
-        r
+        r.map(|()| Ended::Closed)
+    }
+
+    /// Waits until the socket or the stop fd is readable; Err(Stopped) for
+    /// the stop fd (it wins when both are).
+    fn wait_unless_stopped(&self) -> Result<(), ServeError> {
+        let Some(stop) = self.stop else { return Ok(()) };
+        let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN), PollFd::new(stop, PollFlags::POLLIN)];
+        loop {
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(ServeError::Io(e.into())),
+            }
+        }
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+            return Err(ServeError::Stopped);
+        }
+        Ok(())
     }
 
     /// True when another message is already waiting on the socket.
@@ -390,6 +490,7 @@ impl<'d, D: Device> Connection<'d, D> {
             self.start = 0;
         }
         let old_end = self.end;
+        self.wait_unless_stopped()?;
         let (n, fds) = loop {
             let mut iov = [IoSliceMut::new(&mut self.rx[self.end..])];
             let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; RECV_FDS]);

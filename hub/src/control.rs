@@ -81,6 +81,10 @@ pub enum Control {
         #[serde(default)]
         count: u64,
     },
+    /// Restart the hub in place: the same process id, arguments and
+    /// sockets; local guests keep running and see a link flap
+    /// (`docs/hub.md`, "Hub restart"). Answered before it begins.
+    Restart,
 }
 
 impl Control {
@@ -269,17 +273,26 @@ impl Hub {
                     break;
                 }
             };
+            let mut restart = false;
             let reply = if too_long {
                 ControlReply::Error { message: format!("request over {MAX_CONTROL_LINE} bytes") }
             } else {
                 match Control::parse_line(&line) {
-                    Ok(c) => self.control(c).await,
+                    Ok(c) => {
+                        restart = c == Control::Restart;
+                        self.control(c).await
+                    }
                     Err(refusal) => refusal,
                 }
             };
             let mut out = serde_json::to_vec(&reply).unwrap_or_default();
             out.push(b'\n');
-            if w.write_all(&out).await.is_err() {
+            let sent = w.write_all(&out).await.is_ok() && w.flush().await.is_ok();
+            if restart && reply == ControlReply::Ok {
+                // Only now: the answer is out before the process is replaced.
+                self.shared.restart.notify_one();
+            }
+            if !sent {
                 break;
             }
         }
@@ -301,6 +314,13 @@ impl Hub {
             ctl.ports[i].clone().ok_or_else(|| ControlReply::Error { message: format!("node {n} is not connected") })
         };
         match c {
+            Control::Restart if !self.shared.restart_enabled.load(Ordering::SeqCst) => {
+                ControlReply::Error { message: "this hub cannot restart in place (only mc-hub can)".into() }
+            }
+            Control::Restart => {
+                info!("control: restart in place requested");
+                ControlReply::Ok
+            }
             Control::Stats => ControlReply::Stats {
                 next_seq: self.shared.order.seq_hint.load(Ordering::Relaxed),
                 nodes: ctl

@@ -75,7 +75,7 @@
 
 use std::future::Future;
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -157,6 +157,10 @@ pub(crate) struct Shared {
     pub control_idle_closed: AtomicU64,
     /// Where authentication challenges come from.
     pub nonces: NonceSource,
+    /// Whether this process can restart in place (`mc-hub`; see
+    /// [`crate::restart`]), and the request to.
+    pub restart_enabled: AtomicBool,
+    pub restart: tokio::sync::Notify,
 }
 
 /// A running hub's handle: serve adapters, answer control requests.
@@ -183,6 +187,8 @@ impl Hub {
                 control_conns: Gate::new(cfg.max_control),
                 control_idle_closed: AtomicU64::new(0),
                 nonces: NonceSource::default(),
+                restart_enabled: AtomicBool::new(false),
+                restart: tokio::sync::Notify::new(),
                 cfg,
             }),
         }

@@ -36,5 +36,6 @@ pub mod netem;
 mod observe;
 mod order;
 mod port;
+pub mod restart;
 #[cfg(feature = "testing")]
 pub mod testing;

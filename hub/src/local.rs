@@ -13,18 +13,27 @@
 //! as a failure to the others — when its QEMU goes away, and joins again
 //! when a new QEMU connects. `link-down` and `link-up` unplug and replug it.
 //!
+//! A port's thread can be parked ([`Hub::park_locals`]): it stops between
+//! two reads of its sockets and gives back its listener, its adapter and
+//! its QEMU's connection, which a restart in place (`crate::restart`)
+//! hands to the next hub process; [`Hub::resume_locals`] serves them there.
+//!
 //! Threads: the port's own thread; control tasks (`link-down`/`link-up`)
-//! call [`Hub::leave_local`] and [`Hub::rejoin_local`]. State of a port's
-//! client is behind its own small mutex, taken after the order lock.
+//! call [`Hub::leave_local`] and [`Hub::rejoin_local`]; the restart calls
+//! [`Hub::park_locals`]. State of a port's client is behind its own small
+//! mutex, taken after the order lock.
 
 use std::io;
-use std::os::unix::net::UnixListener;
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, Weak};
 
 use device::adapter::Adapter;
 use device::uplink::{Downlink, LinkInfo, Uplink, UplinkError, WritePacket};
-use device::vfio_user::{Connection, ConnectionConfig};
+use device::vfio_user::{Connection, ConnectionConfig, Ended, Parked};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use thiserror::Error;
 use tracing::{info, warn};
 
@@ -56,7 +65,7 @@ pub enum LocalError {
         /// What the adapter said.
         source: io::Error,
     },
-    /// The serving thread could not start.
+    /// The serving thread could not start, or its stop eventfd be made.
     #[error("cannot start the thread of node {node}: {source}")]
     Thread {
         /// The node.
@@ -64,6 +73,59 @@ pub enum LocalError {
         /// Why.
         source: io::Error,
     },
+}
+
+/// A local port whose thread was parked: everything a hub needs to serve
+/// it again, here or after `exec`.
+pub struct ParkedPort {
+    /// Node id.
+    pub node: u16,
+    /// Name (logs, stats).
+    pub name: String,
+    /// The socket QEMU connects to.
+    pub listener: UnixListener,
+    /// The adapter, as the guest left it.
+    pub adapter: Adapter,
+    /// The connected QEMU, if any, with what it sent that was not handled.
+    pub client: Option<Parked>,
+    /// How the vfio-user server talks to QEMU.
+    pub vfio: ConnectionConfig,
+}
+
+/// A port made and joined, its thread not started yet.
+struct Installed {
+    port: Arc<LocalPort>,
+    listener: UnixListener,
+    adapter: Adapter,
+    vfio: ConnectionConfig,
+    client: Option<Parked>,
+}
+
+/// Waits for a QEMU on `listener`; `None` once `stop` is readable.
+fn accept_unless_stopped(listener: &UnixListener, stop: &EventFd, node: u16) -> Option<UnixStream> {
+    loop {
+        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN), PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                warn!(node, "poll of the vfio-user socket: {e}");
+                std::thread::sleep(ACCEPT_BACKOFF);
+            }
+        }
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+            return None;
+        }
+        if fds[0].revents().is_none_or(|r| r.is_empty()) {
+            continue;
+        }
+        match listener.accept() {
+            Ok((s, _)) => return Some(s),
+            Err(e) => {
+                warn!(node, "vfio-user accept failed: {e}");
+                std::thread::sleep(ACCEPT_BACKOFF);
+            }
+        }
+    }
 }
 
 /// An adapter's uplink on a local port: the hub's ordering step, run by the
@@ -119,20 +181,81 @@ impl Hub {
         cfg: LocalConfig,
         listener: UnixListener,
         rt: tokio::runtime::Handle,
-    ) -> Result<std::thread::JoinHandle<()>, LocalError> {
+    ) -> Result<(), LocalError> {
         let node = cfg.node;
         let ports = self.shared.cfg.max_nodes;
         if node as usize >= ports {
             return Err(LocalError::OutOfRange { node, ports });
         }
-        let mut adapter = Adapter::new(cfg.aspace).map_err(|source| LocalError::Adapter { node, source })?;
+        let adapter = Adapter::new(cfg.aspace).map_err(|source| LocalError::Adapter { node, source })?;
+        adapter.plugged_in_at_power_on();
+        self.start_local(cfg, listener, adapter, None, rt)
+    }
+
+    /// Serves parked ports again ([`Hub::park_locals`], here or in the
+    /// process before `exec`): each adapter as its guest left it, each
+    /// QEMU's connection where it stopped. Every port joins the cluster
+    /// (its guest sees its link come back) before any serves a message,
+    /// so no store one of them sent meanwhile misses another. Returns the
+    /// ports that could not be served, and why.
+    pub fn resume_locals(&self, ports: Vec<ParkedPort>, rt: tokio::runtime::Handle) -> Vec<(u16, LocalError)> {
+        let mut failed = Vec::new();
+        let mut ready = Vec::new();
+        for p in ports {
+            let node = p.node;
+            let cfg = LocalConfig { node, name: p.name, aspace: 0, vfio: p.vfio };
+            match self.install_local(cfg, p.listener, p.adapter, p.client, rt.clone()) {
+                Ok(r) => ready.push(r),
+                Err(e) => failed.push((node, e)),
+            }
+        }
+        for r in ready {
+            let node = r.port.node;
+            if let Err(e) = self.spawn_local(r) {
+                failed.push((node, e));
+            }
+        }
+        failed
+    }
+
+    fn start_local(
+        &self,
+        cfg: LocalConfig,
+        listener: UnixListener,
+        adapter: Adapter,
+        client: Option<Parked>,
+        rt: tokio::runtime::Handle,
+    ) -> Result<(), LocalError> {
+        let r = self.install_local(cfg, listener, adapter, client, rt)?;
+        self.spawn_local(r)
+    }
+
+    /// Makes the port and joins it to the cluster; [`Hub::spawn_local`]
+    /// starts its thread.
+    fn install_local(
+        &self,
+        cfg: LocalConfig,
+        listener: UnixListener,
+        mut adapter: Adapter,
+        client: Option<Parked>,
+        rt: tokio::runtime::Handle,
+    ) -> Result<Installed, LocalError> {
+        let node = cfg.node;
+        let ports = self.shared.cfg.max_nodes;
+        if node as usize >= ports {
+            return Err(LocalError::OutOfRange { node, ports });
+        }
+        let stop = EventFd::from_flags(EfdFlags::EFD_CLOEXEC)
+            .map_err(|e| LocalError::Thread { node, source: io::Error::from(e) })?;
         let port = Arc::new(LocalPort {
             node,
             name: cfg.name.clone(),
             dev: adapter.downlink(),
-            client: Mutex::new(Client::Waiting),
+            client: Mutex::new(if client.is_some() { Client::Connected } else { Client::Waiting }),
             rt: rt.clone(),
             counters: adapter.counters(),
+            stop,
+            thread: Mutex::new(None),
         });
         {
             let st = self.shared.order.state.lock().unwrap();
@@ -143,36 +266,100 @@ impl Hub {
             ctl.local[node as usize] = Some(port.clone());
         }
         adapter.set_uplink(Arc::new(LocalUplink { hub: self.shared.clone(), node, rt }));
-        adapter.plugged_in_at_power_on();
         self.rejoin_local(node);
-        let hub = self.clone();
-        std::thread::Builder::new()
-            .name(format!("vfio-node{node}"))
-            .spawn(move || hub.serve_local(port, listener, adapter, cfg.vfio))
-            .map_err(|source| LocalError::Thread { node, source })
+        Ok(Installed { port, listener, adapter, vfio: cfg.vfio, client })
     }
 
-    fn serve_local(&self, port: Arc<LocalPort>, listener: UnixListener, mut adapter: Adapter, vfio: ConnectionConfig) {
+    /// Starts the thread of a port [`Hub::install_local`] made.
+    fn spawn_local(&self, r: Installed) -> Result<(), LocalError> {
+        let Installed { port, listener, adapter, vfio, client } = r;
         let node = port.node;
+        let hub = self.clone();
+        let p = port.clone();
+        let t = std::thread::Builder::new()
+            .name(format!("vfio-node{node}"))
+            .spawn(move || hub.serve_local(p, listener, adapter, vfio, client))
+            .map_err(|source| LocalError::Thread { node, source })?;
+        *port.thread.lock().unwrap() = Some(t);
+        Ok(())
+    }
+
+    /// The port's thread: serves `client` first (a resumed connection),
+    /// then each QEMU that connects, until its stop eventfd parks it.
+    fn serve_local(
+        &self,
+        port: Arc<LocalPort>,
+        listener: UnixListener,
+        mut adapter: Adapter,
+        vfio: ConnectionConfig,
+        mut client: Option<Parked>,
+    ) -> Option<ParkedPort> {
+        let node = port.node;
+        let park = |listener, adapter, client| ParkedPort {
+            node,
+            name: port.name.clone(),
+            listener,
+            adapter,
+            client,
+            vfio: vfio.clone(),
+        };
         loop {
-            let stream = match listener.accept() {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    warn!(node, "vfio-user accept failed: {e}");
-                    std::thread::sleep(ACCEPT_BACKOFF);
-                    continue;
+            let conn = match client.take() {
+                Some(p) => match Connection::resume(p, &mut adapter) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        warn!(node, "the handed-over connection cannot be resumed: {e}");
+                        *port.client.lock().unwrap() = Client::Gone;
+                        self.leave_local(node, "its QEMU's connection was lost in the restart");
+                        continue;
+                    }
+                },
+                None => {
+                    let Some(stream) = accept_unless_stopped(&listener, &port.stop, node) else {
+                        return Some(park(listener, adapter, None));
+                    };
+                    info!(node, name = %port.name, "QEMU connected");
+                    *port.client.lock().unwrap() = Client::Connected;
+                    self.rejoin_local(node);
+                    Connection::with_config(stream, &mut adapter, vfio.clone())
                 }
             };
-            info!(node, name = %port.name, "QEMU connected");
-            *port.client.lock().unwrap() = Client::Connected;
-            self.rejoin_local(node);
-            match Connection::with_config(stream, &mut adapter, vfio.clone()).run() {
-                Ok(()) => info!(node, "QEMU disconnected"),
+            match conn.stop_on(port.stop.as_fd()).run_until_parked() {
+                Ok(Ended::Parked(p)) => return Some(park(listener, adapter, Some(p))),
+                Ok(Ended::Closed) => info!(node, "QEMU disconnected"),
                 Err(e) => warn!(node, "vfio-user connection closed: {e}"),
             }
             *port.client.lock().unwrap() = Client::Gone;
             self.leave_local(node, "its QEMU went away");
         }
+    }
+
+    /// Parks every local port's thread (see the module header) and takes
+    /// the ports out of the hub. All threads stop first, the transmit DMA
+    /// engines finish what their guests posted, and only then do the ports
+    /// leave (the others see them go, each guest sees its link go down):
+    /// every store a guest made before is delivered to every other.
+    pub fn park_locals(&self) -> Vec<ParkedPort> {
+        let ports: Vec<Arc<LocalPort>> = self.shared.ctl.lock().unwrap().local.iter().flatten().cloned().collect();
+        for p in &ports {
+            let _ = p.stop.write(1);
+        }
+        let mut parked = Vec::new();
+        for p in &ports {
+            let Some(t) = p.thread.lock().unwrap().take() else { continue };
+            match t.join() {
+                Ok(Some(pp)) => parked.push(pp),
+                _ => warn!(node = p.node, "local port's thread had ended; not handed over"),
+            }
+        }
+        for p in &parked {
+            p.adapter.wait_tx_idle();
+        }
+        for p in &parked {
+            self.leave_local(p.node, "the hub is restarting");
+            self.shared.ctl.lock().unwrap().local[p.node as usize] = None;
+        }
+        parked
     }
 
     /// Plugs local port `node` into the cluster, unless it is joined already,

@@ -118,4 +118,8 @@ pub(crate) struct LocalPort {
     pub rt: tokio::runtime::Handle,
     /// Its adapter's counters (transmit DMA), for `stats`.
     pub counters: device::adapter::Counters,
+    /// Written to park the port's thread (a restart in place).
+    pub stop: nix::sys::eventfd::EventFd,
+    /// The port's thread: what it parked, when it was asked to.
+    pub thread: Mutex<Option<std::thread::JoinHandle<Option<crate::local::ParkedPort>>>>,
 }

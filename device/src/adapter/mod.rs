@@ -21,8 +21,11 @@
 mod irq;
 mod registers;
 mod rx;
+mod snapshot;
 mod tx;
 mod txdma;
+
+pub use self::snapshot::{AdapterState, RawFds, SnapshotError};
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -351,6 +354,12 @@ impl Adapter {
         self.flush_pending();
         self.shared.txdma.set_uplink(uplink.clone());
         self.uplink = uplink;
+    }
+
+    /// Waits until the transmit DMA engine has retired what the guest
+    /// posted and sent it into the uplink.
+    pub fn wait_tx_idle(&self) {
+        self.shared.txdma.wait_idle();
     }
 
     // `connect` and `attach_link` (a link port to a hub in another

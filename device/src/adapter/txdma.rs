@@ -46,6 +46,18 @@ struct Ring {
     aborted: bool,
 }
 
+/// An idle engine's ring and counters, as a hand-over carries them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EngineState {
+    base: u64,
+    size: u32,
+    head: u32,
+    tail: u32,
+    descs: u32,
+    bytes: u64,
+    last_error: u32,
+}
+
 /// The engine's state, in [`Shared`].
 pub(super) struct TxDma {
     ring: Mutex<Ring>,
@@ -165,6 +177,38 @@ impl TxDma {
             self.busy.store(true, Ordering::Release);
             self.work.notify_all();
         }
+        Ok(())
+    }
+
+    /// The ring and counters of an idle engine, for a hand-over (after
+    /// [`TxDma::wait_idle`]).
+    pub(super) fn export(&self) -> EngineState {
+        let g = self.ring.lock().unwrap();
+        EngineState {
+            base: g.base,
+            size: g.size,
+            head: g.head,
+            tail: g.tail,
+            descs: self.descs.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            last_error: self.last_error.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Takes an idle engine's state back ([`TxDma::export`]); refuses a ring
+    /// the registers could not have set, or one with work posted.
+    pub(super) fn import(&self, s: &EngineState) -> Result<(), String> {
+        if !(s.size == 0 || (s.size.is_power_of_two() && s.size <= dma::MAX_RING)) {
+            return Err(format!("transmit DMA ring of {} descriptors", s.size));
+        }
+        if s.head != s.tail {
+            return Err(format!("transmit DMA engine not idle (head {}, tail {})", s.head, s.tail));
+        }
+        let mut g = self.ring.lock().unwrap();
+        (g.base, g.size, g.head, g.tail) = (s.base & !(DESC_SIZE - 1), s.size, s.head, s.tail);
+        self.descs.store(s.descs, Ordering::Relaxed);
+        self.bytes.store(s.bytes, Ordering::Relaxed);
+        self.last_error.store(s.last_error, Ordering::SeqCst);
         Ok(())
     }
 

@@ -99,6 +99,10 @@ struct Args {
     /// store path", has the measurements.
     #[arg(long, default_value = "auto", value_name = "on|off|auto")]
     write_multiple: device::vfio_user::WriteMultiple,
+    /// The hand-over of the process this one replaced (`ctl restart`;
+    /// docs/hub.md, "Hub restart"). Set by the hub itself.
+    #[arg(long = "resume-fd", hide = true)]
+    resume_fd: Option<i32>,
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
@@ -223,6 +227,9 @@ fn main() {
 }
 
 fn run() -> anyhow::Result<()> {
+    // What a restart in place execs again.
+    let exe = std::env::current_exe();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let args = Args::parse();
     match args.cmd {
         Some(Cmd::Ctl { control, req }) => return ctl(control, req),
@@ -272,6 +279,15 @@ fn run() -> anyhow::Result<()> {
         }
     }
     let locals = args.locals.iter().map(|s| parse_local(s)).collect::<anyhow::Result<Vec<_>>>()?;
+    // A restart in place: the ports the previous process handed over are
+    // served again with their QEMUs' connections; nothing else is kept.
+    let handover = match args.resume_fd {
+        None => None,
+        Some(fd) => {
+            Some(hub::restart::Handover::read(fd).map_err(|e| anyhow::anyhow!("restart in place: {e}"))?.into_ports())
+        }
+    };
+    let resumed: Vec<u16> = handover.as_ref().map(|(ok, _)| ok.iter().map(|p| p.node).collect()).unwrap_or_default();
     let aspace = args.aspace_mib.checked_shl(20).filter(|_| args.aspace_mib <= 4096).unwrap_or(0);
     let cfg = HubConfig {
         max_nodes: args.max_nodes,
@@ -291,7 +307,20 @@ fn run() -> anyhow::Result<()> {
         if let Some(p) = &args.pcap {
             hub.capture_to(p).map_err(|e| anyhow::anyhow!("cannot write the capture {}: {e}", p.display()))?;
         }
+        if let Some((ports, failed)) = handover {
+            for (node, e) in failed {
+                tracing::error!(node, "not resumed after the restart: {e}");
+            }
+            let nodes: Vec<u16> = ports.iter().map(|p| p.node).collect();
+            for (node, e) in hub.resume_locals(ports, tokio::runtime::Handle::current()) {
+                tracing::error!(node, "not resumed after the restart: {e}");
+            }
+            tracing::info!(?nodes, "local ports resumed after a restart in place");
+        }
         for (node, name, path) in &locals {
+            if resumed.contains(node) {
+                continue;
+            }
             if path.exists() {
                 std::fs::remove_file(path)?;
             }
@@ -331,12 +360,29 @@ fn run() -> anyhow::Result<()> {
             });
         }
         tracing::info!(socket = %socket.display(), max_nodes = args.max_nodes, "hub listening");
+        if let Ok(exe) = &exe {
+            hub.enable_restart();
+            tracing::debug!(exe = %exe.display(), "restart in place available");
+        }
+        let restart = std::sync::atomic::AtomicBool::new(false);
         let shutdown = async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-            tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = term.recv() => {},
+                _ = hub.restart_requested() => restart.store(true, std::sync::atomic::Ordering::SeqCst),
+            }
         };
         hub.serve(listener, shutdown).await?;
+        if restart.load(std::sync::atomic::Ordering::SeqCst) {
+            let exe = exe.as_ref().map_err(|e| anyhow::anyhow!("restart in place: no binary to exec: {e}"))?;
+            let t0 = std::time::Instant::now();
+            let h = hub.hand_over();
+            tracing::info!(ports = ?h.nodes(), took = ?t0.elapsed(), "local ports parked and frozen");
+            let e = h.exec(exe, &argv);
+            anyhow::bail!("restart in place failed: {e}");
+        }
         Ok::<_, anyhow::Error>(())
     })?;
     let _ = std::fs::remove_file(&socket);
