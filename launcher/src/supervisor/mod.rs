@@ -192,8 +192,69 @@ impl Sup {
 
     /// Restarts the hub with the same arguments. Per-guest, the adapters
     /// rejoin by themselves; in-hub, every guest is restarted too.
+    /// In-hub mode: asks the running hub to restart in place (`mc-hub ctl
+    /// restart`, `docs/hub.md`, "Hub restart"): the same process, every
+    /// guest keeps running and sees a link flap. Done once the new process
+    /// lists every node whose QEMU runs.
+    fn restart_hub_in_place(&mut self) -> Result<String> {
+        let alive = self.hub.as_mut().is_some_and(|h| matches!(h.try_wait(), Ok(None)));
+        if !alive {
+            bail!("the hub is not running");
+        }
+        let control = self.plan.run_dir.join("hub.ctl");
+        let ctl = |req: &str| -> Result<String> {
+            let out = std::process::Command::new(&self.plan.hub_bin)
+                .arg("ctl")
+                .arg("--control")
+                .arg(&control)
+                .arg(req)
+                .output()
+                .context("cannot run mc-hub ctl")?;
+            if !out.status.success() {
+                bail!("{}", String::from_utf8_lossy(&out.stderr).trim());
+            }
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        };
+        let t0 = Instant::now();
+        ctl("restart")?;
+        let running: Vec<usize> = (0..self.plan.nodes).filter(|&n| self.state.nodes[n].qemu_pid != 0).collect();
+        let listed = |stats: &str| {
+            let v: serde_json::Value = serde_json::from_str(stats).unwrap_or_default();
+            let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
+            running.iter().all(|&n| nodes.iter().any(|s| s["node"].as_u64() == Some(n as u64)))
+        };
+        loop {
+            if ctl("stats").is_ok_and(|s| listed(&s)) {
+                break;
+            }
+            if self.hub.as_mut().is_some_and(|h| !matches!(h.try_wait(), Ok(None))) {
+                bail!("the hub exited during its restart in place (see hub.log)");
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                bail!("the hub did not list nodes {running:?} within 10 s of its restart in place");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let took = t0.elapsed();
+        let pid = self.state.hub_pid;
+        self.state.hub_restarted(pid, true);
+        self.save()?;
+        let msg = format!(
+            "hub restarted in place: pid {pid}, every guest kept running (local ports back {} ms after the request)",
+            took.as_millis()
+        );
+        self.ev.say(&msg);
+        Ok(msg)
+    }
+
     fn restart_hub(&mut self) -> Result<String> {
         let in_hub = self.in_hub();
+        if in_hub && self.hub.is_some() {
+            match self.restart_hub_in_place() {
+                Ok(msg) => return Ok(msg),
+                Err(e) => self.ev.say(&format!("hub: restart in place failed ({e:#}); restarting with every guest")),
+            }
+        }
         self.ev.say(if in_hub { "hub: restarting with every guest (in-hub)" } else { "hub: restarting" });
         if in_hub {
             for n in 0..self.plan.nodes {
