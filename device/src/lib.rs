@@ -29,6 +29,7 @@ pub mod fatal;
 pub mod link_client;
 pub mod pci;
 pub mod remote;
+pub mod trace_socket;
 pub mod uplink;
 /// The register map, shared with the driver (crate `regs`).
 pub use regs;

@@ -334,6 +334,12 @@ impl Hub {
         }
     }
 
+    /// The register trace of local port `node`'s adapter, if it has one.
+    pub fn local_tracer(&self, node: u16) -> Option<Arc<device::adapter::trace::Tracer>> {
+        let ctl = self.shared.ctl.lock().unwrap();
+        ctl.local.get(node as usize)?.as_ref().map(|p| p.counters.tracer())
+    }
+
     /// Parks every local port's thread (see the module header) and takes
     /// the ports out of the hub. All threads stop first, the transmit DMA
     /// engines finish what their guests posted, and only then do the ports

@@ -199,6 +199,30 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Follow a node's register trace, decoded, live.
+    ///
+    /// Every access the guest makes to its adapter, with registers and bits
+    /// by name (docs/adapter.md, "Testing a driver").
+    Trace {
+        /// The node.
+        node: usize,
+        /// Only these kinds (comma-separated): reg, pct, tx, dma_map,
+        /// dma_unmap, irq, irq_mask, dma_desc, dma_done, reset.
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only these registers, by name (comma-separated: CTRL,INT_MASK).
+        #[arg(long)]
+        reg: Option<String>,
+        /// Only pages FIRST-LAST (or one page) for PCT, transmit and DMA events.
+        #[arg(long, value_name = "FIRST[-LAST]")]
+        pages: Option<String>,
+        /// Only reads (`r`) or only writes (`w`).
+        #[arg(long, value_name = "r|w")]
+        dir: Option<String>,
+        /// One JSON object a line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve a live page of the cluster on 127.0.0.1 (prints its address).
     ///
     /// The page shows every node's link, writes and bytes per second,
@@ -367,6 +391,30 @@ fn run() -> Result<i32> {
         Cmd::Hub { action: None, args } => {
             out!("{}", hub_ctl(&paths, &cli.name, &args)?);
             Ok(0)
+        }
+        Cmd::Trace { node, kind, reg, pages, dir, json } => {
+            let flags = [("--kind", kind), ("--reg", reg), ("--pages", pages), ("--dir", dir)];
+            let mut args: Vec<String> =
+                flags.into_iter().filter_map(|(f, v)| Some([f.to_string(), v?])).flatten().collect();
+            if json {
+                args.push("--json".into());
+            }
+            let rd = paths.run_dir(&cli.name);
+            let st = State::load(&rd)
+                .map_err(|_| anyhow::anyhow!("cluster '{}' is not up (run 'mc-cluster up' first)", cli.name))?;
+            if node >= st.nodes.len() {
+                anyhow::bail!("node {node} does not exist: the cluster has nodes 0 to {}", st.nodes.len() - 1);
+            }
+            let sock = launcher::supervisor::node_dir(&rd, node).join("adapter.sock.trace");
+            // Replaced by the follower itself: stopping this command stops it.
+            use std::os::unix::process::CommandExt;
+            let e = std::process::Command::new(paths.bin_dir.join("mc-hub"))
+                .arg("trace")
+                .arg("--socket")
+                .arg(&sock)
+                .args(&args)
+                .exec();
+            Err(anyhow::anyhow!("cannot run mc-hub trace: {e}"))
         }
         Cmd::Monitor { port, interval_ms } => {
             let rd = paths.run_dir(&cli.name);

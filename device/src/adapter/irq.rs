@@ -12,7 +12,9 @@ use std::io::Write;
 
 use tracing::debug;
 
+use super::trace::{Event, Tracer};
 use crate::vfio_user::IrqSet;
+use std::sync::Arc;
 
 /// Interrupt state: causes, enables, the notification FIFO and the eventfds
 /// QEMU gave us for INTx and MSI-X.
@@ -30,6 +32,8 @@ pub(super) struct Irq {
     pub(super) msix_pending: Vec<bool>,
     /// Error-recovery eventfd (kept so QEMU is satisfied; never signalled).
     pub(super) err: Option<File>,
+    /// The adapter's trace (interrupts signalled).
+    pub(super) trace: Arc<Tracer>,
 }
 
 pub(super) fn kick(f: &File) {
@@ -49,6 +53,8 @@ impl Irq {
     /// Delivers the interrupt: MSI-X vector 0 when MSI-X is set up, else INTx.
     pub(super) fn signal(&mut self) {
         debug!(cause = self.cause, mask = self.mask, msix = self.msix_enabled(), "interrupt");
+        let cause = self.pending();
+        self.trace.record(|| Event::Irq { cause });
         if self.msix_enabled() {
             if self.msix_masked.first().copied().unwrap_or(false) {
                 self.msix_pending[0] = true;

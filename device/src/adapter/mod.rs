@@ -22,6 +22,7 @@ mod irq;
 mod registers;
 mod rx;
 mod snapshot;
+pub mod trace;
 mod tx;
 mod txdma;
 
@@ -37,6 +38,7 @@ use link::ANY_NODE;
 use tracing::{info, warn};
 
 use self::irq::Irq;
+use self::trace::{Event, Tracer};
 use self::tx::Pending;
 use self::txdma::TxDma;
 use crate::dma::DmaSpace;
@@ -106,10 +108,13 @@ pub struct Shared {
     /// The transmit DMA engine's ring and counters.
     txdma: TxDma,
     irq: Mutex<Irq>,
+    /// The register trace.
+    trace: Arc<Tracer>,
 }
 
 impl Shared {
     fn new(pages: u64) -> Self {
+        let trace = Arc::new(Tracer::default());
         Shared {
             pages,
             pct: (0..pages * 2).map(|_| AtomicU64::new(0)).collect(),
@@ -132,8 +137,10 @@ impl Shared {
                 msix: (0..MSIX_VECTORS).map(|_| None).collect(),
                 msix_masked: vec![false; MSIX_VECTORS as usize],
                 msix_pending: vec![false; MSIX_VECTORS as usize],
+                trace: trace.clone(),
                 ..Irq::default()
             }),
+            trace,
         }
     }
 
@@ -276,6 +283,11 @@ impl Counters {
     pub fn dma(&self) -> (u32, u64) {
         self.0.txdma.totals()
     }
+
+    /// The adapter's register trace.
+    pub fn tracer(&self) -> Arc<Tracer> {
+        self.0.trace.clone()
+    }
 }
 
 /// The adapter device.
@@ -356,6 +368,11 @@ impl Adapter {
         self.uplink = uplink;
     }
 
+    /// The adapter's register trace (`trace`).
+    pub fn tracer(&self) -> Arc<Tracer> {
+        self.shared.trace.clone()
+    }
+
     /// Waits until the transmit DMA engine has retired what the guest
     /// posted and sent it into the uplink.
     pub fn wait_tx_idle(&self) {
@@ -392,8 +409,14 @@ impl Device for Adapter {
             self.flush_link();
         }
         match index {
-            regs::BAR_REGS => self.regs_read(offset, data),
-            regs::BAR_PCT => self.pct_read(offset, data),
+            regs::BAR_REGS => {
+                self.regs_read(offset, data);
+                self.shared.trace.record(|| Event::Reg { write: false, off: offset, value: le(data) as u32 });
+            }
+            regs::BAR_PCT => {
+                self.pct_read(offset, data);
+                trace_pct(&self.shared.trace, false, offset, data);
+            }
             regs::BAR_TX => {
                 // Master abort: all ones and an error bit, never a hang.
                 data.fill(0xFF);
@@ -406,6 +429,18 @@ impl Device for Adapter {
     }
 
     fn region_write(&mut self, index: u32, offset: u64, data: &[u8]) -> Result<(), Errno> {
+        let t = &self.shared.trace;
+        match index {
+            regs::BAR_REGS => t.record(|| Event::Reg { write: true, off: offset, value: le(data) as u32 }),
+            regs::BAR_PCT => trace_pct(t, true, offset, data),
+            regs::BAR_TX => t.record(|| Event::Tx {
+                page: offset / PAGE_SIZE,
+                off: offset % PAGE_SIZE,
+                len: data.len() as u32,
+                value: (data.len() <= 8).then(|| le(data)),
+            }),
+            _ => {}
+        }
         match index {
             regs::BAR_REGS => {
                 self.flush_link();
@@ -424,6 +459,7 @@ impl Device for Adapter {
 
     fn dma_map(&mut self, iova: u64, size: u64, fd: Option<OwnedFd>, offset: u64, flags: u32) -> Result<(), Errno> {
         let writable = flags & vfio_user::dma_flags::WRITE != 0;
+        self.shared.trace.record(|| Event::DmaMap { iova, size, writable });
         self.shared.dma.map(iova, size, fd, offset, writable).map_err(|e| {
             warn!("DMA_MAP refused: {e}");
             Errno(libc::EINVAL)
@@ -431,6 +467,7 @@ impl Device for Adapter {
     }
 
     fn dma_unmap(&mut self, iova: u64, size: u64, all: bool) -> Result<(), Errno> {
+        self.shared.trace.record(|| Event::DmaUnmap { iova, size, all });
         if all {
             self.shared.dma.clear();
         } else {
@@ -440,11 +477,17 @@ impl Device for Adapter {
     }
 
     fn set_irqs(&mut self, req: IrqSet) -> Result<(), Errno> {
+        use vfio_user::irq::{ACTION_MASK, ACTION_UNMASK};
+        if req.flags & (ACTION_MASK | ACTION_UNMASK) != 0 {
+            let masked = req.flags & ACTION_MASK != 0;
+            self.shared.trace.record(|| Event::IrqMask { index: req.index, masked });
+        }
         self.shared.irq.lock().unwrap().set_irqs(req);
         Ok(())
     }
 
     fn reset(&mut self) {
+        self.shared.trace.record(|| Event::Reset);
         // Stores the guest made before the reset still go out; a transfer
         // in progress stops at its next page.
         self.flush_link();
@@ -478,5 +521,33 @@ impl Device for Adapter {
         irq.msix.iter_mut().for_each(|f| *f = None);
         irq.err = None;
         irq.unmask_all();
+    }
+}
+
+/// Up to 8 bytes as a little-endian number.
+fn le(data: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = data.len().min(8);
+    b[..n].copy_from_slice(&data[..n]);
+    u64::from_le_bytes(b)
+}
+
+/// A PCT access at BAR 2 offset `offset`: one trace event per word it
+/// touches (the bytes of that word it carries, in place).
+fn trace_pct(t: &Tracer, write: bool, offset: u64, data: &[u8]) {
+    if !t.is_on() || data.is_empty() {
+        return;
+    }
+    let (first, last) = (offset / 8, (offset + data.len() as u64 - 1) / 8);
+    for w in first..=last {
+        let mut bytes = [0u8; 8];
+        for (i, &b) in data.iter().enumerate() {
+            let o = offset + i as u64;
+            if o / 8 == w {
+                bytes[(o % 8) as usize] = b;
+            }
+        }
+        let value = u64::from_le_bytes(bytes);
+        t.record(|| Event::Pct { write, page: w / 2, word: w % 2, value });
     }
 }

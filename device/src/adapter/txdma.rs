@@ -26,6 +26,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use tracing::debug;
 
+use super::trace::Event;
 use super::Shared;
 use crate::regs::dma::{self, status, DESC_SIZE, DONE};
 use crate::regs::{err, int, PAGE_SIZE};
@@ -270,8 +271,8 @@ impl Shared {
         self.raise_error(err::DMA);
     }
 
-    /// Retires the descriptor at IOVA `at`.
-    fn retire(&self, at: u64, up: &dyn Uplink, buf: &mut [u8]) -> Retired {
+    /// Retires descriptor `index`, at IOVA `at`.
+    fn retire(&self, index: u32, at: u64, up: &dyn Uplink, buf: &mut [u8]) -> Retired {
         if !self.bus_master.load(Ordering::Acquire) {
             return Retired::Fault(status::NO_BUS_MASTER);
         }
@@ -282,7 +283,9 @@ impl Shared {
         let u64_at = |o: u64| u64::from_le_bytes(d[o as usize..o as usize + 8].try_into().unwrap());
         let u32_at = |o: u64| u32::from_le_bytes(d[o as usize..o as usize + 4].try_into().unwrap());
         let (src, dest, len, flags) = (u64_at(dma::SRC), u64_at(dma::DEST), u32_at(dma::LEN), u32_at(dma::FLAGS));
+        self.trace.record(|| Event::DmaDesc { index, src, dest, len, flags });
         let (code, sent) = self.transfer(src, dest, len as u64, flags, up, buf);
+        self.trace.record(|| Event::DmaDone { index, status: code, bytes: sent as u32 });
         // Bytes and status in one 8-byte store: a driver that sees DONE sees the count.
         let back = (sent as u32 as u64) | ((DONE | code) as u64) << 32;
         if self.dma.write(at + dma::BYTES, &back.to_le_bytes()).is_err() {
@@ -395,7 +398,7 @@ pub(super) fn run(shared: Arc<Shared>) {
         }
         let (idx, at, up) = (g.head, g.base + (g.head & (g.size - 1)) as u64 * DESC_SIZE, g.uplink.clone());
         drop(g);
-        let r = shared.retire(at, &*up, &mut buf);
+        let r = shared.retire(idx, at, &*up, &mut buf);
         g = e.ring.lock().unwrap();
         match r {
             Retired::Done(code) => {

@@ -106,6 +106,8 @@ fn run() -> anyhow::Result<()> {
     let listener = UnixListener::bind(&args.socket)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.socket.display()))?;
     tracing::info!(socket = %args.socket.display(), "vfio-user server listening");
+    let trace = device::trace_socket::bind_and_serve(&args.socket, adapter.tracer())?;
+    tracing::info!(socket = %trace.display(), "register trace socket");
     let vfio = vfio_user::ConnectionConfig { write_multiple: args.write_multiple };
     vfio_user::serve_with(&listener, &mut adapter, &vfio)?;
     Ok(())

@@ -117,6 +117,17 @@ enum Cmd {
         #[command(subcommand)]
         req: Control,
     },
+    /// Follow an adapter's register trace, decoded, live.
+    ///
+    /// Every access its guest makes (docs/adapter.md, "Testing a driver").
+    Trace {
+        /// The trace socket: the adapter's vfio-user socket with `.trace`
+        /// appended (a `--local` port's or `mc-adapter --socket`'s).
+        #[arg(long)]
+        socket: PathBuf,
+        #[command(flatten)]
+        filter: device::trace_socket::FilterArgs,
+    },
     /// Print the frames of a capture made with --pcap, one per line.
     Pcap {
         /// The capture file.
@@ -234,6 +245,10 @@ fn run() -> anyhow::Result<()> {
     match args.cmd {
         Some(Cmd::Ctl { control, req }) => return ctl(control, req),
         Some(Cmd::Pcap { file }) => return pcap(&file),
+        Some(Cmd::Trace { socket, filter }) => {
+            let (f, json) = filter.filter().map_err(anyhow::Error::msg)?;
+            return Ok(device::trace_socket::follow(&socket, &f, json, &mut std::io::stdout())?);
+        }
         None => {}
     }
     tracing_subscriber::fmt()
@@ -335,6 +350,12 @@ fn run() -> anyhow::Result<()> {
             hub.add_local(lc, l, tokio::runtime::Handle::current()).map_err(|e| anyhow::anyhow!("--local: {e}"))?;
             tracing::info!(node, name, socket = %path.display(), "local port serving vfio-user");
         }
+        // Each local adapter's register trace, next to its vfio-user socket.
+        for (node, _, path) in &locals {
+            if let Some(t) = hub.local_tracer(*node) {
+                device::trace_socket::bind_and_serve(path, t)?;
+            }
+        }
         if let Some(c) = &args.control {
             let cl = tokio::net::UnixListener::bind(c)
                 .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", c.display()))?;
@@ -388,6 +409,7 @@ fn run() -> anyhow::Result<()> {
     let _ = std::fs::remove_file(&socket);
     for (_, _, p) in &locals {
         let _ = std::fs::remove_file(p);
+        let _ = std::fs::remove_file(device::trace_socket::socket_for(p));
     }
     if let Some(c) = &args.control {
         let _ = std::fs::remove_file(c);

@@ -114,6 +114,7 @@ pub fn run(run_dir: &Path) -> Result<()> {
     for n in 0..sup.plan.nodes {
         let nd = node_dir(run_dir, n);
         let _ = fs::remove_file(nd.join("adapter.sock"));
+        let _ = fs::remove_file(nd.join("adapter.sock.trace"));
         let _ = fs::remove_file(nd.join("agent.sock"));
     }
     for f in ["hub.sock", "hub.ctl", "hub.secret", "hub.tcp", "supervisor.sock"] {

@@ -155,6 +155,8 @@ pub mod int {
     pub const DMA: u32 = 1 << 3;
     /// All defined bits.
     pub const ALL: u32 = 0xF;
+    /// Every bit with its short name, as tools print them.
+    pub const NAMES: [(u32, &str); 4] = [(NOTIFY, "notify"), (LINK, "link"), (ERROR, "error"), (DMA, "dma")];
 }
 
 /// Reset value of `ID`.
@@ -215,6 +217,8 @@ pub const ACK_VALID: u8 = 0x80;
 pub mod ctrl {
     /// Write 1: reset the adapter (self-clearing).
     pub const RESET: u32 = 1 << 0;
+    /// Every bit with its short name, as tools print them.
+    pub const NAMES: [(u32, &str); 1] = [(RESET, "reset")];
 }
 
 /// Bits of `CAPS`: extensions beyond the original adapter.
@@ -223,6 +227,8 @@ pub mod caps {
     pub const TX_DMA: u32 = 1 << 0;
     /// All defined bits.
     pub const ALL: u32 = TX_DMA;
+    /// Every bit with its short name, as tools print them.
+    pub const NAMES: [(u32, &str); 1] = [(TX_DMA, "tx-dma")];
 }
 
 /// The transmit DMA engine (an extension; [`caps::TX_DMA`]): a ring of
@@ -357,7 +363,12 @@ pub mod pct {
     /// Bits of word 1 (the receive address) that hold state: bits 0-2 are
     /// reserved and read as zero, so a receive buffer is 8-byte aligned.
     pub const WORD1_MASK: u64 = !0x7;
+    /// Every flag bit of word 0 with its short name, as tools print them.
+    pub const NAMES: [(u64, &str); 6] =
+        [(TX, "tx"), (RX, "rx"), (LOOPBACK, "loopback"), (INT, "int"), (ACK, "ack"), (P2P, "p2p")];
 }
+
+pub mod decode;
 
 #[cfg(test)]
 mod tests {
