@@ -138,6 +138,7 @@ pub fn control_line() -> Vec<Vec<u8>> {
                 link_gaps: 0,
                 dma_descs: Some(3),
                 dma_bytes: None,
+                faults: None,
             }],
             held_down: vec![1],
             rejected: 0,

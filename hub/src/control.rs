@@ -21,6 +21,7 @@ use tracing::{debug, info};
 use crate::bounds::{accept_failed, closed_at_door};
 use crate::hub::{CtlView, Hub};
 use crate::port::PortCtl;
+use device::adapter::faults::Fault;
 
 /// Longest control request line accepted.
 const MAX_CONTROL_LINE: usize = 4096;
@@ -81,10 +82,86 @@ pub enum Control {
         #[serde(default)]
         count: u64,
     },
+    /// Arm a fault in a local port's adapter, for a driver's error paths
+    /// (docs/adapter.md, "Testing a driver"). KIND: rx-dma (the next
+    /// COUNT receive DMAs fail), error (raise --bits now), drop-irq,
+    /// delay-irq (--ms), dead-reads (reads return all ones), dma-desc (the
+    /// next COUNT descriptors complete with --status), clear.
+    Fault {
+        /// The node (a local port).
+        node: u16,
+        /// rx-dma, error, drop-irq, delay-irq, dead-reads, dma-desc or clear.
+        kind: String,
+        /// How many times it takes effect.
+        #[arg(long, default_value_t = 1)]
+        #[serde(default = "one")]
+        count: u32,
+        /// error: ERR_STATUS bits by name, comma-separated (rx-dma,crc).
+        #[arg(long)]
+        #[serde(default)]
+        bits: Option<String>,
+        /// dma-desc: the status by name (src-unmapped, link-down, ...).
+        #[arg(long)]
+        #[serde(default)]
+        status: Option<String>,
+        /// delay-irq: milliseconds.
+        #[arg(long)]
+        #[serde(default)]
+        ms: Option<u32>,
+    },
     /// Restart the hub in place: the same process id, arguments and
     /// sockets; local guests keep running and see a link flap
     /// (`docs/hub.md`, "Hub restart"). Answered before it begins.
     Restart,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The device fault a `fault` request names.
+fn device_fault(
+    kind: &str,
+    count: u32,
+    bits: Option<&str>,
+    status: Option<&str>,
+    ms: Option<u32>,
+) -> Result<Fault, String> {
+    use device::regs::{dma, err};
+    let missing = |flag: &str| format!("fault {kind} needs --{flag}");
+    let f = match kind {
+        "rx-dma" => Fault::RxDma { count },
+        "drop-irq" => Fault::DropIrq { count },
+        "dead-reads" => Fault::DeadReads { count },
+        "delay-irq" => Fault::DelayIrq { count, ms: ms.ok_or_else(|| missing("ms"))? },
+        "error" => {
+            let names = bits.ok_or_else(|| missing("bits"))?;
+            let mut v = 0;
+            for n in names.split(',').map(str::trim) {
+                let (b, _) = err::NAMES.iter().find(|(_, name)| name.eq_ignore_ascii_case(n)).ok_or_else(|| {
+                    let all: Vec<&str> = err::NAMES.iter().map(|(_, n)| *n).collect();
+                    format!("--bits {n}: no such error bit ({})", all.join(", "))
+                })?;
+                v |= b;
+            }
+            Fault::Error { bits: v }
+        }
+        "dma-desc" => {
+            let n = status.ok_or_else(|| missing("status"))?;
+            let (code, _) =
+                dma::status::NAMES.iter().find(|(_, name)| name.eq_ignore_ascii_case(n)).ok_or_else(|| {
+                    let all: Vec<&str> = dma::status::NAMES.iter().map(|(_, n)| *n).collect();
+                    format!("--status {n}: no such DMA status ({})", all.join(", "))
+                })?;
+            Fault::DmaDesc { count, status: *code }
+        }
+        "clear" => Fault::Clear,
+        other => {
+            return Err(format!("no fault '{other}' (rx-dma, error, drop-irq, delay-irq, dead-reads, dma-desc, clear)"))
+        }
+    };
+    f.check()?;
+    Ok(f)
 }
 
 impl Control {
@@ -126,6 +203,9 @@ pub struct NodeStats {
     /// Bytes its adapter's DMA engine sent since its last reset.
     #[serde(default)]
     pub dma_bytes: Option<u64>,
+    /// Device faults that took effect (local ports).
+    #[serde(default)]
+    pub faults: Option<device::adapter::faults::FaultCounts>,
 }
 
 /// The answer to a [`Control`] request.
@@ -314,6 +394,28 @@ impl Hub {
             ctl.ports[i].clone().ok_or_else(|| ControlReply::Error { message: format!("node {n} is not connected") })
         };
         match c {
+            Control::Fault { node, kind, count, bits, status, ms } => {
+                let port = match node_of(node) {
+                    Err(e) => return e,
+                    Ok(i) => ctl.local[i].clone(),
+                };
+                let Some(port) = port else {
+                    return ControlReply::Error {
+                        message: format!(
+                            "node {node} is not a local port: device faults reach the hub's own adapters (in-hub mode)"
+                        ),
+                    };
+                };
+                match device_fault(&kind, count, bits.as_deref(), status.as_deref(), ms)
+                    .and_then(|f| port.counters.inject(&f).map(|()| f))
+                {
+                    Ok(f) => {
+                        info!(node, ?f, "control: device fault armed");
+                        ControlReply::Ok
+                    }
+                    Err(message) => ControlReply::Error { message },
+                }
+            }
             Control::Restart if !self.shared.restart_enabled.load(Ordering::SeqCst) => {
                 ControlReply::Error { message: "this hub cannot restart in place (only mc-hub can)".into() }
             }
@@ -343,6 +445,7 @@ impl Hub {
                         link_gaps: p.stats.link_gaps.load(Ordering::Relaxed),
                         dma_descs: ctl.local[i].as_ref().map(|l| l.counters.dma().0),
                         dma_bytes: ctl.local[i].as_ref().map(|l| l.counters.dma().1),
+                        faults: ctl.local[i].as_ref().map(|l| l.counters.faults()),
                     })
                     .collect(),
                 held_down: ctl.held_down.iter().enumerate().filter(|(_, h)| **h).map(|(i, _)| i as u16).collect(),

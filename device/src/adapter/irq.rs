@@ -12,6 +12,7 @@ use std::io::Write;
 
 use tracing::debug;
 
+use super::faults::Faults;
 use super::trace::{Event, Tracer};
 use crate::vfio_user::IrqSet;
 use std::sync::Arc;
@@ -34,6 +35,8 @@ pub(super) struct Irq {
     pub(super) err: Option<File>,
     /// The adapter's trace (interrupts signalled).
     pub(super) trace: Arc<Tracer>,
+    /// Injected faults (interrupts dropped or delayed).
+    pub(super) faults: Arc<Faults>,
 }
 
 pub(super) fn kick(f: &File) {
@@ -53,8 +56,22 @@ impl Irq {
     /// Delivers the interrupt: MSI-X vector 0 when MSI-X is set up, else INTx.
     pub(super) fn signal(&mut self) {
         debug!(cause = self.cause, mask = self.mask, msix = self.msix_enabled(), "interrupt");
+        if self.faults.drop_irq() {
+            return;
+        }
         let cause = self.pending();
         self.trace.record(|| Event::Irq { cause });
+        if let Some(ms) = self.faults.delay_irq() {
+            let to = if self.msix_enabled() { self.msix.first().and_then(Option::as_ref) } else { self.intx.as_ref() };
+            if let Some(f) = to.and_then(|f| f.try_clone().ok()) {
+                self.intx_masked |= !self.msix_enabled();
+                std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(ms as u64));
+                    kick(&f);
+                });
+            }
+            return;
+        }
         if self.msix_enabled() {
             if self.msix_masked.first().copied().unwrap_or(false) {
                 self.msix_pending[0] = true;

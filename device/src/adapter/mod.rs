@@ -18,6 +18,7 @@
 //! that waits). A deliverer never waits for the vfio-user thread, and never
 //! writes guest memory outside a DMA map.
 
+pub mod faults;
 mod irq;
 mod registers;
 mod rx;
@@ -37,6 +38,7 @@ use std::time::Duration;
 use link::ANY_NODE;
 use tracing::{info, warn};
 
+use self::faults::{Fault, FaultCounts, Faults};
 use self::irq::Irq;
 use self::trace::{Event, Tracer};
 use self::tx::Pending;
@@ -110,11 +112,14 @@ pub struct Shared {
     irq: Mutex<Irq>,
     /// The register trace.
     trace: Arc<Tracer>,
+    /// Faults injected for the driver's error paths.
+    faults: Arc<Faults>,
 }
 
 impl Shared {
     fn new(pages: u64) -> Self {
         let trace = Arc::new(Tracer::default());
+        let faults = Arc::new(Faults::default());
         Shared {
             pages,
             pct: (0..pages * 2).map(|_| AtomicU64::new(0)).collect(),
@@ -138,9 +143,11 @@ impl Shared {
                 msix_masked: vec![false; MSIX_VECTORS as usize],
                 msix_pending: vec![false; MSIX_VECTORS as usize],
                 trace: trace.clone(),
+                faults: faults.clone(),
                 ..Irq::default()
             }),
             trace,
+            faults,
         }
     }
 
@@ -272,8 +279,9 @@ impl Downlink for Shared {
     }
 }
 
-/// A read-only view of an adapter's counters for the process serving it
-/// (the hub's monitor), valid as long as the view is held.
+/// A view of an adapter for the process serving it (the hub's monitor and
+/// control): its counters, its trace, its injected faults; valid as long
+/// as the view is held.
 #[derive(Clone)]
 pub struct Counters(Arc<Shared>);
 
@@ -287,6 +295,20 @@ impl Counters {
     /// The adapter's register trace.
     pub fn tracer(&self) -> Arc<Tracer> {
         self.0.trace.clone()
+    }
+
+    /// Arms fault `f` ([`faults`]); an `Error` fault raises its bits now.
+    pub fn inject(&self, f: &Fault) -> Result<(), String> {
+        self.0.faults.arm(f)?;
+        if let Fault::Error { bits } = *f {
+            self.0.raise_error(bits);
+        }
+        Ok(())
+    }
+
+    /// Injected faults that took effect.
+    pub fn faults(&self) -> FaultCounts {
+        self.0.faults.counts()
     }
 }
 
@@ -411,10 +433,16 @@ impl Device for Adapter {
         match index {
             regs::BAR_REGS => {
                 self.regs_read(offset, data);
+                if self.shared.faults.dead_read() {
+                    data.fill(0xFF);
+                }
                 self.shared.trace.record(|| Event::Reg { write: false, off: offset, value: le(data) as u32 });
             }
             regs::BAR_PCT => {
                 self.pct_read(offset, data);
+                if self.shared.faults.dead_read() {
+                    data.fill(0xFF);
+                }
                 trace_pct(&self.shared.trace, false, offset, data);
             }
             regs::BAR_TX => {

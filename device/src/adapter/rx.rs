@@ -89,8 +89,9 @@ impl Shared {
             let w0 = self.pct_word(page, 0);
             if w0 & pct::RX == 0 {
                 self.rx_dropped.fetch_add(1, Ordering::Relaxed);
-            } else if !self.bus_master.load(Ordering::Acquire) {
-                // A device without bus mastering cannot DMA.
+            } else if !self.bus_master.load(Ordering::Acquire) || self.faults.rx_dma() {
+                // A device without bus mastering cannot DMA (nor one told
+                // to fail, `faults`).
                 self.raise_error(err::RX_DMA);
             } else {
                 let base = self.pct_word(page, 1);
