@@ -62,6 +62,9 @@ fn each_device_fault_gives_its_error_count_and_interrupt() {
     let errors = b.vfio.reg(reg::ERR_COUNT);
     for (i, v) in [11u64, 22, 33].into_iter().enumerate() {
         a.vfio.region_write(BAR_TX, i as u64 * 8, &v.to_le_bytes(), true);
+        // A read ends the packet: one store, one packet, one receive DMA
+        // (contiguous stores would be coalesced into one).
+        a.vfio.reg(reg::ID);
     }
     poll("the third store at b", || (b.ram.read(16, 8) == 33u64.to_le_bytes()).then_some(()));
     assert_eq!(b.ram.read(0, 16), vec![0; 16], "a failed receive DMA wrote guest memory");
