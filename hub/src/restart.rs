@@ -22,7 +22,7 @@
 use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -101,13 +101,10 @@ impl PortHandover {
 
 /// Takes ownership of fd `fd` named by a hand-over, after checking it is open.
 fn own(fd: RawFd) -> Result<OwnedFd, RestartError> {
-    if fd < 0 || fcntl(fd, FcntlArg::F_GETFD).is_err() {
-        return Err(RestartError::Refused(format!("fd {fd} is not open")));
-    }
     // SAFETY: the hand-over owns `fd` (its ports gave their ownership up,
-    // nothing else in this process knows the number), it is open (checked
-    // above), and `Handover::read` refused hand-overs naming one twice.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    // nothing else in this process knows the number), and `Handover::read`
+    // refused hand-overs naming one twice.
+    unsafe { device::adapter::own_fd(fd) }.ok_or_else(|| RestartError::Refused(format!("fd {fd} is not open")))
 }
 
 impl Hub {
@@ -206,10 +203,8 @@ impl Handover {
         if h.format != FORMAT {
             return Err(RestartError::Refused(format!("layout {} (this binary reads {FORMAT})", h.format)));
         }
-        let mut all: Vec<RawFd> = h.ports.iter().flat_map(PortHandover::fds).collect();
-        all.sort_unstable();
-        if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
-            return Err(RestartError::Refused(format!("fd {} named twice", w[0])));
+        if let Some(fd) = device::adapter::named_twice(h.ports.iter().flat_map(PortHandover::fds)) {
+            return Err(RestartError::Refused(format!("fd {fd} named twice")));
         }
         Ok(h)
     }

@@ -165,44 +165,38 @@ impl Faults {
         self.done[i].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Takes one armed occurrence of `a` and counts it as kind `i`.
+    fn hit(&self, a: &AtomicU32, i: usize) -> bool {
+        let hit = take(a);
+        if hit {
+            self.count(i);
+        }
+        hit
+    }
+
     /// A receive DMA about to be made fails.
     pub(super) fn rx_dma(&self) -> bool {
-        take(&self.rx_dma) && {
-            self.count(0);
-            true
-        }
+        self.hit(&self.rx_dma, 0)
     }
 
     /// An interrupt about to be signalled is dropped.
     pub(super) fn drop_irq(&self) -> bool {
-        take(&self.drop_irq) && {
-            self.count(2);
-            true
-        }
+        self.hit(&self.drop_irq, 2)
     }
 
     /// An interrupt about to be signalled is delayed: by how long.
     pub(super) fn delay_irq(&self) -> Option<u32> {
-        take(&self.delay_irq).then(|| {
-            self.count(3);
-            self.delay_ms.load(Ordering::SeqCst)
-        })
+        self.hit(&self.delay_irq, 3).then(|| self.delay_ms.load(Ordering::SeqCst))
     }
 
     /// A read about to be answered returns all ones.
     pub(super) fn dead_read(&self) -> bool {
-        take(&self.dead_reads) && {
-            self.count(4);
-            true
-        }
+        self.hit(&self.dead_reads, 4)
     }
 
     /// A descriptor about to be sent fails: with this status.
     pub(super) fn dma_desc(&self) -> Option<u32> {
-        take(&self.dma_desc).then(|| {
-            self.count(5);
-            self.dma_status.load(Ordering::SeqCst)
-        })
+        self.hit(&self.dma_desc, 5).then(|| self.dma_status.load(Ordering::SeqCst))
     }
 
     /// What took effect so far.

@@ -27,7 +27,7 @@ pub mod trace;
 mod tx;
 mod txdma;
 
-pub use self::snapshot::{AdapterState, RawFds, SnapshotError};
+pub use self::snapshot::{named_twice, own_fd, AdapterState, RawFds, SnapshotError};
 
 use std::io;
 use std::os::fd::OwnedFd;

@@ -100,11 +100,6 @@ impl AdapterState {
         let maps = self.dma.iter().filter_map(|m| m.fd);
         irq.intx.into_iter().chain(irq.msix.iter().flatten().copied()).chain(irq.err).chain(maps).collect()
     }
-
-    /// Whether the adapter's link was up when it was frozen.
-    pub fn link_up(&self) -> bool {
-        self.link_up
-    }
 }
 
 /// Whether `fd` is an open fd of this process.
@@ -112,25 +107,31 @@ fn is_open(fd: RawFd) -> bool {
     fd >= 0 && nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).is_ok()
 }
 
-/// Takes ownership of fd `fd`, after checking it is open.
-fn own(fd: RawFd) -> Result<OwnedFd, SnapshotError> {
-    if !is_open(fd) {
-        return Err(SnapshotError::ClosedFd(fd));
-    }
-    // SAFETY: the snapshot owns `fd` (module header: freeze gave up its
-    // ownership, nothing else closes it), it is open (checked above), and
-    // `thaw` takes each number once (`check_fds`).
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+/// Ownership of fd number `fd`, if it is open (a hand-over's fds: this
+/// module's, and the hub's restart in place).
+///
+/// # Safety
+/// Nothing else in this process may own `fd`: the caller holds a hand-over
+/// that names it, once ([`named_twice`] refused any other), and gave up
+/// every other claim on it.
+pub unsafe fn own_fd(fd: RawFd) -> Option<OwnedFd> {
+    // SAFETY: the caller vouches that nothing else owns `fd`; it is open.
+    is_open(fd).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Refuses a snapshot that names one fd twice (each would be closed twice).
-fn check_fds(s: &AdapterState) -> Result<(), SnapshotError> {
-    let mut fds = s.fds();
+/// An fd number `fds` names more than once (it would be closed twice).
+pub fn named_twice(fds: impl IntoIterator<Item = RawFd>) -> Option<RawFd> {
+    let mut fds: Vec<RawFd> = fds.into_iter().collect();
     fds.sort_unstable();
-    match fds.windows(2).find(|w| w[0] == w[1]) {
-        Some(w) => Err(SnapshotError::Invalid(format!("fd {} named twice", w[0]))),
-        None => Ok(()),
-    }
+    fds.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
+}
+
+/// Takes ownership of fd `fd`, after checking it is open.
+fn own(fd: RawFd) -> Result<OwnedFd, SnapshotError> {
+    // SAFETY: the snapshot owns `fd` (module header: freeze gave up its
+    // ownership, nothing else closes it), and `thaw` takes each number once
+    // (it refused a state with one `named_twice`).
+    unsafe { own_fd(fd) }.ok_or(SnapshotError::ClosedFd(fd))
 }
 
 impl Adapter {
@@ -216,7 +217,9 @@ impl Adapter {
         if s.irq.msix.len() != v || s.irq.msix_masked.len() != v || s.irq.msix_pending.len() != v {
             return bad(format!("MSI-X state for other than {v} vectors"));
         }
-        check_fds(&s)?;
+        if let Some(fd) = named_twice(s.fds()) {
+            return Err(SnapshotError::Invalid(format!("fd {fd} named twice")));
+        }
         if let Some(fd) = s.fds().into_iter().find(|&fd| !is_open(fd)) {
             return Err(SnapshotError::ClosedFd(fd));
         }
