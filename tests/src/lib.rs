@@ -229,6 +229,37 @@ impl Cluster {
         (rc.trim().to_string(), self.background_log(node, tag))
     }
 
+    /// The last lines of every guest's imcd and mpid logs, the processes
+    /// running there, and the supervisor's log: what a failed test prints
+    /// so that a CI failure can be read without a rerun.
+    pub fn guest_logs(&self) -> String {
+        let mut out = String::new();
+        for n in 0..self.nodes {
+            let o = self.exec(
+                n,
+                &[
+                    "sh",
+                    "-c",
+                    "tail -n 40 /var/log/imcd.log; echo '-- mpid'; tail -n 20 /var/log/mpid.log; echo '-- ps'; ps",
+                ],
+            );
+            out += &format!(
+                "==== node {n} ({}):\n{}{}\n",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let sup = std::fs::read_to_string(self.run_dir().join("supervisor.log")).unwrap_or_default();
+        let tail: Vec<&str> = sup.lines().rev().take(30).collect();
+        out += "==== supervisor.log\n";
+        for l in tail.into_iter().rev() {
+            out += l;
+            out.push('\n');
+        }
+        out
+    }
+
     /// Waits until imcd (started at boot) serves on every node.
     pub fn imcd_ready(&self) {
         for n in 0..self.nodes {

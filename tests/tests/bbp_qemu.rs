@@ -149,7 +149,7 @@ fn bbp_survives_corrupt_bursts_and_flaps() {
         if rc == Some(0) {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(90), "not whole 90 s after the faults:\n{out}");
+        assert!(t0.elapsed() < Duration::from_secs(90), "not whole 90 s after the faults:\n{out}\n{}", c.guest_logs());
         std::thread::sleep(Duration::from_secs(3));
     }
 }

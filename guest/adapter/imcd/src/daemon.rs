@@ -21,7 +21,7 @@ use imc_proto::{Reply, Request, Status};
 use regs::PAGE_SIZE;
 
 use crate::hw::{Handout, Hw, HwError};
-use crate::node::{now_ns, Node};
+use crate::node::{now_ns, Joined, Node};
 use crate::regions::{Access, Cred, RegionDesc, RegionError, Regions, FLAG_COHERENT};
 use crate::relay;
 
@@ -310,6 +310,12 @@ impl<'a, H: Hw> Daemon<'a, H> {
     /// Answers one request of client `client` with credentials `cred`: the
     /// reply, and an fd to send with it.
     pub fn handle(&mut self, req: Request, cred: Cred, client: u64) -> (Reply, Option<File>) {
+        let members = self.n.members();
+        if let Some(upto) = self.n.unsettled().filter(|_| members & (1 << self.n.me) != 0) {
+            // Our link came back since the last tick: we may have missed
+            // writes, so the request waits until we were sent the directory.
+            self.settle(upto);
+        }
         self.observe_members(self.n.members());
         match req {
             Request::Asalloc { key, size, mode, exclusive, coherent } => {
@@ -640,6 +646,11 @@ impl<'a, H: Hw> Daemon<'a, H> {
         // A release of ours dropped while down would hold the lock for good.
         n.hw.store64(DIR_PAGE * PAGE_SIZE + n.me as u64 * 8, 0);
         let joined = n.ask_directory(now_ns(), self.settings.join_wait);
+        if joined == Joined::LinkDown {
+            // A new outage: it is settled when the link is back.
+            eprintln!("imcd: our link is back; {joined}");
+            return;
+        }
         let (token, name) = n.ident();
         let member = n.host(n.me, host::READY) == token;
         eprintln!("imcd: our link is back; {joined}; {}", if member { "still a member" } else { "repaired out" });

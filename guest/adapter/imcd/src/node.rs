@@ -27,6 +27,12 @@ use crate::watch::Watches;
 /// How often a waiting join stores its request again.
 const JOIN_RESEND: Duration = Duration::from_millis(200);
 
+/// How long a join waits, past its usual wait, while some other node runs
+/// a ready imcd that could serve it (a server busy with a repair or a
+/// late join of its own answers late, but answers): going on without its
+/// directory would make a second cluster beside the first.
+pub const SERVER_WAIT: Duration = Duration::from_secs(30);
+
 /// One node's imcd state in MEMORY CHANNEL space.
 pub struct Node<H: Hw> {
     /// The adapter.
@@ -76,9 +82,18 @@ pub enum Joined {
     Served,
     /// No other node is up.
     First,
-    /// Other nodes are up but none answered within the wait: we are the
-    /// first imcd of the cluster.
+    /// Other nodes are up but none runs an imcd that could serve us (none
+    /// is ready, or every ready one is waiting to be served too): we are
+    /// the first imcd of the cluster, or every imcd lost its link at once.
     Unanswered,
+    /// Nodes (a bit each) run a ready imcd that could serve us, and none
+    /// did within [`SERVER_WAIT`]: we go on with the copy we have, and say
+    /// so (their imcd is hung, or was killed and not restarted).
+    Ignored(u64),
+    /// Our own link went down again while we waited: nothing was decided
+    /// (only a node back from an outage gets this; a newcomer keeps
+    /// waiting).
+    LinkDown,
     /// Every other node up runs an imcd that is joining as a newcomer too
     /// (the cluster is booting), and ours is the lowest-numbered: we go
     /// first at once and serve the others.
@@ -87,12 +102,19 @@ pub enum Joined {
 
 impl std::fmt::Display for Joined {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Joined::Served => "sent the directory by a running node",
-            Joined::First => "the first node of the cluster",
-            Joined::Unanswered => "the first imcd of the cluster (nobody answered the join)",
-            Joined::Together => "the first of the imcds starting together (it serves the others)",
-        })
+        match self {
+            Joined::Served => f.write_str("sent the directory by a running node"),
+            Joined::First => f.write_str("the first node of the cluster"),
+            Joined::Unanswered => f.write_str("the first imcd of the cluster (no imcd up could serve the join)"),
+            Joined::Ignored(nodes) => write!(
+                f,
+                "nodes {:?} run imcd but none answered the join within {} s: going on with our own copy",
+                (0..MAX_NODES).filter(|&n| nodes & (1 << n) != 0).collect::<Vec<_>>(),
+                SERVER_WAIT.as_secs()
+            ),
+            Joined::LinkDown => f.write_str("our link went down again before anyone answered"),
+            Joined::Together => f.write_str("the first of the imcds starting together (it serves the others)"),
+        }
     }
 }
 
@@ -272,10 +294,18 @@ impl<H: Hw> Node<H> {
 
     /// Asks to be sent the directory with request `req` (fresh, nonzero)
     /// and waits until a running node served it, or no other node is up,
-    /// or `wait` passed. Unserved, it marks the request served itself, so
-    /// the others do not take this node for a newcomer for ever.
+    /// or `wait` passed and no other node could serve it (past `wait`, it
+    /// waits up to [`SERVER_WAIT`] more while one could), or our link went
+    /// down again. Unserved, it marks the request served itself, so the
+    /// others do not take this node for a newcomer for ever.
     pub fn ask_directory(&self, req: u64, wait: Duration) -> Joined {
         self.wait_served(req, wait, false)
+    }
+
+    /// The nodes in `others` that could serve a join: a ready imcd that is
+    /// not itself waiting to be served.
+    fn servers_among(&self, others: u64) -> u64 {
+        self.ready_among(others) & !(0..MAX_NODES).filter(|&m| self.pending(m)).fold(0, |b, m| b | 1 << m)
     }
 
     /// [`Node::ask_directory`]; a `newcomer` (its request is its token)
@@ -296,7 +326,13 @@ impl<H: Hw> Node<H> {
             if self.host(me, host::JOIN_SERVED) == req {
                 break Joined::Served;
             }
-            let others = self.members() & !(1 << me);
+            let members = self.members();
+            if members & (1 << me) == 0 && !newcomer {
+                // MEMBERS reads 0 while our link is down: it says nothing
+                // of the others, and nobody can serve us now.
+                break Joined::LinkDown;
+            }
+            let others = members & !(1 << me);
             if others == 0 {
                 break Joined::First;
             }
@@ -304,7 +340,13 @@ impl<H: Hw> Node<H> {
                 break Joined::Together;
             }
             if t0.elapsed() > wait {
-                break Joined::Unanswered;
+                let servers = self.servers_among(others);
+                if servers == 0 {
+                    break Joined::Unanswered;
+                }
+                if t0.elapsed() > wait + SERVER_WAIT {
+                    break Joined::Ignored(servers);
+                }
             }
             if sent.elapsed() >= JOIN_RESEND {
                 sent = Instant::now();

@@ -118,6 +118,8 @@ pub struct Running {
     requests: Option<mpsc::Sender<Option<Call>>>,
     joined: mpsc::Receiver<Joined>,
     thread: Option<JoinHandle<()>>,
+    /// Until when the daemon thread does nothing ([`Running::stall`]).
+    stalled_until: Arc<Mutex<Option<std::time::Instant>>>,
 }
 
 impl SimNet {
@@ -169,6 +171,8 @@ impl SimNet {
         let wake = tx.clone();
         let (jtx, jrx) = mpsc::channel();
         let (hw2, stop2, name) = (hw.clone(), stop.clone(), name.to_string());
+        let stalled_until: Arc<Mutex<Option<std::time::Instant>>> = Arc::new(Mutex::new(None));
+        let stall = stalled_until.clone();
         let thread = std::thread::Builder::new()
             .name(format!("sim-imcd-{n}"))
             .spawn(move || {
@@ -183,6 +187,10 @@ impl SimNet {
                     let mapper = Mapper::new(&node, settings.flap_grace).expect("directory on the simulated bus");
                     s.spawn(|| mapper.run(&stop2, &woken));
                     while !stop2.load(Ordering::Relaxed) {
+                        let until = stall.lock().unwrap_or_else(|e| e.into_inner()).take();
+                        if let Some(t) = until {
+                            std::thread::sleep(t.saturating_duration_since(std::time::Instant::now()));
+                        }
                         d.tick();
                         match rx.recv_timeout(d.next_tick()) {
                             Ok(Some((req, cred, client, reply))) => {
@@ -195,7 +203,7 @@ impl SimNet {
                 });
             })
             .expect("spawn a simulated imcd");
-        Running { hw, stop, requests: Some(tx), joined: jrx, thread: Some(thread) }
+        Running { hw, stop, requests: Some(tx), joined: jrx, thread: Some(thread), stalled_until }
     }
 
     /// Node `n` fails: its link goes down (the survivors see it leave the
@@ -282,6 +290,16 @@ impl Running {
     /// How it joined (waits for the join to finish).
     pub fn joined(&self) -> Option<Joined> {
         self.joined.recv_timeout(Duration::from_secs(30)).ok()
+    }
+
+    /// The daemon thread does nothing for `d` from its next turn (no
+    /// tick, no request; the mapper goes on): an imcd busy in a long
+    /// repair or a lock wait.
+    pub fn stall(&self, d: Duration) {
+        *self.stalled_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now() + d);
+        if let Some(tx) = &self.requests {
+            let _ = tx.send(None);
+        }
     }
 
     /// Sends request `req` as client `client` with `cred`; the reply.

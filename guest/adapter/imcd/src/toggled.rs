@@ -23,7 +23,7 @@
 
 use std::time::{Duration, Instant};
 
-use imc_client::cluster_lock::OrderedBus;
+use imc_client::cluster_lock::{OrderedBus, RESEND};
 
 /// A two-copy record of `words` 8-byte words over an [`OrderedBus`] whose
 /// slots are the words `0 ..= 2 * words`.
@@ -105,9 +105,21 @@ impl<B: OrderedBus> Toggled<B> {
         let next = ((t >> 1) + 1) << 1 | target;
         self.bus.store(0, next);
         let t0 = Instant::now();
+        let mut sent = t0;
         while self.bus.load(0) != next {
-            if t0.elapsed() > timeout {
+            let now = Instant::now();
+            if now.duration_since(t0) > timeout {
                 return Err(ToggleError::NoLoopback(t0.elapsed()));
+            }
+            if now.duration_since(sent) >= RESEND {
+                // Lost to us alone (a corrupted frame back to us): the copy
+                // and the toggle again, the same values, so a node that has
+                // them sees no change and one that missed a word gets it.
+                for (i, &w) in data.iter().enumerate() {
+                    self.bus.store(base + i, w);
+                }
+                self.bus.store(0, next);
+                sent = now;
             }
             std::hint::spin_loop();
         }
@@ -175,6 +187,23 @@ mod tests {
         }
         assert!(matches!(writer.write(&[1; 3], Duration::from_secs(1)), Err(ToggleError::BadLength { .. })));
         assert!(matches!(Toggled::new(cluster.node(0), 2 * W), Err(ToggleError::TooBig { .. })));
+    }
+
+    /// A toggle lost to the writer alone is stored again with its copy:
+    /// the write ends at once, not at its timeout.
+    #[test]
+    fn a_toggle_lost_to_the_writer_alone_is_sent_again() {
+        let cluster = SimCluster::with_slots(3, 1 + 2 * W, Duration::ZERO, 8);
+        let writer = Toggled::new(cluster.node(0), W).unwrap();
+        // The copy's words and the toggle: the toggle is the last of them.
+        cluster.corrupt(0, W as u64 + 1);
+        let t0 = Instant::now();
+        writer.write(&[7; W], Duration::from_secs(10)).unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(2), "the write waited {:?}", t0.elapsed());
+        assert_eq!(writer.read(), vec![7; W], "the writer's own copy is whole");
+        let reader = Toggled::new(cluster.node(1), W).unwrap();
+        settle(&reader, 1);
+        assert_eq!(reader.read(), vec![7; W]);
     }
 
     #[test]

@@ -366,6 +366,37 @@ fn short_flap_is_ridden_out_and_the_node_resynchronised() {
     });
 }
 
+/// A node back from a short flap whose server is busy (the elected imcd
+/// stalled past the join wait: a late join of its own held up, a repair)
+/// waits for it instead of going on with the copy it had: that copy misses
+/// a region made while it was down, and allocating from it would hand the
+/// region's pages out again (a second cluster beside the first, as a
+/// cross-host soak saw). It is served once the server is back.
+#[test]
+fn a_node_back_from_a_flap_waits_for_a_busy_server() {
+    let net = net(3, 24);
+    let nodes: Vec<Running> = (0..3).map(|n| start_with(&net, n, flap_settings())).collect();
+    eventually("all three imcds see each other", || nodes.iter().all(|r| hosts(r).len() == 3));
+    // Node 0, the elected server, is busy for twice the join wait.
+    let stall = 2 * flap_settings().join_wait;
+    nodes[0].stall(stall);
+    let t0 = Instant::now();
+    net.link_down(1);
+    std::thread::sleep(Duration::from_millis(150));
+    let (id66, first66) = alloc(&nodes[2], 0x66, false);
+    std::thread::sleep(Duration::from_millis(150));
+    net.link_up(1);
+    // Node 1 answers this only once its outage is settled.
+    let (_, first67) = alloc(&nodes[1], 0x67, false);
+    assert!(t0.elapsed() >= stall, "node 1 settled after {:?}, before its server was back", t0.elapsed());
+    assert_eq!(find(&nodes[1], 0x66), Some((id66, first66)), "node 1 was sent the region it missed");
+    assert!(first67 >= first66 + 2 || first67 + 2 <= first66, "node 1 allocated over region {id66}");
+    for r in &nodes {
+        assert_disjoint(r);
+        assert_eq!(find(r, 0x66), Some((id66, first66)));
+    }
+}
+
 /// A node away longer than the repair delay is repaired out (its region
 /// freed, its pages reusable); when it comes back its imcd has revoked
 /// what its processes held (transmit off, holders gone) and it rejoins as

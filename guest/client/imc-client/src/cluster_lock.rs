@@ -33,6 +33,14 @@
 
 use std::time::{Duration, Instant};
 
+/// How often a store we wait to see come back is made again. A store can
+/// be lost to this node alone (a frame to it failed its CRC check): the
+/// others have it, we never will, and without a second copy the wait would
+/// last until its deadline. Storing the same value again is harmless: the
+/// others already have it, and the wait ends at whichever copy comes back
+/// first, every write ordered before that copy applied here too.
+pub const RESEND: Duration = Duration::from_millis(50);
+
 /// What the lock needs from MEMORY CHANNEL: stores that go through the
 /// hub's total order and come back to this node (loopback), and loads from
 /// this node's receive copy.
@@ -142,14 +150,24 @@ impl<B: OrderedBus> ClusterLock<B> {
         (0..self.bus.slots()).filter(|&s| s != me && self.bus.load(s) != 0).collect()
     }
 
-    /// Stores `v` into our slot and waits until it came back.
+    /// Stores `v` into our slot and waits until it came back, storing it
+    /// again every [`RESEND`]. Past the deadline it withdraws (stores 0:
+    /// a bid the others received but we did not would hold the lock for
+    /// them) and gives up.
     fn store_own(&self, v: u64, deadline: Instant) -> Result<(), LockError> {
         let me = self.bus.node();
         self.bus.store(me, v);
         let t0 = Instant::now();
+        let mut sent = t0;
         while self.bus.load(me) != v {
-            if Instant::now() > deadline {
+            let now = Instant::now();
+            if now > deadline {
+                self.bus.store(me, 0);
                 return Err(LockError::NoLoopback(t0.elapsed()));
+            }
+            if now.duration_since(sent) >= RESEND {
+                self.bus.store(me, v);
+                sent = now;
             }
             std::hint::spin_loop();
         }
@@ -234,6 +252,8 @@ pub mod sim {
         down_since: Vec<AtomicU64>,
         /// Per node: the stretches of the log it missed while down.
         missed: Vec<Mutex<Vec<Range<u64>>>>,
+        /// Per node: how many more writes reach it corrupted (not applied).
+        corrupt: Vec<AtomicU64>,
         stop: AtomicBool,
     }
 
@@ -281,6 +301,7 @@ pub mod sim {
                 applied: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
                 down_since: (0..nodes).map(|_| AtomicU64::new(UP)).collect(),
                 missed: (0..nodes).map(|_| Mutex::new(Vec::new())).collect(),
+                corrupt: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
                 stop: AtomicBool::new(false),
             });
             let threads = (0..nodes)
@@ -311,7 +332,10 @@ pub mod sim {
                                 if lag > 0 && rng % 4 == 0 {
                                     thread::sleep(Duration::from_nanos(rng % lag));
                                 }
-                                if !inner.misses(n, i) {
+                                let corrupted = inner.corrupt[n]
+                                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1))
+                                    .is_ok();
+                                if !inner.misses(n, i) && !corrupted {
                                     inner.copies[n][slot].store(v, Ordering::SeqCst);
                                 }
                                 inner.applied[n].fetch_add(1, Ordering::SeqCst);
@@ -351,6 +375,13 @@ pub mod sim {
             }
             self.inner.missed[n].lock().unwrap().push(since..log.len() as u64);
             self.inner.down_since[n].store(UP, Ordering::SeqCst);
+        }
+
+        /// The next `count` writes to reach node `n` arrive corrupted and
+        /// are not applied there (the hub's `corrupt`); the other nodes
+        /// apply them.
+        pub fn corrupt(&self, n: usize, count: u64) {
+            self.inner.corrupt[n].store(count, Ordering::SeqCst);
         }
 
         /// Whether node `n`'s link is up.
@@ -500,5 +531,40 @@ mod tests {
         assert_eq!(cluster.log(), vec![(0, 7), (0, 8)], "the stores made while down were dropped");
         // Node 1 missed 7 for good, and nothing of its own came back.
         assert_eq!((b.load(1), a.load(1)), (0, 0));
+    }
+
+    /// A bid lost to the bidder alone (the frame back to it corrupted; the
+    /// others applied it) is stored again: the acquire succeeds at once,
+    /// not at its deadline. If its own copies never come back at all, the
+    /// acquire gives up and withdraws the bid the others hold.
+    #[test]
+    fn a_bid_lost_to_the_bidder_alone_is_sent_again_and_withdrawn_on_giving_up() {
+        let cluster = SimCluster::new(3, Duration::ZERO, 13);
+        cluster.corrupt(0, 1);
+        let lock = ClusterLock::new(cluster.node(0));
+        let t0 = Instant::now();
+        lock.acquire(Duration::from_secs(10)).unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(2), "the acquire waited {:?} for a lost bid", t0.elapsed());
+        assert!(cluster.log().len() >= 2, "the bid was stored again: {:?}", cluster.log());
+        lock.release();
+        let other = cluster.node(1);
+        let t0 = Instant::now();
+        while other.load(0) != 0 {
+            assert!(t0.elapsed() < Duration::from_secs(5), "the release never reached node 1");
+            thread::yield_now();
+        }
+        // Every frame back to node 0 is lost now.
+        cluster.corrupt(0, u64::MAX);
+        match lock.acquire(Duration::from_millis(300)) {
+            Err(LockError::NoLoopback(_)) => {}
+            other => panic!("expected NoLoopback, got {other:?}"),
+        }
+        let t0 = Instant::now();
+        while !(other.load(0) == 0 && cluster.log().last() == Some(&(0, 0))) {
+            assert!(t0.elapsed() < Duration::from_secs(5), "the bid node 1 received was not withdrawn");
+            thread::yield_now();
+        }
+        cluster.corrupt(0, 0);
+        lock.acquire(Duration::from_secs(5)).unwrap();
     }
 }
