@@ -34,7 +34,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::toggled::{ToggleError, Toggled};
-use imc_client::cluster_lock::{ClusterLock, LockError, OrderedBus, Window};
+use imc_client::cluster_lock::{ClusterLock, LockError, OrderedBus, Window, RESEND};
 use imc_proto::layout::ENTRY_WORDS;
 
 /// Words per entry record.
@@ -220,7 +220,9 @@ impl<B: OrderedBus + Clone> Regions<B> {
         if data.is_empty() {
             return Err(RegionError::AddressSpaceTooSmall { pages: data.end, first: data.start });
         }
-        let lock = ClusterLock::new(Window::new(bus.clone(), 0, lock_slots));
+        // imcd's own pages are never revoked: a bid lost to us alone is
+        // sent again (see RESEND).
+        let lock = ClusterLock::new(Window::new(bus.clone(), 0, lock_slots)).resending(RESEND);
         let entries = (0..entries)
             .map(|i| Toggled::new(Window::new(bus.clone(), lock_slots + i * ENTRY_WORDS, ENTRY_WORDS), W))
             .collect::<Result<Vec<_>, _>>()?;
