@@ -15,8 +15,46 @@ const STATUS: usize = 0x06;
 const BAR0: usize = 0x10;
 const CAP_PTR: usize = 0x34;
 const INTERRUPT_LINE: usize = 0x3C;
-/// Offset of the MSI-X capability.
+/// Offset of the interrupt capability (MSI-X, or MSI: [`Interrupts`]).
 pub const MSIX_CAP: usize = 0x40;
+/// MSI message control: 64-bit addresses, one vector, no per-vector mask.
+const MSI_CTRL_64BIT: u16 = 1 << 7;
+
+/// Which message-signalled interrupt capability the adapter offers. Both
+/// carry the same one vector (every cause shares it).
+///
+/// MSI-X is the default. MSI is for an adapter on a hot-pluggable slot:
+/// QEMU 10.2's `vfio-user-pci` aborts when a device with MSI-X is
+/// unplugged (its finalizer takes the PBA overlay out of a BAR it is no
+/// longer in), and skips that step for a device without MSI-X.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Interrupts {
+    /// An MSI-X capability, table and PBA in BAR 0.
+    #[default]
+    MsiX,
+    /// An MSI capability (64-bit address, one vector).
+    Msi,
+}
+
+impl std::str::FromStr for Interrupts {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "msix" => Ok(Interrupts::MsiX),
+            "msi" => Ok(Interrupts::Msi),
+            other => Err(format!("interrupts {other:?}: msix or msi")),
+        }
+    }
+}
+
+impl std::fmt::Display for Interrupts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Interrupts::MsiX => "msix",
+            Interrupts::Msi => "msi",
+        })
+    }
+}
 /// MSI-X message control: enable and function-mask bits (the guest's).
 const MSIX_CTRL_RW: u16 = 0xC000;
 /// Command register bits the guest may change: I/O, memory, bus master, INTx disable.
@@ -48,8 +86,14 @@ impl ConfigSpace {
         self.bytes[..n].copy_from_slice(&bytes[..n]);
     }
 
-    /// Builds the reset state for an adapter with `pct_size` and `tx_size` BARs.
+    /// Builds the reset state for an adapter with `pct_size` and `tx_size`
+    /// BARs and an MSI-X capability.
     pub fn new(pct_size: u64, tx_size: u64) -> Self {
+        Self::with_interrupts(pct_size, tx_size, Interrupts::MsiX)
+    }
+
+    /// [`ConfigSpace::new`] with the interrupt capability `irq`.
+    pub fn with_interrupts(pct_size: u64, tx_size: u64, irq: Interrupts) -> Self {
         let mut c = ConfigSpace { bytes: [0; CONFIG_SIZE as usize], bar_sizes: [0; 6] };
         c.put16(0x00, regs::VENDOR_ID);
         c.put16(0x02, regs::DEVICE_ID);
@@ -61,14 +105,23 @@ impl ConfigSpace {
         c.put16(0x2C, regs::VENDOR_ID); // subsystem vendor
         c.put16(0x2E, regs::DEVICE_ID); // subsystem id
         c.bytes[0x3D] = 1; // interrupt pin: INTA
-                           // Capability list: MSI-X only. Table and PBA in BAR 0 (see crate regs).
+                           // Capability list: one capability, MSI-X (table and PBA in BAR 0,
+                           // see crate regs) or MSI. QEMU emulates either for the guest.
         c.put16(STATUS, 1 << 4);
         c.bytes[CAP_PTR] = MSIX_CAP as u8;
-        c.bytes[MSIX_CAP] = 0x11; // MSI-X
         c.bytes[MSIX_CAP + 1] = 0; // last capability
-        c.put16(MSIX_CAP + 2, (regs::MSIX_VECTORS - 1) as u16);
-        c.put32(MSIX_CAP + 4, regs::reg::MSIX_TABLE as u32 | regs::BAR_REGS);
-        c.put32(MSIX_CAP + 8, regs::reg::MSIX_PBA as u32 | regs::BAR_REGS);
+        match irq {
+            Interrupts::MsiX => {
+                c.bytes[MSIX_CAP] = 0x11;
+                c.put16(MSIX_CAP + 2, (regs::MSIX_VECTORS - 1) as u16);
+                c.put32(MSIX_CAP + 4, regs::reg::MSIX_TABLE as u32 | regs::BAR_REGS);
+                c.put32(MSIX_CAP + 8, regs::reg::MSIX_PBA as u32 | regs::BAR_REGS);
+            }
+            Interrupts::Msi => {
+                c.bytes[MSIX_CAP] = 0x05;
+                c.put16(MSIX_CAP + 2, MSI_CTRL_64BIT);
+            }
+        }
         c.bar_sizes[regs::BAR_REGS as usize] = regs::REGS_SIZE;
         c.bar_sizes[regs::BAR_PCT as usize] = pct_size;
         c.bar_sizes[regs::BAR_TX as usize] = tx_size;
@@ -112,7 +165,7 @@ impl ConfigSpace {
                     self.put32(BAR0 + bar * 4, self.bar_value(bar, u32::from_le_bytes(v)));
                 }
                 INTERRUPT_LINE => self.bytes[o] = b,
-                o if o == MSIX_CAP + 3 => {
+                o if o == MSIX_CAP + 3 && self.bytes[MSIX_CAP] == 0x11 => {
                     let hi = (b as u16) << 8 & MSIX_CTRL_RW;
                     let ctrl = u16::from_le_bytes([self.bytes[MSIX_CAP + 2], self.bytes[MSIX_CAP + 3]]);
                     self.put16(MSIX_CAP + 2, (ctrl & !MSIX_CTRL_RW) | hi);
@@ -140,6 +193,15 @@ impl ConfigSpace {
         }
         let flags = self.get32(BAR0 + bar * 4) & 0xF;
         (v & !(size as u32).wrapping_sub(1) & !0xF) | flags
+    }
+
+    /// The interrupt capability this space offers.
+    pub fn interrupts(&self) -> Interrupts {
+        if self.bytes[MSIX_CAP] == 0x05 {
+            Interrupts::Msi
+        } else {
+            Interrupts::MsiX
+        }
     }
 
     /// True when the guest enabled bus mastering (the device may DMA).
@@ -184,5 +246,18 @@ mod tests {
         assert_eq!(rd32(&c, MSIX_CAP as u64 + 8), 0xC00);
         c.write(MSIX_CAP as u64 + 3, &[0xFF]);
         assert_eq!(rd32(&c, MSIX_CAP as u64) >> 16, 0xC000, "only enable and mask are writable");
+    }
+
+    #[test]
+    fn msi_instead_of_msix() {
+        let c = ConfigSpace::with_interrupts(1 << 20, 512 << 20, Interrupts::Msi);
+        assert_eq!(rd32(&c, 0x34) & 0xFF, MSIX_CAP as u32);
+        // MSI, last capability, 64-bit, one vector, no per-vector mask.
+        assert_eq!(rd32(&c, MSIX_CAP as u64), 0x0080_0005);
+        assert_eq!(c.interrupts(), Interrupts::Msi);
+        assert_eq!(ConfigSpace::new(1 << 20, 512 << 20).interrupts(), Interrupts::MsiX);
+        assert_eq!("msi".parse::<Interrupts>(), Ok(Interrupts::Msi));
+        assert_eq!("msix".parse::<Interrupts>(), Ok(Interrupts::MsiX));
+        assert!("intx".parse::<Interrupts>().unwrap_err().contains("msix or msi"));
     }
 }

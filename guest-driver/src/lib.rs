@@ -237,22 +237,39 @@ impl Adapter {
     }
 }
 
-/// An eventfd the adapter's interrupt is routed to (MSI-X vector 0).
+/// An eventfd an interrupt of the adapter is routed to: its one vector
+/// (MSI-X, or MSI on an adapter that offers that: `docs/adapter.md`,
+/// "Surprise removal"), or the guest kernel's request to let it go.
 pub struct Interrupt {
     fd: std::os::fd::OwnedFd,
 }
 
+fn eventfd() -> Result<std::os::fd::OwnedFd, VfioError> {
+    // SAFETY: eventfd(2) returns a new fd or -1.
+    let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(VfioError::Os { what: "eventfd".into(), err: std::io::Error::last_os_error() });
+    }
+    // SAFETY: `raw` is a fresh fd we own.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
+}
+
 impl Interrupt {
-    /// Creates an eventfd and routes the adapter's MSI-X vector 0 to it.
+    /// Creates an eventfd and routes the adapter's interrupt vector to it:
+    /// MSI-X vector 0, or the MSI vector when the adapter has no MSI-X.
     pub fn msix(dev: &VfioDevice) -> Result<Interrupt, VfioError> {
-        // SAFETY: eventfd(2) returns a new fd or -1.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(VfioError::Os { what: "eventfd".into(), err: std::io::Error::last_os_error() });
-        }
-        // SAFETY: `raw` is a fresh fd we own.
-        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
-        dev.set_irq_eventfd(vfio::MSIX_IRQ_INDEX, 0, &fd)?;
+        let fd = eventfd()?;
+        let index = if dev.irq_count(vfio::MSIX_IRQ_INDEX)? > 0 { vfio::MSIX_IRQ_INDEX } else { vfio::MSI_IRQ_INDEX };
+        dev.set_irq_eventfd(index, 0, &fd)?;
+        Ok(Interrupt { fd })
+    }
+
+    /// The guest kernel's request to let the device go (the adapter is
+    /// being unplugged): it fires, again every 10 s, until every file of
+    /// the device is closed.
+    pub fn release_request(dev: &VfioDevice) -> Result<Interrupt, VfioError> {
+        let fd = eventfd()?;
+        dev.set_irq_eventfd(vfio::REQ_IRQ_INDEX, 0, &fd)?;
         Ok(Interrupt { fd })
     }
 

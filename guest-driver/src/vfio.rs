@@ -25,6 +25,11 @@ use vfio_bindings::bindings::vfio::{
 
 /// `VFIO_PCI_MSIX_IRQ_INDEX`: the IRQ index of MSI-X.
 pub use vfio_bindings::bindings::vfio::VFIO_PCI_MSIX_IRQ_INDEX as MSIX_IRQ_INDEX;
+/// `VFIO_PCI_MSI_IRQ_INDEX`: the IRQ index of MSI.
+pub use vfio_bindings::bindings::vfio::VFIO_PCI_MSI_IRQ_INDEX as MSI_IRQ_INDEX;
+/// `VFIO_PCI_REQ_IRQ_INDEX`: the guest kernel's request to let the device
+/// go (it is being unplugged).
+pub use vfio_bindings::bindings::vfio::VFIO_PCI_REQ_IRQ_INDEX as REQ_IRQ_INDEX;
 
 /// Errors of the VFIO driver, each saying what to check.
 #[derive(Debug, Error)]
@@ -82,6 +87,7 @@ const VFIO_GROUP_GET_STATUS: libc::c_ulong = io_nr(3);
 const VFIO_GROUP_SET_CONTAINER: libc::c_ulong = io_nr(4);
 const VFIO_GROUP_GET_DEVICE_FD: libc::c_ulong = io_nr(6);
 const VFIO_DEVICE_GET_REGION_INFO: libc::c_ulong = io_nr(8);
+const VFIO_DEVICE_GET_IRQ_INFO: libc::c_ulong = io_nr(9);
 const VFIO_DEVICE_SET_IRQS: libc::c_ulong = io_nr(10);
 const PCI_COMMAND: u64 = 0x04;
 const PCI_COMMAND_MEMORY: u16 = 1 << 1;
@@ -314,6 +320,16 @@ impl VfioDevice {
         self.config_read(PCI_COMMAND, &mut cmd)?;
         let v = u16::from_le_bytes(cmd) | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER;
         self.config_write(PCI_COMMAND, &v.to_le_bytes())
+    }
+
+    /// How many vectors interrupt `index` has (0: the device has none).
+    pub fn irq_count(&self, index: u32) -> Result<u32> {
+        // struct vfio_irq_info { argsz, flags, index, count }
+        let mut info = [0u32; 4];
+        info[0] = std::mem::size_of_val(&info) as u32;
+        info[2] = index;
+        ioctl_ptr(&self.device, VFIO_DEVICE_GET_IRQ_INFO, &mut info, "VFIO_DEVICE_GET_IRQ_INFO")?;
+        Ok(info[3])
     }
 
     /// Routes interrupt `index` vector `vector` to `eventfd` (MSI-X: the

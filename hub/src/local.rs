@@ -168,6 +168,8 @@ pub struct LocalConfig {
     pub name: String,
     /// MEMORY CHANNEL address space in bytes.
     pub aspace: u64,
+    /// The interrupt capability offered (MSI on a hot-pluggable slot).
+    pub interrupts: device::pci::Interrupts,
     /// How the vfio-user server talks to QEMU.
     pub vfio: ConnectionConfig,
 }
@@ -187,7 +189,8 @@ impl Hub {
         if node as usize >= ports {
             return Err(LocalError::OutOfRange { node, ports });
         }
-        let adapter = Adapter::new(cfg.aspace).map_err(|source| LocalError::Adapter { node, source })?;
+        let mut adapter = Adapter::new(cfg.aspace).map_err(|source| LocalError::Adapter { node, source })?;
+        adapter.set_interrupts(cfg.interrupts);
         adapter.plugged_in_at_power_on();
         self.start_local(cfg, listener, adapter, None, rt)
     }
@@ -203,7 +206,7 @@ impl Hub {
         let mut ready = Vec::new();
         for p in ports {
             let node = p.node;
-            let cfg = LocalConfig { node, name: p.name, aspace: 0, vfio: p.vfio };
+            let cfg = LocalConfig { node, name: p.name, aspace: 0, interrupts: Default::default(), vfio: p.vfio };
             match self.install_local(cfg, p.listener, p.adapter, p.client, rt.clone()) {
                 Ok(r) => ready.push(r),
                 Err(e) => failed.push((node, e)),

@@ -147,6 +147,7 @@ impl TestHub {
             node,
             name: name.to_string(),
             aspace,
+            interrupts: Default::default(),
             vfio: device::vfio_user::ConnectionConfig::default(),
         };
         self.hub.add_local(cfg, listener, rt).expect("add local port");

@@ -151,6 +151,12 @@ pub struct GuestSection {
     pub kernel: String,
     /// Initramfs; empty: the one `scripts/setup.sh` built.
     pub initrd: String,
+    /// The adapter on a hot-pluggable PCIe slot, offering MSI instead of
+    /// MSI-X (QEMU 10.2 aborts unplugging a vfio-user device with MSI-X),
+    /// so `mc-cluster unplug` and `plug` can take it out of a running
+    /// guest and put it back (docs/adapter.md, "Surprise removal").
+    /// In-hub adapters only.
+    pub hotplug: bool,
 }
 
 /// `[guest] lan` as a setting name, or as the boolean it was before there
@@ -181,6 +187,7 @@ impl Default for GuestSection {
             share: String::new(),
             kernel: String::new(),
             initrd: String::new(),
+            hotplug: false,
         }
     }
 }
@@ -281,6 +288,11 @@ impl Config {
         }
         if !["in-hub", "per-guest"].contains(&c.adapters.as_str()) {
             bail!("cluster.adapters must be in-hub or per-guest, not '{}'", c.adapters);
+        }
+        if self.guest.hotplug && !c.in_hub() {
+            bail!(
+                "guest.hotplug needs cluster.adapters = \"in-hub\": a per-guest mc-adapter serves one QEMU connection"
+            );
         }
         if c.in_hub() && self.hub.transport == "tcp" {
             bail!("hub.transport = \"tcp\" is for per-guest adapters: set cluster.adapters = \"per-guest\"");

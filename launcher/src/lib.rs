@@ -11,8 +11,9 @@
 //! - [`lan`]: the guests' LAN (tap on a bridge, or a multicast group).
 //! - [`monitor`]: the live page in the browser (`mc-cluster monitor`).
 //! - [`priority`]: which host threads run at real-time priority.
-//! - this file: the `up`, `down`, `status`, `restart`, `exec`, `cp` and
-//!   `mpirun` operations.
+//! - [`qmp`]: talking to a guest's QEMU (`unplug`, `plug`).
+//! - this file: the `up`, `down`, `status`, `restart`, `exec`, `cp`,
+//!   `mpirun`, `unplug` and `plug` operations.
 #![warn(missing_docs)]
 
 pub mod agent;
@@ -22,6 +23,7 @@ pub mod kvm;
 pub mod lan;
 pub mod monitor;
 pub mod priority;
+pub mod qmp;
 pub mod supervisor;
 
 use std::fs;
@@ -443,6 +445,51 @@ pub fn node_agent(paths: &Paths, name: &str, node: usize) -> Result<PathBuf> {
         bail!("node {node} is down (its QEMU exited: {how})");
     }
     Ok(supervisor::agent_sock(&rd, node))
+}
+
+/// How long `unplug` waits for the guest to let its adapter go.
+pub const UNPLUG_WAIT: Duration = Duration::from_secs(60);
+
+/// QMP to node `node` of cluster `name`, whose adapter sits in a
+/// hot-pluggable slot; and the node's folder.
+fn hotplug_qmp(paths: &Paths, name: &str, node: usize) -> Result<(qmp::Qmp, PathBuf)> {
+    node_agent(paths, name, node)?;
+    let rd = paths.run_dir(name);
+    let plan: Plan = serde_json::from_slice(&fs::read(rd.join("plan.json")).context("reading plan.json")?)?;
+    if !plan.config.guest.hotplug {
+        bail!(
+            "cluster '{name}' was started without a hot-pluggable slot for the adapter: set [guest] hotplug = true \
+             in its config (docs/adapter.md, \"Surprise removal\")"
+        );
+    }
+    let nd = supervisor::node_dir(&rd, node);
+    Ok((qmp::Qmp::connect(&supervisor::qmp_socket(&nd))?, nd))
+}
+
+/// Takes node `node`'s adapter out of its running guest (QMP `device_del`)
+/// and waits until the guest let it go and QEMU removed it. Returns what
+/// to print.
+pub fn unplug(paths: &Paths, name: &str, node: usize) -> Result<String> {
+    let (mut q, _) = hotplug_qmp(paths, name, node)?;
+    let t0 = Instant::now();
+    q.execute("device_del", serde_json::json!({"id": supervisor::ADAPTER_ID}))
+        .map_err(|e| anyhow::anyhow!("node {node}: {e} (is the adapter plugged in?)"))?;
+    q.wait_event("DEVICE_DELETED", UNPLUG_WAIT, |d| d["device"] == supervisor::ADAPTER_ID).map_err(|e| {
+        anyhow::anyhow!(
+            "node {node}: {e}: the guest has not let the adapter go (a process there still holds its device \
+             files: the guest kernel logs 'blocked until released by user')"
+        )
+    })?;
+    Ok(format!("node {node}: adapter unplugged ({:.1} s for the guest to let it go)", t0.elapsed().as_secs_f64()))
+}
+
+/// Plugs node `node`'s adapter back into its running guest (QMP
+/// `device_add`): a new vfio-user connection to the same port of the hub.
+pub fn plug(paths: &Paths, name: &str, node: usize) -> Result<String> {
+    let (mut q, nd) = hotplug_qmp(paths, name, node)?;
+    q.execute("device_add", supervisor::adapter_device(&nd, true))
+        .map_err(|e| anyhow::anyhow!("node {node}: {e} (is the adapter unplugged?)"))?;
+    Ok(format!("node {node}: adapter plugged in; imcd there takes it and rejoins (mctool imc-hosts shows when)"))
 }
 
 /// Runs `argv` on node `node` of cluster `name` with `io` as its standard

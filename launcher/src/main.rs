@@ -188,16 +188,35 @@ enum Cmd {
     /// Talk to the hub: counters, faults, or a restart.
     ///
     /// `hub -- stats`, `hub -- link-down NODE`, `link-up NODE`, `corrupt
-    /// NODE [COUNT]`, `delay NODE MICROS`; or `hub restart`: a new hub with
-    /// the same arguments (in-hub mode, the default, restarts every guest
-    /// too: their vfio-user clients never reconnect; per-guest, the adapters
-    /// rejoin).
+    /// NODE [COUNT]`, `delay NODE MICROS`, `fault NODE KIND`; or `hub
+    /// restart`: a new hub with the same arguments (in-hub mode, the
+    /// default, restarts it in place and the guests keep running;
+    /// per-guest, the adapters rejoin).
     Hub {
         /// `restart`, or nothing (then a request after --).
         action: Option<String>,
         /// The request and its arguments (after --), as for `mc-hub ctl`.
         #[arg(last = true)]
         args: Vec<String>,
+    },
+    /// Take a node's adapter out of its running guest (surprise removal).
+    ///
+    /// QMP `device_del` on the adapter's hot-pluggable slot (`[guest]
+    /// hotplug = true`); returns once the guest let it go (imcd ends, the
+    /// processes holding its files let go) and QEMU removed it, or fails
+    /// after 60 s. The others see the node leave (docs/adapter.md,
+    /// "Surprise removal").
+    Unplug {
+        /// The node.
+        node: usize,
+    },
+    /// Plug a node's adapter back into its running guest (QMP `device_add`).
+    ///
+    /// The guest finds a new adapter; imcd takes it and joins the cluster
+    /// again as a restarted node.
+    Plug {
+        /// The node.
+        node: usize,
     },
     /// Follow a node's register trace, decoded, live.
     ///
@@ -390,6 +409,14 @@ fn run() -> Result<i32> {
         }
         Cmd::Hub { action: None, args } => {
             out!("{}", hub_ctl(&paths, &cli.name, &args)?);
+            Ok(0)
+        }
+        Cmd::Unplug { node } => {
+            out!("{}", launcher::unplug(&paths, &cli.name, node)?);
+            Ok(0)
+        }
+        Cmd::Plug { node } => {
+            out!("{}", launcher::plug(&paths, &cli.name, node)?);
             Ok(0)
         }
         Cmd::Trace { node, kind, reg, pages, dir, json } => {

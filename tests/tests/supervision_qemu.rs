@@ -196,6 +196,10 @@ fn hub_restart_in_hub_keeps_the_guests_running() {
     let c = Cluster::up_with("t-sup-inhub", 2, &["--adapters", "in-hub"]);
     c.imcd_ready();
     c.poll_until(0, &["mctool", "imc-hosts"], 60, |o| o.contains("hosts [0, 1]"));
+    // Without a hot-pluggable slot the adapter cannot be unplugged, and
+    // the refusal names the setting.
+    let (ok, said) = launcher(&c, &["unplug", "1"]);
+    assert!(!ok && said.contains("[guest] hotplug = true"), "unplug without a hot-pluggable slot: {said}");
     let st0 = c.state();
     let boot = |n: usize| String::from_utf8_lossy(&c.run(n, &["cat", "/proc/sys/kernel/random/boot_id"])).into_owned();
     let boots: Vec<String> = (0..2).map(boot).collect();

@@ -1,5 +1,6 @@
 //! The adapter's interrupt state: causes, enables, the notification FIFO,
-//! and the eventfds QEMU gave for INTx and MSI-X (`docs/adapter.md`,
+//! and the eventfds QEMU gave for INTx and MSI-X (or MSI, when the adapter
+//! offers that instead: the same one vector, `msix` below) (`docs/adapter.md`,
 //! "INT_CAUSE and INT_MASK bits").
 //!
 //! Lives behind `Shared::irq`, a mutex taken by the vfio-user thread
@@ -141,21 +142,21 @@ impl Irq {
                     irq.signal();
                 }
             }
-            (MSIX, ACTION_TRIGGER) if eventfds => {
+            (MSI | MSIX, ACTION_TRIGGER) if eventfds => {
                 let mut fds = req.fds.into_iter().map(File::from);
                 for v in range {
                     irq.msix[v] = fds.next();
                 }
             }
-            (MSIX, ACTION_TRIGGER) if req.count == 0 => irq.msix.iter_mut().for_each(|f| *f = None),
-            (MSIX, ACTION_TRIGGER) => {
+            (MSI | MSIX, ACTION_TRIGGER) if req.count == 0 => irq.msix.iter_mut().for_each(|f| *f = None),
+            (MSI | MSIX, ACTION_TRIGGER) => {
                 for v in range {
                     if let Some(f) = &irq.msix[v] {
                         kick(f);
                     }
                 }
             }
-            (MSIX, ACTION_MASK) | (MSIX, ACTION_UNMASK) => {
+            (MSI | MSIX, ACTION_MASK) | (MSI | MSIX, ACTION_UNMASK) => {
                 let masked = action == ACTION_MASK;
                 for v in range {
                     irq.msix_masked[v] = masked;

@@ -45,7 +45,7 @@ use self::tx::Pending;
 use self::txdma::TxDma;
 use crate::dma::DmaSpace;
 use crate::link_client::HubAddr;
-use crate::pci::{ConfigSpace, CONFIG_SIZE};
+use crate::pci::{ConfigSpace, Interrupts, CONFIG_SIZE};
 use crate::regs::{self, err, int, pct, MSIX_VECTORS, PAGE_SIZE};
 use crate::uplink::{AckReply, Downlink, LinkInfo, Unplugged, Uplink};
 use crate::vfio_user::{self, region, region_flags, Device, Errno, IrqSet, RegionInfo};
@@ -362,6 +362,18 @@ impl Adapter {
         })
     }
 
+    /// Offers interrupt capability `irq` (before a guest driver looks:
+    /// the configuration space is rebuilt in its reset state).
+    pub fn set_interrupts(&mut self, irq: Interrupts) {
+        let pages = self.shared.pages;
+        self.config = ConfigSpace::with_interrupts(Self::pct_bar_size(pages), pages * PAGE_SIZE, irq);
+    }
+
+    /// The interrupt capability offered.
+    pub fn interrupts(&self) -> Interrupts {
+        self.config.interrupts()
+    }
+
     fn pct_bar_size(pages: u64) -> u64 {
         (pages * pct::ENTRY).next_power_of_two().max(4096)
     }
@@ -420,7 +432,8 @@ impl Device for Adapter {
     fn irq_count(&self, index: u32) -> u32 {
         match index {
             vfio_user::irq::INTX | vfio_user::irq::ERR => 1,
-            vfio_user::irq::MSIX => MSIX_VECTORS,
+            vfio_user::irq::MSIX if self.interrupts() == Interrupts::MsiX => MSIX_VECTORS,
+            vfio_user::irq::MSI if self.interrupts() == Interrupts::Msi => MSIX_VECTORS,
             _ => 0,
         }
     }

@@ -51,6 +51,10 @@ struct Args {
     /// MEMORY CHANNEL address space in MiB (power of two, 1 to 4096).
     #[arg(long, default_value_t = 512)]
     aspace_mib: u64,
+    /// Interrupt capability: `msix`, or `msi` for a guest that unplugs and
+    /// replugs the adapter (docs/adapter.md, "Surprise removal").
+    #[arg(long, default_value = "msix", value_name = "msix|msi")]
+    interrupts: device::pci::Interrupts,
     /// Seconds to keep trying to reach the hub at start.
     #[arg(long, default_value_t = 10)]
     hub_wait: u64,
@@ -99,6 +103,7 @@ fn run() -> anyhow::Result<()> {
         hub_wait: Duration::from_secs(args.hub_wait),
     };
     let mut adapter = Adapter::new(cfg.aspace)?;
+    adapter.set_interrupts(args.interrupts);
     adapter.connect(&cfg)?;
     if args.socket.exists() {
         std::fs::remove_file(&args.socket)?;

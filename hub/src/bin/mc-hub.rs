@@ -99,6 +99,11 @@ struct Args {
     /// store path", has the measurements.
     #[arg(long, default_value = "auto", value_name = "on|off|auto")]
     write_multiple: device::vfio_user::WriteMultiple,
+    /// Interrupt capability of local adapters: `msix`, or `msi` for guests
+    /// that unplug and replug the adapter (docs/adapter.md, "Surprise
+    /// removal").
+    #[arg(long, default_value = "msix", value_name = "msix|msi")]
+    interrupts: device::pci::Interrupts,
     /// The hand-over of the process this one replaced (`ctl restart`;
     /// docs/hub.md, "Hub restart"). Set by the hub itself.
     #[arg(long = "resume-fd", hide = true)]
@@ -345,6 +350,7 @@ fn run() -> anyhow::Result<()> {
                 node: *node,
                 name: name.clone(),
                 aspace,
+                interrupts: args.interrupts,
                 vfio: ConnectionConfig { write_multiple: args.write_multiple },
             };
             hub.add_local(lc, l, tokio::runtime::Handle::current()).map_err(|e| anyhow::anyhow!("--local: {e}"))?;

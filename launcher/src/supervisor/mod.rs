@@ -50,7 +50,7 @@ use anyhow::{bail, Context, Result};
 
 pub use policy::{reaction, Exited, Reaction, MAX_AUTO_RESTARTS};
 pub use process::tail;
-pub use qemu_args::{ivshmem_path, qemu_argv};
+pub use qemu_args::{adapter_device, ivshmem_path, qemu_argv, qmp_socket, ADAPTER_ID};
 pub use requests::{request, request_sock};
 pub use state::{agent_sock, node_dir, NodeState, Plan, State, Status};
 

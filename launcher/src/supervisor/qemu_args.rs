@@ -26,6 +26,32 @@ pub(super) fn create_ivshmem(run_dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// QEMU's id of the adapter device (QMP `device_del`).
+pub const ADAPTER_ID: &str = "mc";
+/// QEMU's id of the hot-pluggable slot the adapter sits in with
+/// `[guest] hotplug`.
+pub const ADAPTER_SLOT: &str = "mc-slot";
+
+/// The adapter's `-device` (and QMP `device_add`) arguments for node dir
+/// `nd`: the vfio-user client of its socket, in the hot-pluggable slot
+/// when `hotplug`.
+pub fn adapter_device(nd: &Path, hotplug: bool) -> serde_json::Value {
+    let mut d = serde_json::json!({
+        "driver": "vfio-user-pci",
+        "id": ADAPTER_ID,
+        "socket": {"type": "unix", "path": nd.join("adapter.sock")},
+    });
+    if hotplug {
+        d["bus"] = ADAPTER_SLOT.into();
+    }
+    d
+}
+
+/// Node dir `nd`'s QMP socket.
+pub fn qmp_socket(nd: &Path) -> PathBuf {
+    nd.join("qmp.sock")
+}
+
 /// QEMU's argument list for node `n` on the cluster's LAN `lan`.
 pub fn qemu_argv(plan: &Plan, n: usize, lan: &Lan) -> Vec<String> {
     let c = &plan.config;
@@ -66,11 +92,14 @@ pub fn qemu_argv(plan: &Plan, n: usize, lan: &Lan) -> Vec<String> {
     push("-no-reboot");
     push("-device");
     push("intel-iommu,caching-mode=on");
+    if c.guest.hotplug {
+        push("-device");
+        push(&format!("pcie-root-port,id={ADAPTER_SLOT},chassis=1,slot=1"));
+    }
     push("-device");
-    push(
-        &serde_json::json!({"driver": "vfio-user-pci", "socket": {"type": "unix", "path": nd.join("adapter.sock")}})
-            .to_string(),
-    );
+    push(&adapter_device(&nd, c.guest.hotplug).to_string());
+    push("-qmp");
+    push(&format!("unix:{},server=on,wait=off", qmp_socket(&nd).display().to_string().replace(',', ",,")));
     push("-kernel");
     push(&plan.kernel.display().to_string());
     push("-initrd");

@@ -51,6 +51,9 @@ impl Sup {
                 "--write-multiple".into(),
                 c.qemu.write_multiple.clone(),
             ]);
+            if c.guest.hotplug {
+                argv.extend(["--interrupts".into(), "msi".into()]);
+            }
             for n in 0..plan.nodes {
                 let sock = node_dir(rd, n).join("adapter.sock");
                 argv.extend(["--local".into(), format!("{n}:{}-node{n}:{}", plan.name, sock.display())]);

@@ -61,6 +61,47 @@ fn spare_path(slot: usize) -> PathBuf {
 
 /// Removes the spare buffers' files an imcd that was killed left behind
 /// (their DMA maps went with its VFIO container).
+/// Waits until the guest has an adapter: after an unplug (docs/adapter.md,
+/// "Surprise removal") the imcd that `/etc/keep-imcd` starts again waits
+/// here for the adapter to be plugged back, and says so once.
+fn wait_for_adapter() {
+    let mut said = false;
+    while let Err(guest_driver::vfio::VfioError::NotFound(ids)) =
+        guest_driver::vfio::find_pci(regs::VENDOR_ID, regs::DEVICE_ID)
+    {
+        if !said {
+            eprintln!("imcd: no MEMORY CHANNEL adapter (PCI {ids}): waiting for one to be plugged in");
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    if said {
+        eprintln!("imcd: an adapter was plugged in");
+    }
+}
+
+/// Waits for the guest kernel's request to let the adapter go (it is
+/// being unplugged: QMP `device_del`, `mc-cluster unplug`), then ends
+/// imcd: its exit closes the device, and the processes that hold the
+/// device files imcd handed out let go once they see imcd gone (mpid,
+/// pvmd and UMP do within seconds). `/etc/keep-imcd` starts a new imcd,
+/// which waits for an adapter and joins as a restarted node.
+fn watch_release(req: Interrupt) {
+    loop {
+        match req.wait(Duration::from_secs(3600)) {
+            Ok(0) => continue,
+            Ok(_) => {
+                eprintln!("imcd: the kernel asks for the adapter back (it is being unplugged): imcd ends to let it go");
+                std::process::exit(0);
+            }
+            Err(e) => {
+                eprintln!("imcd: waiting for the release request: {e}; an unplug waits until imcd stops");
+                return;
+            }
+        }
+    }
+}
+
 fn remove_stale_spares() {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
     for e in dir.flatten() {
@@ -183,6 +224,7 @@ impl AdapterHw {
     /// Opens the adapter (waiting up to 30 s for its link), and sets up
     /// imcd's pages, the interrupt and the files processes map.
     pub fn open() -> Result<AdapterHw, HwError> {
+        wait_for_adapter();
         let a = Adapter::open().map_err(|e| HwError::Device(e.to_string()))?;
         remove_stale_spares();
         let t0 = Instant::now();
@@ -226,6 +268,14 @@ impl AdapterHw {
                 None
             }
         };
+        match Interrupt::release_request(&a.dev) {
+            Ok(req) => {
+                if let Err(e) = std::thread::Builder::new().name("release".into()).spawn(move || watch_release(req)) {
+                    eprintln!("imcd: cannot watch for the release request ({e}): an unplug waits until imcd stops");
+                }
+            }
+            Err(e) => eprintln!("imcd: no release request interrupt ({e}): an unplug waits until imcd stops"),
+        }
         let tx_offset = a.dev.region(BAR_TX).map_err(|e| HwError::Device(e.to_string()))?.offset;
         let errcount = rx_buffer(Path::new(ERRCOUNT_FILE), 1).map_err(mem(ERRCOUNT_FILE))?;
         std::fs::set_permissions(ERRCOUNT_FILE, std::fs::Permissions::from_mode(0o644)).map_err(os(ERRCOUNT_FILE))?;
