@@ -590,6 +590,11 @@ mod tests {
         // Without resending (a process's lock: its pages can be revoked),
         // a lost bid is stored once and the acquire waits out its deadline.
         let plain = ClusterLock::new(cluster.node(2));
+        let t0 = Instant::now();
+        while plain.bus().load(0) != 0 {
+            assert!(t0.elapsed() < Duration::from_secs(5), "node 0's release never reached node 2");
+            thread::yield_now();
+        }
         let before = cluster.log().len();
         cluster.corrupt(2, u64::MAX);
         assert!(matches!(plain.acquire(Duration::from_millis(300)), Err(LockError::NoLoopback(_))));
