@@ -206,6 +206,8 @@ impl Hub {
         let mut ready = Vec::new();
         for p in ports {
             let node = p.node;
+            // The adapter comes whole (its configuration space says which
+            // interrupts it offers): size and interrupts are not read here.
             let cfg = LocalConfig { node, name: p.name, aspace: 0, interrupts: Default::default(), vfio: p.vfio };
             match self.install_local(cfg, p.listener, p.adapter, p.client, rt.clone()) {
                 Ok(r) => ready.push(r),

@@ -59,8 +59,6 @@ fn spare_path(slot: usize) -> PathBuf {
     PathBuf::from(format!("/dev/shm/imcd-spare-{slot}"))
 }
 
-/// Removes the spare buffers' files an imcd that was killed left behind
-/// (their DMA maps went with its VFIO container).
 /// Waits until the guest has an adapter: after an unplug (docs/adapter.md,
 /// "Surprise removal") the imcd that `/etc/keep-imcd` starts again waits
 /// here for the adapter to be plugged back, and says so once.
@@ -102,6 +100,8 @@ fn watch_release(req: Interrupt) {
     }
 }
 
+/// Removes the spare buffers' files an imcd that was killed left behind
+/// (their DMA maps went with its VFIO container).
 fn remove_stale_spares() {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
     for e in dir.flatten() {
