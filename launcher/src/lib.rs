@@ -18,6 +18,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod conform;
 pub mod hosts;
 pub mod kvm;
 pub mod lan;
@@ -450,12 +451,20 @@ pub fn node_agent(paths: &Paths, name: &str, node: usize) -> Result<PathBuf> {
 /// How long `unplug` waits for the guest to let its adapter go.
 pub const UNPLUG_WAIT: Duration = Duration::from_secs(60);
 
+/// The plan running cluster `name` was started from (its nodes and config).
+pub fn plan_of(paths: &Paths, name: &str) -> Result<Plan> {
+    let rd = paths.run_dir(name);
+    let bytes = fs::read(rd.join("plan.json"))
+        .map_err(|_| anyhow::anyhow!("cluster '{name}' is not up (run 'mc-cluster up' first)"))?;
+    serde_json::from_slice(&bytes).context("reading plan.json")
+}
+
 /// QMP to node `node` of cluster `name`, whose adapter sits in a
 /// hot-pluggable slot; and the node's folder.
 fn hotplug_qmp(paths: &Paths, name: &str, node: usize) -> Result<(qmp::Qmp, PathBuf)> {
     node_agent(paths, name, node)?;
     let rd = paths.run_dir(name);
-    let plan: Plan = serde_json::from_slice(&fs::read(rd.join("plan.json")).context("reading plan.json")?)?;
+    let plan = plan_of(paths, name)?;
     if !plan.config.guest.hotplug {
         bail!(
             "cluster '{name}' was started without a hot-pluggable slot for the adapter: set [guest] hotplug = true \

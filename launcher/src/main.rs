@@ -218,6 +218,29 @@ enum Cmd {
         /// The node.
         node: usize,
     },
+    /// Run the driver conformance suite against a driver in a guest.
+    ///
+    /// Runs `DRIVER SCENARIO [ARGS]` on the node once per scenario (reset,
+    /// errors, link, fifo, dma, removal), does what each scenario does to
+    /// the adapter from the host, and checks what the driver printed and
+    /// the adapter's register trace (docs/adapter.md, "The conformance
+    /// suite"). On a cluster of qemu-configs/conformance.toml. Exit code 0
+    /// when every scenario passed.
+    Conform {
+        /// The driver: a command in the guest that takes a scenario
+        /// (`mctool conform`, or `/share/conform` for a program of yours).
+        #[arg(long)]
+        driver: String,
+        /// The node whose adapter it drives.
+        #[arg(long, default_value_t = 1)]
+        node: usize,
+        /// Only these scenarios (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// One JSON object a scenario.
+        #[arg(long)]
+        json: bool,
+    },
     /// Follow a node's register trace, decoded, live.
     ///
     /// Every access the guest makes to its adapter, with registers and bits
@@ -418,6 +441,31 @@ fn run() -> Result<i32> {
         Cmd::Plug { node } => {
             out!("{}", launcher::plug(&paths, &cli.name, node)?);
             Ok(0)
+        }
+        Cmd::Conform { driver, node, only, json } => {
+            let o = launcher::conform::Options { driver, node, only };
+            let outcomes = launcher::conform::run(&paths, &cli.name, &o, |r| {
+                if json {
+                    outln!("{}", serde_json::to_string(r).unwrap_or_default());
+                    return;
+                }
+                let verdict = match (r.passed, r.unsupported) {
+                    (true, _) => "PASS",
+                    (false, true) => "UNSUPPORTED",
+                    (false, false) => "FAIL",
+                };
+                outln!("{verdict:<5} {:<8} {:>5.1} s  {}", r.scenario, r.seconds, r.detail);
+                if !r.passed {
+                    for l in &r.driver_output {
+                        outln!("        | {l}");
+                    }
+                }
+            })?;
+            let passed = outcomes.iter().filter(|r| r.passed).count();
+            if !json {
+                outln!("{passed} of {} scenarios passed", outcomes.len());
+            }
+            Ok(if passed == outcomes.len() { 0 } else { 1 })
         }
         Cmd::Trace { node, kind, reg, pages, dir, json } => {
             let flags = [("--kind", kind), ("--reg", reg), ("--pages", pages), ("--dir", dir)];

@@ -6,8 +6,10 @@
 //! - [`dma`]: transmit DMA through imcd (libimc's extension calls).
 //! - [`pingpong`] and [`order`]: two-node measurements and checks.
 //! - [`signals`]: clean stops and `wait-signal`.
+//! - [`conform`]: the driver's side of the conformance suite (`mc-cluster conform`).
 //! - [`soak`]: one node's share of the soak workload (`scripts/soak.sh`).
 
+mod conform;
 mod dma;
 mod floor;
 mod imc;
@@ -59,6 +61,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Raw: one scenario of the driver conformance suite (`mc-cluster conform`).
+    ///
+    /// Prints `ready`, then what the driver sees (`notify PAGE`, `error
+    /// 0xBITS`, `link UP 0xMEMBERS`, ...) until standard input ends
+    /// (docs/adapter.md, "The conformance suite").
+    Conform {
+        #[command(subcommand)]
+        scenario: conform::Scenario,
+    },
     /// Show the adapter's identity, node id, link, members and error registers.
     Info {
         /// Print one JSON object instead of the table.
@@ -573,6 +584,7 @@ fn run() -> Result<()> {
         }
     }
     match cli.cmd {
+        Cmd::Conform { scenario } => conform::run(scenario),
         Cmd::Info { json } => raw::info(json),
         Cmd::Rx { pages, buffer, foreground } => raw::rx(&pages, &buffer, foreground),
         Cmd::Stop => raw::stop(),
