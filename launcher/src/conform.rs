@@ -369,25 +369,31 @@ impl Cluster<'_> {
         (1u64 << self.nodes) - 1
     }
 
-    /// The adapter's `reset_method` in sysfs, for the scenario to turn the
-    /// kernel's reset off and on again.
-    const RESET_METHOD: &'static str = "for d in /sys/bus/pci/devices/*; do \
-        [ \"$(cat $d/vendor)\" = 0x1011 ] && [ \"$(cat $d/device)\" = 0x0018 ] && echo $d/reset_method; done";
+    /// Prints the adapter's folder in the guest's sysfs (nothing when
+    /// there is no adapter).
+    const FIND_ADAPTER: &'static str = "for d in /sys/bus/pci/devices/*; do \
+        if [ \"$(cat $d/vendor)\" = 0x1011 ] && [ \"$(cat $d/device)\" = 0x0018 ]; then echo $d; fi; done";
 
     /// `reset`: an adapter holding errors, causes and link events from
     /// before the open, which the kernel did not reset.
     fn reset(&self, seen: &mut Vec<String>) -> Check<String> {
-        let (code, file) = self.exec(self.node, Self::RESET_METHOD).map_err(|e| format!("{e:#}"))?;
-        let file = file.trim().to_string();
-        if code != 0 || file.is_empty() {
+        let (_, dir) = self.exec(self.node, Self::FIND_ADAPTER).map_err(|e| format!("{e:#}"))?;
+        let dir = dir.trim().to_string();
+        if dir.is_empty() {
             return Err(format!("node {}: no adapter in sysfs (is it plugged in?)", self.node));
         }
-        let (_, before) = self.exec(self.node, &format!("cat {file}")).map_err(|e| format!("{e:#}"))?;
+        // A device without a reset method the kernel can use (an adapter
+        // on the root bus here, like the original's) has no such file:
+        // nothing resets it between opens anyway.
+        let file = format!("{dir}/reset_method");
+        let (_, before) = self.exec(self.node, &format!("cat {file} 2>/dev/null")).map_err(|e| format!("{e:#}"))?;
         let before = before.trim().to_string();
         let result = (|| {
-            let (code, out) = self.exec(self.node, &format!("echo '' > {file}")).map_err(|e| format!("{e:#}"))?;
-            if code != 0 {
-                return Err(format!("node {}: turning the kernel's reset of the adapter off: {out}", self.node));
+            if !before.is_empty() {
+                let (code, out) = self.exec(self.node, &format!("echo '' > {file}")).map_err(|e| format!("{e:#}"))?;
+                if code != 0 {
+                    return Err(format!("node {}: turning the kernel's reset of the adapter off: {out}", self.node));
+                }
             }
             self.hub(&["fault", &self.node.to_string(), "error", "--bits", "crc,seq-gap"])?;
             self.hub(&["link-down", &self.other.to_string()])?;
@@ -408,6 +414,20 @@ impl Cluster<'_> {
             if got != format!("notify {RESET_PAGE}") {
                 return Err(format!("expected `notify {RESET_PAGE}` first, the driver printed `{got}`"));
             }
+            // The errors raised before the open are gone: a new one reads alone.
+            let (bit, name) = (err::TX_READ, "tx-read");
+            self.hub(&["fault", &self.node.to_string(), "error", "--bits", name])?;
+            let got = d.expect(seen, EVENT_WAIT, &format!("error {bit:#x}"), |l| l.starts_with("error "))?;
+            match hex(got.trim_start_matches("error ")) {
+                Some(v) if v == bit as u64 => {}
+                Some(v) => {
+                    return Err(format!(
+                        "raising {name} ({bit:#x}) the driver read ERR_STATUS {v:#x}: bits from before its open were \
+                         still set (reset the adapter at bring-up: docs/adapter.md, \"Reset\")"
+                    ))
+                }
+                None => return Err(format!("`{got}`: not `error 0xBITS`")),
+            }
             d.finish(seen)?;
             let events = trace.stop();
             let reset = events.iter().position(|e| {
@@ -419,11 +439,14 @@ impl Cluster<'_> {
             let pct = events.iter().position(|e| e["kind"] == "pct" && e["write"] == true);
             match (reset, pct) {
                 (Some(r), Some(p)) if r < p => Ok(format!(
-                    "CTRL.RESET before the first PCT write; nothing stale reported; `notify {RESET_PAGE}` after node {}'s store",
+                    "CTRL.RESET before the first PCT write; nothing from before the open reported; `notify {RESET_PAGE}` \
+                     after node {}'s store; a new error bit read alone",
                     self.peer
                 )),
                 (_, None) => Err("the trace shows no PCT write: did the driver enable receive on the page?".into()),
-                _ => Err("the trace shows no `W CTRL = 0x1 [RESET]` before the driver's first PCT write".into()),
+                _ => Err("the trace shows no `W CTRL = 0x1 [RESET]` before the driver's first PCT write: state from \
+                          before its open may survive (docs/adapter.md, \"Reset\")"
+                    .into()),
             }
         })();
         if !before.is_empty() {
@@ -539,7 +562,16 @@ impl Cluster<'_> {
         })();
         let events = trace.stop();
         let _ = self.hub(&["fault", &self.node.to_string(), "clear"]);
-        result?;
+        if let Err(e) = result {
+            return Err(match ring_walk(&events) {
+                Ok(w) if w.most > w.size => format!(
+                    "{e}; a doorbell posted {} descriptors beyond DMA_HEAD with a ring of {} (the engine ignores it: \
+                     OVERFLOW)",
+                    w.most, w.size
+                ),
+                _ => e,
+            });
+        }
         ring_checks(&events)
     }
 
@@ -558,7 +590,7 @@ impl Cluster<'_> {
         // The new adapter shows up in the guest within a few seconds.
         let deadline = Instant::now() + READY_WAIT;
         loop {
-            match self.exec(self.node, Self::RESET_METHOD) {
+            match self.exec(self.node, Self::FIND_ADAPTER) {
                 Ok((0, f)) if !f.trim().is_empty() => break,
                 _ if Instant::now() > deadline => return Err("the guest never found the new adapter".into()),
                 _ => std::thread::sleep(Duration::from_millis(250)),
@@ -571,9 +603,20 @@ impl Cluster<'_> {
     }
 }
 
-/// The trace checks of the `dma` scenario: the ring size the driver set,
-/// the ring full at some doorbell, never more, and at least two laps.
-fn ring_checks(events: &[serde_json::Value]) -> Check<String> {
+/// What the trace of the `dma` scenario shows of the ring.
+struct RingWalk {
+    /// The ring size the driver set.
+    size: u64,
+    /// Descriptors retired, and how many of them failed.
+    retired: u64,
+    failed: u64,
+    /// Most descriptors in flight at a doorbell.
+    most: u64,
+    /// The last doorbell.
+    tail: u64,
+}
+
+fn ring_walk(events: &[serde_json::Value]) -> Check<RingWalk> {
     let w = |e: &serde_json::Value, off: u64| e["kind"] == "reg" && e["write"] == true && e["off"] == off;
     // The ring the driver set up (a driver may write 0 at the end to turn it off).
     let size = events
@@ -592,6 +635,13 @@ fn ring_checks(events: &[serde_json::Value]) -> Check<String> {
             most = most.max(tail.saturating_sub(retired));
         }
     }
+    Ok(RingWalk { size, retired, failed, most, tail })
+}
+
+/// The trace checks of the `dma` scenario: the ring size the driver set,
+/// the ring full at some doorbell, never more, and at least two laps.
+fn ring_checks(events: &[serde_json::Value]) -> Check<String> {
+    let RingWalk { size, retired, failed, most, tail } = ring_walk(events)?;
     if size == 0 || size > DMA_COUNT as u64 / 2 {
         return Err(format!("a ring of {size} descriptors: at most {} (COUNT/2) for it to wrap", DMA_COUNT / 2));
     }

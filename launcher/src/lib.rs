@@ -498,7 +498,11 @@ pub fn plug(paths: &Paths, name: &str, node: usize) -> Result<String> {
     let (mut q, nd) = hotplug_qmp(paths, name, node)?;
     q.execute("device_add", supervisor::adapter_device(&nd, true))
         .map_err(|e| anyhow::anyhow!("node {node}: {e} (is the adapter unplugged?)"))?;
-    Ok(format!("node {node}: adapter plugged in; imcd there takes it and rejoins (mctool imc-hosts shows when)"))
+    Ok(if plan_of(paths, name)?.config.guest.imcd {
+        format!("node {node}: adapter plugged in; imcd there takes it and rejoins (mctool imc-hosts shows when)")
+    } else {
+        format!("node {node}: adapter plugged in")
+    })
 }
 
 /// Runs `argv` on node `node` of cluster `name` with `io` as its standard

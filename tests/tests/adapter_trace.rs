@@ -119,6 +119,13 @@ fn the_trace_shows_a_drivers_accesses_decoded_filtered_and_as_json() {
             .unwrap_or_else(|| panic!("{w:?} not in the trace after line {at}:\n{}", seen.join("\n")));
         at += i + 1;
     }
+    // CTRL.RESET is its register write only; QEMU's reset of the device
+    // (vfio-user DEVICE_RESET) is `RESET`.
+    assert!(!seen.iter().any(|l| l.ends_with(" RESET")), "{}", seen.join("\n"));
+    g.request_ok(CMD_DEVICE_RESET, &[]);
+    g.reg(reg::ERR_STATUS);
+    let seen = until(&all, "R ERR_STATUS");
+    assert!(seen.iter().any(|l| l.ends_with(" RESET")), "{}", seen.join("\n"));
 
     // A second follower takes over (the first is told and ends), with a
     // filter: PCT writes of pages 2-5, as JSON.

@@ -70,3 +70,52 @@ fn conformance_runner_refuses_what_it_cannot_run() {
     assert_eq!(outcomes[0]["passed"], false, "{text}");
     assert!(outcomes[0]["detail"].as_str().unwrap().contains("ready"), "{text}");
 }
+
+/// Builds a C driver statically into the shared folder; its guest path.
+fn build_c(c: &Cluster, src: &std::path::Path, name: &str) -> String {
+    let share = c.run_dir().join("share");
+    let out = Command::new("cc")
+        .args(["-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(share.join(name))
+        .arg(src)
+        .output()
+        .expect("cc");
+    assert!(out.status.success(), "{} does not build:\n{}", src.display(), String::from_utf8_lossy(&out.stderr));
+    format!("/share/{name}")
+}
+
+/// `docs/tutorial/driver/conform.c` with `from` replaced by `to`
+/// (exactly once), built; its guest path.
+fn build_mutant(c: &Cluster, name: &str, from: &str, to: &str) -> String {
+    let text = std::fs::read_to_string(root().join("docs/tutorial/driver/conform.c")).unwrap();
+    assert!(text.contains(from), "conform.c no longer has {from:?}");
+    let src = std::env::temp_dir().join(format!("{name}.c"));
+    std::fs::write(&src, text.replacen(from, to, 1)).unwrap();
+    build_c(c, &src, name)
+}
+
+/// The C driver outside the workspace passes every scenario; the same
+/// driver with one step taken out fails the scenario that needs it, and
+/// the runner names the step.
+#[test]
+#[ignore = "QEMU tier: run scripts/test.sh"]
+fn conformance_suite_passes_on_the_c_example_and_fails_its_mutants() {
+    let c = cluster();
+    let driver = build_c(&c, &root().join("docs/tutorial/driver/conform.c"), "conform");
+    let (code, outcomes, text) = conform(&c, &["--driver", &driver]);
+    assert_all_pass(code, &outcomes, &text);
+
+    let mutants = [
+        ("no-reset", "wr(a, REG_CTRL, CTRL_RESET);", "", "reset", "from before its open"),
+        ("no-w1c", "wr(a, REG_ERR_STATUS, err);", "", "errors", "must be cleared"),
+        ("overfill", "s->posted - head < s->size", "s->posted - head <= s->size", "dma", "OVERFLOW"),
+    ];
+    for (name, from, to, scenario, why) in mutants {
+        let driver = build_mutant(&c, name, from, to);
+        let (code, outcomes, text) = conform(&c, &["--driver", &driver, "--only", scenario]);
+        assert_eq!(code, 1, "{name}: {text}");
+        assert_eq!(outcomes[0]["passed"], false, "{name}: {text}");
+        assert!(outcomes[0]["detail"].as_str().unwrap().contains(why), "{name}: {text}");
+        eprintln!("{name} fails {scenario}: {}", outcomes[0]["detail"]);
+    }
+}

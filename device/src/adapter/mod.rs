@@ -332,6 +332,20 @@ impl Drop for Adapter {
 }
 
 impl Adapter {
+    /// CTRL.RESET, and the work of a DEVICE_RESET: `docs/adapter.md`, "Reset".
+    fn reset_adapter(&mut self) {
+        // Stores the guest made before the reset still go out; a transfer
+        // in progress stops at its next page.
+        self.flush_link();
+        let cut = self.shared.txdma.abort();
+        self.shared.reset();
+        if cut {
+            // Counted after the clearing, so the driver learns of it.
+            self.shared.dma_failed(regs::dma::status::ABORTED);
+        }
+        info!("adapter reset");
+    }
+
     /// Its counters, for the process serving it.
     pub fn counters(&self) -> Counters {
         Counters(self.shared.clone())
@@ -527,18 +541,11 @@ impl Device for Adapter {
         Ok(())
     }
 
+    /// The vfio-user DEVICE_RESET (QEMU resetting the device): traced as
+    /// `RESET`; CTRL.RESET shows as its register write.
     fn reset(&mut self) {
         self.shared.trace.record(|| Event::Reset);
-        // Stores the guest made before the reset still go out; a transfer
-        // in progress stops at its next page.
-        self.flush_link();
-        let cut = self.shared.txdma.abort();
-        self.shared.reset();
-        if cut {
-            // Counted after the clearing, so the driver learns of it.
-            self.shared.dma_failed(regs::dma::status::ABORTED);
-        }
-        info!("adapter reset");
+        self.reset_adapter();
     }
 
     fn idle(&mut self) {

@@ -10,7 +10,6 @@ use tracing::debug;
 
 use super::{Adapter, Shared};
 use crate::regs::{self, err, int, pct, reg, NOTIFY_EMPTY, PAGE_SIZE};
-use crate::vfio_user::Device;
 
 impl Shared {
     /// Reads a 32-bit register. `NOTIFY_FIFO` pops, so this takes `&self` but has effects.
@@ -86,7 +85,7 @@ impl Adapter {
                 irq.mask = v & int::ALL;
                 irq.update(before);
             }
-            reg::CTRL if v & regs::ctrl::RESET != 0 => Device::reset(self),
+            reg::CTRL if v & regs::ctrl::RESET != 0 => self.reset_adapter(),
             reg::DMA_TAIL => {
                 if let Err(code) = self.shared.txdma.doorbell(v) {
                     self.shared.dma_failed(code);

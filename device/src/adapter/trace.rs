@@ -113,7 +113,8 @@ pub enum Event {
         /// Bytes sent.
         bytes: u32,
     },
-    /// A device reset (CTRL.RESET or the vfio-user reset).
+    /// QEMU reset the device (vfio-user DEVICE_RESET; a CTRL.RESET shows as
+    /// its register write only).
     Reset,
 }
 

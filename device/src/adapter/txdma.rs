@@ -289,10 +289,19 @@ impl Shared {
             None => self.transfer(src, dest, len as u64, flags, up, buf),
         };
         self.trace.record(|| Event::DmaDone { index, status: code, bytes: sent as u32 });
-        // Bytes and status in one 8-byte store: a driver that sees DONE sees the count.
+        // Bytes and status in one 8-byte store: a driver that sees DONE sees
+        // the count. DMA_HEAD moves with it, under the ring's lock: a slot
+        // whose status says DONE is free, and a doorbell that reuses it at
+        // once must not find the engine a descriptor behind (OVERFLOW).
         let back = (sent as u32 as u64) | ((DONE | code) as u64) << 32;
-        if self.dma.write(at + dma::BYTES, &back.to_le_bytes()).is_err() {
-            return Retired::Fault(status::RING);
+        {
+            let mut g = self.txdma.ring.lock().unwrap();
+            if self.dma.write(at + dma::BYTES, &back.to_le_bytes()).is_err() {
+                return Retired::Fault(status::RING);
+            }
+            if g.head == index {
+                g.head = index.wrapping_add(1);
+            }
         }
         self.txdma.descs.fetch_add(1, Ordering::Relaxed);
         // An abort is counted once by whoever aborted (after a reset's clearing).
@@ -405,7 +414,7 @@ pub(super) fn run(shared: Arc<Shared>) {
         g = e.ring.lock().unwrap();
         match r {
             Retired::Done(code) => {
-                g.head = idx.wrapping_add(1);
+                // DMA_HEAD moved with the write-back (`retire`).
                 if code == status::ABORTED {
                     g.aborted = true;
                 }

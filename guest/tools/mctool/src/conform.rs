@@ -199,7 +199,7 @@ pub(crate) fn run(s: Scenario) -> Result<()> {
         }
         Scenario::Dma { page, count } => {
             if !d.a.has_tx_dma() {
-                say("unsupported: the adapter has no transmit DMA engine (CAPS)");
+                say("unsupported the adapter has no transmit DMA engine (CAPS)");
                 d.close();
                 return Ok(());
             }
