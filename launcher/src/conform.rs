@@ -17,7 +17,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use regs::{err, reg, NOTIFY_DEPTH};
 use serde::Serialize;
 
@@ -234,7 +234,15 @@ impl Driver {
 }
 
 impl Drop for Driver {
+    /// A scenario that failed: the driver is told to stop (end of file)
+    /// and given the time to, so that the guest's agent is done with it
+    /// before the next request; killed only after that.
     fn drop(&mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + END_WAIT;
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
             let _ = self.child.wait();
@@ -267,12 +275,7 @@ impl Cluster<'_> {
 
     /// Runs a shell command in a guest; its exit code and standard output.
     fn exec(&self, node: usize, cmd: &str) -> Result<(i32, String)> {
-        let out = self
-            .mc_cluster()
-            .args(["exec", "--timeout", "120", "--no-stdin", &node.to_string(), "--", "sh", "-c", cmd])
-            .output()
-            .context("running mc-cluster exec")?;
-        Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned()))
+        crate::guest_sh(self.paths, self.name, node, cmd)
     }
 
     /// A peer's command that must succeed.
@@ -369,15 +372,10 @@ impl Cluster<'_> {
         (1u64 << self.nodes) - 1
     }
 
-    /// Prints the adapter's folder in the guest's sysfs (nothing when
-    /// there is no adapter).
-    const FIND_ADAPTER: &'static str = "for d in /sys/bus/pci/devices/*; do \
-        if [ \"$(cat $d/vendor)\" = 0x1011 ] && [ \"$(cat $d/device)\" = 0x0018 ]; then echo $d; fi; done";
-
     /// `reset`: an adapter holding errors, causes and link events from
     /// before the open, which the kernel did not reset.
     fn reset(&self, seen: &mut Vec<String>) -> Check<String> {
-        let (_, dir) = self.exec(self.node, Self::FIND_ADAPTER).map_err(|e| format!("{e:#}"))?;
+        let (_, dir) = self.exec(self.node, crate::FIND_ADAPTER).map_err(|e| format!("{e:#}"))?;
         let dir = dir.trim().to_string();
         if dir.is_empty() {
             return Err(format!("node {}: no adapter in sysfs (is it plugged in?)", self.node));
@@ -587,15 +585,6 @@ impl Cluster<'_> {
         released?;
         ended?;
         plugged?;
-        // The new adapter shows up in the guest within a few seconds.
-        let deadline = Instant::now() + READY_WAIT;
-        loop {
-            match self.exec(self.node, Self::FIND_ADAPTER) {
-                Ok((0, f)) if !f.trim().is_empty() => break,
-                _ if Instant::now() > deadline => return Err("the guest never found the new adapter".into()),
-                _ => std::thread::sleep(Duration::from_millis(250)),
-            }
-        }
         seen.push("-- the adapter plugged in again --".into());
         let d = self.start(seen, "removal")?;
         d.finish(seen)?;

@@ -450,6 +450,34 @@ pub fn node_agent(paths: &Paths, name: &str, node: usize) -> Result<PathBuf> {
 
 /// How long `unplug` waits for the guest to let its adapter go.
 pub const UNPLUG_WAIT: Duration = Duration::from_secs(60);
+/// How long `plug` waits for the guest to take its adapter (imcd serving again).
+pub const PLUG_WAIT: Duration = Duration::from_secs(60);
+
+/// A shell command that prints the adapter's folder in a guest's sysfs
+/// (nothing when it has none).
+pub const FIND_ADAPTER: &str = "for d in /sys/bus/pci/devices/*; do \
+    if [ \"$(cat $d/vendor)\" = 0x1011 ] && [ \"$(cat $d/device)\" = 0x0018 ]; then echo $d; fi; done";
+
+/// Runs `cmd` with `sh -c` in node `node`; its exit code and standard output.
+///
+/// A client that left in the middle of a command with standard input
+/// (killed) leaves the agent finishing that stream: the next request is
+/// refused once as "busy". That is tried again.
+pub fn guest_sh(paths: &Paths, name: &str, node: usize, cmd: &str) -> Result<(i32, String)> {
+    let argv = ["sh", "-c", cmd].map(String::from);
+    let mut tries = 0;
+    loop {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        match exec(paths, name, node, &argv, agent::Streams { stdin: None, out: &mut out, err: &mut err }, 60) {
+            Ok(exit) => return Ok((exit.code, String::from_utf8_lossy(&out).into_owned())),
+            Err(e) if tries < 5 && format!("{e:#}").contains("busy with another operation") => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
 
 /// The plan running cluster `name` was started from (its nodes and config).
 pub fn plan_of(paths: &Paths, name: &str) -> Result<Plan> {
@@ -496,13 +524,33 @@ pub fn unplug(paths: &Paths, name: &str, node: usize) -> Result<String> {
 /// `device_add`): a new vfio-user connection to the same port of the hub.
 pub fn plug(paths: &Paths, name: &str, node: usize) -> Result<String> {
     let (mut q, nd) = hotplug_qmp(paths, name, node)?;
+    let imcd = plan_of(paths, name)?.config.guest.imcd;
+    // imcd says it listens once per start: one more such line is the new one.
+    let started = |out: &str| out.lines().filter(|l| l.contains("listening on")).count();
+    let before = if imcd { started(&guest_sh(paths, name, node, "cat /var/log/imcd.log")?.1) } else { 0 };
+    let t0 = Instant::now();
     q.execute("device_add", supervisor::adapter_device(&nd, true))
         .map_err(|e| anyhow::anyhow!("node {node}: {e} (is the adapter unplugged?)"))?;
-    Ok(if plan_of(paths, name)?.config.guest.imcd {
-        format!("node {node}: adapter plugged in; imcd there takes it and rejoins (mctool imc-hosts shows when)")
-    } else {
-        format!("node {node}: adapter plugged in")
-    })
+    loop {
+        let back = if imcd {
+            started(&guest_sh(paths, name, node, "cat /var/log/imcd.log")?.1) > before
+        } else {
+            guest_sh(paths, name, node, FIND_ADAPTER)?.1.trim() != ""
+        };
+        if back {
+            break;
+        }
+        if t0.elapsed() > PLUG_WAIT {
+            bail!(
+                "node {node}: the adapter is plugged in, but {} within {} s (see the guest's /var/log/imcd.log)",
+                if imcd { "imcd has not taken it" } else { "the guest has not found it" },
+                PLUG_WAIT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let what = if imcd { "imcd there took it and rejoined the cluster" } else { "the guest found it" };
+    Ok(format!("node {node}: adapter plugged in ({what} in {:.1} s)", t0.elapsed().as_secs_f64()))
 }
 
 /// Runs `argv` on node `node` of cluster `name` with `io` as its standard

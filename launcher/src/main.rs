@@ -213,7 +213,8 @@ enum Cmd {
     /// Plug a node's adapter back into its running guest (QMP `device_add`).
     ///
     /// The guest finds a new adapter; imcd takes it and joins the cluster
-    /// again as a restarted node.
+    /// again as a restarted node. Returns once imcd serves again (without
+    /// imcd: once the guest lists the device), or fails after 60 s.
     Plug {
         /// The node.
         node: usize,

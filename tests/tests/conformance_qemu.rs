@@ -114,6 +114,7 @@ fn conformance_suite_passes_on_the_c_example_and_fails_its_mutants() {
         let driver = build_mutant(&c, name, from, to);
         let (code, outcomes, text) = conform(&c, &["--driver", &driver, "--only", scenario]);
         assert_eq!(code, 1, "{name}: {text}");
+        assert_eq!(outcomes.len(), 1, "{name}: {text}");
         assert_eq!(outcomes[0]["passed"], false, "{name}: {text}");
         assert!(outcomes[0]["detail"].as_str().unwrap().contains(why), "{name}: {text}");
         eprintln!("{name} fails {scenario}: {}", outcomes[0]["detail"]);
