@@ -152,4 +152,29 @@ fn mpirun_starts_ranks_on_both_guests_and_ends_failing_jobs() {
     no_ranks_left(&c, 20);
     let log = String::from_utf8(c.run(1, &["cat", "/var/log/mpid.log"])).unwrap();
     assert!(log.contains("the other side is gone"), "{log}");
+
+    // Node 1 leaves the cluster: its link down past imcd's grace revokes
+    // every attachment there, mpid's listening inbox among them (nobody
+    // could reach it: "no mpid answered on node1"). mpid sets up again,
+    // and a job runs across both guests once node 1 is back.
+    c.hub(&["link-down", "1"]);
+    std::thread::sleep(Duration::from_secs(5));
+    c.hub(&["link-up", "1"]);
+    c.poll_until(1, &["cat", "/var/log/mpid.log"], 30, |o| o.contains("this node left the cluster"));
+    let t0 = Instant::now();
+    loop {
+        let (o, _) = mpirun(&c, &["-n", "2", "--ppn", "1", "/share/rank.sh", "show"]);
+        if o.status.success() {
+            assert_eq!(placed(&String::from_utf8_lossy(&o.stdout), 2).len(), 2, "{}", text(&o));
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(40),
+            "no job across node 1 after it left and rejoined:\n{}\n{}",
+            text(&o),
+            c.guest_logs()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    eprintln!("a job across node 1 {:?} after it was back", t0.elapsed());
 }

@@ -26,8 +26,15 @@ pub const MAX_LINE: usize = 4096;
 /// Where `imcd` listens.
 pub const IMCD_SOCKET: &str = "/run/imcd.sock";
 
-/// imcd's copy of the clusterwide error count (`imc_rderrcnt` maps it).
+/// imcd's copy of the clusterwide error count (`imc_rderrcnt` maps it):
+/// the count in word 0 ([`ERRCOUNT_SUM`]), and in word 1 ([`ERRCOUNT_LEFT`])
+/// how many times this node left the cluster since imcd started (an outage
+/// past the grace: every attachment of the processes here was revoked).
 pub const ERRCOUNT_FILE: &str = "/dev/shm/imcd-errcount";
+/// Byte offset of the error count in [`ERRCOUNT_FILE`].
+pub const ERRCOUNT_SUM: usize = 0;
+/// Byte offset of the count of departures in [`ERRCOUNT_FILE`].
+pub const ERRCOUNT_LEFT: usize = 8;
 
 /// Where the answers to `imc_ckerrcnt`'s ACK-page stores land.
 pub const ACK_FILE: &str = "/dev/shm/imcd-ack";

@@ -24,7 +24,7 @@ use guest_driver::guest_mem::{Mapping, ReadWrite};
 use guest_driver::txdma::{DmaRing, DMA_RING_IOVA};
 use guest_driver::{rx_buffer, Adapter, Interrupt, RX_IOVA_BASE};
 use imc_proto::layout::{ACK_Q_PAGE, DIR_PAGE, DIR_PAGES, ERRCNT_PAGE, MAX_NODES, META_PAGES, RELAY_PAGE};
-use imc_proto::{ACK_FILE, ERRCOUNT_FILE};
+use imc_proto::{ACK_FILE, ERRCOUNT_FILE, ERRCOUNT_LEFT, ERRCOUNT_SUM};
 use regs::{int, pct, reg, BAR_TX, NOTIFY_EMPTY, PAGE_SIZE};
 
 use crate::bus::AdapterBus;
@@ -367,7 +367,12 @@ impl Hw for AdapterHw {
     }
     fn set_error_sum(&self, sum: u64) {
         // Word 0 of a one-page buffer: cannot fail.
-        let _ = self.errcount.store::<u64>(0, sum);
+        let _ = self.errcount.store::<u64>(ERRCOUNT_SUM, sum);
+    }
+    fn count_departure(&self) {
+        // Word 1 of a one-page buffer: cannot fail.
+        let left = self.errcount.load::<u64>(ERRCOUNT_LEFT).unwrap_or(0);
+        let _ = self.errcount.store::<u64>(ERRCOUNT_LEFT, left + 1);
     }
     fn wait_event(&self, timeout: Duration, notified: &mut Notified) -> bool {
         match &self.irq {

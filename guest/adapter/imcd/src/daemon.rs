@@ -659,6 +659,7 @@ impl<'a, H: Hw> Daemon<'a, H> {
             let dropped: usize = self.holders.values().map(|h| h.len()).sum();
             self.holders.clear();
             eprintln!("imcd: left the cluster: {dropped} holds of processes here revoked");
+            n.hw.count_departure();
             self.clear_node(n.me, "left the cluster");
             // Clearing our bids enabled transmit on lock sets again.
             n.hw.forget_all();

@@ -38,6 +38,10 @@ pub trait Hw: Sync {
     fn clear_errors(&self, bits: u32);
     /// Publishes the clusterwide error count processes read.
     fn set_error_sum(&self, sum: u64);
+    /// Publishes that this node left the cluster once more (every
+    /// attachment here revoked): processes that serve others over MEMORY
+    /// CHANNEL (mpid) see it and set up again.
+    fn count_departure(&self);
     /// Waits up to `timeout` for an interrupt (a write to the relay or
     /// error-count page or to a watched page, a link change, an error),
     /// acknowledging it; true when one came. The pages the notifications
@@ -216,6 +220,9 @@ impl<T: Hw + Send> Hw for std::sync::Arc<T> {
     }
     fn set_error_sum(&self, sum: u64) {
         (**self).set_error_sum(sum)
+    }
+    fn count_departure(&self) {
+        (**self).count_departure()
     }
     fn wait_event(&self, timeout: Duration, notified: &mut Notified) -> bool {
         (**self).wait_event(timeout, notified)

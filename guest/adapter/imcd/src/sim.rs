@@ -103,6 +103,8 @@ pub struct SimHw {
     /// Regions transmitted point-to-point: id -> destination node.
     p2p: Mutex<HashMap<u32, u16>>,
     error_sum: AtomicU64,
+    /// Departures published ([`Hw::count_departure`]).
+    departures: AtomicU64,
     /// The interrupts this node has taken.
     irqs_seen: AtomicU64,
 }
@@ -154,6 +156,7 @@ impl SimNet {
             transmitted: Mutex::new(HashMap::new()),
             p2p: Mutex::new(HashMap::new()),
             error_sum: AtomicU64::new(0),
+            departures: AtomicU64::new(0),
             irqs_seen: AtomicU64::new(*self.shared.irqs.lock().unwrap_or_else(|e| e.into_inner())),
         })
     }
@@ -334,6 +337,11 @@ impl Drop for Running {
 }
 
 impl SimHw {
+    /// Times this node published that it left the cluster.
+    pub fn departures(&self) -> u64 {
+        self.departures.load(Ordering::SeqCst)
+    }
+
     /// The clusterwide error count this node publishes.
     pub fn error_sum(&self) -> u64 {
         self.error_sum.load(Ordering::SeqCst)
@@ -406,6 +414,9 @@ impl Hw for SimHw {
     }
     fn set_error_sum(&self, sum: u64) {
         self.error_sum.store(sum, Ordering::SeqCst)
+    }
+    fn count_departure(&self) {
+        self.departures.fetch_add(1, Ordering::SeqCst);
     }
     fn wait_event(&self, timeout: Duration, notified: &mut Notified) -> bool {
         let seen = self.irqs_seen.load(Ordering::SeqCst);

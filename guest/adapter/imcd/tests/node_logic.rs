@@ -354,6 +354,7 @@ fn short_flap_is_ridden_out_and_the_node_resynchronised() {
     assert_eq!(find(&a, 0x55), Some((id55, first55)), "node 1's region survived the flap");
     assert_eq!(a.hw().region_word(set, slot1).map(|b| b != 0), Some(true), "node 1's bid survived the flap");
     assert!(b.hw().transmits(first55), "node 1's attachment was not revoked");
+    assert_eq!(b.hw().departures(), 0, "a flap ridden out is no departure");
     // Node 1 still holds what it held, and allocates around what it missed.
     let (_, first67) = alloc(&b, 0x67, false);
     assert_disjoint(&a);
@@ -424,6 +425,8 @@ fn long_outage_repairs_the_node_out_and_it_revokes_on_return() {
     net.link_up(1);
 
     eventually("node 1 rejoined", || hosts(&a) == both_hosts() && hosts(&b) == both_hosts());
+    // Published for the processes that serve others (mpid sets up again).
+    assert_eq!((a.hw().departures(), b.hw().departures()), (0, 1), "departures published");
     eventually("node 1 sees the new region", || find(&b, 0x66) == Some((id66, first66)));
     assert!(!b.hw().transmits(first66), "node 1's old attachment must not write the new region's pages");
     match call(&b, Request::Dealloc { id: id55 }) {

@@ -190,7 +190,10 @@ const IMCD_CHECK: Duration = Duration::from_secs(1);
 /// mappings belong to a directory that no longer exists, and the
 /// device files they hold keep the adapter busy, so a new imcd could not
 /// open it. mpid then ends its jobs, drops every mapping ([`ump::exit`]),
-/// waits for an imcd to answer and listens again.
+/// waits for an imcd to answer and listens again. The same when this node
+/// left the cluster (a link outage past imcd's grace): its attachments,
+/// the listening inbox among them, were revoked, and nobody could reach
+/// this mpid any more.
 pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<(), DaemonError> {
     let handle = proto::mpid_handle(opts.base, opts.node);
     let _lock = lock(handle)?;
@@ -214,7 +217,7 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<(), DaemonError> {
 }
 
 /// One life of the listener: returns true when it ended because imcd went
-/// away, false when `stop` was set.
+/// away or this node left the cluster, false when `stop` was set.
 fn serve(opts: &Options, handle: u64, wait: Duration, stop: &AtomicBool) -> Result<bool, DaemonError> {
     ump::init(ump::Config::default())?;
     let t0 = Instant::now();
@@ -251,19 +254,30 @@ fn serve(opts: &Options, handle: u64, wait: Duration, stop: &AtomicBool) -> Resu
         waker,
         opening_since: None,
     };
+    // This node's departures so far (imcd publishes them): one more means
+    // our attachments were revoked.
+    let departures = imc_client::departures();
     let mut checked = Instant::now();
-    let mut imcd_lost = false;
+    let mut lost = None;
     while !stop.load(Ordering::Relaxed) {
         d.turn(&rx);
         if mc && checked.elapsed() >= IMCD_CHECK {
             checked = Instant::now();
             if !ump::info().map(|i| i.imcd_alive).unwrap_or(false) {
-                imcd_lost = true;
+                lost = Some("imcd went away");
+                break;
+            }
+            if imc_client::departures() != departures {
+                lost = Some("this node left the cluster (its MEMORY CHANNEL attachments were revoked)");
                 break;
             }
         }
     }
-    log(if imcd_lost { "imcd went away: ending every rank" } else { "stopping: ending every rank" });
+    let imcd_lost = lost.is_some();
+    log(&match lost {
+        Some(why) => format!("{why}: ending every rank"),
+        None => "stopping: ending every rank".into(),
+    });
     for j in d.jobs.values_mut() {
         j.end();
     }
