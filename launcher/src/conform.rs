@@ -642,6 +642,11 @@ fn ring_checks(events: &[serde_json::Value]) -> Check<String> {
     if most < size {
         return Err(format!("the ring never filled: at most {most} of {size} descriptors in flight at a doorbell"));
     }
+    if most > size {
+        return Err(format!(
+            "a doorbell posted {most} descriptors beyond DMA_HEAD with a ring of {size} (the engine ignores it: OVERFLOW)"
+        ));
+    }
     if tail < 2 * size {
         return Err(format!("the ring did not wrap twice: the last doorbell was {tail} for a ring of {size}"));
     }
@@ -692,6 +697,10 @@ mod tests {
         assert!(ring_checks(&big).unwrap_err().contains("at most 32"));
         let lost: Vec<_> = full[..full.len() - 1].to_vec();
         assert!(ring_checks(&lost).unwrap_err().contains("63 descriptors retired"));
+        // Nine posted on a ring of eight, even if everything then retired.
+        let mut over = full.clone();
+        over[1] = tail(9);
+        assert!(ring_checks(&over).unwrap_err().contains("OVERFLOW"), "{:?}", ring_checks(&over));
     }
 
     #[test]
