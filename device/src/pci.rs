@@ -17,6 +17,10 @@ const CAP_PTR: usize = 0x34;
 const INTERRUPT_LINE: usize = 0x3C;
 /// Offset of the interrupt capability (MSI-X, or MSI: [`Interrupts`]).
 pub const MSIX_CAP: usize = 0x40;
+/// Capability id of MSI-X.
+const CAP_ID_MSIX: u8 = 0x11;
+/// Capability id of MSI.
+const CAP_ID_MSI: u8 = 0x05;
 /// MSI message control: 64-bit addresses, one vector, no per-vector mask.
 const MSI_CTRL_64BIT: u16 = 1 << 7;
 
@@ -112,13 +116,13 @@ impl ConfigSpace {
         c.bytes[MSIX_CAP + 1] = 0; // last capability
         match irq {
             Interrupts::MsiX => {
-                c.bytes[MSIX_CAP] = 0x11;
+                c.bytes[MSIX_CAP] = CAP_ID_MSIX;
                 c.put16(MSIX_CAP + 2, (regs::MSIX_VECTORS - 1) as u16);
                 c.put32(MSIX_CAP + 4, regs::reg::MSIX_TABLE as u32 | regs::BAR_REGS);
                 c.put32(MSIX_CAP + 8, regs::reg::MSIX_PBA as u32 | regs::BAR_REGS);
             }
             Interrupts::Msi => {
-                c.bytes[MSIX_CAP] = 0x05;
+                c.bytes[MSIX_CAP] = CAP_ID_MSI;
                 c.put16(MSIX_CAP + 2, MSI_CTRL_64BIT);
             }
         }
@@ -165,7 +169,7 @@ impl ConfigSpace {
                     self.put32(BAR0 + bar * 4, self.bar_value(bar, u32::from_le_bytes(v)));
                 }
                 INTERRUPT_LINE => self.bytes[o] = b,
-                o if o == MSIX_CAP + 3 && self.bytes[MSIX_CAP] == 0x11 => {
+                o if o == MSIX_CAP + 3 && self.bytes[MSIX_CAP] == CAP_ID_MSIX => {
                     let hi = (b as u16) << 8 & MSIX_CTRL_RW;
                     let ctrl = u16::from_le_bytes([self.bytes[MSIX_CAP + 2], self.bytes[MSIX_CAP + 3]]);
                     self.put16(MSIX_CAP + 2, (ctrl & !MSIX_CTRL_RW) | hi);
@@ -197,7 +201,7 @@ impl ConfigSpace {
 
     /// The interrupt capability this space offers.
     pub fn interrupts(&self) -> Interrupts {
-        if self.bytes[MSIX_CAP] == 0x05 {
+        if self.bytes[MSIX_CAP] == CAP_ID_MSI {
             Interrupts::Msi
         } else {
             Interrupts::MsiX

@@ -488,8 +488,8 @@ pub fn plan_of(paths: &Paths, name: &str) -> Result<Plan> {
 }
 
 /// QMP to node `node` of cluster `name`, whose adapter sits in a
-/// hot-pluggable slot; and the node's folder.
-fn hotplug_qmp(paths: &Paths, name: &str, node: usize) -> Result<(qmp::Qmp, PathBuf)> {
+/// hot-pluggable slot; the node's folder, and the cluster's plan.
+fn hotplug_qmp(paths: &Paths, name: &str, node: usize) -> Result<(qmp::Qmp, PathBuf, Plan)> {
     node_agent(paths, name, node)?;
     let rd = paths.run_dir(name);
     let plan = plan_of(paths, name)?;
@@ -500,14 +500,14 @@ fn hotplug_qmp(paths: &Paths, name: &str, node: usize) -> Result<(qmp::Qmp, Path
         );
     }
     let nd = supervisor::node_dir(&rd, node);
-    Ok((qmp::Qmp::connect(&supervisor::qmp_socket(&nd))?, nd))
+    Ok((qmp::Qmp::connect(&supervisor::qmp_socket(&nd))?, nd, plan))
 }
 
 /// Takes node `node`'s adapter out of its running guest (QMP `device_del`)
 /// and waits until the guest let it go and QEMU removed it. Returns what
 /// to print.
 pub fn unplug(paths: &Paths, name: &str, node: usize) -> Result<String> {
-    let (mut q, _) = hotplug_qmp(paths, name, node)?;
+    let (mut q, ..) = hotplug_qmp(paths, name, node)?;
     let t0 = Instant::now();
     q.execute("device_del", serde_json::json!({"id": supervisor::ADAPTER_ID}))
         .map_err(|e| anyhow::anyhow!("node {node}: {e} (is the adapter plugged in?)"))?;
@@ -523,20 +523,19 @@ pub fn unplug(paths: &Paths, name: &str, node: usize) -> Result<String> {
 /// Plugs node `node`'s adapter back into its running guest (QMP
 /// `device_add`): a new vfio-user connection to the same port of the hub.
 pub fn plug(paths: &Paths, name: &str, node: usize) -> Result<String> {
-    let (mut q, nd) = hotplug_qmp(paths, name, node)?;
-    let imcd = plan_of(paths, name)?.config.guest.imcd;
+    let (mut q, nd, plan) = hotplug_qmp(paths, name, node)?;
+    let imcd = plan.config.guest.imcd;
     // imcd says it listens once per start: one more such line is the new one.
-    let started = |out: &str| out.lines().filter(|l| l.contains("listening on")).count();
-    let before = if imcd { started(&guest_sh(paths, name, node, "cat /var/log/imcd.log")?.1) } else { 0 };
+    let starts = || -> Result<usize> {
+        let log = guest_sh(paths, name, node, "cat /var/log/imcd.log")?.1;
+        Ok(log.lines().filter(|l| l.contains("listening on")).count())
+    };
+    let before = if imcd { starts()? } else { 0 };
     let t0 = Instant::now();
     q.execute("device_add", supervisor::adapter_device(&nd, true))
         .map_err(|e| anyhow::anyhow!("node {node}: {e} (is the adapter unplugged?)"))?;
     loop {
-        let back = if imcd {
-            started(&guest_sh(paths, name, node, "cat /var/log/imcd.log")?.1) > before
-        } else {
-            guest_sh(paths, name, node, FIND_ADAPTER)?.1.trim() != ""
-        };
+        let back = if imcd { starts()? > before } else { guest_sh(paths, name, node, FIND_ADAPTER)?.1.trim() != "" };
         if back {
             break;
         }
