@@ -334,9 +334,8 @@ impl Cluster<'_> {
         let stdin = child.stdin.take();
         let d = Driver { child, stdin, lines, stderr };
         if let Err(e) = d.expect(seen, READY_WAIT, "ready", |l| l == "ready") {
-            let mut d = d;
-            seen.extend(d.stderr.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|l| format!("stderr: {l}")));
-            drop(d.stdin.take());
+            // Its end and its standard error, for the report.
+            let _ = d.finish(seen);
             return Err(e);
         }
         Ok(d)
